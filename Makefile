@@ -1,0 +1,41 @@
+# The two commands of the README: `make demo` and `make test`. Both set up what they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit schemas bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@for f in examples/*.jsonl examples/*.log; do \
+	  echo "== splitbrain audit $$f"; \
+	  $(BIN)/splitbrain audit $$f --fail-on none || exit $$?; \
+	done
+
+lint: $(STAMP)
+	$(BIN)/ruff check detector tests bench scripts
+	$(BIN)/ruff format --check detector tests bench scripts
+
+typecheck: $(STAMP)
+	$(BIN)/mypy detector
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not kafka"
+
+test: lint typecheck $(STAMP)
+	$(BIN)/pytest -q
+
+schemas: $(STAMP)
+	$(BIN)/python -m detector.schemas topics/schemas
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

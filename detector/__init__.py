@@ -1,0 +1,21 @@
+"""splitbrain: detect displaced owners of leased workflows that are still acting."""
+
+from detector.core import Config, Detector, FindingUpdate
+from detector.events import EventError, Kind, OwnershipEvent, Source, parse_event_json
+from detector.findings import Condition, ConditionKind, Finding, Severity, Status
+
+__all__ = [
+    "Condition",
+    "ConditionKind",
+    "Config",
+    "Detector",
+    "EventError",
+    "Finding",
+    "FindingUpdate",
+    "Kind",
+    "OwnershipEvent",
+    "Severity",
+    "Source",
+    "Status",
+    "parse_event_json",
+]

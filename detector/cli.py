@@ -1,0 +1,39 @@
+"""The `splitbrain` command: each subcommand is registered by the module that owns it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+# Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
+_COMMAND_MODULES = ("detector.audit", "detector.devkafka_cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="splitbrain",
+        description="Detect displaced owners of leased workflows that are still acting.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except BrokenPipeError:
+        # A reader such as `head` went away: not an error of ours. Keep Python from complaining.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""The engine: feed it events in arrival order, get finding revisions back.
+
+It holds no clock: callers pass `at`, their notion of now (a record timestamp, or the event-time
+watermark of a file), used only for quiet periods and eviction. Order is decided by `seq`, or by
+arrival when an event has none.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+
+from detector.events import Kind, OwnershipEvent, Source
+from detector.findings import Finding, Severity, Status
+
+from ._lease import LeaseHealth
+from ._records import Acq, Cond, Ev, order_key
+from ._render import render, severity_of
+from ._rules import derive, fenced_after, verified_after
+from ._state import EFFECT_EVIDENCE, Episode, WorkflowState
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Bounds and policies. Caps trade memory for how late evidence may arrive and still count."""
+
+    max_activity: int = 8
+    max_effects: int = 32
+    max_acquisitions: int = 16
+    quiet_period_s: float = 600.0
+    idle_ttl_s: float = 7 * 24 * 3600.0
+    missed_heartbeats: int = 2
+    jitter_reserve_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class FindingUpdate:
+    """One new revision of one finding, ready to publish keyed by its workflow."""
+
+    finding: Finding
+
+    @property
+    def workflow_key(self) -> str:
+        return self.finding.workflow_key
+
+
+@dataclass(slots=True)
+class Counters:
+    events: int = 0
+    redelivered: int = 0
+    evidence_dropped: int = 0
+    evicted_released: int = 0
+    evicted_idle: int = 0
+    revisions: int = 0
+    findings_opened: int = 0
+
+
+@dataclass(slots=True)
+class Detector:
+    """Per-workflow state lives in `states`: a dict here, a changelog-backed table in a worker."""
+
+    config: Config = field(default_factory=Config)
+    states: MutableMapping[str, WorkflowState] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
+    lease_health: LeaseHealth = field(init=False)
+    watermark: float | None = None
+
+    def __post_init__(self) -> None:
+        self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
+
+    def observe(self, event: OwnershipEvent, at: float | None = None) -> list[FindingUpdate]:
+        """Account for one event; return the finding revisions it causes (usually none)."""
+        self.counters.events += 1
+        obs = None if event.observed_at is None else event.observed_at.timestamp()
+        now = self._tick(at if at is not None else obs)
+        key = event.workflow_key
+        st = self.states.get(key)
+        if st is None:
+            st = self.states[key] = WorkflowState()
+        elif st.seen(event.event_id):
+            self.counters.redelivered += 1
+            return []
+        st.pos += 1
+        st.last_at = now
+        kind = event.kind
+        epoch = event.owner_epoch
+        if kind is Kind.LEASE_ACQUIRED:
+            self._acquire(st, event, obs)
+            slow = (
+                bool(st.episodes)
+                or any(e.epoch < epoch for e in st.activity)
+                or any(e.epoch < epoch for e in st.effects)
+            )
+        else:
+            trace = None if event.trace_id is None else f"{event.trace_id}-{event.span_id or ''}"
+            ev = Ev(
+                event.event_id,
+                kind,
+                epoch,
+                event.seq,
+                st.pos,
+                event.source,
+                event.effect_key,
+                event.worker_id,
+                obs,
+                trace,
+            )
+            self._retain(st, ev)
+            top = st.top
+            if kind is Kind.HEARTBEAT and epoch >= top:
+                self._heartbeat(st, obs)
+            elif kind is Kind.LEASE_RELEASED and epoch >= top:
+                st.released_at = now
+            slow = (
+                epoch < top
+                or (
+                    kind is Kind.EFFECT_COMMITTED
+                    and any(
+                        e.effect_key == ev.effect_key
+                        and e is not ev
+                        and e.kind is Kind.EFFECT_COMMITTED
+                        for e in st.effects
+                    )
+                )
+                or (bool(st.episodes) and kind in EFFECT_EVIDENCE)
+            )
+        if not slow:
+            return []
+        return self._reevaluate(key, st, now, event.event_id)
+
+    def advance(self, now: float) -> list[FindingUpdate]:
+        """Let time pass: resolve episodes whose displaced owner went quiet; evict idle state."""
+        now = self._tick(now)
+        updates: list[FindingUpdate] = []
+        cfg = self.config
+        for key in list(self.states):
+            st = self.states[key]
+            if any(ep.status is Status.OPEN for ep in st.episodes.values()):
+                updates.extend(self._reevaluate(key, st, now, None))
+            idle = st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
+            released = (
+                st.released_at is not None
+                and now - st.released_at >= cfg.quiet_period_s
+                and all(ep.status is Status.RESOLVED for ep in st.episodes.values())
+            )
+            if released or idle:
+                del self.states[key]
+                if released:
+                    self.counters.evicted_released += 1
+                else:
+                    self.counters.evicted_idle += 1
+        return updates
+
+    def findings(self) -> list[Finding]:
+        """The latest revision of every finding still held (for reports and tests)."""
+        return [
+            render(key, st, ep, ep.revision)
+            for key, st in self.states.items()
+            for ep in st.episodes.values()
+            if ep.revision
+        ]
+
+    def _tick(self, at: float | None) -> float:
+        if at is not None and (self.watermark is None or at > self.watermark):
+            self.watermark = at
+        return self.watermark if self.watermark is not None else 0.0
+
+    def _acquire(self, st: WorkflowState, event: OwnershipEvent, obs: float | None) -> None:
+        acq = Acq(event.owner_epoch, event.seq, st.pos, event.event_id, event.worker_id, obs)
+        epochs = [a.epoch for a in st.acqs]
+        i = bisect.bisect_left(epochs, acq.epoch)
+        if i < len(epochs) and epochs[i] == acq.epoch:
+            if order_key(acq) < order_key(st.acqs[i]):
+                st.acqs[i] = acq
+        else:
+            st.acqs.insert(i, acq)
+            if len(st.acqs) > self.config.max_acquisitions:
+                del st.acqs[0]
+                self.counters.evidence_dropped += 1
+        if acq.epoch >= st.top:
+            tool_class = (event.attrs or {}).get("tool_class")
+            st.tool_class = tool_class
+            st.lease_s = event.lease_duration_s
+            st.hb_obs = obs
+            st.released_at = None
+            self.lease_health.acquired(
+                tool_class, event.lease_duration_s, event.heartbeat_interval_s
+            )
+
+    def _retain(self, st: WorkflowState, ev: Ev) -> None:
+        if ev.kind in EFFECT_EVIDENCE:
+            kept, cap = st.effects, self.config.max_effects
+        else:
+            kept, cap = st.activity, self.config.max_activity
+        kept.append(ev)
+        if len(kept) > cap:
+            del kept[0]
+            self.counters.evidence_dropped += 1
+
+    def _heartbeat(self, st: WorkflowState, obs: float | None) -> None:
+        if obs is None:
+            return
+        if st.hb_obs is not None and obs > st.hb_obs:
+            self.lease_health.heartbeat_gap(st.tool_class, obs - st.hb_obs, st.lease_s)
+        st.hb_obs = obs
+
+    def _reevaluate(
+        self, key: str, st: WorkflowState, now: float, trigger: str | None
+    ) -> list[FindingUpdate]:
+        derived = derive(st)
+        updates: list[FindingUpdate] = []
+        for ep_key in {*derived, *st.episodes}:
+            ep = st.episodes.get(ep_key)
+            found = derived.get(ep_key)
+            if ep is None:
+                ep = st.episodes[ep_key] = Episode(ep_key[0], ep_key[1])
+            grew = found is not None and _merge(ep, found.conditions)
+            if found is not None:
+                for ev in found.stale:
+                    if ep.last_stale is None or order_key(ev) > order_key(ep.last_stale):
+                        ep.last_stale = ev
+                if grew or any(ev.event_id == trigger for ev in found.stale):
+                    ep.last_stale_at = now
+            update = self._settle(key, st, ep, now)
+            if update is not None:
+                updates.append(update)
+        return updates
+
+    def _settle(self, key: str, st: WorkflowState, ep: Episode, now: float) -> FindingUpdate | None:
+        """Recompute status and severity; publish a revision only when the document changed."""
+        conds = list(ep.conditions.values())
+        if not conds:
+            return None
+        worst = max((severity_of(c) for c in conds), key=lambda s: s.rank)
+        if worst.rank > ep.severity.rank or ep.revision == 0:
+            ep.severity = worst if worst.rank >= ep.severity.rank else ep.severity
+        ep.status = Status.RESOLVED if self._resolved(st, ep, now) else Status.OPEN
+        finding = render(key, st, ep, ep.revision + 1)
+        digest = _digest(finding)
+        if digest == ep.digest:
+            return None
+        if ep.revision == 0:
+            self.counters.findings_opened += 1
+        ep.digest = digest
+        ep.revision += 1
+        self.counters.revisions += 1
+        return FindingUpdate(finding)
+
+    def _resolved(self, st: WorkflowState, ep: Episode, now: float) -> bool:
+        if not ep.retry and ep.last_stale is not None:
+            quiet = ep.last_stale_at is not None and now - ep.last_stale_at >= (
+                self.config.quiet_period_s
+            )
+            if not quiet and not fenced_after(st, ep.displaced_epoch, ep.last_stale):
+                return False
+        latest: dict[str, Cond] = {}
+        for c in ep.conditions.values():
+            if c.effect_key is not None and (
+                c.effect_key not in latest or order_key(c) > order_key(latest[c.effect_key])
+            ):
+                latest[c.effect_key] = c
+        return all(verified_after(st, k, c) for k, c in latest.items())
+
+
+def _merge(ep: Episode, conds: list[Cond]) -> bool:
+    """Keep the earliest witness of each (kind, effect key, cause); say whether anything changed."""
+    changed = False
+    for c in conds:
+        k = (c.kind.value, c.effect_key, c.cause)
+        old = ep.conditions.get(k)
+        if old is None or order_key(c) < order_key(old):
+            ep.conditions[k] = c
+            changed = True
+    return changed
+
+
+def _digest(finding: Finding) -> int:
+    body = finding.model_dump_json(exclude={"revision"}).encode()
+    return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big")
+
+
+__all__ = ["Config", "Counters", "Detector", "FindingUpdate", "Severity", "Source"]

@@ -1,0 +1,154 @@
+"""The detection rules of DESIGN §4, as pure functions of one workflow's retained evidence.
+
+Derivation is monotone: more evidence can only add conditions, so merging every evaluation into
+the episode (keeping the earliest witness of each condition) gives the same findings whatever
+the arrival order, when events carry `seq`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from detector.events import Kind, Source
+from detector.findings import ConditionKind
+
+from ._records import Acq, Cond, Ev, before, order_key
+from ._state import WorkflowState
+
+STALE_CONDITION: Final = {
+    Kind.PROGRESS: ConditionKind.STALE_ACTIVITY,
+    Kind.HEARTBEAT: ConditionKind.STALE_ACTIVITY,
+    Kind.EFFECT_ATTEMPTED: ConditionKind.STALE_EFFECT_ATTEMPT,
+    Kind.EFFECT_COMMITTED: ConditionKind.STALE_EFFECT_COMMITTED,
+    Kind.EFFECT_REJECTED: ConditionKind.STALE_EFFECT_REJECTED,
+}
+# Evidence that the displaced owner knows it lost, or stopped, or that a fence held against it.
+_FENCE_KINDS: Final = frozenset({Kind.LEASE_LOST, Kind.LEASE_RELEASED})
+
+EpisodeKey = tuple[int, bool]
+
+
+@dataclass(slots=True)
+class Derived:
+    """What one evaluation found for one episode."""
+
+    conditions: list[Cond] = field(default_factory=list)
+    stale: list[Ev] = field(default_factory=list)
+
+
+def displacing(acqs: Iterable[Acq], ev: Ev) -> Acq | None:
+    """The first acquisition of a higher epoch that happened before `ev`, if any."""
+    found: Acq | None = None
+    for a in acqs:
+        if (
+            a.epoch > ev.epoch
+            and before(a, ev)
+            and (found is None or order_key(a) < order_key(found))
+        ):
+            found = a
+    return found
+
+
+def _cond(
+    kind: ConditionKind, ev: Ev, cause: str | None = None, epochs: tuple[int, ...] | None = None
+) -> Cond:
+    return Cond(
+        kind, ev.event_id, ev.seq, ev.pos, ev.effect_key, cause, epochs, ev.source, ev.trace
+    )
+
+
+def derive(state: WorkflowState) -> dict[EpisodeKey, Derived]:
+    """Every condition the retained evidence supports, grouped by episode."""
+    out: dict[EpisodeKey, Derived] = {}
+    top = state.top
+    for ev in _evidence(state):
+        cond_kind = STALE_CONDITION.get(ev.kind)
+        if cond_kind is None or ev.epoch >= top or displacing(state.acqs, ev) is None:
+            continue
+        d = out.setdefault((ev.epoch, False), Derived())
+        d.stale.append(ev)
+        d.conditions.append(_cond(cond_kind, ev))
+    for key, cond in _duplicates(state.effects):
+        out.setdefault(key, Derived()).conditions.append(cond)
+    return out
+
+
+def _evidence(state: WorkflowState) -> Iterator[Ev]:
+    yield from state.activity
+    yield from state.effects
+
+
+def _duplicates(effects: Iterable[Ev]) -> Iterator[tuple[EpisodeKey, Cond]]:
+    """Failover duplicates (two epochs) and retry duplicates (one epoch, one source, two events)."""
+    first: dict[tuple[str, int], Ev] = {}
+    firsts_by_source: dict[tuple[str, int, Source], list[Ev]] = {}
+    for ev in effects:
+        if ev.kind is not Kind.EFFECT_COMMITTED or ev.effect_key is None:
+            continue
+        k = (ev.effect_key, ev.epoch)
+        if k not in first or order_key(ev) < order_key(first[k]):
+            first[k] = ev
+        firsts_by_source.setdefault((ev.effect_key, ev.epoch, ev.source), []).append(ev)
+    for (effect_key, epoch), ev in first.items():
+        for (other_key, other_epoch), other in first.items():
+            if other_key == effect_key and other_epoch > epoch:
+                later = max(ev, other, key=order_key)
+                yield (
+                    (epoch, False),
+                    _cond(ConditionKind.DUPLICATE_EFFECT, later, "failover", (epoch, other_epoch)),
+                )
+    for (_, epoch, _), evs in firsts_by_source.items():
+        if len({e.event_id for e in evs}) > 1:
+            second = sorted(evs, key=order_key)[1]
+            yield (epoch, True), _cond(ConditionKind.DUPLICATE_EFFECT, second, "retry", (epoch,))
+
+
+def fenced_after(state: WorkflowState, epoch: int, last: Ev | Cond) -> bool:
+    """Is there evidence, after `last`, that `epoch` knows it lost or a destination fenced it?"""
+    for ev in _evidence(state):
+        if ev.epoch != epoch or not before(last, ev):
+            continue
+        if ev.kind in _FENCE_KINDS or (
+            ev.kind is Kind.EFFECT_REJECTED and ev.source is Source.DESTINATION
+        ):
+            return True
+    return False
+
+
+def verified_after(state: WorkflowState, effect_key: str, last: Cond) -> bool:
+    """Has a verifier confirmed the intended result of `effect_key` after its latest condition?"""
+    return any(
+        ev.kind is Kind.OUTCOME_VERIFIED
+        and ev.source is Source.VERIFIER
+        and ev.effect_key == effect_key
+        and before(last, ev)
+        for ev in state.effects
+    )
+
+
+def acquisition(state: WorkflowState, epoch: int) -> Acq | None:
+    for a in state.acqs:
+        if a.epoch == epoch:
+            return a
+    return None
+
+
+def current_owner_before(state: WorkflowState, last: Cond) -> Acq | None:
+    """The highest epoch acquired before the episode's latest condition."""
+    best: Acq | None = None
+    for a in state.acqs:
+        if (before(a, last) or a.event_id == last.event_id) and (
+            best is None or a.epoch > best.epoch
+        ):
+            best = a
+    return best
+
+
+def transition_of(state: WorkflowState, displaced_epoch: int) -> Acq | None:
+    """The acquisition that displaced the epoch: the lowest higher epoch acquired."""
+    for a in state.acqs:
+        if a.epoch > displaced_epoch:
+            return a
+    return None

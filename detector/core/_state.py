@@ -1,0 +1,179 @@
+"""Per-workflow state: what the rules need later, and its byte encoding for a changelog."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from detector.events import Kind, Source
+from detector.findings import ConditionKind, Severity, Status
+
+from ._records import Acq, Cond, Ev
+
+STATE_VERSION: Final = 1
+
+# Kinds retained as effect evidence (they decide duplicates and resolution); the rest is activity.
+EFFECT_EVIDENCE: Final = frozenset(
+    {Kind.EFFECT_ATTEMPTED, Kind.EFFECT_COMMITTED, Kind.EFFECT_REJECTED, Kind.OUTCOME_VERIFIED}
+)
+
+
+@dataclass(slots=True)
+class Episode:
+    """A published finding's memory: revisions only grow, conditions only accumulate."""
+
+    displaced_epoch: int
+    retry: bool
+    revision: int = 0
+    status: Status = Status.OPEN
+    severity: Severity = Severity.INFO
+    conditions: dict[tuple[str, str | None, str | None], Cond] = field(default_factory=dict)
+    last_stale: Ev | None = None
+    last_stale_at: float | None = None
+    digest: int = 0
+
+    @property
+    def key(self) -> tuple[int, bool]:
+        return (self.displaced_epoch, self.retry)
+
+
+@dataclass(slots=True)
+class WorkflowState:
+    """Everything kept for one workflow key. Bounded by the engine's caps."""
+
+    pos: int = 0
+    acqs: list[Acq] = field(default_factory=list)
+    activity: list[Ev] = field(default_factory=list)
+    effects: list[Ev] = field(default_factory=list)
+    episodes: dict[tuple[int, bool], Episode] = field(default_factory=dict)
+    last_at: float | None = None
+    released_at: float | None = None
+    hb_obs: float | None = None
+    tool_class: str | None = None
+    lease_s: float | None = None
+
+    @property
+    def top(self) -> int:
+        """The highest epoch acquired so far, or -1 before any acquisition."""
+        return self.acqs[-1].epoch if self.acqs else -1
+
+    def seen(self, event_id: str) -> bool:
+        """Redelivery check over the retained window (its size is the engine's caps)."""
+        return (
+            any(e.event_id == event_id for e in self.activity)
+            or any(e.event_id == event_id for e in self.effects)
+            or any(a.event_id == event_id for a in self.acqs)
+        )
+
+
+def _ev_row(e: Ev) -> list[Any]:
+    return [
+        e.event_id,
+        e.kind.value,
+        e.epoch,
+        e.seq,
+        e.pos,
+        e.source.value,
+        e.effect_key,
+        e.worker_id,
+        e.obs,
+        e.trace,
+    ]
+
+
+def _ev(row: list[Any]) -> Ev:
+    return Ev(row[0], Kind(row[1]), row[2], row[3], row[4], Source(row[5]), *row[6:10])
+
+
+def _cond_row(c: Cond) -> list[Any]:
+    return [
+        c.kind.value,
+        c.event_id,
+        c.seq,
+        c.pos,
+        c.effect_key,
+        c.cause,
+        None if c.epochs is None else list(c.epochs),
+        c.source.value,
+        c.trace,
+    ]
+
+
+def _cond(row: list[Any]) -> Cond:
+    epochs = None if row[6] is None else tuple(row[6])
+    return Cond(
+        ConditionKind(row[0]),
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        epochs,
+        Source(row[7]),
+        row[8],
+    )
+
+
+def encode_state(state: WorkflowState) -> bytes:
+    """Bytes for a changelog record; `decode_state` gives back an equal state."""
+    doc = {
+        "v": STATE_VERSION,
+        "pos": state.pos,
+        "acqs": [list(a) for a in state.acqs],
+        "activity": [_ev_row(e) for e in state.activity],
+        "effects": [_ev_row(e) for e in state.effects],
+        "episodes": [
+            [
+                ep.displaced_epoch,
+                ep.retry,
+                ep.revision,
+                ep.status.value,
+                ep.severity.value,
+                [_cond_row(c) for c in ep.conditions.values()],
+                None if ep.last_stale is None else _ev_row(ep.last_stale),
+                ep.last_stale_at,
+                ep.digest,
+            ]
+            for ep in state.episodes.values()
+        ],
+        "last_at": state.last_at,
+        "released_at": state.released_at,
+        "hb_obs": state.hb_obs,
+        "tool_class": state.tool_class,
+        "lease_s": state.lease_s,
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_state(raw: bytes) -> WorkflowState:
+    doc = json.loads(raw)
+    if doc.get("v") != STATE_VERSION:
+        raise ValueError(f"unknown workflow state version {doc.get('v')!r}")
+    episodes: dict[tuple[int, bool], Episode] = {}
+    for row in doc["episodes"]:
+        conds = [_cond(c) for c in row[5]]
+        ep = Episode(
+            displaced_epoch=row[0],
+            retry=row[1],
+            revision=row[2],
+            status=Status(row[3]),
+            severity=Severity(row[4]),
+            conditions={(c.kind.value, c.effect_key, c.cause): c for c in conds},
+            last_stale=None if row[6] is None else _ev(row[6]),
+            last_stale_at=row[7],
+            digest=row[8],
+        )
+        episodes[ep.key] = ep
+    return WorkflowState(
+        pos=doc["pos"],
+        acqs=[Acq(*a) for a in doc["acqs"]],
+        activity=[_ev(r) for r in doc["activity"]],
+        effects=[_ev(r) for r in doc["effects"]],
+        episodes=episodes,
+        last_at=doc["last_at"],
+        released_at=doc["released_at"],
+        hb_obs=doc["hb_obs"],
+        tool_class=doc["tool_class"],
+        lease_s=doc["lease_s"],
+    )

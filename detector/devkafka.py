@@ -1,0 +1,744 @@
+"""A real, local, single-node Apache Kafka broker (KRaft) for development and integration tests.
+
+Why this exists: the detector's guarantees (transactions, fencing, read_committed) are Kafka's,
+so they must be tested against a real broker, not a fake. There is no Docker here, so the broker
+runs from the official jars that Maven resolves from `kafka/pom.xml`, in a background JVM that
+this module starts, watches and stops by PID. Everything a broker owns (config, logs, data, TLS
+material, pid and state files) lives in one data directory, so a broker can be killed and
+restarted on the same data and ports for fault tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+POM_PATH = REPO_ROOT / "kafka" / "pom.xml"
+JARS_ENV = "SPLITBRAIN_KAFKA_JARS"
+JARS_MARKER = ".complete"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_USERNAME = "alice"
+
+_BROKER_MAIN = "kafka.Kafka"
+_STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
+_STATE_FILE = "state.json"
+_PID_FILE = "kafka.pid"
+_SERVER_PROPERTIES = "server.properties"
+_CLIENT_PROPERTIES = "client.properties"
+_BROKER_OUT = "broker.out"
+_JVM_FLAGS = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:TieredStopAtLevel=1",  # C1 only: a dev broker starts faster and never runs long.
+    "-Djava.awt.headless=true",
+    "-Djava.net.preferIPv4Stack=true",
+)
+
+
+class DevKafkaError(RuntimeError):
+    """The local broker could not be provisioned, started or reached."""
+
+
+# --------------------------------------------------------------------------------------- jars
+
+
+def kafka_version(pom: Path = POM_PATH) -> str:
+    """The pinned Kafka version, read from the pom so that the pom is the one place it lives."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.parse(pom).getroot()
+    for dep in root.iterfind("m:dependencies/m:dependency", ns):
+        if dep.findtext("m:artifactId", namespaces=ns) == "kafka_2.13":
+            version = dep.findtext("m:version", namespaces=ns)
+            if version:
+                return version.strip()
+    raise DevKafkaError(f"{pom}: no org.apache.kafka:kafka_2.13 dependency with a version")
+
+
+def jars_dir() -> Path:
+    """Where the broker's jars are cached: `$SPLITBRAIN_KAFKA_JARS`, else under `.cache/`."""
+    override = os.environ.get(JARS_ENV)
+    if override:
+        return Path(override).expanduser().resolve()
+    return REPO_ROOT / ".cache" / "kafka-jars" / kafka_version()
+
+
+def _pom_digest() -> str:
+    return hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
+
+
+def ensure_jars() -> Path:
+    """Resolve the broker's jars with Maven unless a complete cache for this pom already exists.
+
+    Idempotent and safe to race: a file lock serialises concurrent callers, and the marker file
+    (holding the pom's digest) is written only after Maven succeeded, so a half-filled cache or
+    one from an edited pom is refilled rather than trusted.
+    """
+    dest = jars_dir()
+    marker = dest / JARS_MARKER
+    digest = _pom_digest()
+    if _marker_ok(marker, digest):
+        return dest
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise DevKafkaError("Maven (`mvn`) is not on PATH; install it (apt-get install maven)")
+    dest.mkdir(parents=True, exist_ok=True)
+    with _file_lock(dest.parent / f".{dest.name}.lock"):
+        if _marker_ok(marker, digest):
+            return dest
+        marker.unlink(missing_ok=True)
+        cmd = [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(POM_PATH),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={dest}",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-30:]
+            raise DevKafkaError(
+                f"`{' '.join(cmd)}` failed (exit {proc.returncode}):\n" + "\n".join(tail)
+            )
+        if not any(dest.glob("kafka_2.13-*.jar")):
+            raise DevKafkaError(f"Maven succeeded but left no kafka_2.13 jar in {dest}")
+        marker.write_text(digest + "\n")
+    return dest
+
+
+def _marker_ok(marker: Path, digest: str) -> bool:
+    try:
+        return marker.read_text().strip() == digest
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ----------------------------------------------------------------------------- TLS material
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1/localhost, as Kafka wants them."""
+
+    ca_cert: Path
+    keystore: Path
+
+
+def make_tls_files(directory: Path) -> TlsFiles:
+    """Generate a CA (for clients) and the broker's PEM keystore (key + chain) in `directory`.
+
+    Kafka 3.9 reads `ssl.keystore.type=PEM` from a file holding an unencrypted PKCS#8 key and
+    the certificate chain, so no keystore password has to be invented, stored or passed around;
+    the key file is mode 0600 inside a throwaway data directory.
+    """
+    # Imported here: only the SASL_SSL mode needs it, and it is a dev dependency.
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: PLC0415
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    not_before = now - datetime.timedelta(minutes=5)
+    not_after = now + datetime.timedelta(days=365)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "splitbrain dev Kafka CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    pem = serialization.Encoding.PEM
+    ca_path = directory / "ca.pem"
+    ca_path.write_bytes(ca_cert.public_bytes(pem))
+    keystore = directory / "server-keystore.pem"
+    keystore.touch(mode=0o600)
+    keystore.write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        + cert.public_bytes(pem)
+        + ca_cert.public_bytes(pem)
+    )
+    return TlsFiles(ca_cert=ca_path, keystore=keystore)
+
+
+# ---------------------------------------------------------------------------------- broker
+
+
+@dataclass(frozen=True)
+class KafkaStatus:
+    """What `status()` reports: whether the broker process is alive, and where to reach it."""
+
+    running: bool
+    pid: int | None
+    bootstrap: str | None
+    sasl_ssl: bool
+    data_dir: Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the broker binds it shortly after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _new_cluster_id() -> str:
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class LocalKafka:
+    """One single-node KRaft broker (broker + controller in one JVM) owning one data directory.
+
+    The data directory is the broker's identity: ports, mode and credentials are chosen once,
+    saved in `state.json`, and reused by every later start, so a restart after `kill -9` comes
+    back on the same address with the same data. A separate process (the CLI's `stop`) can
+    manage a broker started elsewhere, by reading the pid file.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        sasl_ssl: bool | None = None,
+        heap_mb: int = 512,
+        start_timeout: float = 90.0,
+        jars: Path | None = None,
+    ) -> None:
+        """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain"."""
+        self.data_dir = Path(data_dir).resolve()
+        self.heap_mb = heap_mb
+        self.start_timeout = start_timeout
+        self._jars = jars
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._state: dict[str, Any] = self._load_state()
+        saved_mode = self._state.get("sasl_ssl")
+        if sasl_ssl is not None and saved_mode is not None and bool(saved_mode) != sasl_ssl:
+            have, want = ("PLAINTEXT", "SASL_SSL") if sasl_ssl else ("SASL_SSL", "PLAINTEXT")
+            raise DevKafkaError(
+                f"{self.data_dir} holds a {have} broker; a {want} one needs another data dir"
+            )
+        self.sasl_ssl: bool = bool(saved_mode) if saved_mode is not None else bool(sasl_ssl)
+
+    # -- paths and addresses ------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's own log (log4j), the first place to look when it misbehaves."""
+        return self.data_dir / "logs" / "server.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / _PID_FILE
+
+    @property
+    def bootstrap(self) -> str:
+        """`host:port` of the client listener (PLAINTEXT, or SASL_SSL in the secure mode)."""
+        port = self._state.get("broker_port")
+        if port is None:
+            raise DevKafkaError(f"no broker has been set up in {self.data_dir} yet")
+        return f"127.0.0.1:{port}"
+
+    @property
+    def ca_path(self) -> Path:
+        """The PEM CA that signed the broker's certificate (SASL_SSL mode only)."""
+        ca = self._state.get("ca_cert")
+        if not self.sasl_ssl or ca is None:
+            raise DevKafkaError("this broker has no TLS listener (start it with sasl_ssl=True)")
+        return Path(ca)
+
+    @property
+    def sasl_username(self) -> str:
+        return SCRAM_USERNAME
+
+    @property
+    def sasl_password(self) -> str:
+        password = self._state.get("scram_password")
+        if not self.sasl_ssl or password is None:
+            raise DevKafkaError("this broker has no SASL listener (start it with sasl_ssl=True)")
+        return str(password)
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings that reach this broker, with the right credentials if secured."""
+        conf = {"bootstrap.servers": self.bootstrap}
+        if self.sasl_ssl:
+            conf.update(
+                {
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": SCRAM_MECHANISM,
+                    "sasl.username": self.sasl_username,
+                    "sasl.password": self.sasl_password,
+                    "ssl.ca.location": str(self.ca_path),
+                }
+            )
+        return conf
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Provision if needed, start the JVM in the background, wait until it serves metadata.
+
+        Returns the bootstrap address. Raises if a broker already runs on this data directory.
+        """
+        if self.pid() is not None:
+            raise DevKafkaError(f"a broker already runs on {self.data_dir} (pid {self.pid()})")
+        jars = self._jars or ensure_jars()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self._state.get("formatted"):
+            self._provision(jars)
+        self._write_broker_config()
+        self._spawn(jars)
+        self.wait_ready()
+        return self.bootstrap
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """SIGTERM (a clean shutdown), then SIGKILL after `timeout`. False if nothing ran."""
+        pid = self.pid()
+        if pid is None:
+            self._forget_pid()
+            return False
+        self._signal(pid, signal.SIGTERM)
+        self._signal(pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
+        if not self._wait_dead(pid, timeout):
+            self._signal(pid, signal.SIGKILL)
+            if not self._wait_dead(pid, 10.0):
+                raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
+        self._forget_pid()
+        return True
+
+    def kill(self) -> None:
+        """`kill -9` the broker: no clean shutdown, as a crash or an OOM-killer would do."""
+        pid = self.pid()
+        if pid is None:
+            raise DevKafkaError(f"no broker runs on {self.data_dir}")
+        self._signal(pid, signal.SIGKILL)
+        if not self._wait_dead(pid, 10.0):
+            raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
+        self._forget_pid()
+
+    def kill_and_restart(self) -> str:
+        """Crash the broker and start it again on the same data and ports (for fault tests)."""
+        self.kill()
+        return self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP the JVM: it keeps its sockets but answers nothing (a stalled broker)."""
+        self._signal(self._require_pid(), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused broker."""
+        self._signal(self._require_pid(), signal.SIGCONT)
+
+    def status(self) -> KafkaStatus:
+        pid = self.pid()
+        return KafkaStatus(
+            running=pid is not None,
+            pid=pid,
+            bootstrap=self.bootstrap if "broker_port" in self._state else None,
+            sasl_ssl=self.sasl_ssl,
+            data_dir=self.data_dir,
+        )
+
+    def pid(self) -> int | None:
+        """The broker's PID if that process is alive and really is this data dir's broker."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc.pid
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if self._is_our_broker(pid) else None
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until a metadata request succeeds; fail fast, with the log tail, if it dies."""
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
+        port = int(self._state["broker_port"])
+        while not self._port_open(port):
+            self._check_alive_or_raise()
+            if time.monotonic() > deadline:
+                raise self._failure("did not open its client port in time")
+            time.sleep(0.1)
+
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+        admin = AdminClient({**self.client_config(), "socket.timeout.ms": 5000})
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            self._check_alive_or_raise()
+            try:
+                metadata = admin.list_topics(
+                    timeout=max(1.0, min(5.0, deadline - time.monotonic()))
+                )
+                if metadata.brokers:
+                    return
+            except Exception as exc:  # KafkaException; librdkafka retries while the broker boots
+                last_error = exc
+            time.sleep(0.2)
+        raise self._failure(f"did not answer a metadata request in time (last error: {last_error})")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the broker's log and of its stdout/stderr, for error messages."""
+        parts = []
+        for path in (self.log_path, self.data_dir / _BROKER_OUT):
+            try:
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            parts.append(f"--- {path} (last {len(text)} lines)\n" + "\n".join(text))
+        return "\n".join(parts) or "(no broker log yet)"
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _provision(self, jars: Path) -> None:
+        """First start on this data directory: choose ports, write TLS/creds, format storage."""
+        ports: set[int] = set()
+        while len(ports) < 3:  # the OS may hand the same free port out twice
+            ports.add(free_port())
+        broker_port, controller_port, internal_port = sorted(ports)
+        state: dict[str, Any] = {
+            "kafka_version": kafka_version(),
+            "sasl_ssl": self.sasl_ssl,
+            "broker_port": broker_port,
+            "controller_port": controller_port,
+            "cluster_id": _new_cluster_id(),
+        }
+        if self.sasl_ssl:
+            state["internal_port"] = internal_port
+            tls = make_tls_files(self.data_dir / "tls")
+            state["ca_cert"] = str(tls.ca_cert)
+            state["keystore"] = str(tls.keystore)
+            state["scram_password"] = secrets.token_hex(16)
+        self._state = state
+        self._write_broker_config()
+        cmd = [
+            *self._java(jars, heap_mb=256, log4j=self._write_tool_log4j()),
+            _STORAGE_TOOL_MAIN,
+            "format",
+            "--cluster-id",
+            str(state["cluster_id"]),
+            "--config",
+            str(self.data_dir / _SERVER_PROPERTIES),
+            "--ignore-formatted",
+        ]
+        if self.sasl_ssl:
+            cmd += [
+                "--add-scram",
+                f"{SCRAM_MECHANISM}=[name={SCRAM_USERNAME},password={state['scram_password']}]",
+            ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise DevKafkaError(
+                f"formatting {self.data_dir} failed (exit {proc.returncode}):\n"
+                + (proc.stdout + proc.stderr).strip()
+            )
+        state["formatted"] = True
+        self._save_state()
+
+    def _write_broker_config(self) -> None:
+        s = self._state
+        log_dir = self.data_dir / "data"
+        props: dict[str, str] = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{s['controller_port']}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(log_dir),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "5",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            "log.retention.check.interval.ms": "60000",
+            # After kill -9 the controller refuses the restarted broker until the dead
+            # incarnation's session expires (default 9 s, plus registration backoff).
+            "broker.heartbeat.interval.ms": "500",
+            "broker.session.timeout.ms": "3000",
+            "num.network.threads": "2",
+            "num.io.threads": "4",
+        }
+        if self.sasl_ssl:
+            props.update(
+                {
+                    "listeners": (
+                        f"SASL_SSL://127.0.0.1:{s['broker_port']},"
+                        f"INTERNAL://127.0.0.1:{s['internal_port']},"
+                        f"CONTROLLER://127.0.0.1:{s['controller_port']}"
+                    ),
+                    "advertised.listeners": (
+                        f"SASL_SSL://127.0.0.1:{s['broker_port']},"
+                        f"INTERNAL://127.0.0.1:{s['internal_port']}"
+                    ),
+                    "listener.security.protocol.map": (
+                        "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+                    ),
+                    "inter.broker.listener.name": "INTERNAL",
+                    "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+                    "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                    ),
+                    "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(s["keystore"]),
+                    "ssl.client.auth": "none",
+                }
+            )
+        else:
+            props.update(
+                {
+                    "listeners": (
+                        f"PLAINTEXT://127.0.0.1:{s['broker_port']},"
+                        f"CONTROLLER://127.0.0.1:{s['controller_port']}"
+                    ),
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{s['broker_port']}",
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "inter.broker.listener.name": "PLAINTEXT",
+                }
+            )
+        server = self.data_dir / _SERVER_PROPERTIES
+        server.write_text(
+            "# Written by detector/devkafka.py; rewritten on every start.\n"
+            + "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
+        )
+        client = self.data_dir / _CLIENT_PROPERTIES
+        client.write_text("".join(f"{k}={v}\n" for k, v in self.client_config().items()))
+        client.chmod(0o600)
+        self._write_broker_log4j()
+
+    def _write_broker_log4j(self) -> Path:
+        logs = self.data_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        path = self.data_dir / "log4j.properties"
+        path.write_text(
+            "log4j.rootLogger=INFO, file\n"
+            "log4j.appender.file=org.apache.log4j.RollingFileAppender\n"
+            f"log4j.appender.file.File={_escape(str(self.log_path))}\n"
+            "log4j.appender.file.MaxFileSize=20MB\n"
+            "log4j.appender.file.MaxBackupIndex=2\n"
+            "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            "log4j.logger.kafka.request.logger=WARN\n"
+            "log4j.logger.org.apache.kafka.clients.NetworkClient=WARN\n"
+        )
+        return path
+
+    def _write_tool_log4j(self) -> Path:
+        path = self.data_dir / "tools-log4j.properties"
+        path.write_text(
+            "log4j.rootLogger=WARN, stderr\n"
+            "log4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.stderr.Target=System.err\n"
+            "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+        )
+        return path
+
+    def _java(self, jars: Path, *, heap_mb: int, log4j: Path) -> list[str]:
+        java_home = os.environ.get("JAVA_HOME")
+        java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+        if not java:
+            raise DevKafkaError("Java is not on PATH; install a JRE 17 (openjdk-17-jre-headless)")
+        return [
+            java,
+            f"-Xms{min(heap_mb, 256)}m",
+            f"-Xmx{heap_mb}m",
+            *_JVM_FLAGS,
+            f"-Dlog4j.configuration=file:{log4j}",
+            f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
+            "-cp",
+            f"{jars}/*",
+        ]
+
+    def _spawn(self, jars: Path) -> None:
+        cmd = [
+            *self._java(jars, heap_mb=self.heap_mb, log4j=self.data_dir / "log4j.properties"),
+            _BROKER_MAIN,
+            str(self.data_dir / _SERVER_PROPERTIES),
+        ]
+        with (self.data_dir / _BROKER_OUT).open("ab") as out:
+            out.write(f"\n=== start {datetime.datetime.now(datetime.UTC).isoformat()}\n".encode())
+            out.flush()
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,  # own process group: no terminal signals, killable alone
+            )
+        self.pid_path.write_text(f"{self._proc.pid}\n")
+        self._state["pid"] = self._proc.pid
+        self._state["bootstrap"] = self.bootstrap
+        self._save_state()
+
+    def _is_our_broker(self, pid: int) -> bool:
+        """Alive, not a zombie, and a `kafka.Kafka` on this data dir (a recycled PID is not)."""
+        proc = Path("/proc") / str(pid)
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            return False
+        config = str(self.data_dir / _SERVER_PROPERTIES).encode()
+        return _BROKER_MAIN.encode() in cmdline and config in cmdline
+
+    def _gone(self, pid: int) -> bool:
+        """Fully exited, so its ports are free: a JVM's main thread can be a zombie while other
+        threads still tear down holding the sockets, so "Z" alone is not enough."""
+        try:
+            status = (Path("/proc") / str(pid) / "status").read_text()
+        except OSError:
+            return True
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("State", "").strip()[:1] in ("Z", "X"):
+            return int(fields.get("Threads", "1").strip() or "1") <= 1
+        return not self._is_our_broker(pid)
+
+    def _wait_dead(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc is not None and self._proc.pid == pid:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=0.1)
+                if self._proc.returncode is not None:
+                    return True
+            elif self._gone(pid):
+                return True
+            else:
+                time.sleep(0.1)
+            if time.monotonic() > deadline:
+                return False
+
+    def _check_alive_or_raise(self) -> None:
+        if self.pid() is None:
+            code = self._proc.poll() if self._proc is not None else None
+            raise self._failure(f"exited during startup (exit code {code})")
+
+    def _failure(self, what: str) -> DevKafkaError:
+        return DevKafkaError(
+            f"Kafka broker in {self.data_dir} {what}.\n{self.log_tail()}\n"
+            f"(full log: {self.log_path})"
+        )
+
+    def _require_pid(self) -> int:
+        pid = self.pid()
+        if pid is None:
+            raise DevKafkaError(f"no broker runs on {self.data_dir}")
+        return pid
+
+    @staticmethod
+    def _signal(pid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+    @staticmethod
+    def _port_open(port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    def _forget_pid(self) -> None:
+        self.pid_path.unlink(missing_ok=True)
+        if self._state.pop("pid", None) is not None:
+            self._save_state()
+
+    def _load_state(self) -> dict[str, Any]:
+        try:
+            loaded = json.loads((self.data_dir / _STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+
+    def _save_state(self) -> None:
+        path = self.data_dir / _STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._state, indent=2, sort_keys=True) + "\n")
+        tmp.chmod(0o600)  # holds the SCRAM password in the secure mode
+        tmp.replace(path)
+
+
+def _escape(value: str) -> str:
+    """Escape a value for a Java .properties file (backslashes are escape characters there)."""
+    return value.replace("\\", "\\\\")

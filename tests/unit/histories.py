@@ -1,0 +1,133 @@
+"""Compact builders for event histories and helpers to read the findings they produce.
+
+A history is a list of `OwnershipEvent`s in arrival order. `ev()` keeps each line readable:
+
+    ev("e05", "lease_acquired", "wf", 18, "beta", seq=5)
+
+`source` defaults to `coordinator` for acquisitions and `worker` otherwise; `t` is the emitter's
+clock in seconds after a fixed base (it becomes `observed_at`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from detector.core import Config, Detector, FindingUpdate
+from detector.events import OwnershipEvent, parse_event_obj
+from detector.findings import Finding
+
+BASE = datetime(2026, 7, 26, 10, 0, 0, tzinfo=UTC)
+BASE_TS = BASE.timestamp()
+
+
+def ev(
+    event_id: str,
+    kind: str,
+    wf: str,
+    epoch: int,
+    worker: str,
+    *,
+    seq: int | None = None,
+    source: str | None = None,
+    key: str | None = None,
+    t: float | None = None,
+    **extra: Any,
+) -> OwnershipEvent:
+    """One event. `key` is the effect key; `t` seconds after BASE become `observed_at`."""
+    obj: dict[str, Any] = {
+        "event_id": event_id,
+        "kind": kind,
+        "workflow_key": wf,
+        "owner_epoch": epoch,
+        "worker_id": worker,
+        "source": source or ("coordinator" if kind == "lease_acquired" else "worker"),
+    }
+    if seq is not None:
+        obj["seq"] = seq
+    if key is not None:
+        obj["effect_key"] = key
+    if t is not None:
+        obj["observed_at"] = (BASE + timedelta(seconds=t)).isoformat()
+    obj.update(extra)
+    return parse_event_obj(obj)
+
+
+def at(t: float) -> float:
+    """The caller's "now" `t` seconds after BASE, for `observe(at=)` and `advance()`."""
+    return BASE_TS + t
+
+
+@dataclass
+class Run:
+    """A detector fed a history, with every update it published."""
+
+    detector: Detector
+    updates: list[FindingUpdate] = field(default_factory=list)
+
+    def feed(self, events: Iterable[OwnershipEvent], now: float | None = None) -> Run:
+        for e in events:
+            self.updates.extend(self.detector.observe(e, at=now))
+        return self
+
+    def advance(self, now: float) -> list[FindingUpdate]:
+        ups = self.detector.advance(now)
+        self.updates.extend(ups)
+        return ups
+
+    def findings(self, wf: str | None = None) -> list[Finding]:
+        return [f for f in self.detector.findings() if wf is None or f.workflow_key == wf]
+
+    def finding(self, wf: str, displaced: int | None, *, retry_epoch: int | None = None) -> Finding:
+        """The single finding of `wf` displacing `displaced` (or the retry finding of an epoch)."""
+        hits = [
+            f
+            for f in self.findings(wf)
+            if (f.displaced.owner_epoch if f.displaced else None) == displaced
+            and (retry_epoch is None or (f.current and f.current.owner_epoch == retry_epoch))
+        ]
+        assert len(hits) == 1, f"expected one finding for {wf}/{displaced}, got {hits}"
+        return hits[0]
+
+    def revisions(self, finding_id: str) -> list[Finding]:
+        return [u.finding for u in self.updates if u.finding.finding_id == finding_id]
+
+
+def run(
+    events: Sequence[OwnershipEvent], config: Config | None = None, now: float | None = None
+) -> Run:
+    return Run(Detector(config=config or Config())).feed(events, now)
+
+
+def conds(f: Finding) -> list[tuple[str, int | None, str | None]]:
+    """(kind, seq, cause) of each condition, sorted by seq then kind."""
+    out = [(c.kind.value, c.seq, c.cause) for c in f.conditions]
+    return sorted(out, key=lambda c: (c[1] if c[1] is not None else -1, c[0]))
+
+
+def cond_keys(f: Finding) -> set[tuple[str, str | None, str | None]]:
+    """(kind, cause, effect_key) of each condition."""
+    return {(c.kind.value, c.cause, c.effect_key) for c in f.conditions}
+
+
+def epochs(f: Finding) -> tuple[int | None, int | None]:
+    return (
+        f.displaced.owner_epoch if f.displaced else None,
+        f.current.owner_epoch if f.current else None,
+    )
+
+
+def logfmt_events(text: str) -> list[OwnershipEvent]:
+    """Job-queue logfmt lines to events; a line without `event_id=` gets `line-N` (its number)."""
+    from detector.logfmt import parse_logfmt_line  # noqa: PLC0415  (optional module)
+
+    out = []
+    for n, line in enumerate(text.strip().splitlines(), start=1):
+        if not line.strip():
+            continue
+        obj = parse_logfmt_line(line)
+        obj.setdefault("event_id", f"line-{n}")
+        out.append(parse_event_obj(obj))
+    return out
