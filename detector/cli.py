@@ -9,7 +9,13 @@ import sys
 from collections.abc import Sequence
 
 # Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
-_COMMAND_MODULES = ("detector.audit", "detector.devkafka_cli")
+_COMMAND_MODULES = (
+    "detector.audit",
+    "detector.devkafka_cli",
+    "detector.kafka.admin",
+    "detector.replay",
+    "detector.tail",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

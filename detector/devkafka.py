@@ -252,11 +252,34 @@ class KafkaStatus:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the broker binds it shortly after)."""
+    """A free TCP port on 127.0.0.1 *below* the kernel's ephemeral range.
+
+    Why not port 0: that hands out an ephemeral port, which the kernel may later give to some
+    client's outgoing connection while the broker is down (between kill and restart), and then
+    the broker cannot bind its own port again. It also invites TCP self-connects on loopback.
+    """
+    low = _ephemeral_port_low()
+    floor = 10000
+    if low - floor >= 1000:
+        for _ in range(100):
+            port = floor + secrets.randbelow(low - floor)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        fallback: int = sock.getsockname()[1]
+        return fallback
+
+
+def _ephemeral_port_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _new_cluster_id() -> str:
@@ -355,7 +378,8 @@ class LocalKafka:
     def start(self) -> str:
         """Provision if needed, start the JVM in the background, wait until it serves metadata.
 
-        Returns the bootstrap address. Raises if a broker already runs on this data directory.
+        Returns the bootstrap address. Raises if a broker already runs on this data directory;
+        if the broker does not come up, kills it (no orphan JVM) and raises with its log tail.
         """
         if self.pid() is not None:
             raise DevKafkaError(f"a broker already runs on {self.data_dir} (pid {self.pid()})")
@@ -365,7 +389,12 @@ class LocalKafka:
             self._provision(jars)
         self._write_broker_config()
         self._spawn(jars)
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            if self.pid() is not None:
+                self.kill()
+            raise
         return self.bootstrap
 
     def stop(self, timeout: float = 30.0) -> bool:
@@ -374,11 +403,12 @@ class LocalKafka:
         if pid is None:
             self._forget_pid()
             return False
+        started = _start_time(pid)
         self._signal(pid, signal.SIGTERM)
         self._signal(pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
-        if not self._wait_dead(pid, timeout):
+        if not self._wait_dead(pid, timeout, started):
             self._signal(pid, signal.SIGKILL)
-            if not self._wait_dead(pid, 10.0):
+            if not self._wait_dead(pid, 10.0, started):
                 raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
         self._forget_pid()
         return True
@@ -388,8 +418,9 @@ class LocalKafka:
         pid = self.pid()
         if pid is None:
             raise DevKafkaError(f"no broker runs on {self.data_dir}")
+        started = _start_time(pid)
         self._signal(pid, signal.SIGKILL)
-        if not self._wait_dead(pid, 10.0):
+        if not self._wait_dead(pid, 10.0, started):
             raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
         self._forget_pid()
 
@@ -664,19 +695,29 @@ class LocalKafka:
         config = str(self.data_dir / _SERVER_PROPERTIES).encode()
         return _BROKER_MAIN.encode() in cmdline and config in cmdline
 
-    def _gone(self, pid: int) -> bool:
-        """Fully exited, so its ports are free: a JVM's main thread can be a zombie while other
-        threads still tear down holding the sockets, so "Z" alone is not enough."""
+    @staticmethod
+    def _gone(pid: int, started: str | None) -> bool:
+        """Fully exited, so its sockets are closed and its ports free.
+
+        Neither "Z" alone nor an empty cmdline is enough: a dying JVM drops its memory map
+        (cmdline goes blank) and its main thread turns zombie while other threads still tear
+        down holding the listening sockets; only a zombie with one thread left is done.
+        `started` (the start time from /proc/PID/stat) tells a recycled PID apart.
+        """
+        proc = Path("/proc") / str(pid)
         try:
-            status = (Path("/proc") / str(pid) / "status").read_text()
+            status = (proc / "status").read_text()
+            stat = (proc / "stat").read_text()
         except OSError:
+            return True
+        if _stat_field(stat, 21) != started:
             return True
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if fields.get("State", "").strip()[:1] in ("Z", "X"):
             return int(fields.get("Threads", "1").strip() or "1") <= 1
-        return not self._is_our_broker(pid)
+        return False
 
-    def _wait_dead(self, pid: int, timeout: float) -> bool:
+    def _wait_dead(self, pid: int, timeout: float, started: str | None) -> bool:
         deadline = time.monotonic() + timeout
         while True:
             if self._proc is not None and self._proc.pid == pid:
@@ -684,10 +725,10 @@ class LocalKafka:
                     self._proc.wait(timeout=0.1)
                 if self._proc.returncode is not None:
                     return True
-            elif self._gone(pid):
+            elif self._gone(pid, started):
                 return True
             else:
-                time.sleep(0.1)
+                time.sleep(0.05)
             if time.monotonic() > deadline:
                 return False
 
@@ -717,7 +758,11 @@ class LocalKafka:
     def _port_open(port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(0.5)
-            return sock.connect_ex(("127.0.0.1", port)) == 0
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return False
+            # A loopback connect can pick the target port as its own source port and
+            # "succeed" by connecting to itself while nothing listens.
+            return bool(sock.getsockname()[1] != port)
 
     def _forget_pid(self) -> None:
         self.pid_path.unlink(missing_ok=True)
@@ -737,6 +782,20 @@ class LocalKafka:
         tmp.write_text(json.dumps(self._state, indent=2, sort_keys=True) + "\n")
         tmp.chmod(0o600)  # holds the SCRAM password in the secure mode
         tmp.replace(path)
+
+
+def _stat_field(stat: str, index: int) -> str | None:
+    """Field `index` (0-based, as in proc(5) minus one) of /proc/PID/stat; comm may hold spaces."""
+    head, _, rest = stat.rpartition(")")
+    fields = [head.split(" (", 1)[0], "comm", *rest.split()]
+    return fields[index] if head and index < len(fields) else None
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return _stat_field((Path("/proc") / str(pid) / "stat").read_text(), 21)
+    except OSError:
+        return None
 
 
 def _escape(value: str) -> str:

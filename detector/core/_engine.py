@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
 
 from detector.events import Kind, OwnershipEvent, Source
 from detector.findings import Finding, Severity, Status
@@ -21,13 +24,14 @@ from ._render import render, severity_of
 from ._rules import derive, fenced_after, verified_after
 from ._state import EFFECT_EVIDENCE, Episode, WorkflowState
 
+_VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
+
 
 @dataclass(frozen=True, slots=True)
 class Config:
     """Bounds and policies. Caps trade memory for how late evidence may arrive and still count."""
 
-    max_activity: int = 8
-    max_effects: int = 32
+    max_evidence: int = 32
     max_acquisitions: int = 16
     quiet_period_s: float = 600.0
     idle_ttl_s: float = 7 * 24 * 3600.0
@@ -71,14 +75,23 @@ class Detector:
         self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
 
     def observe(self, event: OwnershipEvent, at: float | None = None) -> list[FindingUpdate]:
-        """Account for one event; return the finding revisions it causes (usually none)."""
+        """Account for one event; return the finding revisions it causes (usually none).
+
+        `at` is the caller's now (a record timestamp); without it the event's own `observed_at`
+        advances the watermark. The common case — the current owner reporting in order —
+        touches only this method.
+        """
         self.counters.events += 1
-        obs = None if event.observed_at is None else event.observed_at.timestamp()
-        now = self._tick(at if at is not None else obs)
+        observed = event.observed_at
+        obs = None if observed is None else observed.timestamp()
+        now = self._tick(obs if at is None else at)
         key = event.workflow_key
         st = self.states.get(key)
         if st is None:
             st = self.states[key] = WorkflowState()
+        seq = event.seq
+        if seq is not None and seq > st.max_seq:
+            st.max_seq = seq  # past everything seen: cannot be a redelivery
         elif st.seen(event.event_id):
             self.counters.redelivered += 1
             return []
@@ -86,46 +99,37 @@ class Detector:
         st.last_at = now
         kind = event.kind
         epoch = event.owner_epoch
+        acqs = st.acqs
         if kind is Kind.LEASE_ACQUIRED:
             self._acquire(st, event, obs)
-            slow = (
-                bool(st.episodes)
-                or any(e.epoch < epoch for e in st.activity)
-                or any(e.epoch < epoch for e in st.effects)
-            )
+            slow = bool(st.episodes) or any(e.epoch < epoch for e in st.evidence)
         else:
-            trace = None if event.trace_id is None else f"{event.trace_id}-{event.span_id or ''}"
             ev = Ev(
                 event.event_id,
-                kind,
+                _VALUE[kind],
                 epoch,
-                event.seq,
+                seq,
                 st.pos,
-                event.source,
+                _VALUE[event.source],
                 event.effect_key,
-                event.worker_id,
+                sys.intern(event.worker_id),
                 obs,
-                trace,
+                None if event.trace_id is None else f"{event.trace_id}-{event.span_id or ''}",
             )
             self._retain(st, ev)
-            top = st.top
-            if kind is Kind.HEARTBEAT and epoch >= top:
+            top = acqs[-1].epoch if acqs else -1
+            if epoch < top:
+                slow = True
+            elif kind is Kind.HEARTBEAT:
                 self._heartbeat(st, obs)
-            elif kind is Kind.LEASE_RELEASED and epoch >= top:
+                slow = False
+            elif kind is Kind.LEASE_RELEASED:
                 st.released_at = now
-            slow = (
-                epoch < top
-                or (
-                    kind is Kind.EFFECT_COMMITTED
-                    and any(
-                        e.effect_key == ev.effect_key
-                        and e is not ev
-                        and e.kind is Kind.EFFECT_COMMITTED
-                        for e in st.effects
-                    )
-                )
-                or (bool(st.episodes) and kind in EFFECT_EVIDENCE)
-            )
+                slow = False
+            elif kind is Kind.EFFECT_COMMITTED:
+                slow = bool(st.episodes) or _committed_before(st.evidence, ev)
+            else:
+                slow = kind in EFFECT_EVIDENCE and bool(st.episodes)
         if not slow:
             return []
         return self._reevaluate(key, st, now, event.event_id)
@@ -140,10 +144,12 @@ class Detector:
             if any(ep.status is Status.OPEN for ep in st.episodes.values()):
                 updates.extend(self._reevaluate(key, st, now, None))
             idle = st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
+            # A workflow with findings stays until the idle TTL: evicting it earlier could let a
+            # late event restart a finding's revisions, and (id, revision) must never repeat.
             released = (
                 st.released_at is not None
                 and now - st.released_at >= cfg.quiet_period_s
-                and all(ep.status is Status.RESOLVED for ep in st.episodes.values())
+                and not st.episodes
             )
             if released or idle:
                 del self.states[key]
@@ -190,13 +196,12 @@ class Detector:
             )
 
     def _retain(self, st: WorkflowState, ev: Ev) -> None:
-        if ev.kind in EFFECT_EVIDENCE:
-            kept, cap = st.effects, self.config.max_effects
-        else:
-            kept, cap = st.activity, self.config.max_activity
+        """Keep the event; over the cap, forget the oldest activity first, effects last."""
+        kept = st.evidence
         kept.append(ev)
-        if len(kept) > cap:
-            del kept[0]
+        if len(kept) > self.config.max_evidence:
+            drop = next((i for i, e in enumerate(kept) if e.kind not in EFFECT_EVIDENCE), 0)
+            del kept[drop]
             self.counters.evidence_dropped += 1
 
     def _heartbeat(self, st: WorkflowState, obs: float | None) -> None:
@@ -262,6 +267,16 @@ class Detector:
             ):
                 latest[c.effect_key] = c
         return all(verified_after(st, k, c) for k, c in latest.items())
+
+
+def _committed_before(evidence: list[Ev], ev: Ev) -> bool:
+    """Was this effect key committed by another event already? (Duplicates need a second look.)"""
+    key = ev.effect_key
+    committed = Kind.EFFECT_COMMITTED
+    for e in evidence:
+        if e.effect_key == key and e.kind == committed and e is not ev:
+            return True
+    return False
 
 
 def _merge(ep: Episode, conds: list[Cond]) -> bool:

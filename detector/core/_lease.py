@@ -57,39 +57,46 @@ class LeaseHealth:
         needed = self.missed_heartbeats * hb_s + self.jitter_reserve_s
         if lease_s <= needed:
             health.policy_violations += 1
-            self._warn(
-                LeaseWarning(
-                    tool_class or UNLABELLED,
-                    "policy",
-                    lease_s,
-                    hb_s,
-                    None,
-                    f"lease {lease_s:g}s is not longer than {self.missed_heartbeats} x {hb_s:g}s "
-                    f"heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s: a worker that "
-                    f"misses {self.missed_heartbeats} heartbeats loses its lease while alive",
+            if self._first(tool_class, "policy"):
+                self.warnings.append(
+                    LeaseWarning(
+                        tool_class or UNLABELLED,
+                        "policy",
+                        lease_s,
+                        hb_s,
+                        None,
+                        f"lease {lease_s:g}s is not longer than {self.missed_heartbeats} x "
+                        f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s: "
+                        f"a worker that misses {self.missed_heartbeats} heartbeats loses its "
+                        "lease while alive",
+                    )
                 )
-            )
 
     def heartbeat_gap(self, tool_class: str | None, gap_s: float, lease_s: float | None) -> None:
         health = self._cls(tool_class)
         health.heartbeat_gaps += 1
-        health.max_gap_s = max(health.max_gap_s, gap_s)
+        if gap_s > health.max_gap_s:
+            health.max_gap_s = gap_s
         if lease_s is not None and gap_s + self.jitter_reserve_s >= lease_s:
             health.near_expiry += 1
-            self._warn(
-                LeaseWarning(
-                    tool_class or UNLABELLED,
-                    "heartbeat_gap",
-                    lease_s,
-                    None,
-                    gap_s,
-                    f"a heartbeat gap of {gap_s:g}s came within {self.jitter_reserve_s:g}s of the "
-                    f"{lease_s:g}s lease: lengthen the lease or shorten the heartbeat period",
+            if self._first(tool_class, "heartbeat_gap"):
+                self.warnings.append(
+                    LeaseWarning(
+                        tool_class or UNLABELLED,
+                        "heartbeat_gap",
+                        lease_s,
+                        None,
+                        gap_s,
+                        f"a heartbeat gap of {gap_s:g}s came within {self.jitter_reserve_s:g}s "
+                        f"of the {lease_s:g}s lease: lengthen the lease or shorten the "
+                        "heartbeat period",
+                    )
                 )
-            )
 
-    def _warn(self, warning: LeaseWarning) -> None:
-        key = (warning.tool_class, warning.reason)
-        if key not in self._warned:
-            self._warned.add(key)
-            self.warnings.append(warning)
+    def _first(self, tool_class: str | None, reason: str) -> bool:
+        """Each kind of warning once per tool class: the counters carry the rest."""
+        key = (tool_class or UNLABELLED, reason)
+        if key in self._warned:
+            return False
+        self._warned.add(key)
+        return True

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from detector.events import Kind, Source
 from detector.findings import ConditionKind
 
 
 class Ev(NamedTuple):
-    """An observed event, reduced to what the rules read."""
+    """An observed event, reduced to what the rules read.
+
+    `kind` and `source` hold the enums' plain string values: a tuple of only strings, numbers
+    and None is dropped by the cyclic garbage collector, which matters at millions of them.
+    """
 
     event_id: str
-    kind: Kind
+    kind: str
     epoch: int
     seq: int | None
     pos: int
-    source: Source
+    source: str
     effect_key: str | None
     worker_id: str
     obs: float | None
@@ -44,7 +47,7 @@ class Cond(NamedTuple):
     effect_key: str | None
     cause: str | None
     epochs: tuple[int, ...] | None
-    source: Source
+    source: str
     trace: str | None = None
 
 

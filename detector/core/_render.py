@@ -18,7 +18,7 @@ from detector.findings import (
 )
 
 from ._records import Acq, Cond, Ev, order_key
-from ._rules import acquisition, current_owner_before, transition_of
+from ._rules import acquisition, current_owner_before, transition_of, worker_of
 from ._state import Episode, WorkflowState
 
 SEVERITY_OF: Final = {
@@ -74,7 +74,7 @@ def _sink_outcome(conds: list[Cond]) -> Literal["committed", "attempted", "rejec
 def _confidence(conds: list[Cond], authoritative: bool) -> Literal["high", "medium", "low"]:
     confirmations = [c for c in conds if c.kind in _EFFECT_CONFIRMATIONS]
     from_destination = bool(confirmations) and all(
-        c.source is Source.DESTINATION for c in confirmations
+        c.source == Source.DESTINATION for c in confirmations
     )
     score = int(authoritative) + int(from_destination)
     return ("low", "medium", "high")[score]
@@ -116,17 +116,19 @@ def _response(top: Cond, displaced: Owner | None, current: Owner | None, keys: l
 
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
-    conds = sorted(ep.conditions.values(), key=order_key)
+    conds = sorted(ep.conditions.values(), key=lambda c: (order_key(c), _RANK[c.kind]))
     latest = conds[-1]
-    fallback = ep.last_stale.worker_id if ep.last_stale else None
     if ep.retry:
         displaced = None
-        current = _owner(
-            acquisition(state, ep.displaced_epoch), latest_worker(state, latest), ep.displaced_epoch
-        )
+        owner = current_owner_before(state, latest) or acquisition(state, ep.displaced_epoch)
+        current = _owner(owner, worker_of(state, ep.displaced_epoch), ep.displaced_epoch)
         transition = None
     else:
-        displaced = _owner(acquisition(state, ep.displaced_epoch), fallback, ep.displaced_epoch)
+        displaced = _owner(
+            acquisition(state, ep.displaced_epoch),
+            worker_of(state, ep.displaced_epoch),
+            ep.displaced_epoch,
+        )
         trans = transition_of(state, ep.displaced_epoch)
         cur = current_owner_before(state, latest) or trans
         current = _owner(cur, None, ep.displaced_epoch)
@@ -161,7 +163,7 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
         last_stale_event=None
         if ep.last_stale is None
         else StaleEventRef(
-            event_id=ep.last_stale.event_id, seq=ep.last_stale.seq, kind=ep.last_stale.kind.value
+            event_id=ep.last_stale.event_id, seq=ep.last_stale.seq, kind=ep.last_stale.kind
         ),
         effect_keys=keys,
         sink_outcome=_sink_outcome(conds),
@@ -171,13 +173,6 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
         response=_response(top, displaced, current, keys),
         trace_links=[c.trace for c in conds if c.trace is not None],
     )
-
-
-def latest_worker(state: WorkflowState, cond: Cond) -> str | None:
-    for ev in state.effects:
-        if ev.event_id == cond.event_id:
-            return ev.worker_id
-    return None
 
 
 def _lag(transition: Acq | None, last: Ev | Cond) -> EvidenceLag | None:

@@ -17,7 +17,7 @@ from detector.findings import ConditionKind
 from ._records import Acq, Cond, Ev, before, order_key
 from ._state import WorkflowState
 
-STALE_CONDITION: Final = {
+STALE_CONDITION: Final[dict[str, ConditionKind]] = {
     Kind.PROGRESS: ConditionKind.STALE_ACTIVITY,
     Kind.HEARTBEAT: ConditionKind.STALE_ACTIVITY,
     Kind.EFFECT_ATTEMPTED: ConditionKind.STALE_EFFECT_ATTEMPT,
@@ -63,29 +63,24 @@ def derive(state: WorkflowState) -> dict[EpisodeKey, Derived]:
     """Every condition the retained evidence supports, grouped by episode."""
     out: dict[EpisodeKey, Derived] = {}
     top = state.top
-    for ev in _evidence(state):
+    for ev in state.evidence:
         cond_kind = STALE_CONDITION.get(ev.kind)
         if cond_kind is None or ev.epoch >= top or displacing(state.acqs, ev) is None:
             continue
         d = out.setdefault((ev.epoch, False), Derived())
         d.stale.append(ev)
         d.conditions.append(_cond(cond_kind, ev))
-    for key, cond in _duplicates(state.effects):
+    for key, cond in _duplicates(state.evidence):
         out.setdefault(key, Derived()).conditions.append(cond)
     return out
-
-
-def _evidence(state: WorkflowState) -> Iterator[Ev]:
-    yield from state.activity
-    yield from state.effects
 
 
 def _duplicates(effects: Iterable[Ev]) -> Iterator[tuple[EpisodeKey, Cond]]:
     """Failover duplicates (two epochs) and retry duplicates (one epoch, one source, two events)."""
     first: dict[tuple[str, int], Ev] = {}
-    firsts_by_source: dict[tuple[str, int, Source], list[Ev]] = {}
+    firsts_by_source: dict[tuple[str, int, str], list[Ev]] = {}
     for ev in effects:
-        if ev.kind is not Kind.EFFECT_COMMITTED or ev.effect_key is None:
+        if ev.kind != Kind.EFFECT_COMMITTED or ev.effect_key is None:
             continue
         k = (ev.effect_key, ev.epoch)
         if k not in first or order_key(ev) < order_key(first[k]):
@@ -106,12 +101,16 @@ def _duplicates(effects: Iterable[Ev]) -> Iterator[tuple[EpisodeKey, Cond]]:
 
 
 def fenced_after(state: WorkflowState, epoch: int, last: Ev | Cond) -> bool:
-    """Is there evidence, after `last`, that `epoch` knows it lost or a destination fenced it?"""
-    for ev in _evidence(state):
-        if ev.epoch != epoch or not before(last, ev):
+    """Is there evidence, at or after `last`, that `epoch` knows it lost or was fenced?
+
+    A destination's rejection is both stale evidence and a fence: when it is the latest stale
+    event, it fences the epoch itself.
+    """
+    for ev in state.evidence:
+        if ev.epoch != epoch or before(ev, last):
             continue
         if ev.kind in _FENCE_KINDS or (
-            ev.kind is Kind.EFFECT_REJECTED and ev.source is Source.DESTINATION
+            ev.kind == Kind.EFFECT_REJECTED and ev.source == Source.DESTINATION
         ):
             return True
     return False
@@ -120,11 +119,11 @@ def fenced_after(state: WorkflowState, epoch: int, last: Ev | Cond) -> bool:
 def verified_after(state: WorkflowState, effect_key: str, last: Cond) -> bool:
     """Has a verifier confirmed the intended result of `effect_key` after its latest condition?"""
     return any(
-        ev.kind is Kind.OUTCOME_VERIFIED
-        and ev.source is Source.VERIFIER
+        ev.kind == Kind.OUTCOME_VERIFIED
+        and ev.source == Source.VERIFIER
         and ev.effect_key == effect_key
         and before(last, ev)
-        for ev in state.effects
+        for ev in state.evidence
     )
 
 
@@ -152,3 +151,9 @@ def transition_of(state: WorkflowState, displaced_epoch: int) -> Acq | None:
         if a.epoch > displaced_epoch:
             return a
     return None
+
+
+def worker_of(state: WorkflowState, epoch: int) -> str | None:
+    """Who acted under `epoch`, when its acquisition is not (or no longer) known."""
+    acting = [e for e in state.evidence if e.epoch == epoch and e.source != Source.VERIFIER]
+    return min(acting, key=order_key).worker_id if acting else None

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from detector.events import Kind, Source
+from detector.events import Kind
 from detector.findings import ConditionKind, Severity, Status
 
 from ._records import Acq, Cond, Ev
@@ -43,9 +43,9 @@ class WorkflowState:
     """Everything kept for one workflow key. Bounded by the engine's caps."""
 
     pos: int = 0
+    max_seq: int = -1
     acqs: list[Acq] = field(default_factory=list)
-    activity: list[Ev] = field(default_factory=list)
-    effects: list[Ev] = field(default_factory=list)
+    evidence: list[Ev] = field(default_factory=list)
     episodes: dict[tuple[int, bool], Episode] = field(default_factory=dict)
     last_at: float | None = None
     released_at: float | None = None
@@ -60,21 +60,19 @@ class WorkflowState:
 
     def seen(self, event_id: str) -> bool:
         """Redelivery check over the retained window (its size is the engine's caps)."""
-        return (
-            any(e.event_id == event_id for e in self.activity)
-            or any(e.event_id == event_id for e in self.effects)
-            or any(a.event_id == event_id for a in self.acqs)
+        return any(e.event_id == event_id for e in self.evidence) or any(
+            a.event_id == event_id for a in self.acqs
         )
 
 
 def _ev_row(e: Ev) -> list[Any]:
     return [
         e.event_id,
-        e.kind.value,
+        e.kind,
         e.epoch,
         e.seq,
         e.pos,
-        e.source.value,
+        e.source,
         e.effect_key,
         e.worker_id,
         e.obs,
@@ -83,7 +81,7 @@ def _ev_row(e: Ev) -> list[Any]:
 
 
 def _ev(row: list[Any]) -> Ev:
-    return Ev(row[0], Kind(row[1]), row[2], row[3], row[4], Source(row[5]), *row[6:10])
+    return Ev(*row)
 
 
 def _cond_row(c: Cond) -> list[Any]:
@@ -95,7 +93,7 @@ def _cond_row(c: Cond) -> list[Any]:
         c.effect_key,
         c.cause,
         None if c.epochs is None else list(c.epochs),
-        c.source.value,
+        c.source,
         c.trace,
     ]
 
@@ -110,7 +108,7 @@ def _cond(row: list[Any]) -> Cond:
         row[4],
         row[5],
         epochs,
-        Source(row[7]),
+        row[7],
         row[8],
     )
 
@@ -120,9 +118,9 @@ def encode_state(state: WorkflowState) -> bytes:
     doc = {
         "v": STATE_VERSION,
         "pos": state.pos,
+        "max_seq": state.max_seq,
         "acqs": [list(a) for a in state.acqs],
-        "activity": [_ev_row(e) for e in state.activity],
-        "effects": [_ev_row(e) for e in state.effects],
+        "evidence": [_ev_row(e) for e in state.evidence],
         "episodes": [
             [
                 ep.displaced_epoch,
@@ -167,9 +165,9 @@ def decode_state(raw: bytes) -> WorkflowState:
         episodes[ep.key] = ep
     return WorkflowState(
         pos=doc["pos"],
+        max_seq=doc["max_seq"],
         acqs=[Acq(*a) for a in doc["acqs"]],
-        activity=[_ev(r) for r in doc["activity"]],
-        effects=[_ev(r) for r in doc["effects"]],
+        evidence=[_ev(r) for r in doc["evidence"]],
         episodes=episodes,
         last_at=doc["last_at"],
         released_at=doc["released_at"],

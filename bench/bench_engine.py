@@ -1,0 +1,143 @@
+"""Engine benchmark: parse + detect throughput, parse-only throughput, memory per workflow.
+
+Prints numbers; asserts nothing. Run: `make bench` or `python bench/bench_engine.py [--events N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import time
+from collections.abc import Iterator
+
+from detector.core import Detector
+from detector.events import OwnershipEvent, parse_event_json
+
+
+def _event(eid: int, kind: str, wf: str, epoch: int, worker: str, seq: int, **extra: object) -> bytes:
+    doc: dict[str, object] = {
+        "event_id": f"ev-{eid:09d}",
+        "kind": kind,
+        "workflow_key": wf,
+        "owner_epoch": epoch,
+        "worker_id": worker,
+        "seq": seq,
+        "observed_at": f"2026-07-26T10:{(seq // 60) % 60:02d}:{seq % 60:02d}Z",
+        **extra,
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def history(n_events: int, n_workflows: int, seed: int = 7) -> list[bytes]:
+    """A mixed history: mostly healthy owners, some clean handoffs, ~2% planted split-brains."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    seqs = [0] * n_workflows
+    epochs = [0] * n_workflows
+    zombie = [False] * n_workflows
+    eid = 0
+    while len(out) < n_events:
+        w = rng.randrange(n_workflows)
+        wf = f"tenant-{w % 97}/export/{w:07d}"
+        seqs[w] += 1
+        s = seqs[w]
+        eid += 1
+        r = rng.random()
+        if epochs[w] == 0 or r < 0.03:
+            epochs[w] += 1
+            zombie[w] = epochs[w] > 1 and rng.random() < 0.2
+            out.append(_event(eid, "lease_acquired", wf, epochs[w], f"worker-{epochs[w] % 13}", s,
+                              source="coordinator", lease_duration_s=90,
+                              heartbeat_interval_s=30, attrs={"tool_class": "export"}))
+        elif zombie[w] and r < 0.10:
+            kind = rng.choice(["progress", "effect_attempted", "effect_committed"])
+            extra = {"effect_key": f"out/{w}/{s % 3}"} if kind != "progress" else {}
+            out.append(_event(eid, kind, wf, epochs[w] - 1, f"worker-{(epochs[w] - 1) % 13}", s,
+                              **extra))
+        elif r < 0.55:
+            out.append(_event(eid, "heartbeat", wf, epochs[w], f"worker-{epochs[w] % 13}", s))
+        elif r < 0.80:
+            out.append(_event(eid, "progress", wf, epochs[w], f"worker-{epochs[w] % 13}", s,
+                              detail={"rows_processed": s * 100}))
+        elif r < 0.90:
+            out.append(_event(eid, "effect_attempted", wf, epochs[w], f"worker-{epochs[w] % 13}",
+                              s, effect_key=f"out/{w}/{s}", destination="index"))
+        else:
+            out.append(_event(eid, "effect_committed", wf, epochs[w], f"worker-{epochs[w] % 13}",
+                              s, effect_key=f"out/{w}/{s}", destination="index",
+                              source="destination"))
+    return out
+
+
+def rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:,.0f} events/s"
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_per_workflow(n_workflows: int) -> tuple[float, int]:
+    """Track n workflows, each acquired, heartbeating and checkpointing once."""
+
+    def events() -> Iterator[OwnershipEvent]:
+        for w in range(n_workflows):
+            wf = f"tenant-{w % 97}/export/{w:07d}"
+            yield parse_event_json(_event(3 * w, "lease_acquired", wf, 1, "worker-1", 1,
+                                          source="coordinator", lease_duration_s=90,
+                                          heartbeat_interval_s=30,
+                                          attrs={"tool_class": "export"}))
+            yield parse_event_json(_event(3 * w + 1, "heartbeat", wf, 1, "worker-1", 2))
+            yield parse_event_json(_event(3 * w + 2, "progress", wf, 1, "worker-1", 3))
+
+    gc.collect()
+    before = rss_bytes()
+    detector = Detector()
+    for ev in events():
+        detector.observe(ev)
+    gc.collect()
+    return (rss_bytes() - before) / n_workflows, len(detector.states)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--workflows", type=int, default=20_000)
+    ap.add_argument("--memory-workflows", type=int, default=1_000_000)
+    args = ap.parse_args()
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+          f"python {platform.python_version()}")
+    lines = history(args.events, args.workflows)
+    print(f"history: {len(lines):,} events over {args.workflows:,} workflows")
+
+    gc.collect()
+    t0 = time.perf_counter()
+    for raw in lines:
+        OwnershipEvent.model_validate_json(raw)
+    parse_s = time.perf_counter() - t0
+
+    detector = Detector()
+    findings = 0
+    gc.collect()
+    t0 = time.perf_counter()
+    for raw in lines:
+        findings += len(detector.observe(OwnershipEvent.model_validate_json(raw)))
+    both_s = time.perf_counter() - t0
+
+    print(f"parse only:     {rate(len(lines), parse_s)}")
+    print(f"parse + detect: {rate(len(lines), both_s)}  ({findings:,} finding revisions, "
+          f"{detector.counters.findings_opened:,} findings)")
+    print(f"ratio (parse+detect / parse-only throughput): {parse_s / both_s:.2f}")
+
+    per_wf, tracked = memory_per_workflow(args.memory_workflows)
+    print(f"memory: {per_wf:,.0f} bytes per tracked workflow at {tracked:,} workflows (RSS delta)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The library workers use to publish ownership and effect events to Kafka.
+
+Every event is validated against the input contract before it leaves the process, so a bad
+event fails in the worker that made it (where someone can fix it) instead of landing in the DLQ.
+The producer settings are fixed, not defaults: idempotence and `acks=all` because a lost or
+duplicated ownership event is a wrong verdict, and the Java partitioner (`murmur2_random`) so that
+librdkafka, aiokafka and Java clients put a workflow's events on the same partition, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final, NotRequired, Self, TypedDict, Unpack
+from uuid import uuid4
+
+from confluent_kafka import KafkaError, Message, Producer
+from opentelemetry import propagate, trace
+
+from detector.events import Kind, OwnershipEvent, Source, parse_event_obj
+from detector.kafka import INPUT_TOPIC
+from detector.kafka.config import client_config, raise_unrecoverable
+
+PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "partitioner": "murmur2_random",
+}
+DEFAULT_FLUSH_TIMEOUT: Final = 30.0
+
+
+class Fields(TypedDict):
+    """What every typed helper takes; the kind-specific fields are the helper's own arguments."""
+
+    workflow_key: str
+    owner_epoch: int
+    worker_id: str
+    event_id: NotRequired[str]  # default: a fresh uuid4 hex
+    seq: NotRequired[int | None]
+    source: NotRequired[Source]  # default: who normally asserts this kind
+    observed_at: NotRequired[datetime | None]  # default: now (the emitter's clock)
+    attrs: NotRequired[dict[str, str] | None]
+    detail: NotRequired[dict[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFailure:
+    workflow_key: str
+    reason: str
+
+
+class DeliveryError(RuntimeError):
+    """Events that Kafka did not acknowledge: the caller must not assume they were recorded."""
+
+    def __init__(self, message: str, failures: list[DeliveryFailure]) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+
+class Emitter:
+    """Validates events and publishes them keyed by workflow, with the caller's trace context.
+
+    Use as a context manager (or call `flush`): leaving the block waits for every event to be
+    acknowledged and raises `DeliveryError` if any was not.
+    """
+
+    def __init__(self, config: Mapping[str, Any], *, topic: str = INPUT_TOPIC) -> None:
+        """`config` is librdkafka settings, e.g. `detector.kafka.config.client_config(args)`."""
+        self.topic = topic
+        self.sent = 0
+        self._failures: list[DeliveryFailure] = []
+        self._producer = Producer({"error_cb": raise_unrecoverable, **config, **PRODUCER_SETTINGS})
+
+    @classmethod
+    def from_env(cls, *, topic: str = INPUT_TOPIC) -> Self:
+        """An emitter configured only by `SPLITBRAIN_*` environment variables, for workers."""
+        return cls(client_config(argparse.Namespace()), topic=topic)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.flush()
+        else:
+            # Deliver what was accepted, but do not hide the error already on its way out.
+            self._producer.flush(DEFAULT_FLUSH_TIMEOUT)
+
+    def emit(
+        self, event: OwnershipEvent | Mapping[str, Any] | None = None, /, **fields: Any
+    ) -> OwnershipEvent:
+        """Validate and send one event; returns it as sent. Raises `EventError` if invalid.
+
+        A mapping or keyword fields are validated like any input; without an `event_id` they get
+        a fresh one. Delivery is asynchronous: failures surface from `flush`.
+        """
+        if isinstance(event, OwnershipEvent):
+            if fields:
+                raise TypeError("pass either an OwnershipEvent or fields, not both")
+            validated = event
+        else:
+            validated = parse_event_obj({"event_id": uuid4().hex, **(event or {}), **fields})
+        self._send(validated)
+        return validated
+
+    def flush(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> None:
+        """Wait until every event is acknowledged; raise `DeliveryError` for any that was not."""
+        pending = self._producer.flush(timeout)
+        failures, self._failures = self._failures, []
+        if pending:
+            raise DeliveryError(
+                f"{pending} event(s) not acknowledged within {timeout:g}s", failures
+            )
+        if failures:
+            raise DeliveryError(
+                f"{len(failures)} event(s) not delivered, first: {failures[0].reason}", failures
+            )
+
+    def _send(self, event: OwnershipEvent) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute("splitbrain.workflow.key", event.workflow_key)
+            span.set_attribute("splitbrain.owner.epoch", event.owner_epoch)
+        headers: dict[str, str | bytes | None] = {}
+        propagate.inject(headers)  # `traceparent` (W3C) from the current span, if there is one
+        key = event.workflow_key.encode("utf-8")
+        value = event.model_dump_json(exclude_none=True).encode("utf-8")
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value, key, headers=headers, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                # The local queue is full: wait for acknowledgements instead of dropping events.
+                self._producer.poll(0.5)
+        self.sent += 1
+        self._producer.poll(0)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            key = msg.key()
+            workflow = key.decode("utf-8", "replace") if key is not None else "?"
+            self._failures.append(DeliveryFailure(workflow, err.str()))
+
+    def _typed(self, kind: Kind, source: Source, fields: Fields, **specific: Any) -> OwnershipEvent:
+        defaults = {"source": source, "observed_at": datetime.now(UTC)}
+        given = {k: v for k, v in specific.items() if v is not None}
+        return self.emit({**defaults, **fields, **given, "kind": kind})
+
+    # -- one helper per kind: the arguments say what each kind carries ------------------------
+
+    def lease_acquired(
+        self,
+        *,
+        lease_until: datetime | None = None,
+        lease_duration_s: float | None = None,
+        heartbeat_interval_s: float | None = None,
+        **fields: Unpack[Fields],
+    ) -> OwnershipEvent:
+        return self._typed(
+            Kind.LEASE_ACQUIRED,
+            Source.COORDINATOR,
+            fields,
+            lease_until=lease_until,
+            lease_duration_s=lease_duration_s,
+            heartbeat_interval_s=heartbeat_interval_s,
+        )
+
+    def heartbeat(
+        self, *, lease_until: datetime | None = None, **fields: Unpack[Fields]
+    ) -> OwnershipEvent:
+        return self._typed(Kind.HEARTBEAT, Source.WORKER, fields, lease_until=lease_until)
+
+    def lease_lost(self, **fields: Unpack[Fields]) -> OwnershipEvent:
+        return self._typed(Kind.LEASE_LOST, Source.WORKER, fields)
+
+    def ownership_uncertain(self, **fields: Unpack[Fields]) -> OwnershipEvent:
+        return self._typed(Kind.OWNERSHIP_UNCERTAIN, Source.WORKER, fields)
+
+    def progress(self, **fields: Unpack[Fields]) -> OwnershipEvent:
+        return self._typed(Kind.PROGRESS, Source.WORKER, fields)
+
+    def effect_attempted(
+        self, *, effect_key: str, destination: str | None = None, **fields: Unpack[Fields]
+    ) -> OwnershipEvent:
+        return self._typed(
+            Kind.EFFECT_ATTEMPTED,
+            Source.WORKER,
+            fields,
+            effect_key=effect_key,
+            destination=destination,
+        )
+
+    def effect_committed(
+        self, *, effect_key: str, destination: str | None = None, **fields: Unpack[Fields]
+    ) -> OwnershipEvent:
+        """A worker's claim by default; a destination confirming passes `source=DESTINATION`."""
+        return self._typed(
+            Kind.EFFECT_COMMITTED,
+            Source.WORKER,
+            fields,
+            effect_key=effect_key,
+            destination=destination,
+        )
+
+    def effect_rejected(
+        self, *, effect_key: str, destination: str | None = None, **fields: Unpack[Fields]
+    ) -> OwnershipEvent:
+        return self._typed(
+            Kind.EFFECT_REJECTED,
+            Source.WORKER,
+            fields,
+            effect_key=effect_key,
+            destination=destination,
+        )
+
+    def outcome_verified(self, *, effect_key: str, **fields: Unpack[Fields]) -> OwnershipEvent:
+        return self._typed(Kind.OUTCOME_VERIFIED, Source.VERIFIER, fields, effect_key=effect_key)
+
+    def lease_released(self, **fields: Unpack[Fields]) -> OwnershipEvent:
+        return self._typed(Kind.LEASE_RELEASED, Source.WORKER, fields)

@@ -1,0 +1,171 @@
+"""`splitbrain tail`: follow the findings topic and show what the on-call human would see.
+
+It reads with `isolation.level=read_committed`, because the detector publishes findings inside
+Kafka transactions: a finding from an aborted transaction (a fenced zombie detector, a crash
+before commit) never happened and must not be shown. Without `--group-id` it assigns every
+partition itself, so looking at findings never joins, rebalances or commits for a real group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+import uuid
+from typing import Final
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
+from pydantic import ValidationError
+
+from detector.audit import AuditResult, render_text
+from detector.findings import Finding
+from detector.kafka import FINDINGS_TOPIC
+from detector.kafka.config import (
+    KafkaClientError,
+    add_kafka_arguments,
+    client_config,
+    fetch_metadata,
+    reports_kafka_errors,
+)
+
+METADATA_TIMEOUT: Final = 30.0
+POLL_INTERVAL: Final = 0.2
+
+
+class FindingsView:
+    """The latest revision of each finding, in the order findings first appeared."""
+
+    def __init__(self) -> None:
+        self.findings: dict[str, Finding] = {}
+        self.records = 0
+        self.invalid = 0
+
+    def add(self, msg: Message) -> Finding | None:
+        """The finding if it is news; None for an invalid record or an older revision."""
+        self.records += 1
+        try:
+            finding = Finding.model_validate_json(msg.value() or b"")
+        except ValidationError as exc:
+            self.invalid += 1
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"]) or "value"
+            print(
+                f"skipped {msg.topic()}[{msg.partition()}]@{msg.offset()}: {where}: {first['msg']}",
+                file=sys.stderr,
+            )
+            return None
+        known = self.findings.get(finding.finding_id)
+        if known is not None and known.revision >= finding.revision:
+            return None  # a redelivered or reordered older revision changes nothing
+        self.findings[finding.finding_id] = finding
+        return finding
+
+
+def one_line(f: Finding) -> str:
+    kinds = ",".join(c.kind.value for c in f.conditions)
+    return (
+        f"{f.severity.value.upper():8} {f.workflow_key} {f.finding_id} rev {f.revision} "
+        f"{f.status.value} confidence={f.confidence} conditions={kinds}"
+    )
+
+
+def summary(view: FindingsView, topic: str) -> str:
+    """audit's report of the latest revisions, under a first line that counts records, not
+    history lines."""
+    result = AuditResult(
+        findings=view.findings, workflows={f.workflow_key for f in view.findings.values()}
+    )
+    report = io.StringIO()
+    render_text(result, report)
+    _, _, details = report.getvalue().partition("\n")
+    head = (
+        f"splitbrain tail: {view.records} record(s) from {topic}, "
+        f"{len(view.findings)} finding(s), {view.invalid} invalid record(s) skipped"
+    )
+    return head + "\n" + details
+
+
+def _consumer(args: argparse.Namespace) -> Consumer:
+    """Assigned to every partition at the start or the end, or subscribed with --group-id."""
+    conf = {
+        **client_config(args),
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        # librdkafka insists on a group id even for assign(); a throwaway one commits nothing.
+        "group.id": args.group_id or f"splitbrain-tail-{uuid.uuid4().hex}",
+        "enable.auto.commit": args.group_id is not None,
+    }
+    consumer = Consumer(conf)
+    topic = fetch_metadata(consumer, METADATA_TIMEOUT, args.topic).topics[args.topic]
+    if topic.error is not None:
+        consumer.close()
+        raise KafkaClientError(f"cannot read topic {args.topic}: {topic.error.str()}")
+    if args.group_id is not None:
+        consumer.subscribe([args.topic])
+    else:
+        start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+        consumer.assign([TopicPartition(args.topic, p, start) for p in topic.partitions])
+    return consumer
+
+
+@reports_kafka_errors("tail")
+def run(args: argparse.Namespace) -> int:
+    view = FindingsView()
+    consumer = _consumer(args)
+    last_record = time.monotonic()
+    try:
+        while args.idle_timeout is None or time.monotonic() - last_record < args.idle_timeout:
+            msg = consumer.poll(POLL_INTERVAL)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaClientError(f"Kafka: {err.str()}")
+                print(f"splitbrain tail: {err.str()}", file=sys.stderr)
+                continue
+            last_record = time.monotonic()
+            finding = view.add(msg)
+            if finding is not None and args.format == "text":
+                print(one_line(finding), flush=True)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a tail without --idle-timeout ends: still print what it saw
+    finally:
+        consumer.close()
+    if args.format == "json":
+        for f in view.findings.values():
+            print(f.to_json())
+    else:
+        print("\n" + summary(view, args.topic), end="")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "tail",
+        help="follow the findings topic (committed findings only)",
+        description="Read findings as the detector commits them and keep the latest revision "
+        "of each. Text: one line per revision as it arrives, then a report on exit. JSON: the "
+        "latest revision of each finding, one object per line, on exit.",
+    )
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the oldest retained finding, not at new ones",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        metavar="S",
+        help="exit after S seconds without a new record (default: run until Ctrl-C)",
+    )
+    p.add_argument("--topic", default=FINDINGS_TOPIC, help=f"default: {FINDINGS_TOPIC}")
+    p.add_argument(
+        "--group-id",
+        help="consume as this consumer group (committing its position) instead of assigning "
+        "every partition; --from-beginning then applies only while the group has no position",
+    )
+    add_kafka_arguments(p)
+    p.set_defaults(run=run)
