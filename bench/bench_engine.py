@@ -18,7 +18,9 @@ from detector.core import Detector
 from detector.events import OwnershipEvent, parse_event_json
 
 
-def _event(eid: int, kind: str, wf: str, epoch: int, worker: str, seq: int, **extra: object) -> bytes:
+def _event(
+    eid: int, kind: str, wf: str, epoch: int, worker: str, seq: int, **extra: object
+) -> bytes:
     doc: dict[str, object] = {
         "event_id": f"ev-{eid:09d}",
         "kind": kind,
@@ -50,26 +52,67 @@ def history(n_events: int, n_workflows: int, seed: int = 7) -> list[bytes]:
         if epochs[w] == 0 or r < 0.03:
             epochs[w] += 1
             zombie[w] = epochs[w] > 1 and rng.random() < 0.2
-            out.append(_event(eid, "lease_acquired", wf, epochs[w], f"worker-{epochs[w] % 13}", s,
-                              source="coordinator", lease_duration_s=90,
-                              heartbeat_interval_s=30, attrs={"tool_class": "export"}))
+            out.append(
+                _event(
+                    eid,
+                    "lease_acquired",
+                    wf,
+                    epochs[w],
+                    f"worker-{epochs[w] % 13}",
+                    s,
+                    source="coordinator",
+                    lease_duration_s=90,
+                    heartbeat_interval_s=30,
+                    attrs={"tool_class": "export"},
+                )
+            )
         elif zombie[w] and r < 0.10:
             kind = rng.choice(["progress", "effect_attempted", "effect_committed"])
             extra = {"effect_key": f"out/{w}/{s % 3}"} if kind != "progress" else {}
-            out.append(_event(eid, kind, wf, epochs[w] - 1, f"worker-{(epochs[w] - 1) % 13}", s,
-                              **extra))
+            out.append(
+                _event(eid, kind, wf, epochs[w] - 1, f"worker-{(epochs[w] - 1) % 13}", s, **extra)
+            )
         elif r < 0.55:
             out.append(_event(eid, "heartbeat", wf, epochs[w], f"worker-{epochs[w] % 13}", s))
         elif r < 0.80:
-            out.append(_event(eid, "progress", wf, epochs[w], f"worker-{epochs[w] % 13}", s,
-                              detail={"rows_processed": s * 100}))
+            out.append(
+                _event(
+                    eid,
+                    "progress",
+                    wf,
+                    epochs[w],
+                    f"worker-{epochs[w] % 13}",
+                    s,
+                    detail={"rows_processed": s * 100},
+                )
+            )
         elif r < 0.90:
-            out.append(_event(eid, "effect_attempted", wf, epochs[w], f"worker-{epochs[w] % 13}",
-                              s, effect_key=f"out/{w}/{s}", destination="index"))
+            out.append(
+                _event(
+                    eid,
+                    "effect_attempted",
+                    wf,
+                    epochs[w],
+                    f"worker-{epochs[w] % 13}",
+                    s,
+                    effect_key=f"out/{w}/{s}",
+                    destination="index",
+                )
+            )
         else:
-            out.append(_event(eid, "effect_committed", wf, epochs[w], f"worker-{epochs[w] % 13}",
-                              s, effect_key=f"out/{w}/{s}", destination="index",
-                              source="destination"))
+            out.append(
+                _event(
+                    eid,
+                    "effect_committed",
+                    wf,
+                    epochs[w],
+                    f"worker-{epochs[w] % 13}",
+                    s,
+                    effect_key=f"out/{w}/{s}",
+                    destination="index",
+                    source="destination",
+                )
+            )
     return out
 
 
@@ -88,10 +131,20 @@ def memory_per_workflow(n_workflows: int) -> tuple[float, int]:
     def events() -> Iterator[OwnershipEvent]:
         for w in range(n_workflows):
             wf = f"tenant-{w % 97}/export/{w:07d}"
-            yield parse_event_json(_event(3 * w, "lease_acquired", wf, 1, "worker-1", 1,
-                                          source="coordinator", lease_duration_s=90,
-                                          heartbeat_interval_s=30,
-                                          attrs={"tool_class": "export"}))
+            yield parse_event_json(
+                _event(
+                    3 * w,
+                    "lease_acquired",
+                    wf,
+                    1,
+                    "worker-1",
+                    1,
+                    source="coordinator",
+                    lease_duration_s=90,
+                    heartbeat_interval_s=30,
+                    attrs={"tool_class": "export"},
+                )
+            )
             yield parse_event_json(_event(3 * w + 1, "heartbeat", wf, 1, "worker-1", 2))
             yield parse_event_json(_event(3 * w + 2, "progress", wf, 1, "worker-1", 3))
 
@@ -111,8 +164,10 @@ def main() -> None:
     ap.add_argument("--memory-workflows", type=int, default=1_000_000)
     args = ap.parse_args()
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
-          f"python {platform.python_version()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+        f"python {platform.python_version()}"
+    )
     lines = history(args.events, args.workflows)
     print(f"history: {len(lines):,} events over {args.workflows:,} workflows")
 
@@ -131,8 +186,10 @@ def main() -> None:
     both_s = time.perf_counter() - t0
 
     print(f"parse only:     {rate(len(lines), parse_s)}")
-    print(f"parse + detect: {rate(len(lines), both_s)}  ({findings:,} finding revisions, "
-          f"{detector.counters.findings_opened:,} findings)")
+    print(
+        f"parse + detect: {rate(len(lines), both_s)}  ({findings:,} finding revisions, "
+        f"{detector.counters.findings_opened:,} findings)"
+    )
     print(f"ratio (parse+detect / parse-only throughput): {parse_s / both_s:.2f}")
 
     per_wf, tracked = memory_per_workflow(args.memory_workflows)

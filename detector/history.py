@@ -35,7 +35,7 @@ def parse_line(lineno: int, raw: bytes) -> GoodLine | BadLine:
     """
     try:
         if raw.lstrip().startswith(b"{"):
-            return GoodLine(lineno, parse_event_json(raw))
+            return GoodLine(lineno, parse_event_json(raw.strip()))
         obj = parse_logfmt_line(raw.decode("utf-8"))
         obj.setdefault("event_id", f"line-{lineno}")
         return GoodLine(lineno, parse_event_obj(obj))

@@ -60,15 +60,20 @@ def _owner(acq: Acq | None, fallback_worker: str | None, epoch: int) -> Owner | 
 
 
 def _sink_outcome(conds: list[Cond]) -> Literal["committed", "attempted", "rejected", "none"]:
-    kinds = {c.kind for c in conds if c.cause != "retry"}
+    kinds = {c.kind for c in conds}
     if kinds & {ConditionKind.STALE_EFFECT_COMMITTED, ConditionKind.DUPLICATE_EFFECT}:
         return "committed"
-    rejected = {c.effect_key for c in conds if c.kind is ConditionKind.STALE_EFFECT_REJECTED}
-    if any(
-        c.kind is ConditionKind.STALE_EFFECT_ATTEMPT and c.effect_key not in rejected for c in conds
-    ):
+    if any(_unanswered_attempt(c, conds) for c in conds):
         return "attempted"
-    return "rejected" if rejected else "none"
+    return "rejected" if ConditionKind.STALE_EFFECT_REJECTED in kinds else "none"
+
+
+def _unanswered_attempt(cond: Cond, conds: list[Cond]) -> bool:
+    """An attempt whose effect a destination then rejected is settled: the fence held."""
+    return cond.kind is ConditionKind.STALE_EFFECT_ATTEMPT and not any(
+        c.kind is ConditionKind.STALE_EFFECT_REJECTED and c.effect_key == cond.effect_key
+        for c in conds
+    )
 
 
 def _confidence(conds: list[Cond], authoritative: bool) -> Literal["high", "medium", "low"]:
@@ -137,7 +142,12 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
     authoritative = all(c.seq is not None for c in conds) and (
         transition is None or transition.seq is not None
     )
-    top = max(conds, key=lambda c: (severity_of(c).rank, _RANK[c.kind]))
+    open_conds = [
+        c
+        for c in conds
+        if c.kind is not ConditionKind.STALE_EFFECT_ATTEMPT or _unanswered_attempt(c, conds)
+    ]
+    top = max(open_conds, key=lambda c: (severity_of(c).rank, _RANK[c.kind]))
     return Finding(
         finding_id=finding_id(workflow_key, ep.displaced_epoch, ep.retry),
         revision=revision,
