@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit schemas bench clean
+.PHONY: demo test lint typecheck unit kafka-jars schemas bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,11 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not kafka"
 
-test: lint typecheck $(STAMP)
+# The integration tests' broker runs from Maven Central jars, cached in .cache/kafka-jars/.
+kafka-jars: $(STAMP)
+	$(BIN)/python -c 'from detector.devkafka import ensure_jars; print(ensure_jars())'
+
+test: lint typecheck kafka-jars $(STAMP)
 	$(BIN)/pytest -q
 
 schemas: $(STAMP)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 # Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
 _COMMAND_MODULES = (
     "detector.audit",
+    "detector.runtime.worker_cli",
     "detector.devkafka_cli",
     "detector.kafka.admin",
     "detector.replay",

@@ -26,7 +26,7 @@ import subprocess
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,10 @@ _JVM_FLAGS = (
     "-Djava.awt.headless=true",
     "-Djava.net.preferIPv4Stack=true",
 )
+
+
+ClientConfig = dict[str, str | int | float | bool]
+"""librdkafka settings, typed as confluent-kafka's Producer/Consumer/AdminClient take them."""
 
 
 class DevKafkaError(RuntimeError):
@@ -304,10 +308,16 @@ class LocalKafka:
         heap_mb: int = 512,
         start_timeout: float = 90.0,
         jars: Path | None = None,
+        extra_jvm_args: Sequence[str] = (),
     ) -> None:
-        """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain"."""
+        """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain".
+
+        `extra_jvm_args` go after the defaults, so they win (e.g. `-XX:TieredStopAtLevel=4`
+        to give a benchmark the full JIT instead of the quick-start C1-only default).
+        """
         self.data_dir = Path(data_dir).resolve()
         self.heap_mb = heap_mb
+        self.extra_jvm_args = tuple(extra_jvm_args)
         self.start_timeout = start_timeout
         self._jars = jars
         self._proc: subprocess.Popen[bytes] | None = None
@@ -358,9 +368,9 @@ class LocalKafka:
             raise DevKafkaError("this broker has no SASL listener (start it with sasl_ssl=True)")
         return str(password)
 
-    def client_config(self) -> dict[str, str]:
+    def client_config(self) -> ClientConfig:
         """librdkafka settings that reach this broker, with the right credentials if secured."""
-        conf = {"bootstrap.servers": self.bootstrap}
+        conf: ClientConfig = {"bootstrap.servers": self.bootstrap}
         if self.sasl_ssl:
             conf.update(
                 {
@@ -438,6 +448,7 @@ class LocalKafka:
         self._signal(self._require_pid(), signal.SIGCONT)
 
     def status(self) -> KafkaStatus:
+        """Alive or not, by PID (not by probing the port: a paused broker still counts)."""
         pid = self.pid()
         return KafkaStatus(
             running=pid is not None,
@@ -460,7 +471,7 @@ class LocalKafka:
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until a metadata request succeeds; fail fast, with the log tail, if it dies."""
         deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
-        port = int(self._state["broker_port"])
+        port = int(self.bootstrap.rsplit(":", 1)[1])
         while not self._port_open(port):
             self._check_alive_or_raise()
             if time.monotonic() > deadline:
@@ -654,6 +665,7 @@ class LocalKafka:
             f"-Xms{min(heap_mb, 256)}m",
             f"-Xmx{heap_mb}m",
             *_JVM_FLAGS,
+            *self.extra_jvm_args,
             f"-Dlog4j.configuration=file:{log4j}",
             f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
             "-cp",

@@ -10,6 +10,7 @@ librdkafka, aiokafka and Java clients put a workflow's events on the same partit
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from opentelemetry import propagate, trace
 
 from detector.events import Kind, OwnershipEvent, Source, parse_event_obj
 from detector.kafka import INPUT_TOPIC
-from detector.kafka.config import client_config, raise_unrecoverable
+from detector.kafka.config import KafkaClientError, client_config, raise_unrecoverable
 
 PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "enable.idempotence": True,
@@ -38,10 +39,10 @@ class Fields(TypedDict):
     workflow_key: str
     owner_epoch: int
     worker_id: str
-    event_id: NotRequired[str]  # default: a fresh uuid4 hex
+    event_id: NotRequired[str]  # default: a fresh uuid4 hex (as in `emit`)
     seq: NotRequired[int | None]
     source: NotRequired[Source]  # default: who normally asserts this kind
-    observed_at: NotRequired[datetime | None]  # default: now (the emitter's clock)
+    observed_at: NotRequired[datetime | None]  # default: now, the emitter's clock (as in `emit`)
     attrs: NotRequired[dict[str, str] | None]
     detail: NotRequired[dict[str, Any] | None]
 
@@ -90,30 +91,33 @@ class Emitter:
     ) -> None:
         if exc_type is None:
             self.flush()
-        else:
+        elif not issubclass(exc_type, KafkaClientError):
             # Deliver what was accepted, but do not hide the error already on its way out.
-            self._producer.flush(DEFAULT_FLUSH_TIMEOUT)
+            # (After a KafkaClientError, such as a wrong password, nothing could be delivered.)
+            self._drain(DEFAULT_FLUSH_TIMEOUT)
 
     def emit(
         self, event: OwnershipEvent | Mapping[str, Any] | None = None, /, **fields: Any
     ) -> OwnershipEvent:
         """Validate and send one event; returns it as sent. Raises `EventError` if invalid.
 
-        A mapping or keyword fields are validated like any input; without an `event_id` they get
-        a fresh one. Delivery is asynchronous: failures surface from `flush`.
+        An `OwnershipEvent` is sent as it is. A mapping or keyword fields are validated like any
+        input, with a fresh `event_id` and `observed_at` = now unless given. Delivery is
+        asynchronous: failures surface from `flush`.
         """
         if isinstance(event, OwnershipEvent):
             if fields:
                 raise TypeError("pass either an OwnershipEvent or fields, not both")
             validated = event
         else:
-            validated = parse_event_obj({"event_id": uuid4().hex, **(event or {}), **fields})
+            defaults = {"event_id": uuid4().hex, "observed_at": datetime.now(UTC)}
+            validated = parse_event_obj({**defaults, **(event or {}), **fields})
         self._send(validated)
         return validated
 
     def flush(self, timeout: float = DEFAULT_FLUSH_TIMEOUT) -> None:
         """Wait until every event is acknowledged; raise `DeliveryError` for any that was not."""
-        pending = self._producer.flush(timeout)
+        pending = self._drain(timeout)
         failures, self._failures = self._failures, []
         if pending:
             raise DeliveryError(
@@ -123,6 +127,17 @@ class Emitter:
             raise DeliveryError(
                 f"{len(failures)} event(s) not delivered, first: {failures[0].reason}", failures
             )
+
+    def _drain(self, timeout: float) -> int:
+        """Serve callbacks until everything is acknowledged or `timeout`; returns what is left.
+
+        `poll`, not `Producer.flush`: an error raised by the error callback (a wrong password)
+        ends `poll` at once, while `flush` carries on for seconds before it re-raises.
+        """
+        deadline = time.monotonic() + timeout
+        while len(self._producer) and (left := deadline - time.monotonic()) > 0:
+            self._producer.poll(min(0.1, left))
+        return len(self._producer)
 
     def _send(self, event: OwnershipEvent) -> None:
         span = trace.get_current_span()
@@ -152,9 +167,8 @@ class Emitter:
             self._failures.append(DeliveryFailure(workflow, err.str()))
 
     def _typed(self, kind: Kind, source: Source, fields: Fields, **specific: Any) -> OwnershipEvent:
-        defaults = {"source": source, "observed_at": datetime.now(UTC)}
         given = {k: v for k, v in specific.items() if v is not None}
-        return self.emit({**defaults, **fields, **given, "kind": kind})
+        return self.emit({"source": source, **fields, **given, "kind": kind})
 
     # -- one helper per kind: the arguments say what each kind carries ------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import sys
 import time
 import uuid
@@ -113,11 +114,16 @@ def _consumer(args: argparse.Namespace) -> Consumer:
 def run(args: argparse.Namespace) -> int:
     view = FindingsView()
     consumer = _consumer(args)
-    last_record = time.monotonic()
+    idle_timeout = math.inf if args.idle_timeout is None else args.idle_timeout
+    idle_since = time.monotonic()
     try:
-        while args.idle_timeout is None or time.monotonic() - last_record < args.idle_timeout:
+        while True:
             msg = consumer.poll(POLL_INTERVAL)
             if msg is None:
+                if not consumer.assignment():
+                    idle_since = time.monotonic()  # still joining the group: not idle yet
+                elif time.monotonic() - idle_since >= idle_timeout:
+                    break
                 continue
             err = msg.error()
             if err is not None:
@@ -125,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                     raise KafkaClientError(f"Kafka: {err.str()}")
                 print(f"splitbrain tail: {err.str()}", file=sys.stderr)
                 continue
-            last_record = time.monotonic()
+            idle_since = time.monotonic()
             finding = view.add(msg)
             if finding is not None and args.format == "text":
                 print(one_line(finding), flush=True)

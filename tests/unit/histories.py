@@ -10,6 +10,8 @@ clock in seconds after a fixed base (it becomes `observed_at`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -53,6 +55,29 @@ def ev(
         obj["observed_at"] = (BASE + timedelta(seconds=t)).isoformat()
     obj.update(extra)
     return parse_event_obj(obj)
+
+
+def _config_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config)}
+
+
+def evidence_cap(n: int, **kw: Any) -> Config:
+    """A Config retaining at most `n` activity events and `n` effect events, whichever cap
+    names the engine uses (`max_activity`/`max_effects` or one `max_evidence`)."""
+    names = _config_fields()
+    caps = {k: n for k in ("max_activity", "max_effects", "max_evidence") if k in names}
+    return Config(**caps, **kw)
+
+
+def generous(**kw: Any) -> Config:
+    """A Config whose evidence caps never bite in a test-sized history."""
+    names = _config_fields()
+    caps = {
+        k: 10_000
+        for k in ("max_activity", "max_effects", "max_evidence", "max_acquisitions")
+        if k in names
+    }
+    return Config(**caps, **kw)
 
 
 def at(t: float) -> float:

@@ -1,0 +1,67 @@
+"""The edge of a worker: one Kafka record in, either a valid event or a dead letter with reasons.
+
+Both runtimes use it, so a poison message is judged the same way whichever runtime reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from detector.events import EventError, OwnershipEvent, parse_event_json
+
+MAX_EVENT_BYTES: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record the detector cannot use, and why; it goes to the DLQ topic, never nowhere."""
+
+    reason: str
+    field: str | None
+    key: bytes | None
+    value: bytes | None
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def reason_code(self) -> str:
+        """A bounded label for metrics: the first words of the reason, not the input."""
+        for code in ("too_large", "empty", "key_mismatch", "no_key"):
+            if self.reason.startswith(code):
+                return code
+        return "invalid"
+
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
+        return [
+            ("error.reason", self.reason.encode()),
+            ("error.field", (self.field or "").encode()),
+            ("source.topic", self.topic.encode()),
+            ("source.partition", str(self.partition).encode()),
+            ("source.offset", str(self.offset).encode()),
+        ]
+
+
+def admit(
+    key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int
+) -> OwnershipEvent | DeadLetter:
+    """Validate a record: size, the event model (the JSON parser rejects bad UTF-8 itself), and
+    that the key is the workflow's."""
+
+    def dead(reason: str, field: str | None = None) -> DeadLetter:
+        return DeadLetter(reason, field, key, value, topic, partition, offset)
+
+    if not value:
+        return dead("empty: the record has no value")
+    if len(value) > MAX_EVENT_BYTES:
+        return dead(f"too_large: {len(value)} bytes; an event may have {MAX_EVENT_BYTES}")
+    try:
+        event = parse_event_json(value)
+    except EventError as exc:
+        return dead(f"invalid: {exc.reason}", exc.field)
+    if key is None:
+        return dead("no_key: the message key must be the workflow_key", "workflow_key")
+    if key != event.workflow_key.encode():
+        return dead("key_mismatch: the message key is not the event's workflow_key", "workflow_key")
+    return event

@@ -1,0 +1,378 @@
+"""The confluent-kafka runtime: consume, detect, produce — in one Kafka transaction per batch.
+
+Findings, dead letters, the state changelog and the consumed offsets commit together or not at
+all (KIP-447: `send_offsets_to_transaction` with the consumer's group metadata), so a worker that
+lost its partitions while paused — a zombie — is fenced by the group generation, and a restarted
+worker fences its previous incarnation through its stable transactional id. After any abort the
+worker rebuilds its state from the changelog and rewinds to the committed offsets: what is in
+memory is never ahead of what Kafka committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Final
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from detector.core import Detector, FindingUpdate, decode_state, encode_state
+from detector.runtime.intake import DeadLetter, admit
+from detector.runtime.settings import WorkerSettings
+from detector.telemetry.metrics import WorkerMetrics
+
+log = logging.getLogger("splitbrain.worker")
+
+_BATCH: Final = 500
+_POLL_S: Final = 0.05
+_ADVANCE_EVERY_S: Final = 5.0
+_TXN_TIMEOUT_S: Final = 30.0
+
+
+class FencedError(Exception):
+    """Another instance owns our transactional id or our partitions: this process must stop."""
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """One input partition's engine and the workflows changed since the last commit."""
+
+    detector: Detector
+    dirty: set[str] = field(default_factory=set)
+    next_offset: int | None = None
+
+
+class KafkaLoopWorker:
+    def __init__(self, settings: WorkerSettings, metrics: WorkerMetrics) -> None:
+        self.s = settings
+        self.metrics = metrics
+        self.partitions: dict[int, PartitionState] = {}
+        self.stopping = False
+        self.in_txn = False
+        self.txn_events = 0
+        self.txn_started = 0.0
+        self.last_advance = time.monotonic()
+        self.consumer = Consumer(
+            {
+                **settings.kafka,
+                "group.id": settings.group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 2000,
+                "max.poll.interval.ms": 60000,
+                "partition.assignment.strategy": "range",
+            }
+        )
+        self.producer = Producer(
+            {
+                **settings.kafka,
+                "transactional.id": settings.transactional_id,
+                "transaction.timeout.ms": int(_TXN_TIMEOUT_S * 1000),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.max.bytes": 4 * 1024 * 1024,
+            }
+        )
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Process until SIGTERM/SIGINT; 0 on a clean stop, 3 when fenced by a newer owner."""
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        self._ensure_changelog()
+        self.producer.init_transactions(_TXN_TIMEOUT_S)
+        self.consumer.subscribe(
+            [self.s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        log.info("worker %s started, group %s", self.s.instance_id, self.s.group_id)
+        try:
+            while not self.stopping:
+                self._step()
+            self._commit()
+        except FencedError as exc:
+            log.error("fenced, stopping without committing: %s", exc)
+            return 3
+        finally:
+            self.consumer.close()
+        log.info("worker %s stopped cleanly", self.s.instance_id)
+        return 0
+
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
+        try:
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                if _coordinates(msg)[1] not in self.partitions:
+                    continue  # revoked while the batch was in flight
+                self._begin()
+                self._process(msg)
+            now = time.monotonic()
+            if now - self.last_advance >= _ADVANCE_EVERY_S:
+                self.last_advance = now
+                self._advance(time.time())
+            if self.in_txn and (
+                self.txn_events >= self.s.commit_max_events
+                or (now - self.txn_started) * 1000 >= self.s.commit_interval_ms
+            ):
+                self._commit()
+        except KafkaException as exc:
+            self._recover(exc)
+
+    def _begin(self) -> None:
+        if not self.in_txn:
+            self.producer.begin_transaction()
+            self.in_txn = True
+            self.txn_events = 0
+            self.txn_started = time.monotonic()
+
+    def _process(self, msg: Message) -> None:
+        topic, partition, offset = _coordinates(msg)
+        ps = self.partitions[partition]
+        ps.next_offset = offset + 1
+        self.txn_events += 1
+        admitted = admit(msg.key(), msg.value(), topic, partition, offset)
+        if isinstance(admitted, DeadLetter):
+            self._dead_letter(admitted)
+            return
+        ts_type, ts_ms = msg.timestamp()
+        at = None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms / 1000.0
+        updates = ps.detector.observe(admitted, at=at)
+        ps.dirty.add(admitted.workflow_key)
+        self.metrics.event(admitted.kind.value)
+        self._publish(updates, partition)
+
+    def _dead_letter(self, dead: DeadLetter) -> None:
+        self.producer.produce(
+            self.s.dlq_topic, key=dead.key, value=dead.value, headers=dead.headers()
+        )
+        self.metrics.dead_letter(dead.reason_code)
+        log.warning(
+            "dead letter %s[%d]@%d: %s (field %s)",
+            dead.topic,
+            dead.partition,
+            dead.offset,
+            dead.reason_code,
+            dead.field,
+        )
+
+    def _publish(self, updates: Iterable[FindingUpdate], partition: int) -> None:
+        for update in updates:
+            f = update.finding
+            self.producer.produce(
+                self.s.findings_topic,
+                key=f.workflow_key.encode(),
+                value=f.to_json().encode(),
+                partition=partition,
+            )
+            self.metrics.finding_revision(f)
+            log.info(
+                "finding %s rev %d %s %s workflow#%s conditions=%s",
+                f.finding_id,
+                f.revision,
+                f.severity.value,
+                f.status.value,
+                _short_hash(f.workflow_key),
+                ",".join(c.kind.value for c in f.conditions),
+            )
+
+    def _advance(self, now: float) -> None:
+        """Quiet-period resolution and eviction; evicted workflows get changelog tombstones."""
+        for partition, ps in self.partitions.items():
+            before = set(ps.detector.states)
+            updates = ps.detector.advance(now)
+            evicted = before - set(ps.detector.states)
+            if updates or evicted:
+                self._begin()
+                self._publish(updates, partition)
+                ps.dirty |= evicted
+            self.metrics.state(partition, len(ps.detector.states))
+            self.metrics.engine(partition, ps.detector.counters)
+
+    def _commit(self) -> None:
+        if not self.in_txn:
+            return
+        offsets: list[TopicPartition] = []
+        for partition, ps in self.partitions.items():
+            for key in ps.dirty:
+                state = ps.detector.states.get(key)
+                self.producer.produce(
+                    self.s.changelog_topic,
+                    key=key.encode(),
+                    value=None if state is None else encode_state(state),
+                    partition=partition,
+                )
+            ps.dirty.clear()
+            if ps.next_offset is not None:
+                offsets.append(TopicPartition(self.s.input_topic, partition, ps.next_offset))
+        started = time.monotonic()
+        if offsets:
+            self.producer.send_offsets_to_transaction(
+                offsets, self.consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
+            )
+        self.producer.commit_transaction(_TXN_TIMEOUT_S)
+        self.in_txn = False
+        self.metrics.committed(time.monotonic() - started, self.txn_events)
+
+    # ---- failure and rebalance ----------------------------------------------------------------
+
+    def _recover(self, exc: KafkaException) -> None:
+        """Abort, then make memory match Kafka again: state from the changelog, offsets rewound."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and (err.fatal() or err.code() == KafkaError._FENCED):
+            raise FencedError(str(err))
+        log.warning("transaction failed, aborting and rebuilding: %s", exc)
+        self.metrics.aborted()
+        if self.in_txn:
+            try:
+                self.producer.abort_transaction(_TXN_TIMEOUT_S)
+            except KafkaException as abort_exc:
+                abort_err = abort_exc.args[0]
+                if isinstance(abort_err, KafkaError) and abort_err.fatal():
+                    raise FencedError(str(abort_err)) from None
+                raise
+            self.in_txn = False
+        self._restore(list(self.partitions), rewind=True)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The assignment itself starts at the committed offsets; only the state needs loading.
+        self._abort_quietly()
+        self._restore([tp.partition for tp in partitions], rewind=False)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Uncommitted work is discarded: the next owner resumes from the committed offsets
+        # with the committed state. Committing here would race the new owner's restore.
+        self._abort_quietly()
+        for tp in partitions:
+            self.partitions.pop(tp.partition, None)
+            self.metrics.state(tp.partition, 0)
+
+    def _abort_quietly(self) -> None:
+        if not self.in_txn:
+            return
+        try:
+            self.producer.abort_transaction(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("abort during rebalance failed: %s", exc)
+        self.in_txn = False
+        for ps in self.partitions.values():
+            ps.dirty.clear()
+
+    def _restore(self, partitions: list[int], *, rewind: bool) -> None:
+        """Read each partition's changelog to its end (read_committed) before processing it."""
+        started = time.monotonic()
+        restored = {p: PartitionState(Detector(config=self.s.engine)) for p in partitions}
+        if partitions:
+            self._read_changelog(restored)
+        if partitions and rewind:
+            committed = self.consumer.committed(
+                [TopicPartition(self.s.input_topic, p) for p in partitions], timeout=30
+            )
+            for tp in committed:
+                offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                self.consumer.seek(TopicPartition(self.s.input_topic, tp.partition, offset))
+        self.partitions.update(restored)
+        for p in partitions:
+            self.metrics.engine_replaced(p)
+        elapsed = time.monotonic() - started
+        self.metrics.restored(elapsed)
+        log.info("restored partitions %s in %.2fs", sorted(partitions), elapsed)
+
+    def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
+        reader = Consumer(
+            {
+                **self.s.kafka,
+                "group.id": f"{self.s.group_id}-restore",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+        try:
+            reader.assign(
+                [TopicPartition(self.s.changelog_topic, p, OFFSET_BEGINNING) for p in restored]
+            )
+            pending = set(restored)
+            while pending:
+                for msg in reader.consume(num_messages=1000, timeout=0.5):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(_coordinates(msg)[1])
+                            continue
+                        raise KafkaException(err)
+                    raw_key, value = msg.key(), msg.value()
+                    if raw_key is None:
+                        continue
+                    states = restored[_coordinates(msg)[1]].detector.states
+                    if value is None:
+                        states.pop(raw_key.decode(), None)
+                    else:
+                        states[raw_key.decode()] = decode_state(value)
+        finally:
+            reader.close()
+
+    def _ensure_changelog(self) -> None:
+        """The changelog is ours: compacted and co-partitioned with the input; create if absent."""
+        admin = AdminClient(self.s.kafka)
+        metadata = admin.list_topics(timeout=30)
+        source = metadata.topics.get(self.s.input_topic)
+        if source is None or source.error is not None:
+            raise SystemExit(f"input topic {self.s.input_topic} does not exist: run topics apply")
+        if self.s.changelog_topic in metadata.topics:
+            return
+        topic = NewTopic(
+            self.s.changelog_topic,
+            num_partitions=len(source.partitions),
+            replication_factor=len(next(iter(source.partitions.values())).replicas),
+            config={"cleanup.policy": "compact"},
+        )
+        for future in admin.create_topics([topic]).values():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
+
+def _coordinates(msg: Message) -> tuple[str, int, int]:
+    """Topic, partition and offset of a fetched record (never absent on one)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None
+    return topic, partition, offset
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def run_kafka_loop(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
+    return KafkaLoopWorker(settings, metrics).run()

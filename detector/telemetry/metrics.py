@@ -1,0 +1,124 @@
+"""Prometheus metrics of a detector worker.
+
+Every label is bounded (event kind, severity, status, reason code, eviction cause, partition
+number); workflow keys, worker ids and effect keys never become labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from detector.core import Counters
+from detector.findings import Finding
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.events = Counter(
+            "splitbrain_events_total", "Valid events processed", ["kind"], registry=r
+        )
+        self.dlq = Counter(
+            "splitbrain_dlq_messages_total",
+            "Input records sent to the dead-letter topic",
+            ["reason"],
+            registry=r,
+        )
+        self.revisions = Counter(
+            "splitbrain_finding_revisions_total",
+            "Finding revisions published",
+            ["severity", "status"],
+            registry=r,
+        )
+        self.opened = Counter(
+            "splitbrain_findings_opened_total",
+            "Split-brain findings opened (first revision)",
+            ["severity"],
+            registry=r,
+        )
+        self.workflows = Gauge(
+            "splitbrain_state_workflows", "Workflows tracked in memory", ["partition"], registry=r
+        )
+        self.dropped = Counter(
+            "splitbrain_state_evidence_dropped_total",
+            "Retained evidence dropped by the per-workflow cap",
+            registry=r,
+        )
+        self.redelivered = Counter(
+            "splitbrain_events_redelivered_total",
+            "Events ignored because their event_id was already seen",
+            registry=r,
+        )
+        self.evictions = Counter(
+            "splitbrain_state_evictions_total", "Workflow states evicted", ["cause"], registry=r
+        )
+        self.transactions = Counter(
+            "splitbrain_transactions_total",
+            "Kafka transactions by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "splitbrain_transaction_commit_seconds",
+            "Time to send offsets and commit a transaction",
+            registry=r,
+        )
+        self.batch_events = Histogram(
+            "splitbrain_transaction_events",
+            "Input records per committed transaction",
+            buckets=(1, 10, 100, 500, 1000, 5000, 20000),
+            registry=r,
+        )
+        self.restore_seconds = Histogram(
+            "splitbrain_state_restore_seconds",
+            "Time to restore partitions from the changelog",
+            registry=r,
+        )
+        self._seen: dict[int, Counters] = {}
+
+    def serve(self, port: int) -> None:
+        """Expose /metrics on loopback; put a proxy in front to publish it further."""
+        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+
+    def event(self, kind: str) -> None:
+        self.events.labels(kind).inc()
+
+    def dead_letter(self, reason: str) -> None:
+        self.dlq.labels(reason).inc()
+
+    def finding_revision(self, finding: Finding) -> None:
+        self.revisions.labels(finding.severity.value, finding.status.value).inc()
+        if finding.revision == 1:
+            self.opened.labels(finding.severity.value).inc()
+
+    def state(self, partition: int, workflows: int) -> None:
+        self.workflows.labels(str(partition)).set(workflows)
+
+    def engine(self, partition: int, counters: Counters) -> None:
+        """Turn one partition engine's cumulative counts into counter increments."""
+        last = self._seen.get(partition) or Counters()
+        self.dropped.inc(counters.evidence_dropped - last.evidence_dropped)
+        self.redelivered.inc(counters.redelivered - last.redelivered)
+        self.evictions.labels("released").inc(counters.evicted_released - last.evicted_released)
+        self.evictions.labels("idle").inc(counters.evicted_idle - last.evicted_idle)
+        self._seen[partition] = Counters(
+            **{f.name: getattr(counters, f.name) for f in fields(Counters)}
+        )
+
+    def engine_replaced(self, partition: int) -> None:
+        """A partition got a fresh engine (restore): its counts start again from zero."""
+        self._seen.pop(partition, None)
+
+    def committed(self, seconds: float, events: int) -> None:
+        self.transactions.labels("committed").inc()
+        self.commit_seconds.observe(seconds)
+        self.batch_events.observe(events)
+
+    def aborted(self) -> None:
+        self.transactions.labels("aborted").inc()
+
+    def restored(self, seconds: float) -> None:
+        self.restore_seconds.observe(seconds)

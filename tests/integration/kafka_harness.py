@@ -1,0 +1,148 @@
+"""Shared helpers for the tests of the Kafka commands: the CLI in a subprocess, unique topics,
+a reader that waits for a count rather than for a while, and Java's partitioner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from detector.devkafka import LocalKafka
+from detector.kafka.config import env_name
+
+REPO = Path(__file__).resolve().parents[2]
+TOPICS_FILE = REPO / "topics" / "topics.yaml"
+TIMEOUT = 30.0
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def broker_env(broker: LocalKafka, **overrides: str) -> dict[str, str]:
+    """The broker's client settings as the SPLITBRAIN_* environment the commands read."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
+    env.update({env_name(k): str(v) for k, v in broker.client_config().items()})
+    env.update(overrides)
+    return env
+
+
+def splitbrain(
+    *argv: str, env: Mapping[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the real command line, as an operator would."""
+    return subprocess.run(
+        [sys.executable, "-m", "detector.cli", *argv],
+        env=dict(env),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def create_topic(broker: LocalKafka, name: str, partitions: int) -> str:
+    admin = AdminClient(broker.client_config())
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(timeout=TIMEOUT)
+    return name
+
+
+def delete_topics(broker: LocalKafka, names: list[str]) -> None:
+    admin = AdminClient(broker.client_config())
+    for future in admin.delete_topics(names, operation_timeout=TIMEOUT).values():
+        future.result(timeout=TIMEOUT)
+
+
+def renamed_topics_file(directory: Path) -> tuple[Path, dict[str, str]]:
+    """The real topics.yaml with unique topic names, so a test owns the topics it applies."""
+    spec = yaml.safe_load(TOPICS_FILE.read_text())
+    names = {name: unique(name) for name in spec["topics"]}
+    spec["topics"] = {names[name]: config for name, config in spec["topics"].items()}
+    path = directory / "topics.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path, names
+
+
+def read_topic(
+    broker: LocalKafka, topic: str, count: int, *, extra: Mapping[str, Any] | None = None
+) -> list[Message]:
+    """Exactly `count` records from every partition of `topic`: waits for them, then checks
+    that nothing more is there (a duplicate would otherwise go unnoticed)."""
+    consumer = Consumer(
+        {
+            **broker.client_config(),
+            "group.id": unique("test-reader"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            **(extra or {}),
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: list[Message] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + TIMEOUT
+        while (len(records) < count or len(at_end) < len(partitions)) and (
+            time.monotonic() < deadline
+        ):
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is None:
+                records.append(msg)
+                at_end.discard(msg.partition() or 0)
+            elif err.code() == err._PARTITION_EOF:
+                at_end.add(msg.partition() or 0)
+            else:
+                raise AssertionError(f"reading {topic}: {err.str()}")
+        assert len(records) == count, f"{topic}: {len(records)} records, expected {count}"
+        return records
+    finally:
+        consumer.close()
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's Java `Utils.murmur2` (seed 0x9747b28c), as a signed 32-bit int."""
+    m, r, mask = 0x5BD1E995, 24, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    body = length - length % 4
+    for i in range(0, body, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    tail = data[body:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_partition(key: bytes, partitions: int) -> int:
+    """Java's DefaultPartitioner for a keyed record: `toPositive(murmur2(key)) % partitions`."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
