@@ -64,8 +64,8 @@ class DeliveryError(RuntimeError):
 class Emitter:
     """Validates events and publishes them keyed by workflow, with the caller's trace context.
 
-    Use as a context manager (or call `flush`): leaving the block waits for every event to be
-    acknowledged and raises `DeliveryError` if any was not.
+    Use as a context manager (or call `flush`, then `close`): leaving the block waits for every
+    event to be acknowledged, raises `DeliveryError` if any was not, and closes the producer.
     """
 
     def __init__(self, config: Mapping[str, Any], *, topic: str = INPUT_TOPIC) -> None:
@@ -89,12 +89,24 @@ class Emitter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is None:
-            self.flush()
-        elif not issubclass(exc_type, KafkaClientError):
-            # Deliver what was accepted, but do not hide the error already on its way out.
-            # (After a KafkaClientError, such as a wrong password, nothing could be delivered.)
-            self._drain(DEFAULT_FLUSH_TIMEOUT)
+        try:
+            if exc_type is None:
+                self.flush()
+            elif not issubclass(exc_type, KafkaClientError):
+                # Deliver what was accepted, but do not hide the error already on its way out.
+                # (After a KafkaClientError, such as a wrong password, nothing can be delivered.)
+                self._drain(DEFAULT_FLUSH_TIMEOUT)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the producer's threads and connections; `flush` first.
+
+        Whatever is still unacknowledged is dropped first, because librdkafka's own close waits
+        for it without a limit, which would hang on an unreachable cluster.
+        """
+        self._producer.purge()
+        self._producer.close()
 
     def emit(
         self, event: OwnershipEvent | Mapping[str, Any] | None = None, /, **fields: Any

@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticSerializationError, to_json
 
 SCHEMA: Final = "splitbrain.ownership/v1"
 MAX_DETAIL_BYTES: Final = 4096
@@ -110,10 +111,10 @@ class OwnershipEvent(BaseModel):
     ]
     seq: Annotated[int | None, Field(ge=0, le=MAX_EPOCH, strict=True)] = None
     source: Source = Source.WORKER
-    observed_at: AwareDatetime | None = None
+    observed_at: Annotated[AwareDatetime | None, Field(strict=True)] = None
     effect_key: Annotated[str | None, Field(min_length=1, max_length=512)] = None
     destination: Annotated[str | None, Field(max_length=256)] = None
-    lease_until: AwareDatetime | None = None
+    lease_until: Annotated[AwareDatetime | None, Field(strict=True)] = None
     lease_duration_s: Annotated[float | None, Field(gt=0)] = None
     heartbeat_interval_s: Annotated[float | None, Field(gt=0)] = None
     attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=16)] = None
@@ -158,8 +159,13 @@ def parse_event_json(raw: str | bytes) -> OwnershipEvent:
 
 
 def parse_event_obj(obj: dict[str, Any]) -> OwnershipEvent:
-    """Validate an already-decoded mapping (logfmt, typed emitter helpers)."""
+    """Validate a mapping (logfmt, typed emitter helpers) by the same JSON rules as the wire.
+
+    Going through JSON keeps one notion of valid: a time is an RFC 3339 string, never a number.
+    """
     try:
-        return OwnershipEvent.model_validate(obj)
-    except ValidationError as exc:
-        raise EventError.from_validation(exc) from None
+        return OwnershipEvent.model_validate_json(to_json(obj))
+    except (ValidationError, PydanticSerializationError) as exc:
+        if isinstance(exc, ValidationError):
+            raise EventError.from_validation(exc) from None
+        raise EventError(f"not serialisable as JSON: {exc}") from None

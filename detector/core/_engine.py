@@ -144,19 +144,26 @@ class Detector:
             if any(ep.status is Status.OPEN for ep in st.episodes.values()):
                 updates.extend(self._reevaluate(key, st, now, None))
             idle = st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
-            # A workflow with findings stays until the idle TTL: evicting it earlier could let a
-            # late event restart a finding's revisions, and (id, revision) must never repeat.
             released = (
                 st.released_at is not None
                 and now - st.released_at >= cfg.quiet_period_s
-                and not st.episodes
+                and all(ep.status is Status.RESOLVED for ep in st.episodes.values())
             )
-            if released or idle:
+            if not (released or idle):
+                continue
+            if not st.episodes:
                 del self.states[key]
-                if released:
-                    self.counters.evicted_released += 1
-                else:
-                    self.counters.evicted_idle += 1
+            elif st.evidence:
+                # A finding's revisions must never restart, so its workflow is compacted, not
+                # forgotten: acquisitions and episodes stay, the evidence goes.
+                st.evidence.clear()
+                st.released_at = None
+            else:
+                continue
+            if idle:
+                self.counters.evicted_idle += 1
+            else:
+                self.counters.evicted_released += 1
         return updates
 
     def findings(self) -> list[Finding]:
@@ -221,19 +228,23 @@ class Detector:
             found = derived.get(ep_key)
             if ep is None:
                 ep = st.episodes[ep_key] = Episode(ep_key[0], ep_key[1])
-            grew = found is not None and _merge(ep, found.conditions)
+            fresh = False
             if found is not None:
+                grew = _merge(ep, found.conditions)
                 for ev in found.stale:
                     if ep.last_stale is None or order_key(ev) > order_key(ep.last_stale):
                         ep.last_stale = ev
-                if grew or any(ev.event_id == trigger for ev in found.stale):
+                fresh = grew or any(ev.event_id == trigger for ev in found.stale)
+                if fresh:
                     ep.last_stale_at = now
-            update = self._settle(key, st, ep, now)
+            update = self._settle(key, st, ep, now, fresh)
             if update is not None:
                 updates.append(update)
         return updates
 
-    def _settle(self, key: str, st: WorkflowState, ep: Episode, now: float) -> FindingUpdate | None:
+    def _settle(
+        self, key: str, st: WorkflowState, ep: Episode, now: float, fresh: bool
+    ) -> FindingUpdate | None:
         """Recompute status and severity; publish a revision only when the document changed."""
         conds = list(ep.conditions.values())
         if not conds:
@@ -241,7 +252,9 @@ class Detector:
         worst = max((severity_of(c) for c in conds), key=lambda s: s.rank)
         if worst.rank > ep.severity.rank or ep.revision == 0:
             ep.severity = worst if worst.rank >= ep.severity.rank else ep.severity
-        ep.status = Status.RESOLVED if self._resolved(st, ep, now) else Status.OPEN
+        # Once resolved, only fresh stale evidence reopens: evidence that aged out changes nothing.
+        if ep.status is not Status.RESOLVED or fresh:
+            ep.status = Status.RESOLVED if self._resolved(st, ep, now) else Status.OPEN
         finding = render(key, st, ep, ep.revision + 1)
         digest = _digest(finding)
         if digest == ep.digest:
@@ -285,10 +298,23 @@ def _merge(ep: Episode, conds: list[Cond]) -> bool:
     for c in conds:
         k = (c.kind.value, c.effect_key, c.cause)
         old = ep.conditions.get(k)
-        if old is None or order_key(c) < order_key(old):
+        confirmed = c.source == Source.DESTINATION or (
+            old is not None and old.source == Source.DESTINATION
+        )
+        if old is None or _witness_rank(c) < _witness_rank(old):
             ep.conditions[k] = c
             changed = True
+        # The witness is the earliest event; confirmation by a destination is any of them.
+        best = ep.conditions[k]
+        if confirmed and best.source != Source.DESTINATION:
+            ep.conditions[k] = best._replace(source=Source.DESTINATION.value)
+            changed = True
     return changed
+
+
+def _witness_rank(c: Cond) -> tuple[tuple[int, int, str], tuple[int, ...]]:
+    """Earliest event first; one commit can witness duplicates with several epochs: lowest wins."""
+    return (order_key(c), c.epochs or ())
 
 
 def _digest(finding: Finding) -> int:

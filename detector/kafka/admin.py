@@ -127,8 +127,8 @@ def load_topics(path: Path, profile: str | None = None) -> list[TopicSpec]:
         for name, config in spec.topics.items()
     ]
     for topic in topics:
-        min_isr = int(topic.config.get("min.insync.replicas", "1"))
-        if min_isr > topic.replication_factor:
+        min_isr = topic.config.get("min.insync.replicas", "1")
+        if min_isr.isdigit() and int(min_isr) > topic.replication_factor:
             raise TopicsFileError(
                 f"{path}: {topic.name}: min.insync.replicas {min_isr} > replication factor "
                 f"{topic.replication_factor}, so every acks=all write would fail"
@@ -140,9 +140,10 @@ def load_topics(path: Path, profile: str | None = None) -> list[TopicSpec]:
 def plan(admin: AdminClient, topics: list[TopicSpec], timeout: float) -> Plan:
     """What `apply` would do, read from the cluster without changing it."""
     metadata = fetch_metadata(admin, timeout)
-    result = Plan(create=[], drift=[], warnings=[])
     existing = [t for t in topics if t.name in metadata.topics]
-    result.create = [t for t in topics if t.name not in metadata.topics]
+    result = Plan(
+        create=[t for t in topics if t.name not in metadata.topics], drift=[], warnings=[]
+    )
     for topic in existing:
         partitions = metadata.topics[topic.name].partitions
         if len(partitions) != topic.partitions:
