@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
-from detector.core import Detector, LeaseWarning
+from detector.core import Config, Detector, LeaseWarning
 from detector.findings import Finding, Severity
 from detector.history import BadLine, open_history, read_history
 
@@ -37,10 +37,14 @@ class StrictStopError(Exception):
 
 
 def audit_lines(
-    lines: Iterable[bytes], *, strict: bool = False, on_bad: TextIO | None = None
+    lines: Iterable[bytes],
+    *,
+    strict: bool = False,
+    on_bad: TextIO | None = None,
+    config: Config | None = None,
 ) -> AuditResult:
     """Feed a history through a fresh engine; time is the history's own event-time watermark."""
-    detector = Detector()
+    detector = Detector(config=config or Config())
     result = AuditResult()
     for item in read_history(lines):
         if isinstance(item, BadLine):

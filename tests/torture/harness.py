@@ -1,0 +1,451 @@
+"""The torture harness: publish a history, run real detector workers, inject faults, then judge.
+
+Runtime-agnostic: workers are `splitbrain worker --runtime R` processes. The judge reads the
+findings topic with read_committed and compares it with `audit` of the same history (the
+oracle): no finding missing, none extra, no (finding_id, revision) published twice, the latest
+revision of every finding equal to the oracle's; the group's committed offsets at the input's
+end; no transaction left open; every poison record on the DLQ exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from detector.audit import audit_lines
+from detector.core import Config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from history import generate  # noqa: E402
+from poison import corpus  # noqa: E402
+
+QUIET_S = 86_400.0  # the quiet period never elapses during a run: oracle and stream agree on time
+SESSION_TIMEOUT_S = 10.0  # the worker's consumer session timeout (see kafka_loop)
+
+
+@dataclass
+class Topics:
+    input: str
+    findings: str
+    dlq: str
+    group: str
+
+    @classmethod
+    def fresh(cls, tag: str) -> Topics:
+        return cls(f"torture-{tag}.in", f"torture-{tag}.findings", f"torture-{tag}.dlq",
+                   f"torture-{tag}")
+
+
+@dataclass
+class Worker:
+    """One `splitbrain worker` process; stopped by its PID."""
+
+    instance: str
+    runtime: str
+    bootstrap: str
+    topics: Topics
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def state_dir(self) -> Path:
+        return self.workdir / f"state-{self.instance}"
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.workdir / f"worker-{self.instance}.log").open("ab")
+        cmd = [
+            sys.executable, "-m", "detector.cli", "worker",
+            "--runtime", self.runtime, "--bootstrap-servers", self.bootstrap,
+            "--instance-id", self.instance, "--group-id", self.topics.group,
+            "--input-topic", self.topics.input, "--findings-topic", self.topics.findings,
+            "--dlq-topic", self.topics.dlq, "--state-dir", str(self.state_dir),
+            "--quiet-period-s", str(QUIET_S),
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.alive():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(10)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+
+    def wipe_state(self) -> None:
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+@dataclass
+class Report:
+    events: int = 0
+    poison: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    oracle_findings: int = 0
+    published_revisions: int = 0
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    duplicate_revisions: list[tuple[str, int]] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    lagging_partitions: list[int] = field(default_factory=list)
+    open_transactions: list[str] = field(default_factory=list)
+    dlq_problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not (self.missing or self.extra or self.duplicate_revisions or self.mismatched
+                    or self.lagging_partitions or self.open_transactions or self.dlq_problems)
+
+    def render(self) -> str:
+        lines = [
+            f"events published: {self.events} (+{self.poison} poison)",
+            f"faults injected: {dict(self.faults)}",
+            f"oracle findings: {self.oracle_findings}; revisions published: "
+            f"{self.published_revisions}",
+            f"missing findings: {len(self.missing)} {self.missing[:5]}",
+            f"extra findings: {len(self.extra)} {self.extra[:5]}",
+            f"duplicate revisions: {len(self.duplicate_revisions)} "
+            f"{self.duplicate_revisions[:5]}",
+            f"latest revision differs from oracle: {len(self.mismatched)} {self.mismatched[:5]}",
+            f"partitions with committed offset short of the end: {self.lagging_partitions}",
+            f"open transactions (LSO < high watermark): {self.open_transactions}",
+            f"DLQ problems: {len(self.dlq_problems)} {self.dlq_problems[:5]}",
+            f"elapsed: {self.seconds:.1f}s",
+            "RESULT: " + ("PASS" if self.passed else "FAIL"),
+        ]
+        return "\n".join(lines)
+
+
+class Harness:
+    def __init__(self, bootstrap: str, workdir: Path, runtime: str = "kafka",
+                 partitions: int = 6, tag: str | None = None, seed: int = 7) -> None:
+        self.bootstrap = bootstrap
+        self.workdir = workdir
+        self.runtime = runtime
+        self.partitions = partitions
+        self.rng = random.Random(seed)
+        self.topics = Topics.fresh(tag or f"{os.getpid()}-{int(time.time())}")
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.workers: dict[str, Worker] = {}
+        self.report = Report()
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    # ---- setup ---------------------------------------------------------------------------------
+
+    def create_topics(self) -> None:
+        big = str(4 * 1024 * 1024)
+        specs = [
+            NewTopic(self.topics.input, self.partitions, 1),
+            NewTopic(self.topics.findings, self.partitions, 1),
+            NewTopic(self.topics.dlq, self.partitions, 1, config={"max.message.bytes": big}),
+        ]
+        for future in self.admin.create_topics(specs).values():
+            future.result(30)
+
+    def worker(self, instance: str) -> Worker:
+        if instance not in self.workers:
+            self.workers[instance] = Worker(instance, self.runtime, self.bootstrap, self.topics,
+                                            self.workdir)
+        return self.workers[instance]
+
+    # ---- publishing ----------------------------------------------------------------------------
+
+    def publish(self, lines: list[bytes], poison_every: int = 0, rate: float = 0.0,
+                stop: threading.Event | None = None) -> None:
+        """Produce the history in order (per-key order kept), poison interleaved."""
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+            "partitioner": "murmur2_random", "linger.ms": 10, "message.max.bytes": 4 * 1024 * 1024,
+        })
+        bad = iter(corpus(largest_value=1_000_000)) if poison_every else iter(())
+        started = time.monotonic()
+        for i, line in enumerate(lines):
+            doc = json.loads(line)
+            producer.produce(self.topics.input, key=doc["workflow_key"].encode(), value=line)
+            self.report.events += 1
+            if poison_every and i % poison_every == poison_every - 1:
+                record = next(bad, None)
+                if record is not None:
+                    _, key, value = record
+                    producer.produce(self.topics.input, key=key, value=value)
+                    self.report.poison += 1
+            producer.poll(0)
+            if rate and i % 100 == 0:
+                ahead = i / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+            if stop is not None and stop.is_set():
+                break
+        for _, key, value in bad if poison_every else ():
+            producer.produce(self.topics.input, key=key, value=value)
+            self.report.poison += 1
+        remaining = producer.flush(60)
+        assert remaining == 0, f"{remaining} records not delivered"
+
+    # ---- waiting and judging -------------------------------------------------------------------
+
+    def end_offsets(self, topic: str, isolation: IsolationLevel) -> dict[int, int]:
+        request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(self.partitions)}
+        futures = self.admin.list_offsets(request, isolation_level=isolation)
+        return {tp.partition: f.result(30).offset for tp, f in futures.items()}
+
+    def committed_offsets(self) -> dict[int, int]:
+        futures = self.admin.list_consumer_group_offsets(
+            [_group_request(self.topics.group, self.topics.input, self.partitions)]
+        )
+        result = next(iter(futures.values())).result(30)
+        return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+    def wait_quiescent(self, deadline_s: float) -> None:
+        """Until the group has committed the whole input and no transaction is open."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            ends = self.end_offsets(self.topics.input, IsolationLevel.READ_UNCOMMITTED)
+            committed = self.committed_offsets()
+            if all(committed.get(p, -1) >= end for p, end in ends.items()) and not (
+                self._open_transactions()
+            ):
+                return
+            time.sleep(1.0)
+
+    def _open_transactions(self) -> list[str]:
+        found = []
+        changelog = f"{self.topics.group}-state-changelog"
+        topics = [self.topics.findings, self.topics.dlq]
+        if changelog in self.admin.list_topics(timeout=10).topics:
+            topics.append(changelog)
+        for topic in topics:
+            stable = self.end_offsets(topic, IsolationLevel.READ_COMMITTED)
+            high = self.end_offsets(topic, IsolationLevel.READ_UNCOMMITTED)
+            found += [f"{topic}[{p}]" for p in high if stable[p] < high[p]]
+        return found
+
+    def judge(self, lines: list[bytes]) -> Report:
+        r = self.report
+        oracle = audit_lines(lines, config=Config(quiet_period_s=QUIET_S)).findings
+        r.oracle_findings = len(oracle)
+        latest: dict[str, dict[str, Any]] = {}
+        seen: set[tuple[str, int]] = set()
+        for record in self.read_committed(self.topics.findings):
+            doc = json.loads(record[1])
+            pair = (doc["finding_id"], doc["revision"])
+            if pair in seen:
+                r.duplicate_revisions.append(pair)
+            seen.add(pair)
+            r.published_revisions += 1
+            if doc["finding_id"] not in latest or doc["revision"] > latest[doc["finding_id"]][
+                "revision"
+            ]:
+                latest[doc["finding_id"]] = doc
+        r.missing = sorted(set(oracle) - set(latest))
+        r.extra = sorted(set(latest) - set(oracle))
+        r.mismatched = sorted(
+            fid for fid in set(oracle) & set(latest)
+            if json.loads(oracle[fid].to_json()) != latest[fid]
+        )
+        ends = self.end_offsets(self.topics.input, IsolationLevel.READ_UNCOMMITTED)
+        committed = self.committed_offsets()
+        r.lagging_partitions = sorted(p for p, end in ends.items() if committed.get(p, -1) < end)
+        r.open_transactions = self._open_transactions()
+        self._judge_dlq()
+        return r
+
+    def _judge_dlq(self) -> None:
+        r = self.report
+        sources: Counter[tuple[str, str]] = Counter()
+        for headers in (rec[2] for rec in self.read_committed(self.topics.dlq)):
+            h = dict(headers)
+            if b"" == h.get("error.reason", b""):
+                r.dlq_problems.append("a dead letter without error.reason")
+            sources[(h["source.partition"].decode(), h["source.offset"].decode())] += 1
+        twice = [s for s, n in sources.items() if n > 1]
+        if twice:
+            r.dlq_problems.append(f"{len(twice)} poison records dead-lettered more than once")
+        if sum(sources.values()) - len(twice) != r.poison:
+            r.dlq_problems.append(f"{len(sources)} distinct dead letters for {r.poison} poison")
+
+    def read_committed(self, topic: str) -> Iterator[tuple[bytes | None, bytes, list[Any]]]:
+        stable = self.end_offsets(topic, IsolationLevel.READ_COMMITTED)
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": f"judge-{time.time_ns()}",
+            "isolation.level": "read_committed", "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        })
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in stable])
+        pending = {p for p, end in stable.items() if end > 0}
+        try:
+            while pending:
+                for msg in consumer.consume(500, timeout=1.0):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(msg.partition() or 0)
+                            continue
+                        raise RuntimeError(err.str())
+                    yield msg.key(), msg.value() or b"", list(msg.headers() or [])
+        finally:
+            consumer.close()
+
+    def stop_all(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+
+
+def _group_request(group: str, topic: str, partitions: int) -> Any:
+    from confluent_kafka import ConsumerGroupTopicPartitions  # noqa: PLC0415
+
+    return ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in range(partitions)]
+    )
+
+
+# ---- fault plans ----------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """How many of each fault, and how long a run may take."""
+
+    events: int = 20_000
+    kills: int = 5  # F1
+    terms: int = 2  # F2
+    zombies: int = 1  # F3
+    broker_kills: int = 1  # F4 (needs a broker handle)
+    broker_pauses: int = 1  # F5 (needs a broker handle)
+    storms: int = 10  # F6: add and remove a second worker this many times
+    poison_every: int = 200  # F8
+    wipe_state: bool = True  # F9
+    rate: float = 400.0  # events/s published while faults run
+    quiescence_s: float = 300.0
+
+
+def run(harness: Harness, plan: Plan, broker: Any | None = None,
+        log: Callable[[str], None] = print) -> Report:
+    """Publish in the background while the fault plan runs against live workers, then judge."""
+    started = time.monotonic()
+    h, r, rng = harness, harness.report, harness.rng
+    lines = generate(plan.events)
+    h.create_topics()
+    w1 = h.worker("w1")
+    w1.start()
+    publisher = threading.Thread(
+        target=h.publish, args=(lines, plan.poison_every, plan.rate), daemon=True
+    )
+    publisher.start()
+
+    def pause(lo: float, hi: float) -> None:
+        time.sleep(rng.uniform(lo, hi))
+
+    def restart(w: Worker) -> None:
+        if plan.wipe_state:
+            w.wipe_state()
+            r.faults["F9 state wiped"] += 1
+        w.start()
+
+    try:
+        for _ in range(plan.kills):
+            pause(1.0, 4.0)
+            w1.kill()
+            r.faults["F1 SIGKILL"] += 1
+            log(f"F1 SIGKILL worker (kill {r.faults['F1 SIGKILL']})")
+            restart(w1)
+        for _ in range(plan.terms):
+            pause(1.0, 3.0)
+            code = w1.stop()
+            r.faults["F2 SIGTERM"] += 1
+            log(f"F2 SIGTERM worker: exit {code}")
+            restart(w1)
+        for _ in range(plan.zombies):
+            w2 = h.worker("w2")
+            w2.start()
+            pause(6.0, 8.0)  # both in the group, partitions shared
+            w1.signal(signal.SIGSTOP)
+            log("F3 SIGSTOP w1 past the session timeout")
+            time.sleep(SESSION_TIMEOUT_S + 8.0)
+            w1.signal(signal.SIGCONT)
+            r.faults["F3 zombie"] += 1
+            log("F3 SIGCONT w1 (zombie resumes)")
+            pause(4.0, 6.0)
+            if not w1.alive():
+                log("F3 zombie exited (fenced); restarting it")
+                restart(w1)
+            w2.stop()
+        if broker is not None:
+            for _ in range(plan.broker_kills):
+                pause(1.0, 3.0)
+                broker.kill_and_restart()
+                r.faults["F4 broker kill -9"] += 1
+                log("F4 broker killed and restarted")
+            for _ in range(plan.broker_pauses):
+                pause(1.0, 3.0)
+                broker.pause()
+                time.sleep(12.0)
+                broker.resume()
+                r.faults["F5 broker SIGSTOP"] += 1
+                log("F5 broker paused 12s")
+        for _ in range(plan.storms):
+            w2 = h.worker("w2")
+            w2.start()
+            pause(2.0, 4.0)
+            w2.stop()
+            r.faults["F6 rebalance"] += 1
+        log(f"F6 rebalance storm: {plan.storms} joins and leaves")
+        publisher.join()
+        for w in h.workers.values():
+            if w.instance == "w1" and not w.alive():
+                restart(w)
+        if plan.poison_every:
+            r.faults["F8 poison"] = r.poison
+        h.wait_quiescent(plan.quiescence_s)
+        h.judge(lines)
+    finally:
+        h.stop_all()
+    r.seconds = time.monotonic() - started
+    return r
