@@ -4,6 +4,7 @@ the partition Java's partitioner picks for its workflow, in order per workflow."
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message
 from kafka_harness import (
-    REPO,
+    SEED_FIXTURE,
     broker_env,
     create_topic,
     delete_topics,
@@ -29,9 +30,6 @@ from detector.events import Kind, OwnershipEvent, Source, parse_event_json
 from detector.history import GoodLine, read_history
 
 PARTITIONS = 6
-SEED = Path("/work/shared/scenarios/seed-fixture.jsonl")
-if not SEED.exists():  # CI lays shared/ beside the clone
-    SEED = REPO.parent / "shared" / "scenarios" / "seed-fixture.jsonl"
 
 
 @pytest.fixture
@@ -83,7 +81,7 @@ def test_test_partitioner_is_javas() -> None:
 def test_replay_lands_every_event_on_its_java_partition_in_order(
     kafka_broker: LocalKafka, topic: str, tmp_path: Path
 ) -> None:
-    lines = SEED.read_text().splitlines() + generated_history(keys=300)
+    lines = SEED_FIXTURE.read_text().splitlines() + generated_history(keys=300)
     history = tmp_path / "history.log"
     history.write_text("\n".join(lines) + "\n", encoding="utf-8")
     items = list(read_history(history.read_bytes().splitlines()))
@@ -205,8 +203,27 @@ def test_emitter_helpers_carry_trace_context_and_span_attributes(
 
 def test_undeliverable_events_surface_from_flush(kafka_broker: LocalKafka) -> None:
     conf = {**kafka_broker.client_config(), "message.timeout.ms": 1500}
-    emitter = Emitter(conf, topic=unique("no-such-topic"))
-    emitter.progress(workflow_key="wf", owner_epoch=1, worker_id="w")
-    with pytest.raises(DeliveryError, match="not delivered") as failed:
-        emitter.flush(timeout=20)
+    with (
+        pytest.raises(DeliveryError, match="not delivered") as failed,
+        Emitter(conf, topic=unique("no-such-topic")) as emitter,
+    ):
+        emitter.progress(workflow_key="wf", owner_epoch=1, worker_id="w")
     assert [f.workflow_key for f in failed.value.failures] == ["wf"]
+
+
+def test_replay_rate_spreads_the_events_out(kafka_broker: LocalKafka, topic: str) -> None:
+    lines = generated_history(keys=3)[:11]
+    started = time.monotonic()
+    result = splitbrain(
+        "replay",
+        "-",
+        "--rate",
+        "20",
+        "--topic",
+        topic,
+        env=broker_env(kafka_broker),
+        stdin="\n".join(lines) + "\n",
+    )
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started >= 10 / 20  # 11 events, 10 gaps of 1/20 s at the least
+    read_topic(kafka_broker, topic, len(lines))

@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from kafka_harness import REPO, broker_env, create_topic, delete_topics, splitbrain, unique
+from kafka_harness import SEED_FIXTURE, broker_env, create_topic, delete_topics, splitbrain, unique
 
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka
 from detector.findings import Finding, Severity
 
 TIMEOUT = 30.0
-SEED = Path("/work/shared/scenarios/seed-fixture.jsonl")
-if not SEED.exists():
-    SEED = REPO.parent / "shared" / "scenarios" / "seed-fixture.jsonl"
 
 
 def seed_finding() -> Finding:
     """A real finding, from the engine, to derive the test's revisions from."""
-    (finding,) = audit_lines(SEED.read_bytes().splitlines()).findings.values()
+    (finding,) = audit_lines(SEED_FIXTURE.read_bytes().splitlines()).findings.values()
     return finding
 
 
@@ -85,86 +81,55 @@ def findings_topic(kafka_broker: LocalKafka) -> Iterator[str]:
     delete_topics(kafka_broker, [topic])
 
 
+def tail(broker: LocalKafka, topic: str, options: str) -> tuple[str, str]:
+    result = splitbrain(
+        "tail", *options.split(), "--idle-timeout", "2", "--topic", topic, env=broker_env(broker)
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, result.stderr
+
+
 def test_json_prints_the_latest_committed_revision_of_each_finding(
     kafka_broker: LocalKafka, findings_topic: str
 ) -> None:
-    result = splitbrain(
-        "tail",
-        "--from-beginning",
-        "--format",
-        "json",
-        "--idle-timeout",
-        "2",
-        "--topic",
-        findings_topic,
-        env=broker_env(kafka_broker),
-    )
-    assert result.returncode == 0, result.stderr
-    latest = {f.finding_id: f for f in map(Finding.model_validate_json, result.stdout.splitlines())}
+    out, err = tail(kafka_broker, findings_topic, "--from-beginning --format json")
+    latest = {f.finding_id: f for f in map(Finding.model_validate_json, out.splitlines())}
     assert {fid: (f.revision, f.severity) for fid, f in latest.items()} == {
         "fA": (2, Severity.CRITICAL),
         "fC": (1, Severity.INFO),
     }
     assert latest["fA"] == revision("fA", "wf-a", 2, Severity.CRITICAL)
-    (skipped,) = [line for line in result.stderr.splitlines() if line.startswith("skipped ")]
+    (skipped,) = [line for line in err.splitlines() if line.startswith("skipped ")]
     assert skipped.startswith(f"skipped {findings_topic}[")
 
 
 def test_text_prints_each_committed_revision_then_a_report(
     kafka_broker: LocalKafka, findings_topic: str
 ) -> None:
-    result = splitbrain(
-        "tail",
-        "--from-beginning",
-        "--idle-timeout",
-        "2",
-        "--topic",
-        findings_topic,
-        env=broker_env(kafka_broker),
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    live = [line for line in lines if " rev " in line and line.split()[0].isupper()]
-    assert sorted(line.split()[1:5] for line in live) == [
+    out, _ = tail(kafka_broker, findings_topic, "--from-beginning")
+    live, _, report = out.partition("\nsplitbrain tail: ")
+    revisions = [line.split()[1:5] for line in live.splitlines() if line]
+    assert sorted(revisions) == [
         ["wf-a", "fA", "rev", "1"],
         ["wf-a", "fA", "rev", "2"],
         ["wf-c", "fC", "rev", "1"],
     ]
-    assert live.index(next(x for x in live if " fA rev 1 " in x)) < live.index(
-        next(x for x in live if " fA rev 2 " in x)
+    assert [r[3] for r in revisions if r[1] == "fA"] == ["1", "2"]  # in order, as they came
+    assert report.startswith(
+        f"4 record(s) from {findings_topic}, 2 finding(s), 1 invalid record(s) skipped\n"
     )
-    assert "wf-b" not in result.stdout
-    assert (
-        f"splitbrain tail: 4 record(s) from {findings_topic}, 2 finding(s), "
-        "1 invalid record(s) skipped"
-    ) in lines
-    assert "  fA rev 2, open, confidence high, ordering authoritative_seq, sink committed" in lines
+    assert "  fA rev 2, open, confidence high, ordering authoritative_seq, sink committed" in report
+    assert "wf-b" not in out
 
 
 def test_group_mode_resumes_where_the_group_left_off(
     kafka_broker: LocalKafka, findings_topic: str
 ) -> None:
-    group = unique("test-tail-group")
-    args = (
-        "tail",
-        "--group-id",
-        group,
-        "--from-beginning",
-        "--format",
-        "json",
-        "--idle-timeout",
-        "2",
-        "--topic",
-        findings_topic,
-    )
-    first = splitbrain(*args, env=broker_env(kafka_broker))
-    assert first.returncode == 0, first.stderr
-    assert sorted(json.loads(line)["finding_id"] for line in first.stdout.splitlines()) == [
-        "fA",
-        "fC",
-    ]
-    second = splitbrain(*args, env=broker_env(kafka_broker))
-    assert (second.returncode, second.stdout) == (0, "")
+    options = f"--group-id {unique('test-tail-group')} --from-beginning --format json"
+    first, _ = tail(kafka_broker, findings_topic, options)
+    assert sorted(json.loads(line)["finding_id"] for line in first.splitlines()) == ["fA", "fC"]
+    second, _ = tail(kafka_broker, findings_topic, options)
+    assert second == ""
 
 
 def test_missing_topic_is_a_clear_error(kafka_broker: LocalKafka) -> None:

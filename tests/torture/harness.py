@@ -36,10 +36,8 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from detector.audit import audit_lines
 from detector.core import Config
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from history import generate  # noqa: E402
-from poison import corpus  # noqa: E402
+from tests.torture.history import generate
+from tests.torture.poison import corpus
 
 QUIET_S = 86_400.0  # the quiet period never elapses during a run: oracle and stream agree on time
 SESSION_TIMEOUT_S = 10.0  # the worker's consumer session timeout (see kafka_loop)
@@ -54,8 +52,9 @@ class Topics:
 
     @classmethod
     def fresh(cls, tag: str) -> Topics:
-        return cls(f"torture-{tag}.in", f"torture-{tag}.findings", f"torture-{tag}.dlq",
-                   f"torture-{tag}")
+        return cls(
+            f"torture-{tag}.in", f"torture-{tag}.findings", f"torture-{tag}.dlq", f"torture-{tag}"
+        )
 
 
 @dataclass
@@ -78,16 +77,33 @@ class Worker:
         self.starts += 1
         log = (self.workdir / f"worker-{self.instance}.log").open("ab")
         cmd = [
-            sys.executable, "-m", "detector.cli", "worker",
-            "--runtime", self.runtime, "--bootstrap-servers", self.bootstrap,
-            "--instance-id", self.instance, "--group-id", self.topics.group,
-            "--input-topic", self.topics.input, "--findings-topic", self.topics.findings,
-            "--dlq-topic", self.topics.dlq, "--state-dir", str(self.state_dir),
-            "--quiet-period-s", str(QUIET_S),
+            sys.executable,
+            "-m",
+            "detector.cli",
+            "worker",
+            "--runtime",
+            self.runtime,
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--instance-id",
+            self.instance,
+            "--group-id",
+            self.topics.group,
+            "--input-topic",
+            self.topics.input,
+            "--findings-topic",
+            self.topics.findings,
+            "--dlq-topic",
+            self.topics.dlq,
+            "--state-dir",
+            str(self.state_dir),
+            "--quiet-period-s",
+            str(QUIET_S),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -140,8 +156,15 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return not (self.missing or self.extra or self.duplicate_revisions or self.mismatched
-                    or self.lagging_partitions or self.open_transactions or self.dlq_problems)
+        return not (
+            self.missing
+            or self.extra
+            or self.duplicate_revisions
+            or self.mismatched
+            or self.lagging_partitions
+            or self.open_transactions
+            or self.dlq_problems
+        )
 
     def render(self) -> str:
         lines = [
@@ -151,8 +174,7 @@ class Report:
             f"{self.published_revisions}",
             f"missing findings: {len(self.missing)} {self.missing[:5]}",
             f"extra findings: {len(self.extra)} {self.extra[:5]}",
-            f"duplicate revisions: {len(self.duplicate_revisions)} "
-            f"{self.duplicate_revisions[:5]}",
+            f"duplicate revisions: {len(self.duplicate_revisions)} {self.duplicate_revisions[:5]}",
             f"latest revision differs from oracle: {len(self.mismatched)} {self.mismatched[:5]}",
             f"partitions with committed offset short of the end: {self.lagging_partitions}",
             f"open transactions (LSO < high watermark): {self.open_transactions}",
@@ -164,8 +186,15 @@ class Report:
 
 
 class Harness:
-    def __init__(self, bootstrap: str, workdir: Path, runtime: str = "kafka",
-                 partitions: int = 6, tag: str | None = None, seed: int = 7) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        workdir: Path,
+        runtime: str = "kafka",
+        partitions: int = 6,
+        tag: str | None = None,
+        seed: int = 7,
+    ) -> None:
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.runtime = runtime
@@ -191,19 +220,30 @@ class Harness:
 
     def worker(self, instance: str) -> Worker:
         if instance not in self.workers:
-            self.workers[instance] = Worker(instance, self.runtime, self.bootstrap, self.topics,
-                                            self.workdir)
+            self.workers[instance] = Worker(
+                instance, self.runtime, self.bootstrap, self.topics, self.workdir
+            )
         return self.workers[instance]
 
     # ---- publishing ----------------------------------------------------------------------------
 
-    def publish(self, lines: list[bytes], poison_every: int = 0, rate: float = 0.0,
-                stop: threading.Event | None = None) -> None:
+    def publish(
+        self,
+        lines: list[bytes],
+        poison_every: int = 0,
+        rate: float = 0.0,
+    ) -> None:
         """Produce the history in order (per-key order kept), poison interleaved."""
-        producer = Producer({
-            "bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-            "partitioner": "murmur2_random", "linger.ms": 10, "message.max.bytes": 4 * 1024 * 1024,
-        })
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "partitioner": "murmur2_random",
+                "linger.ms": 10,
+                "message.max.bytes": 4 * 1024 * 1024,
+            }
+        )
         bad = iter(corpus(largest_value=1_000_000)) if poison_every else iter(())
         started = time.monotonic()
         for i, line in enumerate(lines):
@@ -221,8 +261,6 @@ class Harness:
                 ahead = i / rate - (time.monotonic() - started)
                 if ahead > 0:
                     time.sleep(ahead)
-            if stop is not None and stop.is_set():
-                break
         for _, key, value in bad if poison_every else ():
             producer.produce(self.topics.input, key=key, value=value)
             self.report.poison += 1
@@ -280,14 +318,16 @@ class Harness:
                 r.duplicate_revisions.append(pair)
             seen.add(pair)
             r.published_revisions += 1
-            if doc["finding_id"] not in latest or doc["revision"] > latest[doc["finding_id"]][
-                "revision"
-            ]:
+            if (
+                doc["finding_id"] not in latest
+                or doc["revision"] > latest[doc["finding_id"]]["revision"]
+            ):
                 latest[doc["finding_id"]] = doc
         r.missing = sorted(set(oracle) - set(latest))
         r.extra = sorted(set(latest) - set(oracle))
         r.mismatched = sorted(
-            fid for fid in set(oracle) & set(latest)
+            fid
+            for fid in set(oracle) & set(latest)
             if json.loads(oracle[fid].to_json()) != latest[fid]
         )
         ends = self.end_offsets(self.topics.input, IsolationLevel.READ_UNCOMMITTED)
@@ -302,7 +342,7 @@ class Harness:
         sources: Counter[tuple[str, str]] = Counter()
         for headers in (rec[2] for rec in self.read_committed(self.topics.dlq)):
             h = dict(headers)
-            if b"" == h.get("error.reason", b""):
+            if h.get("error.reason", b"") == b"":
                 r.dlq_problems.append("a dead letter without error.reason")
             sources[(h["source.partition"].decode(), h["source.offset"].decode())] += 1
         twice = [s for s, n in sources.items() if n > 1]
@@ -313,11 +353,15 @@ class Harness:
 
     def read_committed(self, topic: str) -> Iterator[tuple[bytes | None, bytes, list[Any]]]:
         stable = self.end_offsets(topic, IsolationLevel.READ_COMMITTED)
-        consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": f"judge-{time.time_ns()}",
-            "isolation.level": "read_committed", "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        })
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"judge-{time.time_ns()}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in stable])
         pending = {p for p, end in stable.items() if end > 0}
         try:
@@ -366,86 +410,111 @@ class Plan:
     quiescence_s: float = 300.0
 
 
-def run(harness: Harness, plan: Plan, broker: Any | None = None,
-        log: Callable[[str], None] = print) -> Report:
-    """Publish in the background while the fault plan runs against live workers, then judge."""
-    started = time.monotonic()
-    h, r, rng = harness, harness.report, harness.rng
-    lines = generate(plan.events)
-    h.create_topics()
-    w1 = h.worker("w1")
-    w1.start()
-    publisher = threading.Thread(
-        target=h.publish, args=(lines, plan.poison_every, plan.rate), daemon=True
-    )
-    publisher.start()
+class FaultRun:
+    """Publishes in the background while the plan's faults hit live workers, then judges."""
 
-    def pause(lo: float, hi: float) -> None:
-        time.sleep(rng.uniform(lo, hi))
+    def __init__(
+        self, harness: Harness, plan: Plan, broker: Any | None, log: Callable[[str], None]
+    ) -> None:
+        self.h, self.plan, self.broker, self.log = harness, plan, broker, log
+        self.r = harness.report
+        self.w1 = harness.worker("w1")
 
-    def restart(w: Worker) -> None:
-        if plan.wipe_state:
+    def pause(self, lo: float, hi: float) -> None:
+        time.sleep(self.h.rng.uniform(lo, hi))
+
+    def restart(self, w: Worker) -> None:
+        if self.plan.wipe_state:
             w.wipe_state()
-            r.faults["F9 state wiped"] += 1
+            self.r.faults["F9 state wiped"] += 1
         w.start()
 
-    try:
-        for _ in range(plan.kills):
-            pause(1.0, 4.0)
-            w1.kill()
-            r.faults["F1 SIGKILL"] += 1
-            log(f"F1 SIGKILL worker (kill {r.faults['F1 SIGKILL']})")
-            restart(w1)
-        for _ in range(plan.terms):
-            pause(1.0, 3.0)
-            code = w1.stop()
-            r.faults["F2 SIGTERM"] += 1
-            log(f"F2 SIGTERM worker: exit {code}")
-            restart(w1)
-        for _ in range(plan.zombies):
-            w2 = h.worker("w2")
+    def kills(self) -> None:
+        for _ in range(self.plan.kills):
+            self.pause(1.0, 4.0)
+            self.w1.kill()
+            self.r.faults["F1 SIGKILL"] += 1
+            self.log(f"F1 SIGKILL worker (kill {self.r.faults['F1 SIGKILL']})")
+            self.restart(self.w1)
+
+    def terms(self) -> None:
+        for _ in range(self.plan.terms):
+            self.pause(1.0, 3.0)
+            code = self.w1.stop()
+            self.r.faults["F2 SIGTERM"] += 1
+            self.log(f"F2 SIGTERM worker: exit {code}")
+            self.restart(self.w1)
+
+    def zombies(self) -> None:
+        for _ in range(self.plan.zombies):
+            w2 = self.h.worker("w2")
             w2.start()
-            pause(6.0, 8.0)  # both in the group, partitions shared
-            w1.signal(signal.SIGSTOP)
-            log("F3 SIGSTOP w1 past the session timeout")
+            self.pause(6.0, 8.0)  # both in the group, partitions shared
+            self.w1.signal(signal.SIGSTOP)
+            self.log("F3 SIGSTOP w1 past the session timeout")
             time.sleep(SESSION_TIMEOUT_S + 8.0)
-            w1.signal(signal.SIGCONT)
-            r.faults["F3 zombie"] += 1
-            log("F3 SIGCONT w1 (zombie resumes)")
-            pause(4.0, 6.0)
-            if not w1.alive():
-                log("F3 zombie exited (fenced); restarting it")
-                restart(w1)
+            self.w1.signal(signal.SIGCONT)
+            self.r.faults["F3 zombie"] += 1
+            self.log("F3 SIGCONT w1 (zombie resumes)")
+            self.pause(4.0, 6.0)
+            if not self.w1.alive():
+                self.log("F3 zombie exited (fenced); restarting it")
+                self.restart(self.w1)
             w2.stop()
-        if broker is not None:
-            for _ in range(plan.broker_kills):
-                pause(1.0, 3.0)
-                broker.kill_and_restart()
-                r.faults["F4 broker kill -9"] += 1
-                log("F4 broker killed and restarted")
-            for _ in range(plan.broker_pauses):
-                pause(1.0, 3.0)
-                broker.pause()
-                time.sleep(12.0)
-                broker.resume()
-                r.faults["F5 broker SIGSTOP"] += 1
-                log("F5 broker paused 12s")
-        for _ in range(plan.storms):
-            w2 = h.worker("w2")
+
+    def broker_faults(self) -> None:
+        if self.broker is None:
+            return
+        for _ in range(self.plan.broker_kills):
+            self.pause(1.0, 3.0)
+            self.broker.kill_and_restart()
+            self.r.faults["F4 broker kill -9"] += 1
+            self.log("F4 broker killed and restarted")
+        for _ in range(self.plan.broker_pauses):
+            self.pause(1.0, 3.0)
+            self.broker.pause()
+            time.sleep(12.0)
+            self.broker.resume()
+            self.r.faults["F5 broker SIGSTOP"] += 1
+            self.log("F5 broker paused 12s")
+
+    def storms(self) -> None:
+        for _ in range(self.plan.storms):
+            w2 = self.h.worker("w2")
             w2.start()
-            pause(2.0, 4.0)
+            self.pause(2.0, 4.0)
             w2.stop()
-            r.faults["F6 rebalance"] += 1
-        log(f"F6 rebalance storm: {plan.storms} joins and leaves")
-        publisher.join()
-        for w in h.workers.values():
-            if w.instance == "w1" and not w.alive():
-                restart(w)
-        if plan.poison_every:
-            r.faults["F8 poison"] = r.poison
-        h.wait_quiescent(plan.quiescence_s)
-        h.judge(lines)
-    finally:
-        h.stop_all()
-    r.seconds = time.monotonic() - started
-    return r
+            self.r.faults["F6 rebalance"] += 1
+        self.log(f"F6 rebalance storm: {self.plan.storms} joins and leaves")
+
+    def __call__(self) -> Report:
+        started = time.monotonic()
+        lines = generate(self.plan.events)
+        self.h.create_topics()
+        self.w1.start()
+        publisher = threading.Thread(
+            target=self.h.publish,
+            args=(lines, self.plan.poison_every, self.plan.rate),
+            daemon=True,
+        )
+        publisher.start()
+        try:
+            for fault in (self.kills, self.terms, self.zombies, self.broker_faults, self.storms):
+                fault()
+            publisher.join()
+            if not self.w1.alive():
+                self.restart(self.w1)
+            if self.plan.poison_every:
+                self.r.faults["F8 poison"] = self.r.poison
+            self.h.wait_quiescent(self.plan.quiescence_s)
+            self.h.judge(lines)
+        finally:
+            self.h.stop_all()
+        self.r.seconds = time.monotonic() - started
+        return self.r
+
+
+def run(
+    harness: Harness, plan: Plan, broker: Any | None = None, log: Callable[[str], None] = print
+) -> Report:
+    return FaultRun(harness, plan, broker, log)()

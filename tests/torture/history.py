@@ -42,9 +42,15 @@ class _Flow:
         return ev
 
     def acquire(self, epoch: int, worker: str) -> Event:
-        return self.add("lease_acquired", epoch, worker, source="coordinator",
-                        lease_duration_s=90, heartbeat_interval_s=30,
-                        attrs={"tool_class": self.rng.choice(["export", "browser", "indexer"])})
+        return self.add(
+            "lease_acquired",
+            epoch,
+            worker,
+            source="coordinator",
+            lease_duration_s=90,
+            heartbeat_interval_s=30,
+            attrs={"tool_class": self.rng.choice(["export", "browser", "indexer"])},
+        )
 
     def work(self, epoch: int, worker: str, n: int) -> None:
         for _ in range(n):
@@ -53,8 +59,9 @@ class _Flow:
 
     def commit(self, epoch: int, worker: str, key: str, source: str = "destination") -> None:
         self.add("effect_attempted", epoch, worker, effect_key=key, destination="dest")
-        self.add("effect_committed", epoch, worker, effect_key=key, destination="dest",
-                 source=source)
+        self.add(
+            "effect_committed", epoch, worker, effect_key=key, destination="dest", source=source
+        )
 
 
 def _healthy(f: _Flow) -> None:

@@ -48,7 +48,7 @@ def corpus(largest_value: int) -> list[Record]:
         ("truncated_json", key, good[:-7]),
         ("truncated_to_brace", key, b"{"),
         ("invalid_utf8", key, b'{"event_id": "\xff\xfe", "kind": "heartbeat"}'),
-        ("latin1_bytes", key, "{\"event_id\": \"caf\xe9\"}".encode("latin-1")),
+        ("latin1_bytes", key, '{"event_id": "caf\xe9"}'.encode("latin-1")),
         ("empty_value", key, b""),
         ("null_value", key, None),
         ("null_key", None, good),

@@ -49,9 +49,6 @@ class OracleFinding:
     current: int | None = None
     last_stale_seq: int | None = None
     resolved: bool = False
-    # the same, reading "fenced after the last stale event" strictly: a rejection that is itself
-    # the last stale event does not fence (the engine's reading; see the scenario tests)
-    resolved_strict: bool = False
 
     @property
     def conditions(self) -> set[CondKey]:
@@ -125,12 +122,11 @@ def _workflow(wf: str, hist: list[OwnershipEvent]) -> dict[tuple[str, str, int],
     for f in found.values():
         latest = max(f.witnesses.values())
         f.current = max((a.owner_epoch for a in acqs if a.seq < latest), default=None)  # type: ignore[operator]
-        f.resolved = _fenced(f, hist, strict=False) and _verified(f, hist)
-        f.resolved_strict = _fenced(f, hist, strict=True) and _verified(f, hist)
+        f.resolved = _fenced(f, hist) and _verified(f, hist)
     return found
 
 
-def _fenced(f: OracleFinding, hist: list[OwnershipEvent], *, strict: bool) -> bool:
+def _fenced(f: OracleFinding, hist: list[OwnershipEvent]) -> bool:
     if f.displaced is None or f.last_stale_seq is None:
         return True
     last = f.last_stale_seq
@@ -143,7 +139,7 @@ def _fenced(f: OracleFinding, hist: list[OwnershipEvent], *, strict: bool) -> bo
         if (
             _kind(e) == "effect_rejected"
             and e.source.value == "destination"
-            and (e.seq > last if strict else e.seq >= last)  # type: ignore[operator]
+            and e.seq >= last  # type: ignore[operator]
         ):
             return True
     return False

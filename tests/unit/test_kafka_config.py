@@ -158,14 +158,19 @@ def test_commands_report_kafka_errors_in_one_line(capsys: pytest.CaptureFixture[
 
 
 def test_emitter_validates_before_sending() -> None:
-    emitter = Emitter({"bootstrap.servers": "127.0.0.1:1"})
-    with pytest.raises(EventError, match="owner_epoch"):
-        emitter.emit(kind="progress", workflow_key="wf", owner_epoch=-1, worker_id="w")
-    with pytest.raises(EventError, match="effect_key"):
-        emitter.emit(
-            {"kind": "effect_committed", "workflow_key": "wf", "owner_epoch": 1, "worker_id": "w"}
-        )
-    assert emitter.sent == 0
+    with Emitter({"bootstrap.servers": "127.0.0.1:1"}) as emitter:
+        with pytest.raises(EventError, match="owner_epoch"):
+            emitter.emit(kind="progress", workflow_key="wf", owner_epoch=-1, worker_id="w")
+        with pytest.raises(EventError, match="effect_key"):
+            emitter.emit(
+                {
+                    "kind": "effect_committed",
+                    "workflow_key": "wf",
+                    "owner_epoch": 1,
+                    "worker_id": "w",
+                }
+            )
+        assert emitter.sent == 0
 
 
 def test_topics_file_profile_overrides_partitions_replication_and_config() -> None:

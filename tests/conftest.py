@@ -1,0 +1,45 @@
+"""Shared fixtures: real local Kafka brokers started by `detector.devkafka`.
+
+The brokers are session-scoped (a JVM start costs seconds) and are stopped by PID at the end of
+the session; the SASL_SSL one starts only if some test asks for it. Tests that need a broker
+live under tests/integration and tests/torture, whose conftests mark them `kafka`, so
+`pytest -m "not kafka"` runs the unit tests with no JVM at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from detector.devkafka import LocalKafka
+
+
+def mark_directory(items: list[pytest.Item], directory: Path, *marks: pytest.MarkDecorator) -> None:
+    """Mark every collected test under `directory` (collection hooks see the whole session)."""
+    for item in items:
+        if directory in item.path.resolve().parents:
+            for mark in marks:
+                item.add_marker(mark)
+
+
+def _run_broker(data_dir: Path, *, sasl_ssl: bool) -> Iterator[LocalKafka]:
+    broker = LocalKafka(data_dir, sasl_ssl=sasl_ssl)
+    broker.start()  # on failure it kills what it started and raises with the log tail
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A PLAINTEXT broker: `.bootstrap`, `.client_config()`, `.kill_and_restart()`, `.pause()`."""
+    yield from _run_broker(tmp_path_factory.mktemp("kafka"), sasl_ssl=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A SASL_SSL + SCRAM-SHA-512 broker: `.client_config()` has the user, password and CA."""
+    yield from _run_broker(tmp_path_factory.mktemp("kafka-sasl"), sasl_ssl=True)
