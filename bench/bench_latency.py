@@ -1,0 +1,132 @@
+"""Event-to-visible-finding latency of `splitbrain worker`, through a real local broker.
+
+For each sample a fresh workflow gets a takeover and then a stale checkpoint; the clock runs from
+the stale event's delivery report to the moment a read_committed consumer sees the finding.
+Prints percentiles; asserts nothing. Run: `python bench/bench_latency.py [--samples N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from detector.devkafka import LocalKafka
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--commit-interval-ms", type=int, default=100)
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="splitbrain-latency-"))
+    broker = LocalKafka(workdir / "kafka", extra_jvm_args=["-XX:TieredStopAtLevel=4"])
+    broker.start()
+    worker = None
+    try:
+        bootstrap = broker.bootstrap
+        tag = uuid.uuid4().hex[:6]
+        topics = (f"lat-{tag}.in", f"lat-{tag}.findings", f"lat-{tag}.dlq")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+            f.result(30)
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "detector.cli",
+                "worker",
+                "--bootstrap-servers",
+                bootstrap,
+                "--instance-id",
+                "lat",
+                "--group-id",
+                f"lat-{tag}",
+                "--input-topic",
+                topics[0],
+                "--findings-topic",
+                topics[1],
+                "--dlq-topic",
+                topics[2],
+                "--commit-interval-ms",
+                str(args.commit_interval_ms),
+                "--log-level",
+                "WARNING",
+            ],
+            start_new_session=True,
+        )
+        reader = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"r-{tag}",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        reader.assign([TopicPartition(topics[1], 0, 0)])
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0}
+        )
+
+        def send(doc: dict[str, object]) -> None:
+            producer.produce(
+                topics[0], key=str(doc["workflow_key"]).encode(), value=json.dumps(doc).encode()
+            )
+
+        latencies = []
+        for i in range(args.samples + 5):
+            wf = f"wf-{i}"
+            base = {"workflow_key": wf, "source": "coordinator", "kind": "lease_acquired"}
+            send({**base, "event_id": f"{wf}-1", "owner_epoch": 1, "worker_id": "a", "seq": 1})
+            send({**base, "event_id": f"{wf}-2", "owner_epoch": 2, "worker_id": "b", "seq": 2})
+            producer.flush(10)
+            send(
+                {
+                    "event_id": f"{wf}-3",
+                    "kind": "progress",
+                    "workflow_key": wf,
+                    "owner_epoch": 1,
+                    "worker_id": "a",
+                    "seq": 3,
+                }
+            )
+            producer.flush(10)
+            sent = time.perf_counter()
+            while True:
+                msg = reader.poll(5.0)
+                if msg is None:
+                    raise SystemExit(f"no finding for {wf} within 5s: is the worker running?")
+                if msg.error() is None and msg.key() == wf.encode():
+                    break
+            if i >= 5:  # the first samples include the worker's start and restore
+                latencies.append((time.perf_counter() - sent) * 1000)
+        reader.close()
+        q = statistics.quantiles(latencies, n=100)
+        print(
+            f"machine: {os.cpu_count()} cpus; commit interval {args.commit_interval_ms} ms; "
+            f"{len(latencies)} samples"
+        )
+        print(
+            f"event -> visible finding: p50 {q[49]:.0f} ms, p95 {q[94]:.0f} ms, "
+            f"p99 {q[98]:.0f} ms, max {max(latencies):.0f} ms"
+        )
+    finally:
+        if worker is not None:
+            os.kill(worker.pid, signal.SIGTERM)
+            worker.wait(60)
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()

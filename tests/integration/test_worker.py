@@ -1,0 +1,213 @@
+"""`splitbrain worker` end to end: replay a history, tail the findings, compare with audit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from detector.devkafka import LocalKafka
+from tests.torture.poison import corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "examples" / "export-ledger.jsonl"
+PARTITIONS = 3
+
+
+def cli(*args: str, bootstrap: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "detector.cli", *args, "--bootstrap-servers", bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Running:
+    """A worker process on fresh topics; stopped by its PID."""
+
+    def __init__(self, broker: LocalKafka, tmp: Path) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.bootstrap = broker.bootstrap
+        self.input, self.findings, self.dlq = (f"w-{tag}.in", f"w-{tag}.findings", f"w-{tag}.dlq")
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        big = {"max.message.bytes": str(4 * 1024 * 1024)}
+        futures = admin.create_topics(
+            [
+                NewTopic(self.input, PARTITIONS, 1),
+                NewTopic(self.findings, PARTITIONS, 1),
+                NewTopic(self.dlq, PARTITIONS, 1, config=big),
+            ]
+        )
+        for f in futures.values():
+            f.result(30)
+        self.metrics_port = free_port()
+        self.log = tmp / "worker.log"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "detector.cli",
+                "worker",
+                "--bootstrap-servers",
+                self.bootstrap,
+                "--instance-id",
+                "it-1",
+                "--group-id",
+                f"g-{tag}",
+                "--input-topic",
+                self.input,
+                "--findings-topic",
+                self.findings,
+                "--dlq-topic",
+                self.dlq,
+                "--metrics-port",
+                str(self.metrics_port),
+            ],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+
+    def read_all(self, topic: str) -> list[tuple[bytes | None, bytes, dict[str, bytes]]]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"r-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        out, pending = [], set(range(PARTITIONS))
+        try:
+            while pending:
+                for msg in consumer.consume(100, timeout=1.0):
+                    err = msg.error()
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition() or 0)
+                    elif err is None:
+                        headers = {k: v or b"" for k, v in msg.headers() or []}
+                        out.append((msg.key(), msg.value() or b"", headers))
+        finally:
+            consumer.close()
+        return out
+
+
+@pytest.fixture
+def worker(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Running]:
+    running = Running(kafka_broker, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_replay_then_tail_gives_what_audit_gives(worker: Running) -> None:
+    replayed = cli("replay", str(FIXTURE), "--topic", worker.input, bootstrap=worker.bootstrap)
+    assert replayed.returncode == 0, replayed.stderr
+    audit = subprocess.run(
+        [sys.executable, "-m", "detector.cli", "audit", str(FIXTURE), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    expected = [json.loads(line) for line in audit.stdout.splitlines()]
+
+    def tail() -> list[dict[str, object]]:
+        out = cli(
+            "tail",
+            "--from-beginning",
+            "--format",
+            "json",
+            "--idle-timeout",
+            "2",
+            "--topic",
+            worker.findings,
+            bootstrap=worker.bootstrap,
+        )
+        return [json.loads(line) for line in out.stdout.splitlines()]
+
+    wait_for(lambda: tail() == expected, 90, "the worker's findings to equal audit's")
+    assert worker.stop() == 0  # SIGTERM: commit and leave the group cleanly
+    log = worker.log.read_text()
+    assert "finding sb-9132f5408be0d876ccd9 rev 4 critical open" in log
+    assert "export-ledger" not in log  # logs carry ids and hashes, not workflow keys
+
+
+def test_every_poison_record_lands_on_the_dlq_once(worker: Running) -> None:
+    records = corpus(largest_value=1_000_000)
+    producer = Producer(
+        {
+            "bootstrap.servers": worker.bootstrap,
+            "message.max.bytes": 4 << 20,
+            "partitioner": "murmur2_random",
+        }
+    )
+    for _, key, value in records:
+        producer.produce(worker.input, key=key, value=value)
+    good = FIXTURE.read_bytes().splitlines()[0]
+    producer.produce(worker.input, key=b"export-ledger", value=good)
+    assert producer.flush(30) == 0
+
+    wait_for(lambda: len(worker.read_all(worker.dlq)) >= len(records), 90, "all dead letters")
+    dead = worker.read_all(worker.dlq)
+    sources = [(h["source.partition"], h["source.offset"]) for _, _, h in dead]
+    assert len(dead) == len(records) and len(set(sources)) == len(records)
+    assert all(h["source.topic"] == worker.input.encode() for _, _, h in dead)
+    assert all(h["error.reason"] for _, _, h in dead)
+    by_value = {v: h for _, v, h in dead}
+    mismatch = by_value[dict((n, v) for n, _, v in records)["key_mismatch"]]
+    assert mismatch["error.reason"].startswith(b"key_mismatch")
+    assert mismatch["error.field"] == b"workflow_key"
+    wait_for(
+        lambda: 'splitbrain_events_total{kind="lease_acquired"} 1.0' in worker.metrics(),
+        30,
+        "the valid event to be counted",
+    )
+    metrics = worker.metrics()
+    assert 'splitbrain_dlq_messages_total{reason="too_large"}' in metrics
+    assert "export-ledger" not in metrics
