@@ -21,7 +21,7 @@ from detector.findings import Finding, Severity, Status
 from ._lease import LeaseHealth
 from ._records import Acq, Cond, Ev, order_key
 from ._render import render, severity_of
-from ._rules import derive, fenced_after, verified_after
+from ._rules import derive, fenced_after, verified_after, worker_of
 from ._state import EFFECT_EVIDENCE, Episode, WorkflowState
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
@@ -228,6 +228,9 @@ class Detector:
             found = derived.get(ep_key)
             if ep is None:
                 ep = st.episodes[ep_key] = Episode(ep_key[0], ep_key[1])
+            if ep.worker is None:
+                # Kept with the episode: the evidence naming the owner may be dropped later.
+                ep.worker = worker_of(st, ep.displaced_epoch)
             fresh = False
             if found is not None:
                 grew = _merge(ep, found.conditions)

@@ -122,16 +122,22 @@ def _response(top: Cond, displaced: Owner | None, current: Owner | None, keys: l
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
     conds = sorted(ep.conditions.values(), key=lambda c: (order_key(c), _RANK[c.kind]))
-    latest = conds[-1]
+    # The latest evidence of the episode: a repeated condition keeps its earliest witness, but
+    # the stale event after it still tells who held the lease by then.
+    latest: Cond | Ev = conds[-1]
+    if ep.last_stale is not None and order_key(ep.last_stale) > order_key(latest):
+        latest = ep.last_stale
     if ep.retry:
         displaced = None
         owner = current_owner_before(state, latest) or acquisition(state, ep.displaced_epoch)
-        current = _owner(owner, worker_of(state, ep.displaced_epoch), ep.displaced_epoch)
+        current = _owner(
+            owner, ep.worker or worker_of(state, ep.displaced_epoch), ep.displaced_epoch
+        )
         transition = None
     else:
         displaced = _owner(
             acquisition(state, ep.displaced_epoch),
-            worker_of(state, ep.displaced_epoch),
+            ep.worker or worker_of(state, ep.displaced_epoch),
             ep.displaced_epoch,
         )
         trans = transition_of(state, ep.displaced_epoch)

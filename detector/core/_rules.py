@@ -78,23 +78,33 @@ def derive(state: WorkflowState) -> dict[EpisodeKey, Derived]:
 def _duplicates(effects: Iterable[Ev]) -> Iterator[tuple[EpisodeKey, Cond]]:
     """Failover duplicates (two epochs) and retry duplicates (one epoch, one source, two events)."""
     first: dict[tuple[str, int], Ev] = {}
-    firsts_by_source: dict[tuple[str, int, str], list[Ev]] = {}
+    confirmed: set[tuple[str, int]] = set()
+    by_source: dict[tuple[str, int, str], list[Ev]] = {}
     for ev in effects:
         if ev.kind != Kind.EFFECT_COMMITTED or ev.effect_key is None:
             continue
         k = (ev.effect_key, ev.epoch)
         if k not in first or order_key(ev) < order_key(first[k]):
             first[k] = ev
-        firsts_by_source.setdefault((ev.effect_key, ev.epoch, ev.source), []).append(ev)
+        if ev.source == Source.DESTINATION:
+            confirmed.add(k)
+        by_source.setdefault((ev.effect_key, ev.epoch, ev.source), []).append(ev)
     for (effect_key, epoch), ev in first.items():
         for (other_key, other_epoch), other in first.items():
-            if other_key == effect_key and other_epoch > epoch:
-                later = max(ev, other, key=order_key)
-                yield (
-                    (epoch, False),
-                    _cond(ConditionKind.DUPLICATE_EFFECT, later, "failover", (epoch, other_epoch)),
-                )
-    for (_, epoch, _), evs in firsts_by_source.items():
+            if other_key != effect_key or other_epoch <= epoch:
+                continue
+            cond = _cond(
+                ConditionKind.DUPLICATE_EFFECT,
+                max(ev, other, key=order_key),
+                "failover",
+                (epoch, other_epoch),
+            )
+            # Confirmed when a destination confirmed the effect under both epochs, whichever of
+            # their commits came first: the same answer in any arrival order.
+            both = {(effect_key, epoch), (effect_key, other_epoch)} <= confirmed
+            source = Source.DESTINATION if both else Source.WORKER
+            yield (epoch, False), cond._replace(source=source.value)
+    for (_, epoch, _), evs in by_source.items():
         if len({e.event_id for e in evs}) > 1:
             second = sorted(evs, key=order_key)[1]
             yield (epoch, True), _cond(ConditionKind.DUPLICATE_EFFECT, second, "retry", (epoch,))
@@ -134,7 +144,7 @@ def acquisition(state: WorkflowState, epoch: int) -> Acq | None:
     return None
 
 
-def current_owner_before(state: WorkflowState, last: Cond) -> Acq | None:
+def current_owner_before(state: WorkflowState, last: Ev | Cond) -> Acq | None:
     """The highest epoch acquired before the episode's latest condition."""
     best: Acq | None = None
     for a in state.acqs:

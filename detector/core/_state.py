@@ -32,6 +32,7 @@ class Episode:
     last_stale: Ev | None = None
     last_stale_at: float | None = None
     digest: int = 0
+    worker: str | None = None
 
     @property
     def key(self) -> tuple[int, bool]:
@@ -132,6 +133,7 @@ def encode_state(state: WorkflowState) -> bytes:
                 None if ep.last_stale is None else _ev_row(ep.last_stale),
                 ep.last_stale_at,
                 ep.digest,
+                ep.worker,
             ]
             for ep in state.episodes.values()
         ],
@@ -161,6 +163,7 @@ def decode_state(raw: bytes) -> WorkflowState:
             last_stale=None if row[6] is None else _ev(row[6]),
             last_stale_at=row[7],
             digest=row[8],
+            worker=row[9],
         )
         episodes[ep.key] = ep
     return WorkflowState(

@@ -11,7 +11,6 @@ clock in seconds after a fixed base (it becomes `observed_at`).
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta

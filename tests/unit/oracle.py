@@ -120,7 +120,8 @@ def _workflow(wf: str, hist: list[OwnershipEvent]) -> dict[tuple[str, str, int],
                 )
 
     for f in found.values():
-        latest = max(f.witnesses.values())
+        # the latest evidence: the last witness, or a later repeat of a stale condition
+        latest = max([*f.witnesses.values(), f.last_stale_seq or 0])
         f.current = max((a.owner_epoch for a in acqs if a.seq < latest), default=None)  # type: ignore[operator]
         f.resolved = _fenced(f, hist) and _verified(f, hist)
     return found
@@ -137,9 +138,7 @@ def _fenced(f: OracleFinding, hist: list[OwnershipEvent]) -> bool:
             return True
         # a destination's rejection shows the fence holds, even when it is the last stale event
         if (
-            _kind(e) == "effect_rejected"
-            and e.source.value == "destination"
-            and e.seq >= last  # type: ignore[operator]
+            _kind(e) == "effect_rejected" and e.source.value == "destination" and e.seq >= last  # type: ignore[operator]
         ):
             return True
     return False

@@ -51,8 +51,19 @@ def build(rows: Sequence[Row]) -> list[OwnershipEvent]:
     out = []
     for wf, seq, kind, epoch, key, source in rows:
         worker = "checker" if source == "verifier" else f"w{epoch}"
-        out.append(ev(f"{wf}-{seq}", kind, wf, epoch, worker, seq=seq, key=key, source=source,
-                      t=float(seq)))
+        out.append(
+            ev(
+                f"{wf}-{seq}",
+                kind,
+                wf,
+                epoch,
+                worker,
+                seq=seq,
+                key=key,
+                source=source,
+                t=float(seq),
+            )
+        )
     return out
 
 
@@ -175,16 +186,9 @@ def final(findings: list[Finding]) -> list[dict[str, Any]]:
     )
 
 
-def order_free(findings: list[Finding]) -> list[dict[str, Any]]:
-    """`final`, minus the higher epoch of failover conditions: with a tie on the witness it
-    depends on arrival (known engine bug, pinned by
-    test_scenarios::test_failover_epochs_do_not_depend_on_arrival_order)."""
-    out = final(findings)
-    for f in out:
-        for c in f["conditions"]:
-            if c.get("cause") == "failover":
-                c["epochs"] = c["epochs"][:1]
-    return out
+def order_free(findings: list[Finding], rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """`final`: with seq on every event, nothing may depend on arrival, confidence included."""
+    return final(findings)
 
 
 # (a) ---------------------------------------------------------------------------------------
@@ -196,7 +200,7 @@ def test_arrival_order_does_not_change_final_findings(case):
     hist, shuffled = build(case[0]), build(case[1])
     in_order, _ = feed(hist)
     any_order, _ = feed(shuffled)
-    assert order_free(any_order.findings()) == order_free(in_order.findings())
+    assert order_free(any_order.findings(), case[0]) == order_free(in_order.findings(), case[0])
 
 
 # (b) ---------------------------------------------------------------------------------------
@@ -260,7 +264,8 @@ def test_revision_stream_is_gapless_unique_and_severity_never_drops(case, data):
         assert f.revision == (prev.revision + 1 if prev else 1)
         if prev is not None:
             assert RANK[f.severity.value] >= RANK[prev.severity.value]
-            assert (f.workflow_key, f.displaced) == (prev.workflow_key, prev.displaced)
+            assert f.workflow_key == prev.workflow_key
+            assert f.displaced == prev.displaced
         last[f.finding_id] = f
     assert sorted(last) == sorted(f.finding_id for f in d.findings())
     for f in d.findings():
@@ -312,3 +317,22 @@ def test_state_round_trip_mid_stream_changes_nothing(case, data):
         updates.extend(d.observe(e))
     assert updates == straight_updates
     assert d.findings() == straight.findings()
+
+
+def test_oracle_reproduces_the_published_acceptance_history():
+    from detector.events import parse_event_json  # noqa: PLC0415
+
+    from .test_scenarios import SEED  # noqa: PLC0415
+
+    lines = SEED.read_text().splitlines()
+    found = oracle(parse_event_json(line) for line in lines if line.strip())
+    assert set(found) == {("export-ledger", "displaced", 17)}
+    f = found[("export-ledger", "displaced", 17)]
+    key = "release-index/2026-07-26"
+    assert f.witnesses == {
+        ("stale_activity", None, None): 6,
+        ("stale_effect_attempt", None, key): 7,
+        ("stale_effect_committed", None, key): 8,
+        ("duplicate_effect", "failover", key): 9,
+    }
+    assert (f.severity, f.current, f.resolved) == ("critical", 18, False)

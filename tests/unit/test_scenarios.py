@@ -29,11 +29,15 @@ def takeover(wf: str = W, seq: bool = True):
 
 
 def commit(event_id, epoch, worker, seq, key=K, source="destination", wf=W, **kw):
-    return ev(event_id, "effect_committed", wf, epoch, worker, seq=seq, key=key, source=source, **kw)
+    return ev(
+        event_id, "effect_committed", wf, epoch, worker, seq=seq, key=key, source=source, **kw
+    )
 
 
 def verify(event_id, seq, key=K, wf=W, epoch=18):
-    return ev(event_id, "outcome_verified", wf, epoch, "checker", seq=seq, key=key, source="verifier")
+    return ev(
+        event_id, "outcome_verified", wf, epoch, "checker", seq=seq, key=key, source="verifier"
+    )
 
 
 # --- §6 acceptance history -------------------------------------------------------------------
@@ -92,10 +96,12 @@ def test_many_stale_heartbeats_give_one_condition_with_earliest_witness_and_late
 
 
 def test_destination_rejection_of_displaced_epoch_is_warning_with_high_confidence():
-    r = run([
-        *takeover(),
-        ev("rj", "effect_rejected", W, 17, "alpha", seq=6, key=K, source="destination"),
-    ])
+    r = run(
+        [
+            *takeover(),
+            ev("rj", "effect_rejected", W, 17, "alpha", seq=6, key=K, source="destination"),
+        ]
+    )
     f = r.finding(W, 17)
     assert f.severity.value == "warning"
     assert conds(f) == [("stale_effect_rejected", 6, None)]
@@ -124,29 +130,27 @@ def test_stale_commit_is_critical_and_confidence_depends_on_who_confirms(source,
 
 
 def test_worker_claim_then_destination_receipt_of_a_stale_commit_has_one_condition():
-    r = run([
-        *takeover(),
-        commit("claim", 17, "alpha", 6, source="worker"),
-        commit("receipt", 17, "alpha", 7, source="destination"),
-    ])
+    r = run(
+        [
+            *takeover(),
+            commit("claim", 17, "alpha", 6, source="worker"),
+            commit("receipt", 17, "alpha", 7, source="destination"),
+        ]
+    )
     f = r.finding(W, 17)
     assert conds(f) == [("stale_effect_committed", 6, None)]
     assert r.findings(W) == [f]  # not a retry
     assert f.last_stale_event.event_id == "receipt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: confidence is computed from the earliest witness only; when the worker's "
-    "claim precedes the destination's receipt of the same stale commit, confidence is 'medium' "
-    "although the destination confirmed it (DESIGN §4: seq + destination confirmation = high)",
-)
 def test_destination_receipt_gives_high_confidence_even_after_a_worker_claim():
-    r = run([
-        *takeover(),
-        commit("claim", 17, "alpha", 6, source="worker"),
-        commit("receipt", 17, "alpha", 7, source="destination"),
-    ])
+    r = run(
+        [
+            *takeover(),
+            commit("claim", 17, "alpha", 6, source="worker"),
+            commit("receipt", 17, "alpha", 7, source="destination"),
+        ]
+    )
     assert r.finding(W, 17).confidence == "high"
 
 
@@ -163,13 +167,15 @@ def test_effect_rejected_without_key_takes_key_result():
 def test_failover_duplicate_after_a_clean_handoff():
     # epoch 5 commits K and releases; epoch 6 takes over cleanly and commits K again.
     wf = "report-index"
-    r = run([
-        acq("a5", 5, "delta", 1, wf),
-        commit("c5", 5, "delta", 2, key="shard-01", wf=wf),
-        ev("rel", "lease_released", wf, 5, "delta", seq=3),
-        acq("a6", 6, "epsilon", 4, wf),
-        commit("c6", 6, "epsilon", 5, key="shard-01", wf=wf),
-    ])
+    r = run(
+        [
+            acq("a5", 5, "delta", 1, wf),
+            commit("c5", 5, "delta", 2, key="shard-01", wf=wf),
+            ev("rel", "lease_released", wf, 5, "delta", seq=3),
+            acq("a6", 6, "epsilon", 4, wf),
+            commit("c6", 6, "epsilon", 5, key="shard-01", wf=wf),
+        ]
+    )
     f = r.finding(wf, 5)
     assert (f.severity.value, f.status.value) == ("critical", "open")
     assert epochs(f) == (5, 6)
@@ -189,14 +195,12 @@ def test_failover_duplicate_witness_is_later_commit_even_when_it_arrives_first()
     assert f.severity.value == "critical"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: when one commit witnesses failover duplicates with several higher epochs "
-    "(a tie on the earliest witness), the condition's `epochs` is whichever pair arrived first, "
-    "so the finding depends on arrival order despite seq on every event (DESIGN §4)",
-)
 def test_failover_epochs_do_not_depend_on_arrival_order():
-    a17, a18, a19 = acq("a17", 17, "alpha", 1), acq("a18", 18, "beta", 2), acq("a19", 19, "gamma", 4)
+    a17, a18, a19 = (
+        acq("a17", 17, "alpha", 1),
+        acq("a18", 18, "beta", 2),
+        acq("a19", 19, "gamma", 4),
+    )
     c18, c19 = commit("c18", 18, "beta", 3), commit("c19", 19, "gamma", 5)
     c17 = commit("c17", 17, "alpha", 6)  # alpha commits K after both beta and gamma did
     one = run([a17, a18, c18, a19, c19, c17]).finding(W, 17)
@@ -204,13 +208,28 @@ def test_failover_epochs_do_not_depend_on_arrival_order():
     assert one.model_dump(exclude={"revision"}) == other.model_dump(exclude={"revision"})
 
 
+def test_failover_confidence_does_not_depend_on_arrival_order():
+    # alpha's commit of K is confirmed by the destination before the takeover; beta redoes K:
+    # its worker logs the commit (seq 8) and the destination confirms it (seq 9).
+    a17, c17 = acq("a17", 17, "alpha", 1), commit("c17", 17, "alpha", 4)
+    a18 = acq("a18", 18, "beta", 5)
+    claim, receipt = commit("claim", 18, "beta", 8, source="worker"), commit("rc", 18, "beta", 9)
+    in_order = run([a17, c17, a18, claim, receipt]).finding(W, 17)
+    receipt_first = run([a17, receipt, c17, a18, claim]).finding(W, 17)
+    assert conds(in_order) == [("duplicate_effect", 8, "failover")]
+    # every commit of K was confirmed by a destination, and seq orders the takeover
+    assert (in_order.confidence, receipt_first.confidence) == ("high", "high")
+
+
 def test_retry_duplicate_is_its_own_finding_without_displaced_owner():
     wf = "checkout-sync"
-    r = run([
-        acq("a3", 3, "zeta", 1, wf),
-        commit("c1", 3, "zeta", 2, key="reply-to/msg-8f2", wf=wf),
-        commit("c2", 3, "zeta", 3, key="reply-to/msg-8f2", wf=wf),
-    ])
+    r = run(
+        [
+            acq("a3", 3, "zeta", 1, wf),
+            commit("c1", 3, "zeta", 2, key="reply-to/msg-8f2", wf=wf),
+            commit("c2", 3, "zeta", 3, key="reply-to/msg-8f2", wf=wf),
+        ]
+    )
     (f,) = r.findings()
     assert f.displaced is None
     assert f.current.owner_epoch == 3
@@ -222,12 +241,14 @@ def test_retry_duplicate_is_its_own_finding_without_displaced_owner():
 
 
 def test_worker_claim_plus_destination_confirmation_is_not_a_retry():
-    r = run([
-        acq("a1", 1, "w", 1),
-        commit("claim", 1, "w", 2, source="worker"),
-        commit("conf", 1, "w", 3, source="destination"),
-        commit("other", 1, "w", 4, key="other-key", source="destination"),
-    ])
+    r = run(
+        [
+            acq("a1", 1, "w", 1),
+            commit("claim", 1, "w", 2, source="worker"),
+            commit("conf", 1, "w", 3, source="destination"),
+            commit("other", 1, "w", 4, key="other-key", source="destination"),
+        ]
+    )
     assert r.findings() == []
     assert r.updates == []
 
@@ -249,14 +270,16 @@ def test_stale_retry_gives_a_retry_finding_and_a_displaced_finding():
 def test_late_buffered_pre_takeover_evidence_raises_nothing():
     # alpha's checkpoint, attempt and commit all happened before the takeover (seq < 5) but were
     # buffered and only arrive after beta's acquisition.
-    r = run([
-        *takeover(),
-        ev("p", "progress", W, 17, "alpha", seq=2),
-        ev("hb", "heartbeat", W, 17, "alpha", seq=3),
-        ev("x", "effect_attempted", W, 17, "alpha", seq=3, key=K),
-        commit("c", 17, "alpha", 4),
-        ev("rj", "effect_rejected", W, 17, "alpha", seq=4, key="other", source="destination"),
-    ])
+    r = run(
+        [
+            *takeover(),
+            ev("p", "progress", W, 17, "alpha", seq=2),
+            ev("hb", "heartbeat", W, 17, "alpha", seq=3),
+            ev("x", "effect_attempted", W, 17, "alpha", seq=3, key=K),
+            commit("c", 17, "alpha", 4),
+            ev("rj", "effect_rejected", W, 17, "alpha", seq=4, key="other", source="destination"),
+        ]
+    )
     assert r.findings() == []
     assert r.updates == []
 
@@ -326,11 +349,13 @@ def test_nothing_new_publishes_no_revision():
     r = run([*takeover(), commit("c", 17, "alpha", 8)])
     before = len(r.updates)
     # the current owner's routine work and a pre-takeover checkpoint change nothing
-    r.feed([
-        ev("hb18", "heartbeat", W, 18, "beta", seq=9),
-        ev("p18", "progress", W, 18, "beta", seq=10),
-        ev("old", "progress", W, 17, "alpha", seq=2),
-    ])
+    r.feed(
+        [
+            ev("hb18", "heartbeat", W, 18, "beta", seq=9),
+            ev("p18", "progress", W, 18, "beta", seq=10),
+            ev("old", "progress", W, 17, "alpha", seq=2),
+        ]
+    )
     assert len(r.updates) == before
     assert r.finding(W, 17).revision == 1
 
@@ -374,60 +399,72 @@ def test_fenced_and_verified_resolves_keeping_severity(fence):
 
 
 def test_stale_activity_only_resolves_on_fence_alone():
-    r = run([
-        *takeover(),
-        ev("hb", "heartbeat", W, 17, "alpha", seq=6),
-        ev("f", "lease_lost", W, 17, "alpha", seq=7),
-    ])
+    r = run(
+        [
+            *takeover(),
+            ev("hb", "heartbeat", W, 17, "alpha", seq=6),
+            ev("f", "lease_lost", W, 17, "alpha", seq=7),
+        ]
+    )
     assert r.finding(W, 17).status.value == "resolved"
 
 
 def test_resolution_evidence_must_come_after_the_stale_evidence():
     # lease_lost and the verification both predate the last stale event
-    r = run([
-        *takeover(),
-        commit("c", 17, "alpha", 6),
-        verify("v", 7),
-        ev("f", "lease_lost", W, 17, "alpha", seq=8),
-        ev("hb", "heartbeat", W, 17, "alpha", seq=9),
-    ])
+    r = run(
+        [
+            *takeover(),
+            commit("c", 17, "alpha", 6),
+            verify("v", 7),
+            ev("f", "lease_lost", W, 17, "alpha", seq=8),
+            ev("hb", "heartbeat", W, 17, "alpha", seq=9),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
     # verification before the commit on that key does not count either
-    r = run([
-        *takeover(),
-        verify("v", 6),
-        commit("c", 17, "alpha", 7),
-        ev("f", "lease_lost", W, 17, "alpha", seq=8),
-    ])
+    r = run(
+        [
+            *takeover(),
+            verify("v", 6),
+            commit("c", 17, "alpha", 7),
+            ev("f", "lease_lost", W, 17, "alpha", seq=8),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
 
 
 def test_ownership_uncertain_is_not_fence_evidence_and_worker_verification_does_not_count():
-    r = run([
-        *_stale_commit(),
-        ev("u", "ownership_uncertain", W, 17, "alpha", seq=7),
-        verify("v", 8),
-        ev("wv", "outcome_verified", W, 18, "beta", seq=9, key=K, source="worker"),
-    ])
+    r = run(
+        [
+            *_stale_commit(),
+            ev("u", "ownership_uncertain", W, 17, "alpha", seq=7),
+            verify("v", 8),
+            ev("wv", "outcome_verified", W, 18, "beta", seq=9, key=K, source="worker"),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
     r.feed([ev("f", "lease_lost", W, 17, "alpha", seq=10)])
     assert r.finding(W, 17).status.value == "resolved"
-    r2 = run([
-        *_stale_commit(),
-        ev("f", "lease_lost", W, 17, "alpha", seq=7),
-        ev("wv", "outcome_verified", W, 18, "beta", seq=8, key=K, source="worker"),
-    ])
+    r2 = run(
+        [
+            *_stale_commit(),
+            ev("f", "lease_lost", W, 17, "alpha", seq=7),
+            ev("wv", "outcome_verified", W, 18, "beta", seq=8, key=K, source="worker"),
+        ]
+    )
     assert r2.finding(W, 17).status.value == "open"
 
 
 def test_every_effect_key_must_be_verified():
-    r = run([
-        *takeover(),
-        commit("c1", 17, "alpha", 6, key="k1"),
-        ev("x", "effect_attempted", W, 17, "alpha", seq=7, key="k2"),
-        ev("f", "lease_lost", W, 17, "alpha", seq=8),
-        verify("v1", 9, key="k1"),
-    ])
+    r = run(
+        [
+            *takeover(),
+            commit("c1", 17, "alpha", 6, key="k1"),
+            ev("x", "effect_attempted", W, 17, "alpha", seq=7, key="k2"),
+            ev("f", "lease_lost", W, 17, "alpha", seq=8),
+            verify("v1", 9, key="k1"),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
     r.feed([verify("v2", 10, key="k2")])
     assert r.finding(W, 17).status.value == "resolved"
@@ -441,11 +478,13 @@ def test_verification_arriving_before_the_evidence_it_follows_still_resolves():
 def test_destination_rejection_after_a_stale_commit_fences():
     # alpha commits K at a destination that ignores the fence; its next write to K is rejected
     # by a destination that enforces it; a verifier then confirms K: fenced and verified.
-    r = run([
-        *takeover(),
-        commit("c", 17, "alpha", 6),
-        ev("rj", "effect_rejected", W, 17, "alpha", seq=7, key=K, source="destination"),
-    ])
+    r = run(
+        [
+            *takeover(),
+            commit("c", 17, "alpha", 6),
+            ev("rj", "effect_rejected", W, 17, "alpha", seq=7, key=K, source="destination"),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
     r.feed([verify("v", 8)])
     f = r.finding(W, 17)
@@ -453,45 +492,53 @@ def test_destination_rejection_after_a_stale_commit_fences():
 
 
 def test_destination_rejection_of_the_only_attempt_fences():
-    r = run([
-        *takeover(),
-        ev("x", "effect_attempted", W, 17, "alpha", seq=6, key=K),
-        ev("rj", "effect_rejected", W, 17, "alpha", seq=7, key=K, source="destination"),
-        verify("v", 8),
-    ])
+    r = run(
+        [
+            *takeover(),
+            ev("x", "effect_attempted", W, 17, "alpha", seq=6, key=K),
+            ev("rj", "effect_rejected", W, 17, "alpha", seq=7, key=K, source="destination"),
+            verify("v", 8),
+        ]
+    )
     assert r.finding(W, 17).status.value == "resolved"
 
 
 def test_rejection_fences_only_what_came_before_it():
-    r = run([
-        *takeover(),
-        ev("rj", "effect_rejected", W, 17, "alpha", seq=6, key=K, source="destination"),
-        ev("hb", "heartbeat", W, 17, "alpha", seq=7),
-        verify("v", 8),
-    ])
+    r = run(
+        [
+            *takeover(),
+            ev("rj", "effect_rejected", W, 17, "alpha", seq=6, key=K, source="destination"),
+            ev("hb", "heartbeat", W, 17, "alpha", seq=7),
+            verify("v", 8),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
     r.feed([ev("f", "lease_lost", W, 17, "alpha", seq=9)])
     assert r.finding(W, 17).status.value == "resolved"
 
 
 def test_worker_reported_rejection_is_not_fence_evidence():
-    r = run([
-        *_stale_commit(),
-        ev("rj", "effect_rejected", W, 17, "alpha", seq=7, key=K, source="worker"),
-        ev("rj2", "effect_rejected", W, 17, "alpha", seq=8, key=K, source="worker"),
-        verify("v", 9),
-    ])
+    r = run(
+        [
+            *_stale_commit(),
+            ev("rj", "effect_rejected", W, 17, "alpha", seq=7, key=K, source="worker"),
+            ev("rj2", "effect_rejected", W, 17, "alpha", seq=8, key=K, source="worker"),
+            verify("v", 9),
+        ]
+    )
     assert r.finding(W, 17).status.value == "open"
 
 
 def test_failover_duplicate_after_clean_handoff_resolves_when_verified():
     wf = "report-index"
-    r = run([
-        acq("a5", 5, "delta", 1, wf),
-        commit("c5", 5, "delta", 2, key="s1", wf=wf),
-        acq("a6", 6, "epsilon", 3, wf),
-        commit("c6", 6, "epsilon", 4, key="s1", wf=wf),
-    ])
+    r = run(
+        [
+            acq("a5", 5, "delta", 1, wf),
+            commit("c5", 5, "delta", 2, key="s1", wf=wf),
+            acq("a6", 6, "epsilon", 3, wf),
+            commit("c6", 6, "epsilon", 4, key="s1", wf=wf),
+        ]
+    )
     assert r.finding(wf, 5).status.value == "open"
     r.feed([verify("v", 5, key="s1", wf=wf, epoch=6)])
     assert r.finding(wf, 5).status.value == "resolved"
@@ -553,35 +600,39 @@ def test_redelivered_event_id_changes_nothing():
 
 
 def test_clean_handoff_and_single_owner_give_nothing():
-    r = run([
-        acq("a5", 5, "delta", 1, "report-index"),
-        commit("c5", 5, "delta", 2, key="shard-01", wf="report-index"),
-        ev("p5", "progress", "report-index", 5, "delta", seq=3),
-        ev("l5", "lease_lost", "report-index", 5, "delta", seq=4),
-        acq("a6", 6, "epsilon", 5, "report-index"),
-        commit("c6", 6, "epsilon", 6, key="shard-02", wf="report-index"),
-        acq("a3", 3, "zeta", 1, "checkout-sync"),
-        *[ev(f"h{i}", "heartbeat", "checkout-sync", 3, "zeta", seq=i) for i in range(2, 12)],
-        commit("z", 3, "zeta", 12, key="sync", wf="checkout-sync"),
-        ev("zr", "lease_released", "checkout-sync", 3, "zeta", seq=13),
-        # the same worker re-acquires under a new epoch: an acquisition count is not an error
-        acq("a4", 4, "zeta", 14, "checkout-sync"),
-        acq("a4b", 4, "zeta", 14, "checkout-sync"),
-    ])
+    r = run(
+        [
+            acq("a5", 5, "delta", 1, "report-index"),
+            commit("c5", 5, "delta", 2, key="shard-01", wf="report-index"),
+            ev("p5", "progress", "report-index", 5, "delta", seq=3),
+            ev("l5", "lease_lost", "report-index", 5, "delta", seq=4),
+            acq("a6", 6, "epsilon", 5, "report-index"),
+            commit("c6", 6, "epsilon", 6, key="shard-02", wf="report-index"),
+            acq("a3", 3, "zeta", 1, "checkout-sync"),
+            *[ev(f"h{i}", "heartbeat", "checkout-sync", 3, "zeta", seq=i) for i in range(2, 12)],
+            commit("z", 3, "zeta", 12, key="sync", wf="checkout-sync"),
+            ev("zr", "lease_released", "checkout-sync", 3, "zeta", seq=13),
+            # the same worker re-acquires under a new epoch: an acquisition count is not an error
+            acq("a4", 4, "zeta", 14, "checkout-sync"),
+            acq("a4b", 4, "zeta", 14, "checkout-sync"),
+        ]
+    )
     assert r.findings() == []
     assert r.updates == []
     assert r.detector.counters.findings_opened == 0
 
 
 def test_three_epochs_each_displaced_owner_has_its_own_finding():
-    r = run([
-        acq("a17", 17, "alpha", 1),
-        acq("a18", 18, "beta", 2),
-        acq("a19", 19, "gamma", 3),
-        ev("p17", "progress", W, 17, "alpha", seq=4),
-        commit("c18", 18, "beta", 5),
-        commit("c19", 19, "gamma", 6),
-    ])
+    r = run(
+        [
+            acq("a17", 17, "alpha", 1),
+            acq("a18", 18, "beta", 2),
+            acq("a19", 19, "gamma", 3),
+            ev("p17", "progress", W, 17, "alpha", seq=4),
+            commit("c18", 18, "beta", 5),
+            commit("c19", 19, "gamma", 6),
+        ]
+    )
     f17, f18 = r.finding(W, 17), r.finding(W, 18)
     assert f17.finding_id != f18.finding_id
     assert epochs(f17) == (17, 19)
@@ -596,12 +647,14 @@ def test_three_epochs_each_displaced_owner_has_its_own_finding():
 
 
 def test_current_is_highest_epoch_acquired_before_latest_condition():
-    r = run([
-        acq("a17", 17, "alpha", 1),
-        acq("a18", 18, "beta", 2),
-        ev("p", "progress", W, 17, "alpha", seq=3),
-        acq("a19", 19, "gamma", 4),
-    ])
+    r = run(
+        [
+            acq("a17", 17, "alpha", 1),
+            acq("a18", 18, "beta", 2),
+            ev("p", "progress", W, 17, "alpha", seq=3),
+            acq("a19", 19, "gamma", 4),
+        ]
+    )
     assert epochs(r.finding(W, 17)) == (17, 18)
     r.feed([ev("x", "effect_attempted", W, 17, "alpha", seq=5, key=K)])
     assert epochs(r.finding(W, 17)) == (17, 19)
@@ -609,20 +662,22 @@ def test_current_is_highest_epoch_acquired_before_latest_condition():
 
 def test_interleaved_workflows_are_kept_apart():
     a, b, c = "tenant-1/a", "tenant-2/b", "tenant-3/c"
-    r = run([
-        acq("a1", 1, "w1", 1, a),
-        acq("b1", 1, "w1", 1, b),
-        acq("c1", 7, "w9", 1, c),
-        acq("a2", 2, "w2", 2, a),
-        ev("bp", "progress", b, 1, "w1", seq=2),  # b: no takeover, not stale
-        ev("ap", "progress", a, 1, "w1", seq=3),  # a: stale
-        commit("bc", 1, "w1", 3, key=K, wf=b),
-        acq("b2", 2, "w2", 4, b),
-        commit("ac", 2, "w2", 4, key=K, wf=a),  # a: nothing committed under 1 for K
-        commit("cc", 7, "w9", 2, key=K, wf=c),
-        commit("bc2", 2, "w2", 5, key=K, wf=b),  # b: failover duplicate after clean handoff
-        ev("bhb", "heartbeat", b, 1, "w1", seq=3),  # b: pre-takeover, buffered
-    ])
+    r = run(
+        [
+            acq("a1", 1, "w1", 1, a),
+            acq("b1", 1, "w1", 1, b),
+            acq("c1", 7, "w9", 1, c),
+            acq("a2", 2, "w2", 2, a),
+            ev("bp", "progress", b, 1, "w1", seq=2),  # b: no takeover, not stale
+            ev("ap", "progress", a, 1, "w1", seq=3),  # a: stale
+            commit("bc", 1, "w1", 3, key=K, wf=b),
+            acq("b2", 2, "w2", 4, b),
+            commit("ac", 2, "w2", 4, key=K, wf=a),  # a: nothing committed under 1 for K
+            commit("cc", 7, "w9", 2, key=K, wf=c),
+            commit("bc2", 2, "w2", 5, key=K, wf=b),  # b: failover duplicate after clean handoff
+            ev("bhb", "heartbeat", b, 1, "w1", seq=3),  # b: pre-takeover, buffered
+        ]
+    )
     assert {(f.workflow_key, *epochs(f)) for f in r.findings()} == {(a, 1, 2), (b, 1, 2)}
     assert conds(r.finding(a, 1)) == [("stale_activity", 3, None)]
     assert cond_keys(r.finding(b, 1)) == {("duplicate_effect", "failover", K)}
@@ -638,12 +693,19 @@ def test_interleaved_workflows_are_kept_apart():
 def test_lease_policy_warning_when_lease_not_longer_than_two_heartbeats_plus_jitter(
     lease, hb, warned
 ):
-    r = run([
-        acq(
-            "a", 1, "w", 1,
-            lease_duration_s=lease, heartbeat_interval_s=hb, attrs={"tool_class": "browser"},
-        )
-    ])
+    r = run(
+        [
+            acq(
+                "a",
+                1,
+                "w",
+                1,
+                lease_duration_s=lease,
+                heartbeat_interval_s=hb,
+                attrs={"tool_class": "browser"},
+            )
+        ]
+    )
     ws = r.detector.lease_health.warnings
     assert [(w.tool_class, w.reason) for w in ws] == ([("browser", "policy")] if warned else [])
     assert r.findings() == []
@@ -651,12 +713,14 @@ def test_lease_policy_warning_when_lease_not_longer_than_two_heartbeats_plus_jit
 
 def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class():
     common = {"attrs": {"tool_class": "export"}}
-    r = run([
-        acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=30, **common),
-        ev("h1", "heartbeat", W, 1, "w", seq=2, t=30),
-        ev("h2", "heartbeat", W, 1, "w", seq=3, t=60),
-        ev("h3", "heartbeat", W, 1, "w", seq=4, t=140),  # gap 80 s: 5 s jitter short of 90
-    ])
+    r = run(
+        [
+            acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=30, **common),
+            ev("h1", "heartbeat", W, 1, "w", seq=2, t=30),
+            ev("h2", "heartbeat", W, 1, "w", seq=3, t=60),
+            ev("h3", "heartbeat", W, 1, "w", seq=4, t=140),  # gap 80 s: 5 s jitter short of 90
+        ]
+    )
     assert r.detector.lease_health.warnings == []
     r.feed([ev("h4", "heartbeat", W, 1, "w", seq=5, t=225)])  # gap 85 s: within the reserve
     (w,) = r.detector.lease_health.warnings
@@ -668,13 +732,15 @@ def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class():
 
 def test_displaced_heartbeats_do_not_count_as_gaps_of_the_current_owner():
     lease = {"lease_duration_s": 90, "heartbeat_interval_s": 30, "attrs": {"tool_class": "x"}}
-    r = run([
-        acq("a1", 1, "alpha", 1, t=0, **lease),
-        acq("a2", 2, "beta", 2, t=10, **lease),
-        ev("h1", "heartbeat", W, 2, "beta", seq=3, t=40),
-        ev("s1", "heartbeat", W, 1, "alpha", seq=4, t=500),  # stale, far later
-        ev("h2", "heartbeat", W, 2, "beta", seq=5, t=70),
-    ])
+    r = run(
+        [
+            acq("a1", 1, "alpha", 1, t=0, **lease),
+            acq("a2", 2, "beta", 2, t=10, **lease),
+            ev("h1", "heartbeat", W, 2, "beta", seq=3, t=40),
+            ev("s1", "heartbeat", W, 1, "alpha", seq=4, t=500),  # stale, far later
+            ev("h2", "heartbeat", W, 2, "beta", seq=5, t=70),
+        ]
+    )
     assert r.detector.lease_health.warnings == []
     assert r.finding(W, 1).severity.value == "info"
 
@@ -725,12 +791,6 @@ def test_released_workflow_with_a_finding_keeps_its_revisions_going():
     assert r.updates[-1].finding.severity.value == "critical"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: after idle-TTL eviction a new episode of the same (workflow, displaced "
-    "epoch) is published again as revision 1 of the same finding_id, so a (finding_id, revision) "
-    "pair repeats and readers keeping the latest revision drop the new critical episode",
-)
 def test_idle_eviction_never_republishes_a_finding_revision():
     r = run(
         [*takeover(), ev("p", "progress", W, 17, "alpha", seq=6)],
@@ -748,6 +808,26 @@ def test_idle_eviction_never_republishes_a_finding_revision():
         if old is None or u.finding.revision > old.revision:
             latest[u.finding.finding_id] = u.finding
     assert any(f.severity.value == "critical" for f in latest.values())
+
+
+def test_compaction_keeps_the_displaced_owner_of_a_finding():
+    # the detector never saw epoch 0's acquisition (older than its retention); alpha (epoch 0)
+    # heartbeats after gamma's takeover, then learns it lost; gamma finishes the workflow
+    r = run(
+        [
+            acq("a2", 2, "gamma", 15),
+            ev("h16", "heartbeat", W, 0, "alpha", seq=16),
+            ev("l", "lease_lost", W, 0, "alpha", seq=17),
+            ev("rel", "lease_released", W, 2, "gamma", seq=19),
+        ],
+        Config(quiet_period_s=600),
+        at(0),
+    )
+    assert r.finding(W, 0).displaced.worker_id == "alpha"
+    r.advance(at(600))  # released and quiet: compacted
+    r.feed([acq("a1", 1, "beta", 8)], now=at(700))  # a late acquisition forces a re-render
+    assert all(u.finding.displaced is not None for u in r.updates)
+    assert all(u.finding.displaced.worker_id == "alpha" for u in r.updates)
 
 
 def test_idle_workflow_is_evicted_after_ttl():
@@ -791,7 +871,11 @@ def test_state_survives_encode_decode_mid_episode():
     from detector.core import decode_state, encode_state  # noqa: PLC0415
 
     first = [*takeover(), ev("hb", "heartbeat", W, 17, "alpha", seq=6)]
-    rest = [commit("c", 17, "alpha", 7), ev("f", "lease_lost", W, 17, "alpha", seq=8), verify("v", 9)]
+    rest = [
+        commit("c", 17, "alpha", 7),
+        ev("f", "lease_lost", W, 17, "alpha", seq=8),
+        verify("v", 9),
+    ]
     straight = run([*first, *rest])
     r = run(first)
     r.detector.states = {k: decode_state(encode_state(s)) for k, s in r.detector.states.items()}
