@@ -30,18 +30,18 @@ EXIT_INTERRUPTED: Final = 130
 
 
 class _Pacer:
-    """Holds a steady rate by the schedule, not by sleeping a fixed gap after each send."""
+    """Keeps to a schedule rather than sleeping a fixed gap after each send, so the time spent
+    sending does not lower the rate."""
 
     def __init__(self, rate: float | None) -> None:
         self._interval = 1.0 / rate if rate else 0.0
         self._next = time.monotonic()
 
     def wait(self) -> None:
-        if self._interval:
-            delay = self._next - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            self._next = max(self._next, time.monotonic() - 1.0) + self._interval
+        now = time.monotonic()
+        if self._next > now:
+            time.sleep(self._next - now)
+        self._next = max(self._next, now) + self._interval
 
 
 @reports_kafka_errors("replay")

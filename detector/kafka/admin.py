@@ -238,7 +238,9 @@ def run_apply(args: argparse.Namespace) -> int:
     except TopicsFileError as exc:
         print(f"splitbrain topics apply: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
-    admin = AdminClient(client_config(args))
+    # log_level 5 (notice): at exit librdkafka may note at info level that it dropped an admin
+    # event nobody waits for any more, which is noise on an operator's terminal.
+    admin = AdminClient({**client_config(args), "log_level": 5})
     todo = plan(admin, topics, args.timeout)
     print_plan(todo)
     if todo.empty:

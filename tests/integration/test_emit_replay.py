@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Message
-from kafka_harness import (
+from opentelemetry.sdk.trace import TracerProvider
+
+from detector.devkafka import LocalKafka
+from detector.emit import DeliveryError, Emitter
+from detector.events import Kind, OwnershipEvent, Source, parse_event_json
+from detector.history import GoodLine, read_history
+
+from .kafka_harness import (
     SEED_FIXTURE,
     broker_env,
     create_topic,
@@ -22,12 +29,6 @@ from kafka_harness import (
     splitbrain,
     unique,
 )
-from opentelemetry.sdk.trace import TracerProvider
-
-from detector.devkafka import LocalKafka
-from detector.emit import DeliveryError, Emitter
-from detector.events import Kind, OwnershipEvent, Source, parse_event_json
-from detector.history import GoodLine, read_history
 
 PARTITIONS = 6
 

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from kafka_harness import (
+
+from detector.audit import audit_lines
+from detector.devkafka import LocalKafka, make_tls_files
+from detector.emit import Emitter
+from detector.events import parse_event_json
+from detector.findings import Finding
+from detector.kafka.config import KafkaClientError, env_name
+
+from .kafka_harness import (
     SEED_FIXTURE,
     broker_env,
     delete_topics,
@@ -20,13 +28,6 @@ from kafka_harness import (
     splitbrain,
     unique,
 )
-
-from detector.audit import audit_lines
-from detector.devkafka import LocalKafka, make_tls_files
-from detector.emit import Emitter
-from detector.events import parse_event_json
-from detector.findings import Finding
-from detector.kafka.config import KafkaClientError, env_name
 
 TIMEOUT = 30.0
 QUICK = 10.0  # "a few seconds": far below any librdkafka retry or request timeout

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
-from kafka_harness import SEED_FIXTURE, broker_env, create_topic, delete_topics, splitbrain, unique
 
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka
 from detector.findings import Finding, Severity
+
+from .kafka_harness import SEED_FIXTURE, broker_env, create_topic, delete_topics, splitbrain, unique
 
 TIMEOUT = 30.0
 

@@ -8,15 +8,16 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-from kafka_harness import (
+
+from detector.devkafka import LocalKafka
+from detector.kafka.admin import load_topics
+
+from .kafka_harness import (
     broker_env,
     delete_topics,
     renamed_topics_file,
     splitbrain,
 )
-
-from detector.devkafka import LocalKafka
-from detector.kafka.admin import load_topics
 
 TIMEOUT = 30.0
 

@@ -209,3 +209,12 @@ def test_unusable_topics_files_say_why(tmp_path: Path, text: str, message: str) 
 def test_unknown_profile_lists_the_known_ones() -> None:
     with pytest.raises(TopicsFileError, match="profiles: local"):
         load_topics(REPO / "topics" / "topics.yaml", "staging")
+
+
+def test_emitter_from_env_needs_only_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPLITBRAIN_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(KafkaClientError, match="SPLITBRAIN_BOOTSTRAP_SERVERS"):
+        Emitter.from_env()
+    monkeypatch.setenv("SPLITBRAIN_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    with Emitter.from_env(topic="elsewhere") as emitter:
+        assert emitter.topic == "elsewhere"
