@@ -213,7 +213,9 @@ class KafkaLoopWorker:
             if updates or evicted:
                 self._begin()
                 self._publish(updates, partition)
-                ps.dirty |= evicted
+                # A resolved finding's new revision lives in its state: persist it with the
+                # revision, or a restore would publish the same (finding_id, revision) again.
+                ps.dirty |= evicted | {u.workflow_key for u in updates}
             self.metrics.state(partition, len(ps.detector.states))
             self.metrics.engine(partition, ps.detector.counters)
 

@@ -30,11 +30,12 @@ from confluent_kafka.cimpl import NewTopic
 
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka
+from detector.kafka.config import env_name
+
+pytest.importorskip("faust", reason="the faust extra is not installed: pip install -e '.[faust]'")
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path("/work/shared/scenarios/seed-fixture.jsonl")
-if not FIXTURE.exists():
-    FIXTURE = REPO / "shared" / "scenarios" / "seed-fixture.jsonl"
+FIXTURE = REPO.parent / "shared" / "scenarios" / "seed-fixture.jsonl"  # as kafka_harness has it
 PARTITIONS = 3
 DEADLINE_S = 120.0
 POISON = b'{"event_id": "poison-1", "kind": "lease_acq'  # truncated JSON
@@ -48,15 +49,19 @@ class Topics:
     group: str
 
 
-@pytest.fixture
-def topics(kafka_broker: LocalKafka) -> Iterator[Topics]:
+def make_topics(broker: LocalKafka) -> Topics:
     tag = uuid.uuid4().hex[:10]
     names = Topics(f"own-{tag}", f"findings-{tag}", f"dlq-{tag}", f"detector-{tag}")
-    admin = AdminClient(kafka_broker.client_config())
+    admin = AdminClient(broker.client_config())
     new = [NewTopic(t, PARTITIONS, 1) for t in (names.input, names.findings, names.dlq)]
     for future in admin.create_topics(new).values():
         future.result(timeout=30)
-    yield names
+    return names
+
+
+@pytest.fixture
+def topics(kafka_broker: LocalKafka) -> Topics:
+    return make_topics(kafka_broker)
 
 
 @dataclass
@@ -89,8 +94,6 @@ def worker(broker: LocalKafka, t: Topics, state: Path, name: str) -> Iterator[Wo
         sys.executable,
         "-m",
         "detector.runtime.faust_app",
-        "--bootstrap-servers",
-        broker.bootstrap,
         "--input-topic",
         t.input,
         "--findings-topic",
@@ -104,7 +107,9 @@ def worker(broker: LocalKafka, t: Topics, state: Path, name: str) -> Iterator[Wo
         "--state-dir",
         str(state / name),
     ]
+    # The connection (and the SASL password) comes from the environment, as in production.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
+    env.update({env_name(k): str(v) for k, v in broker.client_config().items()})
     with log.open("wb") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
@@ -140,7 +145,7 @@ class Reader:
 
     broker: LocalKafka
     topic: str
-    records: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]] = field(
+    records: list[tuple[int, bytes | None, bytes | None, dict[str, bytes]]] = field(
         default_factory=list
     )
     at_end: set[int] = field(default_factory=set)
@@ -179,9 +184,10 @@ class Reader:
                 self.at_end.add(msg.partition() or 0)
                 continue
             self.at_end.discard(msg.partition() or 0)
-            self.records.append(
-                (msg.partition() or 0, msg.key(), msg.value(), list(msg.headers() or []))
-            )
+            raw = msg.headers() or []
+            pairs = raw.items() if isinstance(raw, dict) else raw
+            headers = {k: v for k, v in pairs if isinstance(v, bytes)}
+            self.records.append((msg.partition() or 0, msg.key(), msg.value(), headers))
 
     def caught_up(self) -> bool:
         return len(self.at_end) == PARTITIONS
@@ -255,9 +261,8 @@ def test_fixture_findings_and_poison_exactly_once(
         assert w.terminate() == 0, w.tail()
 
     assert len(dlq.records) == 1, dlq.records
-    _, key, value, headers = dlq.records[0]
+    _, key, value, header = dlq.records[0]
     assert (key, value) == (b"export-ledger", POISON)
-    header = dict(headers)
     assert header["error.reason"].startswith(b"invalid"), header
     assert header["source.topic"] == topics.input.encode()
     # Each finding went to the partition of the events it is about (co-partitioned).
@@ -378,3 +383,16 @@ def test_sigterm_mid_stream_commits_what_it_did_and_resumes(
                 assert_no_duplicates(findings)
                 assert new.terminate() == 0, new.tail()
     assert "finding " in new.log.read_text(), "the old worker finished everything before SIGTERM"
+
+
+def test_sasl_ssl_scram_connection(kafka_sasl_broker: LocalKafka, tmp_path: Path) -> None:
+    """librdkafka's SASL_SSL + SCRAM-SHA-512 + CA settings reach aiokafka intact."""
+    t = make_topics(kafka_sasl_broker)
+    lines = [line.rstrip(b"\n") for line in FIXTURE.read_bytes().splitlines() if line.strip()]
+    expected = expected_findings(lines)
+    with worker(kafka_sasl_broker, t, tmp_path, "secure") as w:
+        publish(kafka_sasl_broker, t.input, fixture_records(lines))
+        with Reader(kafka_sasl_broker, t.findings) as findings:
+            wait_for_findings(findings, expected, [w])
+            assert_no_duplicates(findings)
+        assert w.terminate() == 0, w.tail()

@@ -1,0 +1,720 @@
+"""The faust-streaming runtime: one agent, one changelog-backed table, exactly-once output.
+
+faust 0.15.3 + aiokafka 0.14 do not give exactly-once by setting `processing_guarantee` alone
+(docs/decisions/faust-runtime-notes.md has the analysis, with file and line). This module uses
+faust's own transaction machinery — one transactional producer per input partition, whose
+transaction carries the table's changelog writes and the consumed offsets — and closes the
+holes that matter for us with small documented subclasses:
+
+- `EosTransactionManager` puts findings and dead letters into the transaction of the input
+  partition they came from (faust would send them outside any transaction, #177) and refuses
+  every send that would leave a transaction.
+- `EosConsumer` commits only between two events, after every write of the events it commits
+  has reached the broker (faust's EOS commit does not flush, and it commits in the middle of an
+  event), and never past the last event the agent finished (#606).
+- `EosConsumerThread` asks the broker for the changelog's last stable offset before recovery
+  (faust reads a cached one that is None until the first fetch, and then skips recovery).
+
+Per-workflow state is the engine's `WorkflowState`, stored in the table as `encode_state` bytes
+keyed by `workflow_key`, in the same changelog topic and format as the confluent-kafka runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import ssl
+import sys
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, cast
+
+import faust
+from confluent_kafka.admin import AdminClient
+from faust.auth import SASLCredentials
+from faust.exceptions import ProducerSendError
+from faust.transport.consumer import TransactionManager
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, EventT, HeadersArg, Message, RecordMetadata
+from faust.types.auth import CredentialsT
+from faust.types.transports import TransportT
+from mode import CrashingSupervisor
+
+from detector.core import Detector, FindingUpdate, WorkflowState, decode_state, encode_state
+from detector.findings import Status
+from detector.kafka.config import KafkaClientError, fetch_metadata
+from detector.runtime.intake import DeadLetter, admit
+from detector.runtime.settings import (
+    DLQ_TOPIC,
+    FINDINGS_TOPIC,
+    GROUP_ID,
+    INPUT_TOPIC,
+    WorkerSettings,
+)
+
+log = logging.getLogger("splitbrain.faust")
+
+TABLE_NAME: Final = "state"  # faust names its changelog "{app id}-state-changelog"
+ADVANCE_EVERY_S: Final = 5.0  # of record time, per partition
+DRAIN_TIMEOUT_S: Final = 60.0
+EXIT_OK: Final = 0
+EXIT_CRASHED: Final = 1
+EXIT_UNUSABLE: Final = 2
+_SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class FaustRuntimeError(RuntimeError):
+    """The cluster or the settings do not allow this worker to run; the message says why."""
+
+
+# ------------------------------------------------------------------------- the commit barrier
+
+
+@dataclass(slots=True)
+class CommitBarrier:
+    """What makes a faust commit an exactly-once commit for us.
+
+    The agent holds `lock` from the first write of an event until the event is done, and the
+    consumer holds it while it commits, so a transaction never ends in the middle of an event.
+    `pending` holds the delivery futures of every record written since the last commit; the
+    commit waits for all of them, so it cannot leave a changelog write or a finding behind in
+    the next transaction. `processed` is the next offset after the last event the agent
+    finished, per input partition: the commit may never go past it. Once `failure` is set the
+    worker has half-done work in its open transactions and must not commit again.
+    """
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    pending: list[asyncio.Future[Any]] = field(default_factory=list)
+    processed: dict[tuple[str, int], int] = field(default_factory=dict)
+    failure: BaseException | None = None
+
+    def track(self, fut: Awaitable[Any]) -> None:
+        self.pending.append(asyncio.ensure_future(fut))
+
+    def fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+
+    def check_usable(self) -> None:
+        if self.failure is not None:
+            raise FaustRuntimeError(
+                f"refusing to commit after a failure ({self.failure!r}): the open transactions "
+                "may hold half an event; Kafka aborts them and the next worker redoes it"
+            ) from self.failure
+
+    async def drain(self) -> None:
+        """Wait until every record written since the last commit is on the broker."""
+        pending, self.pending = self.pending, []
+        if pending:
+            try:
+                await asyncio.wait_for(asyncio.gather(*pending), DRAIN_TIMEOUT_S)
+            except BaseException as exc:
+                self.fail(exc)
+                raise
+
+    def check_offsets(self, offsets: Mapping[TP, int]) -> None:
+        for tp, offset in offsets.items():
+            done = self.processed.get((tp.topic, tp.partition))
+            if done is None or offset > done:
+                exc = FaustRuntimeError(
+                    f"faust wanted to commit {tp.topic}[{tp.partition}] at {offset}, past the "
+                    f"last event the agent finished ({done}); refusing (faust #606)"
+                )
+                self.fail(exc)
+                raise exc
+
+    def forget(self, tps: Iterable[TP]) -> None:
+        for tp in tps:
+            self.processed.pop((tp.topic, tp.partition), None)
+
+
+def _barrier(app: Any) -> CommitBarrier:
+    return cast(SplitbrainApp, app).barrier
+
+
+# ------------------------------------------------------------------ faust transport subclasses
+
+
+class EosTransactionManager(TransactionManager):
+    """Sends only inside a transaction, and into the right one.
+
+    faust's `send` (transport/consumer.py, TransactionManager.send) picks the transactional id
+    from `consumer.key_partition(topic, ...)`, which only knows topics the consumer subscribes
+    to; for any other topic it silently uses the non-transactional producer (faust #177). Our
+    outputs (findings, dead letters and the changelog) are co-partitioned with the input: they
+    go to the partition their input record came from, in the transaction of that partition.
+    """
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp: float | None,
+        headers: HeadersArg | None,
+        *,
+        transactional_id: str | None = None,
+    ) -> Awaitable[RecordMetadata]:
+        app = cast(SplitbrainApp, self.app)
+        source = app.copartitioned_outputs.get(topic)
+        if source is None:
+            raise ProducerSendError(
+                f"refusing to send to {topic!r}: it is not one of this worker's outputs, and "
+                "faust would send it outside the transaction (faust #177)"
+            )
+        if partition is None:
+            raise ProducerSendError(f"refusing to send to {topic!r} without its partition")
+        group = app.assignor.group_for_topic(source)
+        tid = f"{app.conf.id}-{group}-{partition}"
+        return await self.producer.send(
+            topic, key, value, partition, timestamp, headers, transactional_id=tid
+        )
+
+    async def commit(self, offsets: Mapping[TP, int], start_new_transaction: bool = True) -> bool:
+        """faust's `commit` logs ProducerFenced and returns True as if it had committed; here any
+        failure marks the worker unusable and propagates, so faust's bookkeeping never records a
+        commit that did not happen."""
+        by_tid: dict[str, dict[TP, int]] = {}
+        for tp, offset in offsets.items():
+            group = self.app.assignor.group_for_topic(tp.topic)
+            by_tid.setdefault(f"{self.app.conf.id}-{group}-{tp.partition}", {})[tp] = offset
+        if not by_tid:
+            return True
+        try:
+            await self.producer.commit_transactions(
+                by_tid, self.app.conf.id, start_new_transaction=start_new_transaction
+            )
+        except BaseException as exc:
+            _barrier(self.app).fail(exc)
+            raise
+        return True
+
+
+class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Recovery reads the changelog up to the last stable offset the broker reports.
+
+    faust's `_highwaters` (transport/drivers/aiokafka.py) returns aiokafka's cached
+    `last_stable_offset(tp)` in exactly-once mode; that is None for a partition not fetched yet,
+    which recovery turns into "empty changelog" and skips restoring the table (faust #158). With
+    `isolation_level=read_committed`, ListOffsets(latest) answers with the LSO itself.
+    """
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        consumer = self._ensure_consumer()
+        return cast(Mapping[TP, int], await consumer.end_offsets(partitions))
+
+
+class EosConsumer(faust_aiokafka.Consumer):
+    """Commits only at event boundaries, only what was processed, only after it was delivered."""
+
+    def _new_consumer_thread(self) -> EosConsumerThread:
+        return EosConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def force_commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
+        barrier = _barrier(self.app)
+        async with barrier.lock:
+            barrier.check_usable()
+            await barrier.drain()
+            return cast(
+                bool,
+                await super().force_commit(topics, start_new_transaction=start_new_transaction),
+            )
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        _barrier(self.app).check_offsets(offsets)
+        return await super()._commit_offsets(offsets, start_new_transaction=start_new_transaction)
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        # faust drops its acked offsets of these partitions here; drop ours with them.
+        _barrier(self.app).forget(revoked)
+        await super().on_partitions_revoked(revoked)
+
+
+class EosTransport(faust_aiokafka.Transport):
+    Consumer = EosConsumer
+    TransactionManager = EosTransactionManager
+
+
+class SplitbrainApp(faust.App):
+    """A faust App on `EosTransport`, carrying the state the subclasses above share."""
+
+    barrier: CommitBarrier
+    copartitioned_outputs: dict[str, str]
+
+    def _new_transport(self) -> TransportT:
+        return EosTransport(self.conf.broker_consumer, self)
+
+    def _new_producer_transport(self) -> TransportT:
+        return EosTransport(self.conf.broker_producer, self)
+
+
+# --------------------------------------------------------------------------- the state table
+
+
+class StateTable(faust.Table):  # type: ignore[type-arg]
+    """The table of `encode_state` bytes; it tells the worker which keys recovery brought in
+    (per partition), and hands every changelog write to the commit barrier."""
+
+    def __init__(self, *args: Any, keys: dict[int, set[str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keys_by_partition: dict[int, set[str]] = {} if keys is None else keys
+        self.on_assignment: Callable[[set[TP]], None] | None = None
+
+    async def on_rebalance(
+        self,
+        assigned: set[TP],
+        revoked: set[TP],
+        newly_assigned: set[TP],
+        generation_id: int = 0,
+    ) -> None:
+        """Before recovery starts: let the worker drop what moved to other workers."""
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        if self.on_assignment is not None:
+            self.on_assignment(assigned)
+
+    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
+        fut = super().send_changelog(*args, **kwargs)
+        _barrier(self.app).track(fut)
+        return fut
+
+    def apply_changelog_batch(self, batch: Iterable[EventT[Any]]) -> None:
+        events = list(batch)
+        super().apply_changelog_batch(events)
+        for event in events:
+            raw_key = event.message.key
+            if raw_key is None:
+                continue
+            keys = self.keys_by_partition.setdefault(event.message.partition, set())
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            if event.message.value is None:
+                keys.discard(key)
+            else:
+                keys.add(key)
+
+
+class PartitionStates(MutableMapping[str, WorkflowState]):
+    """One partition's workflows, as the engine wants them: decoded objects, kept decoded.
+
+    The table holds the durable bytes; `write_back` re-encodes a workflow after the engine
+    changed it (in place), and a deletion (the engine's eviction) becomes a changelog tombstone
+    at once. Writes happen inside the agent, so they go to the event's partition.
+    """
+
+    def __init__(self, table: StateTable, partition: int) -> None:
+        self._table = table
+        self._keys = table.keys_by_partition.setdefault(partition, set())
+        self._live: dict[str, WorkflowState] = {}
+
+    def __getitem__(self, key: str) -> WorkflowState:
+        state = self._live.get(key)
+        if state is None:
+            raw = self._table.data.get(key.encode()) if key in self._keys else None
+            if raw is None:
+                raise KeyError(key)
+            state = self._live[key] = decode_state(raw)
+        return state
+
+    def __setitem__(self, key: str, state: WorkflowState) -> None:
+        self._live[key] = state
+        self._keys.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._keys:
+            raise KeyError(key)
+        self._keys.discard(key)
+        self._live.pop(key, None)
+        raw_key = key.encode()
+        if raw_key in self._table.data:
+            del self._table[raw_key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._keys))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def write_back(self, key: str) -> None:
+        state = self._live.get(key)
+        if state is None:
+            return
+        raw = encode_state(state)
+        raw_key = key.encode()
+        if self._table.data.get(raw_key) != raw:
+            self._table[raw_key] = raw
+
+    def open_keys(self) -> list[str]:
+        """Workflows with an open finding: the only ones `advance` can change in place."""
+        return [
+            key
+            for key in self
+            if any(ep.status is Status.OPEN for ep in self[key].episodes.values())
+        ]
+
+
+@dataclass(slots=True)
+class PartitionEngine:
+    detector: Detector
+    states: PartitionStates
+    last_advance: float | None = None
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+class FaustWorker:
+    """Builds the faust app for one worker process; `run` blocks until SIGTERM."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        *,
+        partitions: int,
+        replication: int,
+        credentials: CredentialsT | None,
+    ) -> None:
+        self.settings = settings
+        self.engines: dict[int, PartitionEngine] = {}
+        app = SplitbrainApp(
+            settings.group_id,  # the consumer group, and the prefix of every transactional id
+            broker=[
+                f"kafka://{server.strip()}"
+                for server in str(settings.kafka["bootstrap.servers"]).split(",")
+            ],
+            broker_credentials=credentials,
+            broker_client_id=f"splitbrain-{settings.instance_id}",
+            processing_guarantee="exactly_once",
+            store="memory://",
+            datadir=str(settings.state_dir),
+            autodiscover=False,
+            web_enabled=False,
+            canonical_url=f"http://{_host_label(settings.instance_id)}.splitbrain.invalid",
+            table_standby_replicas=0,
+            topic_partitions=partitions,
+            topic_replication_factor=replication,
+            broker_commit_interval=settings.commit_interval_ms / 1000.0,
+            broker_commit_every=settings.commit_max_events,
+            consumer_auto_offset_reset="earliest",
+            agent_supervisor=CrashingSupervisor,
+            stream_wait_empty=True,
+            stream_publish_on_commit=False,
+        )
+        app.barrier = CommitBarrier()
+        app.copartitioned_outputs = {
+            settings.findings_topic: settings.input_topic,
+            settings.dlq_topic: settings.input_topic,
+            settings.changelog_topic: settings.input_topic,
+        }
+        self.app = app
+        self.input = app.topic(
+            settings.input_topic,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        self.keys_by_partition: dict[int, set[str]] = {}
+        self.table = cast(
+            StateTable,
+            app.tables.add(
+                StateTable(
+                    app,
+                    name=TABLE_NAME,
+                    keys=self.keys_by_partition,
+                    beacon=app.tables.beacon,
+                    partitions=partitions,
+                    key_type=bytes,  # bytes: the raw codec, same format as the kafka runtime
+                    value_type=bytes,
+                    # as topics.yaml does for the other topics (applies when faust creates it)
+                    extra_topic_configs={
+                        "min.insync.replicas": str(max(1, min(2, replication - 1)))
+                    },
+                    help="per-workflow detector state (encode_state bytes)",
+                )
+            ),
+        )
+        if self.table.changelog_topic.get_topic_name() != settings.changelog_topic:
+            raise FaustRuntimeError(
+                f"faust would name the changelog {self.table.changelog_topic.get_topic_name()!r}"
+                f", the settings say {settings.changelog_topic!r}"
+            )
+        app.agent(self.input, name="detect", concurrency=1)(self._agent)
+        self.table.on_assignment = self._on_assignment
+
+    # -- the agent -------------------------------------------------------------------------
+
+    async def _agent(self, stream: faust.StreamT[bytes]) -> None:
+        barrier = self.app.barrier
+        async for event in stream.events():
+            async with barrier.lock:
+                try:
+                    await self._handle(event.message)
+                except BaseException as exc:
+                    # Half of this event may be in the open transaction: never commit it.
+                    barrier.fail(exc)
+                    raise
+
+    async def _handle(self, message: Message) -> None:
+        s = self.settings
+        partition = message.partition
+        admitted = admit(message.key, message.value, message.topic, partition, message.offset)
+        if isinstance(admitted, DeadLetter):
+            log.warning(
+                "dead letter %s[%d]@%d: %s (field %s)",
+                admitted.topic,
+                admitted.partition,
+                admitted.offset,
+                admitted.reason_code,
+                admitted.field,
+            )
+            await self._send(
+                s.dlq_topic, admitted.key, admitted.value, partition, admitted.headers()
+            )
+        else:
+            engine = self._engine(partition)
+            at = message.timestamp if message.timestamp and message.timestamp > 0 else None
+            updates = engine.detector.observe(admitted, at=at)
+            engine.states.write_back(admitted.workflow_key)
+            updates += self._maybe_advance(engine)
+            for update in updates:
+                await self._publish(update, partition)
+        self.app.barrier.processed[(message.topic, partition)] = message.offset + 1
+
+    def _engine(self, partition: int) -> PartitionEngine:
+        engine = self.engines.get(partition)
+        if engine is None:
+            states = PartitionStates(self.table, partition)
+            engine = PartitionEngine(Detector(config=self.settings.engine, states=states), states)
+            self.engines[partition] = engine
+        return engine
+
+    def _maybe_advance(self, engine: PartitionEngine) -> list[FindingUpdate]:
+        """Quiet periods and eviction, on record time, inside the event's transaction.
+
+        It runs when an event of the partition arrives (at most every ADVANCE_EVERY_S of
+        record time), because only then is there a transaction to put its writes in.
+        """
+        now = engine.detector.watermark
+        if now is None or (
+            engine.last_advance is not None and now - engine.last_advance < ADVANCE_EVERY_S
+        ):
+            return []
+        engine.last_advance = now
+        candidates = engine.states.open_keys()
+        updates = engine.detector.advance(now)  # evictions delete through PartitionStates
+        for key in {*candidates, *(u.workflow_key for u in updates)}:
+            engine.states.write_back(key)
+        return updates
+
+    async def _publish(self, update: FindingUpdate, partition: int) -> None:
+        finding = update.finding
+        log.info(
+            "finding %s rev %d %s %s",
+            finding.finding_id,
+            finding.revision,
+            finding.severity.value,
+            finding.status.value,
+        )
+        await self._send(
+            self.settings.findings_topic,
+            finding.workflow_key.encode(),
+            finding.to_json().encode(),
+            partition,
+            None,
+        )
+
+    async def _send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        headers: Sequence[tuple[str, str | bytes | None]] | None,
+    ) -> None:
+        raw_headers = (
+            None
+            if headers is None
+            else [(k, v.encode() if isinstance(v, str) else (v or b"")) for k, v in headers]
+        )
+        transactions = self.app.consumer.transactions
+        fut = await transactions.send(topic, key, value, partition, None, raw_headers)
+        self.app.barrier.track(fut)
+
+    # -- rebalancing -------------------------------------------------------------------------
+
+    def _on_assignment(self, assigned: set[TP]) -> None:
+        """Forget the partitions another worker owns now: their state lives on over there, and
+        if one comes back it is restored from the changelog, not from a stale local copy."""
+        mine = {tp.partition for tp in assigned if tp.topic == self.settings.input_topic}
+        for partition in {*self.engines, *self.keys_by_partition} - mine:
+            self.engines.pop(partition, None)
+            for key in self.keys_by_partition.pop(partition, set()):
+                self.table.data.pop(key.encode(), None)  # the local copy only: no changelog
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        worker = faust.Worker(
+            self.app, loglevel=logging.getLevelName(log.getEffectiveLevel()), quiet=True
+        )
+        try:
+            worker.execute_from_commandline()
+        except SystemExit as exc:
+            code = exc.code
+            return code if isinstance(code, int) else EXIT_CRASHED
+        return EXIT_OK
+
+
+def _host_label(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", text.lower()).strip("-")[:63] or "worker"
+
+
+# --------------------------------------------------------------------- settings and cluster
+
+
+def broker_credentials(kafka: Mapping[str, Any]) -> CredentialsT | None:
+    """librdkafka security settings as faust credentials (aiokafka underneath)."""
+    protocol = str(kafka.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol == "PLAINTEXT":
+        return None
+    context: ssl.SSLContext | None = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=kafka.get("ssl.ca.location") or None)
+        cert = kafka.get("ssl.certificate.location")
+        if cert:
+            context.load_cert_chain(
+                cert, kafka.get("ssl.key.location") or None, kafka.get("ssl.key.password")
+            )
+        if str(kafka.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+            context.check_hostname = False
+    if protocol == "SSL":
+        assert context is not None
+        return cast(CredentialsT, faust.SSLCredentials(context))
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = str(kafka.get("sasl.mechanism", "PLAIN")).upper()
+        if mechanism not in _SASL_MECHANISMS:
+            raise FaustRuntimeError(f"sasl.mechanism {mechanism!r} is not supported here")
+        return cast(
+            CredentialsT,
+            SASLCredentials(
+                username=kafka.get("sasl.username"),
+                password=kafka.get("sasl.password"),
+                ssl_context=context,
+                mechanism=mechanism,
+            ),
+        )
+    raise FaustRuntimeError(f"security.protocol {protocol!r} is not supported")
+
+
+def inspect_topics(settings: WorkerSettings) -> tuple[int, int]:
+    """Partition count and replication factor of the input, checked against the outputs.
+
+    Findings and dead letters go to the partition of the input record they come from, so each
+    output needs at least as many partitions as the input (topics.yaml gives them the same).
+    """
+    admin = AdminClient(dict(settings.kafka))
+    metadata = fetch_metadata(admin, 30.0)
+    topics = metadata.topics
+    source = topics.get(settings.input_topic)
+    if source is None or source.error is not None or not source.partitions:
+        raise FaustRuntimeError(f"input topic {settings.input_topic!r} does not exist")
+    partitions = len(source.partitions)
+    replication = len(next(iter(source.partitions.values())).replicas)
+    for name in (settings.findings_topic, settings.dlq_topic):
+        topic = topics.get(name)
+        if topic is None or topic.error is not None:
+            raise FaustRuntimeError(f"output topic {name!r} does not exist")
+        if len(topic.partitions) < partitions:
+            raise FaustRuntimeError(
+                f"{name!r} has {len(topic.partitions)} partitions, fewer than the input's "
+                f"{partitions}: it must be co-partitioned with {settings.input_topic!r}"
+            )
+    changelog = topics.get(settings.changelog_topic)
+    if (
+        changelog is not None
+        and changelog.error is None
+        and (len(changelog.partitions) != partitions)
+    ):
+        raise FaustRuntimeError(
+            f"changelog {settings.changelog_topic!r} has {len(changelog.partitions)} partitions,"
+            f" the input has {partitions}"
+        )
+    return partitions, replication
+
+
+def run_faust_worker(settings: WorkerSettings) -> int:
+    """Run the faust worker until SIGTERM: 0 after a graceful stop, 1 after a crash, 2 when the
+    cluster or the settings do not allow it to start."""
+    if settings.store != "memory":
+        log.error("the faust runtime keeps its table in memory (store=%s)", settings.store)
+        return EXIT_UNUSABLE
+    try:
+        partitions, replication = inspect_topics(settings)
+        worker = FaustWorker(
+            settings,
+            partitions=partitions,
+            replication=replication,
+            credentials=broker_credentials(settings.kafka),
+        )
+    except (FaustRuntimeError, KafkaClientError, ssl.SSLError, OSError) as exc:
+        log.error("cannot start the faust worker: %s", exc)
+        return EXIT_UNUSABLE
+    return worker.run()
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m detector.runtime.faust_app`: the faust worker alone (tests and debugging);
+    `splitbrain worker --runtime faust` is the operator's entry point."""
+    from detector.kafka.config import add_kafka_arguments, client_config  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m detector.runtime.faust_app")
+    add_kafka_arguments(parser)
+    parser.add_argument("--group-id", default=GROUP_ID)
+    parser.add_argument("--instance-id", default="faust-0")
+    parser.add_argument("--input-topic", default=INPUT_TOPIC)
+    parser.add_argument("--findings-topic", default=FINDINGS_TOPIC)
+    parser.add_argument("--dlq-topic", default=DLQ_TOPIC)
+    parser.add_argument("--commit-interval-ms", type=int, default=100)
+    parser.add_argument("--state-dir", type=Path, default=Path("var/state"))
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    log.setLevel(args.log_level.upper())
+    try:
+        kafka = client_config(args)
+    except KafkaClientError as exc:
+        print(f"faust worker: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    settings = WorkerSettings(
+        kafka=kafka,
+        instance_id=args.instance_id,
+        input_topic=args.input_topic,
+        findings_topic=args.findings_topic,
+        dlq_topic=args.dlq_topic,
+        group_id=args.group_id,
+        commit_interval_ms=args.commit_interval_ms,
+        state_dir=args.state_dir,
+    )
+    return run_faust_worker(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
