@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Final
 
 from detector.events import Kind, OwnershipEvent, Source
-from detector.findings import Finding, Severity, Status
+from detector.findings import Finding, Status
 
 from ._lease import LeaseHealth
 from ._records import Acq, Cond, Ev, order_key
@@ -323,6 +323,3 @@ def _witness_rank(c: Cond) -> tuple[tuple[int, int, str], tuple[int, ...]]:
 def _digest(finding: Finding) -> int:
     body = finding.model_dump_json(exclude={"revision"}).encode()
     return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big")
-
-
-__all__ = ["Config", "Counters", "Detector", "FindingUpdate", "Severity", "Source"]

@@ -21,12 +21,10 @@ keyed by `workflow_key`, in the same changelog topic and format as the confluent
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import re
 import ssl
-import sys
 from collections.abc import (
     Awaitable,
     Callable,
@@ -37,7 +35,6 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, cast
 
 import faust
@@ -56,10 +53,6 @@ from detector.findings import Status
 from detector.kafka.config import KafkaClientError, fetch_metadata
 from detector.runtime.intake import DeadLetter, admit
 from detector.runtime.settings import (
-    DLQ_TOPIC,
-    FINDINGS_TOPIC,
-    GROUP_ID,
-    INPUT_TOPIC,
     WorkerSettings,
 )
 
@@ -71,6 +64,7 @@ DRAIN_TIMEOUT_S: Final = 60.0
 EXIT_OK: Final = 0
 EXIT_CRASHED: Final = 1
 EXIT_UNUSABLE: Final = 2
+MAX_PRODUCE_BYTES: Final = 4 * 1024 * 1024
 _SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -407,6 +401,8 @@ class FaustWorker:
             topic_replication_factor=replication,
             broker_commit_interval=settings.commit_interval_ms / 1000.0,
             broker_commit_every=settings.commit_max_events,
+            # The DLQ must take the largest record the input accepts, plus its error headers.
+            producer_max_request_size=MAX_PRODUCE_BYTES,
             consumer_auto_offset_reset="earliest",
             agent_supervisor=CrashingSupervisor,
             stream_wait_empty=True,
@@ -673,48 +669,3 @@ def run_faust_worker(settings: WorkerSettings) -> int:
         log.error("cannot start the faust worker: %s", exc)
         return EXIT_UNUSABLE
     return worker.run()
-
-
-# ---------------------------------------------------------------------------- command line
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m detector.runtime.faust_app`: the faust worker alone (tests and debugging);
-    `splitbrain worker --runtime faust` is the operator's entry point."""
-    from detector.kafka.config import add_kafka_arguments, client_config  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(prog="python -m detector.runtime.faust_app")
-    add_kafka_arguments(parser)
-    parser.add_argument("--group-id", default=GROUP_ID)
-    parser.add_argument("--instance-id", default="faust-0")
-    parser.add_argument("--input-topic", default=INPUT_TOPIC)
-    parser.add_argument("--findings-topic", default=FINDINGS_TOPIC)
-    parser.add_argument("--dlq-topic", default=DLQ_TOPIC)
-    parser.add_argument("--commit-interval-ms", type=int, default=100)
-    parser.add_argument("--state-dir", type=Path, default=Path("var/state"))
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    log.setLevel(args.log_level.upper())
-    try:
-        kafka = client_config(args)
-    except KafkaClientError as exc:
-        print(f"faust worker: {exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
-    settings = WorkerSettings(
-        kafka=kafka,
-        instance_id=args.instance_id,
-        input_topic=args.input_topic,
-        findings_topic=args.findings_topic,
-        dlq_topic=args.dlq_topic,
-        group_id=args.group_id,
-        commit_interval_ms=args.commit_interval_ms,
-        state_dir=args.state_dir,
-    )
-    return run_faust_worker(settings)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

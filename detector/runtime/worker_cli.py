@@ -71,8 +71,12 @@ def register(subparsers: Any) -> None:
         default=int(_env("METRICS_PORT", "0") or 0),
         help="serve /metrics on 127.0.0.1:PORT (0: off)",
     )
-    p.add_argument("--quiet-period-s", type=float, default=Config().quiet_period_s,
-                   help="silence that counts as fenced, in seconds (default 600)")
+    p.add_argument(
+        "--quiet-period-s",
+        type=float,
+        default=Config().quiet_period_s,
+        help="silence that counts as fenced, in seconds (default 600)",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)
 

@@ -4,7 +4,7 @@ exit on SIGTERM — and no duplicate or lost revision when the worker is killed 
 middle of its transactions and restarted.
 
 Each test owns fresh topics and a fresh consumer group, runs the worker as a subprocess
-(`python -m detector.runtime.faust_app`) and stops every process it started by PID.
+(`splitbrain worker --runtime faust`) and stops every process it started by PID.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def topics(kafka_broker: LocalKafka) -> Topics:
 
 @dataclass
 class Worker:
-    """One `python -m detector.runtime.faust_app` process, stopped by its PID."""
+    """One `splitbrain worker --runtime faust` process, stopped by its PID."""
 
     proc: subprocess.Popen[bytes]
     log: Path
@@ -93,7 +93,10 @@ def worker(broker: LocalKafka, t: Topics, state: Path, name: str) -> Iterator[Wo
     argv = [
         sys.executable,
         "-m",
-        "detector.runtime.faust_app",
+        "detector.cli",
+        "worker",
+        "--runtime",
+        "faust",
         "--input-topic",
         t.input,
         "--findings-topic",

@@ -105,6 +105,9 @@ class Worker:
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
 
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -281,10 +284,11 @@ class Harness:
         result = next(iter(futures.values())).result(30)
         return {tp.partition: tp.offset for tp in result.topic_partitions}
 
-    def wait_quiescent(self, deadline_s: float) -> None:
+    def wait_quiescent(self, deadline_s: float, supervise: Callable[[], None]) -> None:
         """Until the group has committed the whole input and no transaction is open."""
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
+            supervise()
             ends = self.end_offsets(self.topics.input, IsolationLevel.READ_UNCOMMITTED)
             committed = self.committed_offsets()
             if all(committed.get(p, -1) >= end for p, end in ends.items()) and not (
@@ -420,6 +424,13 @@ class FaultRun:
         self.r = harness.report
         self.w1 = harness.worker("w1")
 
+    def supervise(self) -> None:
+        """What a process supervisor does: a worker that exited (fenced, crashed) is restarted."""
+        if not self.w1.alive():
+            self.r.faults["supervisor restarts"] += 1
+            self.log(f"supervisor: w1 had exited ({self.w1.exit_code()}); restarting it")
+            self.restart(self.w1)
+
     def pause(self, lo: float, hi: float) -> None:
         time.sleep(self.h.rng.uniform(lo, hi))
 
@@ -457,9 +468,7 @@ class FaultRun:
             self.r.faults["F3 zombie"] += 1
             self.log("F3 SIGCONT w1 (zombie resumes)")
             self.pause(4.0, 6.0)
-            if not self.w1.alive():
-                self.log("F3 zombie exited (fenced); restarting it")
-                self.restart(self.w1)
+            self.supervise()
             w2.stop()
 
     def broker_faults(self) -> None:
@@ -502,11 +511,9 @@ class FaultRun:
             for fault in (self.kills, self.terms, self.zombies, self.broker_faults, self.storms):
                 fault()
             publisher.join()
-            if not self.w1.alive():
-                self.restart(self.w1)
             if self.plan.poison_every:
                 self.r.faults["F8 poison"] = self.r.poison
-            self.h.wait_quiescent(self.plan.quiescence_s)
+            self.h.wait_quiescent(self.plan.quiescence_s, self.supervise)
             self.h.judge(lines)
         finally:
             self.h.stop_all()
