@@ -181,19 +181,24 @@ class Detector:
         return self.watermark if self.watermark is not None else 0.0
 
     def _acquire(self, st: WorkflowState, event: OwnershipEvent, obs: float | None) -> None:
-        acq = Acq(event.owner_epoch, event.seq, st.pos, event.event_id, event.worker_id, obs)
-        epochs = [a.epoch for a in st.acqs]
-        i = bisect.bisect_left(epochs, acq.epoch)
-        if i < len(epochs) and epochs[i] == acq.epoch:
-            if order_key(acq) < order_key(st.acqs[i]):
-                st.acqs[i] = acq
+        acq = Acq(
+            event.owner_epoch, event.seq, st.pos, event.event_id, sys.intern(event.worker_id), obs
+        )
+        # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
+        acqs = list(st.acqs)
+        i = bisect.bisect_left([a.epoch for a in acqs], acq.epoch)
+        if i < len(acqs) and acqs[i].epoch == acq.epoch:
+            if order_key(acq) < order_key(acqs[i]):
+                acqs[i] = acq
         else:
-            st.acqs.insert(i, acq)
-            if len(st.acqs) > self.config.max_acquisitions:
-                del st.acqs[0]
+            acqs.insert(i, acq)
+            if len(acqs) > self.config.max_acquisitions:
+                del acqs[0]
                 self.counters.evidence_dropped += 1
+        st.acqs = tuple(acqs)
         if acq.epoch >= st.top:
             tool_class = (event.attrs or {}).get("tool_class")
+            tool_class = None if tool_class is None else sys.intern(tool_class)
             st.tool_class = tool_class
             st.lease_s = event.lease_duration_s
             st.hb_obs = obs
@@ -224,10 +229,8 @@ class Detector:
         derived = derive(st)
         updates: list[FindingUpdate] = []
         for ep_key in {*derived, *st.episodes}:
-            ep = st.episodes.get(ep_key)
+            ep = st.episode(ep_key)
             found = derived.get(ep_key)
-            if ep is None:
-                ep = st.episodes[ep_key] = Episode(ep_key[0], ep_key[1])
             if ep.worker is None:
                 # Kept with the episode: the evidence naming the owner may be dropped later.
                 ep.worker = worker_of(st, ep.displaced_epoch)

@@ -15,7 +15,7 @@ from detector.events import Kind, Source
 from detector.findings import ConditionKind
 
 from ._records import Acq, Cond, Ev, before, order_key
-from ._state import WorkflowState
+from ._state import EpisodeKey, WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
     Kind.PROGRESS: ConditionKind.STALE_ACTIVITY,
@@ -26,8 +26,6 @@ STALE_CONDITION: Final[dict[str, ConditionKind]] = {
 }
 # Evidence that the displaced owner knows it lost, or stopped, or that a fence held against it.
 _FENCE_KINDS: Final = frozenset({Kind.LEASE_LOST, Kind.LEASE_RELEASED})
-
-EpisodeKey = tuple[int, bool]
 
 
 @dataclass(slots=True)

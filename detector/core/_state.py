@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from detector.events import Kind
@@ -39,20 +41,38 @@ class Episode:
         return (self.displaced_epoch, self.retry)
 
 
+EpisodeKey = tuple[int, bool]
+_NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
+
+
 @dataclass(slots=True)
 class WorkflowState:
     """Everything kept for one workflow key. Bounded by the engine's caps."""
 
     pos: int = 0
     max_seq: int = -1
-    acqs: list[Acq] = field(default_factory=list)
+    acqs: tuple[Acq, ...] = ()
     evidence: list[Ev] = field(default_factory=list)
-    episodes: dict[tuple[int, bool], Episode] = field(default_factory=dict)
+    # None until the first finding: most workflows never have one, and an empty dict costs 64 B.
+    found: dict[EpisodeKey, Episode] | None = None
     last_at: float | None = None
     released_at: float | None = None
     hb_obs: float | None = None
     tool_class: str | None = None
     lease_s: float | None = None
+
+    @property
+    def episodes(self) -> Mapping[EpisodeKey, Episode]:
+        return self.found if self.found is not None else _NO_EPISODES
+
+    def episode(self, key: EpisodeKey) -> Episode:
+        """The episode for `key`, opened if there is none yet."""
+        if self.found is None:
+            self.found = {}
+        ep = self.found.get(key)
+        if ep is None:
+            ep = self.found[key] = Episode(key[0], key[1])
+        return ep
 
     @property
     def top(self) -> int:
@@ -150,7 +170,7 @@ def decode_state(raw: bytes) -> WorkflowState:
     doc = json.loads(raw)
     if doc.get("v") != STATE_VERSION:
         raise ValueError(f"unknown workflow state version {doc.get('v')!r}")
-    episodes: dict[tuple[int, bool], Episode] = {}
+    episodes: dict[EpisodeKey, Episode] = {}
     for row in doc["episodes"]:
         conds = [_cond(c) for c in row[5]]
         ep = Episode(
@@ -169,9 +189,9 @@ def decode_state(raw: bytes) -> WorkflowState:
     return WorkflowState(
         pos=doc["pos"],
         max_seq=doc["max_seq"],
-        acqs=[Acq(*a) for a in doc["acqs"]],
+        acqs=tuple(Acq(*a) for a in doc["acqs"]),
         evidence=[_ev(r) for r in doc["evidence"]],
-        episodes=episodes,
+        found=episodes or None,
         last_at=doc["last_at"],
         released_at=doc["released_at"],
         hb_obs=doc["hb_obs"],
