@@ -401,6 +401,10 @@ class FaustWorker:
             topic_replication_factor=replication,
             broker_commit_interval=settings.commit_interval_ms / 1000.0,
             broker_commit_every=settings.commit_max_events,
+            # As the kafka runtime: a stalled worker loses its partitions within 10 s (faust's
+            # default is 60 s, long enough for a paused worker never to become a zombie at all).
+            broker_session_timeout=10.0,
+            broker_heartbeat_interval=2.0,
             # The DLQ must take the largest record the input accepts, plus its error headers.
             producer_max_request_size=MAX_PRODUCE_BYTES,
             consumer_auto_offset_reset="earliest",
