@@ -22,7 +22,7 @@ from detector.kafka.config import env_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS_FILE = REPO / "topics" / "topics.yaml"
-SEED_FIXTURE = REPO.parent / "shared" / "scenarios" / "seed-fixture.jsonl"  # CI lays shared/ there
+
 TIMEOUT = 30.0
 
 

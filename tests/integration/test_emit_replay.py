@@ -17,9 +17,9 @@ from detector.devkafka import LocalKafka
 from detector.emit import DeliveryError, Emitter
 from detector.events import Kind, OwnershipEvent, Source, parse_event_json
 from detector.history import GoodLine, read_history
+from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
-    SEED_FIXTURE,
     broker_env,
     create_topic,
     delete_topics,

@@ -31,11 +31,12 @@ from confluent_kafka.cimpl import NewTopic
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka
 from detector.kafka.config import env_name
+from tests.paths import SEED_FIXTURE
 
 pytest.importorskip("faust", reason="the faust extra is not installed: pip install -e '.[faust]'")
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO.parent / "shared" / "scenarios" / "seed-fixture.jsonl"  # as kafka_harness has it
+FIXTURE = SEED_FIXTURE
 PARTITIONS = 3
 DEADLINE_S = 120.0
 POISON = b'{"event_id": "poison-1", "kind": "lease_acq'  # truncated JSON

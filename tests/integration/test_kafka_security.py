@@ -18,9 +18,9 @@ from detector.emit import Emitter
 from detector.events import parse_event_json
 from detector.findings import Finding
 from detector.kafka.config import KafkaClientError, env_name
+from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
-    SEED_FIXTURE,
     broker_env,
     delete_topics,
     read_topic,

@@ -11,8 +11,9 @@ from confluent_kafka import Producer
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka
 from detector.findings import Finding, Severity
+from tests.paths import SEED_FIXTURE
 
-from .kafka_harness import SEED_FIXTURE, broker_env, create_topic, delete_topics, splitbrain, unique
+from .kafka_harness import broker_env, create_topic, delete_topics, splitbrain, unique
 
 TIMEOUT = 30.0
 

@@ -80,7 +80,7 @@ def test_apply_creates_fixes_drift_and_then_changes_nothing(
     drift_lines = {
         f"drift {findings} retention.ms: current=3600000 wanted=1209600000",
         f"drift {dlq} cleanup.policy: current=compact wanted=delete",
-        f"drift {dlq} max.message.bytes: current=2000 wanted=1048588",
+        f"drift {dlq} max.message.bytes: current=2000 wanted=4194304",
     }
     assert drift_lines <= set(dry.stdout.splitlines())
     assert "nothing changed" in dry.stdout

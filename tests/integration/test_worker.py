@@ -205,8 +205,9 @@ def test_every_poison_record_lands_on_the_dlq_once(worker: Running) -> None:
     assert len(dead) == len(records) and len(set(sources)) == len(records)
     assert all(h["source.topic"] == worker.input.encode() for _, _, h in dead)
     assert all(h["error.reason"] for _, _, h in dead)
-    by_value = {v: h for _, v, h in dead}
-    mismatch = by_value[dict((n, v) for n, _, v in records)["key_mismatch"]]
+    by_record = {(k, v): h for k, v, h in dead}
+    _, key, value = next(r for r in records if r[0] == "key_mismatch")
+    mismatch = by_record[(key, value)]
     assert mismatch["error.reason"].startswith(b"key_mismatch")
     assert mismatch["error.field"] == b"workflow_key"
     wait_for(

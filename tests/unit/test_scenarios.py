@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from detector.core import Config
 from detector.events import parse_event_json
+from tests.paths import SEED_FIXTURE
 
 from .histories import at, cond_keys, conds, epochs, ev, evidence_cap, logfmt_events, run
 
-SEED = Path("/work/shared/scenarios/seed-fixture.jsonl")
+SEED = SEED_FIXTURE
 W = "export-ledger"
 K = "release-index/2026-07-26"
 
