@@ -100,6 +100,7 @@ class Detector:
         kind = event.kind
         epoch = event.owner_epoch
         acqs = st.acqs
+        ev: Ev | None = None
         if kind is Kind.LEASE_ACQUIRED:
             self._acquire(st, event, obs)
             slow = bool(st.episodes) or any(e.epoch < epoch for e in st.evidence)
@@ -132,7 +133,7 @@ class Detector:
                 slow = kind in EFFECT_EVIDENCE and bool(st.episodes)
         if not slow:
             return []
-        return self._reevaluate(key, st, now, event.event_id)
+        return self._reevaluate(key, st, now, ev)
 
     def advance(self, now: float) -> list[FindingUpdate]:
         """Let time pass: resolve episodes whose displaced owner went quiet; evict idle state."""
@@ -211,10 +212,20 @@ class Detector:
         """Keep the event; over the cap, forget the oldest activity first, effects last."""
         kept = st.evidence
         kept.append(ev)
-        if len(kept) > self.config.max_evidence:
-            drop = next((i for i, e in enumerate(kept) if e.kind not in EFFECT_EVIDENCE), 0)
-            del kept[drop]
-            self.counters.evidence_dropped += 1
+        cap = self.config.max_evidence
+        if len(kept) > cap:
+            # Forget a quarter at once (oldest activity first, then oldest effects): one pass
+            # per cap/4 events instead of a scan per event.
+            excess = len(kept) - (cap - cap // 4)
+            activity = 0
+            keep: list[Ev] = []
+            for e in kept:
+                if activity < excess and e.kind not in EFFECT_EVIDENCE:
+                    activity += 1
+                else:
+                    keep.append(e)
+            kept[:] = keep[excess - activity :]
+            self.counters.evidence_dropped += excess
 
     def _heartbeat(self, st: WorkflowState, obs: float | None) -> None:
         if obs is None:
@@ -224,9 +235,11 @@ class Detector:
         st.hb_obs = obs
 
     def _reevaluate(
-        self, key: str, st: WorkflowState, now: float, trigger: str | None
+        self, key: str, st: WorkflowState, now: float, trigger: Ev | None
     ) -> list[FindingUpdate]:
-        derived = derive(st)
+        """Merge what the evidence supports into the episodes: all of it after an acquisition
+        or a pass of time (`trigger` None), else what the triggering event adds."""
+        derived = derive(st, trigger)
         updates: list[FindingUpdate] = []
         for ep_key in {*derived, *st.episodes}:
             ep = st.episode(ep_key)
@@ -240,7 +253,7 @@ class Detector:
                 for ev in found.stale:
                     if ep.last_stale is None or order_key(ev) > order_key(ep.last_stale):
                         ep.last_stale = ev
-                fresh = grew or any(ev.event_id == trigger for ev in found.stale)
+                fresh = grew or (trigger is not None and trigger in found.stale)
                 if fresh:
                     ep.last_stale_at = now
             update = self._settle(key, st, ep, now, fresh)
@@ -261,6 +274,19 @@ class Detector:
         # Once resolved, only fresh stale evidence reopens: evidence that aged out changes nothing.
         if ep.status is not Status.RESOLVED or fresh:
             ep.status = Status.RESOLVED if self._resolved(st, ep, now) else Status.OPEN
+        inputs = hash(
+            (
+                tuple(ep.conditions.items()),
+                ep.last_stale,
+                ep.status,
+                ep.severity,
+                ep.worker,
+                st.acqs,
+            )
+        )
+        if inputs == ep.inputs:
+            return None
+        ep.inputs = inputs
         finding = render(key, st, ep, ep.revision + 1)
         digest = _digest(finding)
         if digest == ep.digest:

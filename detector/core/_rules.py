@@ -57,18 +57,28 @@ def _cond(
     )
 
 
-def derive(state: WorkflowState) -> dict[EpisodeKey, Derived]:
-    """Every condition the retained evidence supports, grouped by episode."""
+def derive(state: WorkflowState, new: Ev | None = None) -> dict[EpisodeKey, Derived]:
+    """Every condition the retained evidence supports, grouped by episode.
+
+    With `new`, only what that one event can add: an event (unlike an acquisition) changes no
+    other event's standing, and earlier conditions are already merged into the episodes.
+    """
     out: dict[EpisodeKey, Derived] = {}
     top = state.top
-    for ev in state.evidence:
+    evidence = state.evidence if new is None else [new]
+    for ev in evidence:
         cond_kind = STALE_CONDITION.get(ev.kind)
         if cond_kind is None or ev.epoch >= top or displacing(state.acqs, ev) is None:
             continue
         d = out.setdefault((ev.epoch, False), Derived())
         d.stale.append(ev)
         d.conditions.append(_cond(cond_kind, ev))
-    for key, cond in _duplicates(state.evidence):
+    commits = state.evidence
+    if new is not None:
+        if new.kind != Kind.EFFECT_COMMITTED:
+            return out
+        commits = [e for e in state.evidence if e.effect_key == new.effect_key]
+    for key, cond in _duplicates(commits):
         out.setdefault(key, Derived()).conditions.append(cond)
     return out
 

@@ -35,6 +35,9 @@ class Episode:
     last_stale_at: float | None = None
     digest: int = 0
     worker: str | None = None
+    # Not persisted: a cheap fingerprint of what the document is rendered from, so that evidence
+    # which changes nothing (the thousandth stale heartbeat) costs no rendering.
+    inputs: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[int, bool]:
