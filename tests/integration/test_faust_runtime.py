@@ -24,14 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka
 from detector.kafka.config import env_name
 from tests.paths import SEED_FIXTURE
+from tests.torture.harness import Topics
 
 pytest.importorskip("faust", reason="the faust extra is not installed: pip install -e '.[faust]'")
 
@@ -40,14 +49,6 @@ FIXTURE = SEED_FIXTURE
 PARTITIONS = 3
 DEADLINE_S = 120.0
 POISON = b'{"event_id": "poison-1", "kind": "lease_acq'  # truncated JSON
-
-
-@dataclass
-class Topics:
-    input: str
-    findings: str
-    dlq: str
-    group: str
 
 
 def make_topics(broker: LocalKafka) -> Topics:
@@ -257,9 +258,7 @@ def test_fixture_findings_and_poison_exactly_once(
                 while not (dlq.records and dlq.caught_up()):
                     assert w.proc.poll() is None, w.tail()
                     dlq.poll()
-            # Let a few more commit intervals pass: nothing else may appear.
-            time.sleep(2.0)
-            findings.poll(2.0)
+            settle(kafka_broker, topics, findings)
             assert findings.latest_findings() == expected
             assert_no_duplicates(findings)
         assert w.terminate() == 0, w.tail()
@@ -292,6 +291,42 @@ def many_workflows(copies: int) -> list[bytes]:
         for copy in range(copies)
         for ev in base
     ]
+
+
+def settle(broker: LocalKafka, t: Topics, findings: Reader) -> None:
+    """Until the group has committed the whole input and no transaction on the findings topic is
+    open, then read the findings to their end: after that, nothing more can appear."""
+    admin = AdminClient(broker.client_config())
+    parts = range(PARTITIONS)
+    deadline = time.monotonic() + DEADLINE_S
+
+    def ends(topic: str, isolation: IsolationLevel) -> list[int]:
+        request = {TopicPartition(topic, p): OffsetSpec.latest() for p in parts}
+        futures = admin.list_offsets(request, isolation_level=isolation)
+        return [f.result(30).offset for f in futures.values()]
+
+    while time.monotonic() < deadline:
+        request = ConsumerGroupTopicPartitions(t.group, [TopicPartition(t.input, p) for p in parts])
+        done = next(iter(admin.list_consumer_group_offsets([request]).values())).result(30)
+        committed = sorted((tp.partition, tp.offset) for tp in done.topic_partitions)
+        input_ends = ends(t.input, IsolationLevel.READ_UNCOMMITTED)
+        stable = ends(t.findings, IsolationLevel.READ_COMMITTED)
+        if [o for _, o in committed] == input_ends and stable == ends(
+            t.findings, IsolationLevel.READ_UNCOMMITTED
+        ):
+            break
+        findings.poll(0.2)
+    else:
+        raise AssertionError("the group never committed the whole input")
+    wanted = [TopicPartition(t.findings, p) for p in parts]
+
+    def behind() -> bool:
+        positions = findings.consumer.position(wanted) if findings.consumer else []
+        return any(end > 0 and tp.offset < end for tp, end in zip(positions, stable, strict=True))
+
+    while behind():
+        assert time.monotonic() < deadline, "the reader never reached the committed end"
+        findings.poll(0.2)
 
 
 def trickle(broker: LocalKafka, topic: str, records: list[tuple[bytes, bytes]]) -> threading.Thread:
@@ -332,8 +367,7 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(
             assert not sender.is_alive()
             with worker(kafka_broker, topics, tmp_path, "second") as second:
                 wait_for_findings(findings, expected, [second])
-                time.sleep(2.0)
-                findings.poll(2.0)
+                settle(kafka_broker, topics, findings)
                 assert findings.latest_findings() == expected
                 assert_no_duplicates(findings)
                 assert second.terminate() == 0, second.tail()
@@ -356,8 +390,7 @@ def test_scale_out_moves_state_with_partitions(
                 sender.join(timeout=60)
                 assert not sender.is_alive()
                 wait_for_findings(findings, expected, [a, b])
-                time.sleep(2.0)
-                findings.poll(2.0)
+                settle(kafka_broker, topics, findings)
                 assert findings.latest_findings() == expected
                 assert_no_duplicates(findings)
                 assert b.terminate() == 0, b.tail()
@@ -381,8 +414,7 @@ def test_sigterm_mid_stream_commits_what_it_did_and_resumes(
             assert not sender.is_alive()
             with worker(kafka_broker, topics, tmp_path, "new") as new:
                 wait_for_findings(findings, expected, [new])
-                time.sleep(2.0)
-                findings.poll(2.0)
+                settle(kafka_broker, topics, findings)
                 assert findings.latest_findings() == expected
                 assert_no_duplicates(findings)
                 assert new.terminate() == 0, new.tail()
