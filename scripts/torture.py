@@ -25,6 +25,7 @@ def main() -> int:
         "--bootstrap-servers", help="an existing cluster (PLAINTEXT); default: start one"
     )
     ap.add_argument("--runtime", default="kafka", choices=("kafka", "faust"))
+    ap.add_argument("--store", default="memory", choices=("memory", "rocksdb"))
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--terms", type=int, default=3)
@@ -59,6 +60,7 @@ def main() -> int:
             bootstrap,
             workdir / "run",
             runtime=args.runtime,
+            store=args.store,
             partitions=args.partitions,
             tag=f"{args.runtime}-{int(time.time())}",
         )

@@ -31,9 +31,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from detector.core import Detector, FindingUpdate, decode_state, encode_state
+from detector.core import Detector, FindingUpdate, encode_state
 from detector.runtime.intake import DeadLetter, admit
 from detector.runtime.settings import WorkerSettings
+from detector.runtime.store import Store, open_store
 from detector.telemetry.metrics import WorkerMetrics
 
 log = logging.getLogger("splitbrain.worker")
@@ -50,8 +51,9 @@ class FencedError(Exception):
 
 @dataclass(slots=True)
 class PartitionState:
-    """One input partition's engine and the workflows changed since the last commit."""
+    """One input partition's store and engine, and the workflows changed since the last commit."""
 
+    store: Store
     detector: Detector
     dirty: set[str] = field(default_factory=set)
     next_offset: int | None = None
@@ -226,12 +228,11 @@ class KafkaLoopWorker:
         for partition, ps in self.partitions.items():
             for key in ps.dirty:
                 state = ps.detector.states.get(key)
+                raw = None if state is None else encode_state(state)
                 self.producer.produce(
-                    self.s.changelog_topic,
-                    key=key.encode(),
-                    value=None if state is None else encode_state(state),
-                    partition=partition,
+                    self.s.changelog_topic, key=key.encode(), value=raw, partition=partition
                 )
+                ps.store.put(key, raw)
             ps.dirty.clear()
             if ps.next_offset is not None:
                 offsets.append(TopicPartition(self.s.input_topic, partition, ps.next_offset))
@@ -242,6 +243,8 @@ class KafkaLoopWorker:
             )
         self.producer.commit_transaction(_TXN_TIMEOUT_S)
         self.in_txn = False
+        for ps in self.partitions.values():
+            ps.store.committed()
         self.metrics.committed(time.monotonic() - started, self.txn_events)
 
     # ---- failure and rebalance ----------------------------------------------------------------
@@ -274,7 +277,9 @@ class KafkaLoopWorker:
         # with the committed state. Committing here would race the new owner's restore.
         self._abort_quietly()
         for tp in partitions:
-            self.partitions.pop(tp.partition, None)
+            gone = self.partitions.pop(tp.partition, None)
+            if gone is not None:
+                gone.store.close()
             self.metrics.state(tp.partition, 0)
 
     def _abort_quietly(self) -> None:
@@ -291,7 +296,11 @@ class KafkaLoopWorker:
     def _restore(self, partitions: list[int], *, rewind: bool) -> None:
         """Read each partition's changelog to its end (read_committed) before processing it."""
         started = time.monotonic()
-        restored = {p: PartitionState(Detector(config=self.s.engine)) for p in partitions}
+        for p in partitions:
+            old = self.partitions.pop(p, None)
+            if old is not None:
+                old.store.close()
+        restored = {p: self._fresh(p) for p in partitions}
         if partitions:
             self._read_changelog(restored)
         if partitions and rewind:
@@ -307,6 +316,10 @@ class KafkaLoopWorker:
         elapsed = time.monotonic() - started
         self.metrics.restored(elapsed)
         log.info("restored partitions %s in %.2fs", sorted(partitions), elapsed)
+
+    def _fresh(self, partition: int) -> PartitionState:
+        store = open_store(self.s.store, self.s.state_dir / self.s.instance_id, partition)
+        return PartitionState(store, Detector(config=self.s.engine, states=store.states))
 
     def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
         reader = Consumer(
@@ -334,11 +347,7 @@ class KafkaLoopWorker:
                     raw_key, value = msg.key(), msg.value()
                     if raw_key is None:
                         continue
-                    states = restored[_coordinates(msg)[1]].detector.states
-                    if value is None:
-                        states.pop(raw_key.decode(), None)
-                    else:
-                        states[raw_key.decode()] = decode_state(value)
+                    restored[_coordinates(msg)[1]].store.load(raw_key.decode(), value)
         finally:
             reader.close()
 

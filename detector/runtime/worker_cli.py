@@ -66,6 +66,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--state-dir", type=Path, default=Path(_env("STATE_DIR", "var/state") or "."))
     p.add_argument(
+        "--store",
+        choices=("memory", "rocksdb"),
+        default=_env("STORE", "memory"),
+        help="local store of workflow states: memory (default) or rocksdb on "
+        "--state-dir (needs the rocksdb extra); both are rebuilt from the changelog",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=int(_env("METRICS_PORT", "0") or 0),
@@ -97,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         commit_interval_ms=args.commit_interval_ms,
         commit_max_events=args.commit_max_events,
         state_dir=args.state_dir,
+        store=args.store,
         metrics_port=args.metrics_port or None,
         engine=Config(quiet_period_s=args.quiet_period_s),
     )

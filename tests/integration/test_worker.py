@@ -143,9 +143,13 @@ class Running:
         return out
 
 
-@pytest.fixture
-def worker(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Running]:
-    running = Running(kafka_broker, tmp_path)
+@pytest.fixture(params=["memory", "rocksdb"])
+def worker(
+    kafka_broker: LocalKafka, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Running]:
+    running = Running(
+        kafka_broker, tmp_path, "--store", request.param, "--state-dir", str(tmp_path / "state")
+    )
     try:
         yield running
     finally:

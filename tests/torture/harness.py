@@ -63,6 +63,7 @@ class Worker:
 
     instance: str
     runtime: str
+    store: str
     bootstrap: str
     topics: Topics
     workdir: Path
@@ -83,6 +84,8 @@ class Worker:
             "worker",
             "--runtime",
             self.runtime,
+            "--store",
+            self.store,
             "--bootstrap-servers",
             self.bootstrap,
             "--instance-id",
@@ -197,10 +200,12 @@ class Harness:
         partitions: int = 6,
         tag: str | None = None,
         seed: int = 7,
+        store: str = "memory",
     ) -> None:
         self.bootstrap = bootstrap
         self.workdir = workdir
         self.runtime = runtime
+        self.store = store
         self.partitions = partitions
         self.rng = random.Random(seed)
         self.topics = Topics.fresh(tag or f"{os.getpid()}-{int(time.time())}")
@@ -224,7 +229,7 @@ class Harness:
     def worker(self, instance: str) -> Worker:
         if instance not in self.workers:
             self.workers[instance] = Worker(
-                instance, self.runtime, self.bootstrap, self.topics, self.workdir
+                instance, self.runtime, self.store, self.bootstrap, self.topics, self.workdir
             )
         return self.workers[instance]
 

@@ -1,0 +1,128 @@
+"""Where a worker keeps one partition's workflow states between events.
+
+The changelog topic is the durable copy; a local store only holds it for processing. `memory`
+keeps decoded states in a dict. `rocksdb` (optional, `pip install -e '.[rocksdb]'`) keeps them
+encoded on local disk, with only the workflows touched since the last commit decoded in memory,
+for partitions whose state does not fit in memory. Both are rebuilt from the changelog on every
+assignment, so a wiped state directory loses nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from typing import Protocol
+
+from detector.core import WorkflowState, decode_state
+
+
+class Store(Protocol):
+    @property
+    def states(self) -> MutableMapping[str, WorkflowState]: ...
+
+    def load(self, key: str, raw: bytes | None) -> None:
+        """A changelog record read while restoring; None removes the workflow."""
+
+    def put(self, key: str, raw: bytes | None) -> None:
+        """A state just written to the changelog in the open transaction."""
+
+    def committed(self) -> None:
+        """The transaction that covered every `put` so far committed."""
+
+    def close(self) -> None: ...
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._states: dict[str, WorkflowState] = {}
+
+    @property
+    def states(self) -> MutableMapping[str, WorkflowState]:
+        return self._states
+
+    def load(self, key: str, raw: bytes | None) -> None:
+        if raw is None:
+            self._states.pop(key, None)
+        else:
+            self._states[key] = decode_state(raw)
+
+    def put(self, key: str, raw: bytes | None) -> None:
+        """Nothing to do: the dict already holds the state the engine changed."""
+
+    def committed(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._states.clear()
+
+
+class RocksStore(MutableMapping[str, WorkflowState]):
+    """Encoded states in RocksDB; the workflows touched since the last commit, decoded."""
+
+    def __init__(self, path: Path) -> None:
+        from rocksdict import Rdict  # noqa: PLC0415 (optional dependency)
+
+        shutil.rmtree(path, ignore_errors=True)  # rebuilt from the changelog, never trusted
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._db = Rdict(str(path))
+        self._live: dict[str, WorkflowState] = {}
+        self._gone: set[str] = set()
+
+    @property
+    def states(self) -> MutableMapping[str, WorkflowState]:
+        return self
+
+    def __getitem__(self, key: str) -> WorkflowState:
+        state = self._live.get(key)
+        if state is None:
+            raw = None if key in self._gone else self._db.get(key.encode())
+            if raw is None:
+                raise KeyError(key)
+            state = self._live[key] = decode_state(raw)
+        return state
+
+    def __setitem__(self, key: str, state: WorkflowState) -> None:
+        self._live[key] = state
+        self._gone.discard(key)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._live.pop(key, None)
+        self._gone.add(key)
+
+    def __iter__(self) -> Iterator[str]:
+        for raw_key in self._db.keys():  # noqa: SIM118 (Rdict is not iterable itself)
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            if key not in self._gone and key not in self._live:
+                yield key
+        yield from list(self._live)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def load(self, key: str, raw: bytes | None) -> None:
+        self.put(key, raw)
+
+    def put(self, key: str, raw: bytes | None) -> None:
+        if raw is None:
+            self._db.delete(key.encode())
+        else:
+            self._db[key.encode()] = raw
+
+    def committed(self) -> None:
+        """What was worth keeping was `put`; the decoded copies can go."""
+        self._live.clear()
+        self._gone.clear()
+
+    def close(self) -> None:
+        self._db.close()
+        shutil.rmtree(self._path, ignore_errors=True)
+
+
+def open_store(kind: str, directory: Path, partition: int) -> Store:
+    if kind == "rocksdb":
+        return RocksStore(directory / f"partition-{partition}")
+    return MemoryStore()

@@ -1,0 +1,64 @@
+"""Local state stores behave as the engine's mapping, and keep only what was committed."""
+
+from pathlib import Path
+
+import pytest
+
+from detector.core import Detector, WorkflowState, encode_state
+from detector.events import parse_event_obj
+from detector.runtime.store import MemoryStore, RocksStore, Store
+
+
+def event(seq: int, kind: str = "heartbeat", epoch: int = 1) -> dict[str, object]:
+    return {
+        "event_id": f"e{seq}",
+        "kind": kind,
+        "workflow_key": "wf",
+        "owner_epoch": epoch,
+        "worker_id": f"w{epoch}",
+        "seq": seq,
+    }
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    return MemoryStore() if request.param == "memory" else RocksStore(tmp_path / "p0")
+
+
+def test_engine_runs_on_the_store_and_a_restore_continues_it(store: Store, tmp_path: Path) -> None:
+    d = Detector(states=store.states)
+    for e in (event(1, "lease_acquired"), event(2, "lease_acquired", 2), event(3)):
+        updates = d.observe(parse_event_obj(e))
+    assert [u.finding.revision for u in updates] == [1]
+    raw = encode_state(store.states["wf"])
+    store.put("wf", raw)
+    store.committed()
+    assert list(store.states) == ["wf"]
+
+    restored = RocksStore(tmp_path / "p1") if isinstance(store, RocksStore) else MemoryStore()
+    restored.load("wf", raw)
+    again = Detector(states=restored.states)
+    more = again.observe(parse_event_obj({**event(4, "effect_attempted"), "effect_key": "k"}))
+    assert [(u.finding.revision, u.finding.severity.value) for u in more] == [(2, "warning")]
+
+
+def test_deleted_workflows_are_gone_after_commit(store: Store) -> None:
+    store.load("wf", encode_state(WorkflowState()))
+    del store.states["wf"]
+    assert "wf" not in store.states
+    store.put("wf", None)
+    store.committed()
+    assert "wf" not in store.states
+    assert len(store.states) == 0
+
+
+def test_rocks_store_keeps_decoded_copies_only_until_commit(tmp_path: Path) -> None:
+    rocks = RocksStore(tmp_path / "p")
+    rocks.load("wf", encode_state(WorkflowState()))
+    first = rocks["wf"]
+    first.pos = 99  # an uncommitted change the engine made in place
+    assert rocks["wf"].pos == 99
+    rocks.committed()  # it was not put: the committed copy wins
+    assert rocks["wf"].pos == 0
+    rocks.close()
+    assert not (tmp_path / "p").exists()
