@@ -114,6 +114,11 @@ class KafkaLoopWorker:
         except FencedError as exc:
             log.error("fenced, stopping without committing: %s", exc)
             return 3
+        except KafkaException as exc:
+            # Stopping with the cluster unreachable: what is not committed is redone by the
+            # partitions' next owner, from the committed offsets and state.
+            log.error("stopping without committing the last transaction: %s", exc)
+            return 1
         finally:
             self.consumer.close()
         log.info("worker %s stopped cleanly", self.s.instance_id)
@@ -128,6 +133,8 @@ class KafkaLoopWorker:
         messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
         try:
             for msg in messages:
+                if self.stopping:
+                    break
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -303,6 +310,10 @@ class KafkaLoopWorker:
         restored = {p: self._fresh(p) for p in partitions}
         if partitions:
             self._read_changelog(restored)
+        if self.stopping:  # the restore may be incomplete: process nothing with it
+            for ps in restored.values():
+                ps.store.close()
+            return
         if partitions and rewind:
             committed = self.consumer.committed(
                 [TopicPartition(self.s.input_topic, p) for p in partitions], timeout=30
@@ -336,7 +347,7 @@ class KafkaLoopWorker:
                 [TopicPartition(self.s.changelog_topic, p, OFFSET_BEGINNING) for p in restored]
             )
             pending = set(restored)
-            while pending:
+            while pending and not self.stopping:  # a broker that is down must not pin SIGTERM
                 for msg in reader.consume(num_messages=1000, timeout=0.5):
                     err = msg.error()
                     if err is not None:

@@ -266,3 +266,21 @@ def _metrics_or_empty(w: Running) -> str:
         return w.metrics()
     except OSError:
         return ""  # not listening yet
+
+
+def test_sigterm_stops_the_worker_even_with_the_broker_down(tmp_path: Path) -> None:
+    broker = LocalKafka(tmp_path / "kafka")  # its own: this test kills it
+    broker.start()
+    try:
+        w = Running(broker, tmp_path)
+        try:
+            wait_for(lambda: "restored partitions" in w.log.read_text(), 60, "the worker to start")
+            broker.kill()
+            os.kill(w.proc.pid, signal.SIGTERM)
+            # bounded by the transaction timeout and the group leave, not by the broker's return
+            wait_for(lambda: w.proc.poll() is not None, 90, "the worker to exit on SIGTERM")
+            assert w.proc.returncode in (0, 1), w.log.read_text()[-2000:]
+        finally:
+            w.stop()
+    finally:
+        broker.stop()
