@@ -31,7 +31,6 @@ from collections.abc import (
     Iterable,
     Iterator,
     Mapping,
-    MutableMapping,
     Sequence,
 )
 from dataclasses import dataclass, field
@@ -48,13 +47,14 @@ from faust.types.auth import CredentialsT
 from faust.types.transports import TransportT
 from mode import CrashingSupervisor
 
-from detector.core import Detector, FindingUpdate, WorkflowState, decode_state, encode_state
+from detector.core import Detector, FindingUpdate, WorkflowState, encode_state
 from detector.findings import Status
 from detector.kafka.config import KafkaClientError, fetch_metadata
 from detector.runtime.intake import DeadLetter, admit
 from detector.runtime.settings import (
     WorkerSettings,
 )
+from detector.runtime.store import DecodedCache
 
 log = logging.getLogger("splitbrain.faust")
 
@@ -300,7 +300,7 @@ class StateTable(faust.Table):  # type: ignore[type-arg]
                 keys.add(key)
 
 
-class PartitionStates(MutableMapping[str, WorkflowState]):
+class PartitionStates(DecodedCache):
     """One partition's workflows, as the engine wants them: decoded objects, kept decoded.
 
     The table holds the durable bytes; `write_back` re-encodes a workflow after the engine
@@ -313,14 +313,8 @@ class PartitionStates(MutableMapping[str, WorkflowState]):
         self._keys = table.keys_by_partition.setdefault(partition, set())
         self._live: dict[str, WorkflowState] = {}
 
-    def __getitem__(self, key: str) -> WorkflowState:
-        state = self._live.get(key)
-        if state is None:
-            raw = self._table.data.get(key.encode()) if key in self._keys else None
-            if raw is None:
-                raise KeyError(key)
-            state = self._live[key] = decode_state(raw)
-        return state
+    def _raw(self, key: str) -> bytes | None:
+        return self._table.data.get(key.encode()) if key in self._keys else None
 
     def __setitem__(self, key: str, state: WorkflowState) -> None:
         self._live[key] = state

@@ -57,7 +57,29 @@ class MemoryStore:
         self._states.clear()
 
 
-class RocksStore(MutableMapping[str, WorkflowState]):
+class DecodedCache(MutableMapping[str, WorkflowState]):
+    """States kept encoded somewhere, decoded once on first use and kept in `_live`.
+
+    The engine changes the objects it gets in place, so the decoded copy is what counts until
+    the owner writes it back; subclasses say where the encoded bytes live.
+    """
+
+    _live: dict[str, WorkflowState]
+
+    def _raw(self, key: str) -> bytes | None:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> WorkflowState:
+        state = self._live.get(key)
+        if state is None:
+            raw = self._raw(key)
+            if raw is None:
+                raise KeyError(key)
+            state = self._live[key] = decode_state(raw)
+        return state
+
+
+class RocksStore(DecodedCache):
     """Encoded states in RocksDB; the workflows touched since the last commit, decoded."""
 
     def __init__(self, path: Path) -> None:
@@ -74,14 +96,11 @@ class RocksStore(MutableMapping[str, WorkflowState]):
     def states(self) -> MutableMapping[str, WorkflowState]:
         return self
 
-    def __getitem__(self, key: str) -> WorkflowState:
-        state = self._live.get(key)
-        if state is None:
-            raw = None if key in self._gone else self._db.get(key.encode())
-            if raw is None:
-                raise KeyError(key)
-            state = self._live[key] = decode_state(raw)
-        return state
+    def _raw(self, key: str) -> bytes | None:
+        if key in self._gone:
+            return None
+        raw = self._db.get(key.encode())
+        return raw if isinstance(raw, bytes) else None
 
     def __setitem__(self, key: str, state: WorkflowState) -> None:
         self._live[key] = state
