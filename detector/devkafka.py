@@ -287,8 +287,15 @@ def _ephemeral_port_low() -> int:
 
 
 def _new_cluster_id() -> str:
-    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters).
+
+    Like Kafka's own `Uuid.randomUuid`, never one that starts with "-": the storage tool's
+    argument parser would read it as an option (1 start in 64 failed that way).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class LocalKafka:
