@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from sys import intern
 from typing import Final
 
 from detector.events import Kind, OwnershipEvent, Source
@@ -25,6 +25,10 @@ from ._rules import derive, fenced_after, verified_after, worker_of
 from ._state import EFFECT_EVIDENCE, Episode, WorkflowState
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
+_COMMITTED: Final = Kind.EFFECT_COMMITTED.value
+_MAX_SHARED_LEASES: Final = 1024
+# NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast.
+_new_ev: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,7 @@ class Detector:
     counters: Counters = field(default_factory=Counters)
     lease_health: LeaseHealth = field(init=False)
     watermark: float | None = None
+    _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
@@ -79,19 +84,26 @@ class Detector:
 
         `at` is the caller's now (a record timestamp); without it the event's own `observed_at`
         advances the watermark. The common case — the current owner reporting in order —
-        touches only this method.
+        stays in this method and is written for speed: it runs for every event.
         """
         self.counters.events += 1
         observed = event.observed_at
         obs = None if observed is None else observed.timestamp()
-        now = self._tick(obs if at is None else at)
+        tick = obs if at is None else at
+        now = self.watermark
+        if tick is not None and (now is None or tick > now):
+            self.watermark = now = tick
+        if now is None:
+            now = 0.0
         key = event.workflow_key
         st = self.states.get(key)
         if st is None:
             st = self.states[key] = WorkflowState()
         seq = event.seq
-        if seq is not None and seq > st.max_seq:
-            st.max_seq = seq  # past everything seen: cannot be a redelivery
+        # Past every seq seen: neither a redelivery nor before anything retained.
+        advanced = seq is not None and seq > st.max_seq
+        if advanced:
+            st.max_seq = seq  # type: ignore[assignment]  # advanced implies seq is an int
         elif st.seen(event.event_id):
             self.counters.redelivered += 1
             return []
@@ -99,13 +111,16 @@ class Detector:
         st.last_at = now
         kind = event.kind
         epoch = event.owner_epoch
-        acqs = st.acqs
-        ev: Ev | None = None
         if kind is Kind.LEASE_ACQUIRED:
             self._acquire(st, event, obs)
-            slow = bool(st.episodes) or any(e.epoch < epoch for e in st.evidence)
-        else:
-            ev = Ev(
+            # An acquisition after everything retained displaces none of it.
+            if not (st.episodes or (not advanced and any(e.epoch < epoch for e in st.evidence))):
+                return []
+            return self._reevaluate(key, st, now, None)
+        trace = event.trace_id
+        ev = _new_ev(
+            Ev,
+            (
                 event.event_id,
                 _VALUE[kind],
                 epoch,
@@ -113,27 +128,34 @@ class Detector:
                 st.pos,
                 _VALUE[event.source],
                 event.effect_key,
-                sys.intern(event.worker_id),
+                intern(event.worker_id),
                 obs,
-                None if event.trace_id is None else f"{event.trace_id}-{event.span_id or ''}",
-            )
-            self._retain(st, ev)
-            top = acqs[-1].epoch if acqs else -1
-            if epoch < top:
-                slow = True
-            elif kind is Kind.HEARTBEAT:
-                self._heartbeat(st, obs)
-                slow = False
-            elif kind is Kind.LEASE_RELEASED:
-                st.released_at = now
-                slow = False
-            elif kind is Kind.EFFECT_COMMITTED:
-                slow = bool(st.episodes) or _committed_before(st.evidence, ev)
-            else:
-                slow = kind in EFFECT_EVIDENCE and bool(st.episodes)
-        if not slow:
+                None if trace is None else f"{trace}-{event.span_id or ''}",
+            ),
+        )
+        # A tuple: at two or three events per workflow, a list's spare capacity is most of it.
+        kept = st.evidence = (*st.evidence, ev)
+        if len(kept) > self.config.max_evidence:
+            kept = st.evidence = self._forget(kept)
+        acqs = st.acqs
+        if acqs and epoch < acqs[-1].epoch:
+            return self._reevaluate(key, st, now, ev)
+        if kind is Kind.HEARTBEAT:
+            if obs is not None:
+                last = st.hb_obs
+                st.hb_obs = obs
+                if last is not None and st.lease_s is not None and obs > last:
+                    self.lease_health.heartbeat_gap(st.tool_class, obs - last, st.lease_s)
             return []
-        return self._reevaluate(key, st, now, ev)
+        if kind is Kind.LEASE_RELEASED:
+            st.released_at = now
+            return []
+        if kind is Kind.EFFECT_COMMITTED:
+            if st.episodes or _committed_before(kept, ev.effect_key, ev):
+                return self._reevaluate(key, st, now, ev)
+        elif kind in EFFECT_EVIDENCE and st.episodes:
+            return self._reevaluate(key, st, now, ev)
+        return []
 
     def advance(self, now: float) -> list[FindingUpdate]:
         """Let time pass: resolve episodes whose displaced owner went quiet; evict idle state."""
@@ -157,7 +179,7 @@ class Detector:
             elif st.evidence:
                 # A finding's revisions must never restart, so its workflow is compacted, not
                 # forgotten: acquisitions and episodes stay, the evidence goes.
-                st.evidence.clear()
+                st.evidence = ()
                 st.released_at = None
             else:
                 continue
@@ -183,7 +205,7 @@ class Detector:
 
     def _acquire(self, st: WorkflowState, event: OwnershipEvent, obs: float | None) -> None:
         acq = Acq(
-            event.owner_epoch, event.seq, st.pos, event.event_id, sys.intern(event.worker_id), obs
+            event.owner_epoch, event.seq, st.pos, event.event_id, intern(event.worker_id), obs
         )
         # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
         acqs = list(st.acqs)
@@ -199,40 +221,43 @@ class Detector:
         st.acqs = tuple(acqs)
         if acq.epoch >= st.top:
             tool_class = (event.attrs or {}).get("tool_class")
-            tool_class = None if tool_class is None else sys.intern(tool_class)
+            tool_class = None if tool_class is None else intern(tool_class)
             st.tool_class = tool_class
-            st.lease_s = event.lease_duration_s
+            st.lease_s = self._shared_lease(event.lease_duration_s)
             st.hb_obs = obs
             st.released_at = None
             self.lease_health.acquired(
                 tool_class, event.lease_duration_s, event.heartbeat_interval_s
             )
 
-    def _retain(self, st: WorkflowState, ev: Ev) -> None:
-        """Keep the event; over the cap, forget the oldest activity first, effects last."""
-        kept = st.evidence
-        kept.append(ev)
-        cap = self.config.max_evidence
-        if len(kept) > cap:
-            # Forget a quarter at once (oldest activity first, then oldest effects): one pass
-            # per cap/4 events instead of a scan per event.
-            excess = len(kept) - (cap - cap // 4)
-            activity = 0
-            keep: list[Ev] = []
-            for e in kept:
-                if activity < excess and e.kind not in EFFECT_EVIDENCE:
-                    activity += 1
-                else:
-                    keep.append(e)
-            kept[:] = keep[excess - activity :]
-            self.counters.evidence_dropped += excess
+    def _shared_lease(self, lease_s: float | None) -> float | None:
+        """Deployments use a handful of lease durations: one float object each, not one per
+        workflow."""
+        if lease_s is None:
+            return None
+        shared = self._lease_values.get(lease_s)
+        if shared is not None:
+            return shared
+        if len(self._lease_values) < _MAX_SHARED_LEASES:
+            self._lease_values[lease_s] = lease_s
+        return lease_s
 
-    def _heartbeat(self, st: WorkflowState, obs: float | None) -> None:
-        if obs is None:
-            return
-        if st.hb_obs is not None and obs > st.hb_obs:
-            self.lease_health.heartbeat_gap(st.tool_class, obs - st.hb_obs, st.lease_s)
-        st.hb_obs = obs
+    def _forget(self, kept: tuple[Ev, ...]) -> tuple[Ev, ...]:
+        """Over the cap, forget the oldest activity first, effects last.
+
+        A quarter at once: one pass per cap/4 events instead of a scan per event.
+        """
+        cap = self.config.max_evidence
+        excess = len(kept) - (cap - cap // 4)
+        activity = 0
+        keep: list[Ev] = []
+        for e in kept:
+            if activity < excess and e.kind not in EFFECT_EVIDENCE:
+                activity += 1
+            else:
+                keep.append(e)
+        self.counters.evidence_dropped += excess
+        return tuple(keep[excess - activity :])
 
     def _reevaluate(
         self, key: str, st: WorkflowState, now: float, trigger: Ev | None
@@ -314,12 +339,10 @@ class Detector:
         return all(verified_after(st, k, c) for k, c in latest.items())
 
 
-def _committed_before(evidence: list[Ev], ev: Ev) -> bool:
+def _committed_before(evidence: tuple[Ev, ...], effect_key: str | None, ev: Ev) -> bool:
     """Was this effect key committed by another event already? (Duplicates need a second look.)"""
-    key = ev.effect_key
-    committed = Kind.EFFECT_COMMITTED
     for e in evidence:
-        if e.effect_key == key and e.kind == committed and e is not ev:
+        if e.effect_key == effect_key and e.kind == _COMMITTED and e is not ev:
             return True
     return False
 

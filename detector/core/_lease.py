@@ -27,8 +27,6 @@ class LeaseWarning:
 class ToolClassHealth:
     acquisitions: int = 0
     policy_violations: int = 0
-    heartbeat_gaps: int = 0
-    max_gap_s: float = 0.0
     near_expiry: int = 0
 
 
@@ -72,13 +70,9 @@ class LeaseHealth:
                     )
                 )
 
-    def heartbeat_gap(self, tool_class: str | None, gap_s: float, lease_s: float | None) -> None:
-        health = self._cls(tool_class)
-        health.heartbeat_gaps += 1
-        if gap_s > health.max_gap_s:
-            health.max_gap_s = gap_s
-        if lease_s is not None and gap_s + self.jitter_reserve_s >= lease_s:
-            health.near_expiry += 1
+    def heartbeat_gap(self, tool_class: str | None, gap_s: float, lease_s: float) -> None:
+        if gap_s + self.jitter_reserve_s >= lease_s:
+            self._cls(tool_class).near_expiry += 1
             if self._first(tool_class, "heartbeat_gap"):
                 self.warnings.append(
                     LeaseWarning(

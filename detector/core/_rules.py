@@ -65,7 +65,7 @@ def derive(state: WorkflowState, new: Ev | None = None) -> dict[EpisodeKey, Deri
     """
     out: dict[EpisodeKey, Derived] = {}
     top = state.top
-    evidence = state.evidence if new is None else [new]
+    evidence = state.evidence if new is None else (new,)
     for ev in evidence:
         cond_kind = STALE_CONDITION.get(ev.kind)
         if cond_kind is None or ev.epoch >= top or displacing(state.acqs, ev) is None:
@@ -77,7 +77,7 @@ def derive(state: WorkflowState, new: Ev | None = None) -> dict[EpisodeKey, Deri
     if new is not None:
         if new.kind != Kind.EFFECT_COMMITTED:
             return out
-        commits = [e for e in state.evidence if e.effect_key == new.effect_key]
+        commits = tuple(e for e in state.evidence if e.effect_key == new.effect_key)
     for key, cond in _duplicates(commits):
         out.setdefault(key, Derived()).conditions.append(cond)
     return out

@@ -55,7 +55,7 @@ class WorkflowState:
     pos: int = 0
     max_seq: int = -1
     acqs: tuple[Acq, ...] = ()
-    evidence: list[Ev] = field(default_factory=list)
+    evidence: tuple[Ev, ...] = ()
     # None until the first finding: most workflows never have one, and an empty dict costs 64 B.
     found: dict[EpisodeKey, Episode] | None = None
     last_at: float | None = None
@@ -193,7 +193,7 @@ def decode_state(raw: bytes) -> WorkflowState:
         pos=doc["pos"],
         max_seq=doc["max_seq"],
         acqs=tuple(Acq(*a) for a in doc["acqs"]),
-        evidence=[_ev(r) for r in doc["evidence"]],
+        evidence=tuple(_ev(r) for r in doc["evidence"]),
         found=episodes or None,
         last_at=doc["last_at"],
         released_at=doc["released_at"],
