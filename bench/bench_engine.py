@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Iterator
 
+from detector import gc_tuning
 from detector.core import Detector
 from detector.events import OwnershipEvent, parse_event_json
 
@@ -157,6 +158,16 @@ def memory_per_workflow(n_workflows: int) -> tuple[float, int]:
     return (rss_bytes() - before) / n_workflows, len(detector.states)
 
 
+def parse_and_detect(lines: list[bytes]) -> tuple[float, Detector]:
+    detector = Detector()
+    observe = detector.observe
+    gc.collect()
+    t0 = time.perf_counter()
+    for raw in lines:
+        observe(OwnershipEvent.model_validate_json(raw))
+    return time.perf_counter() - t0, detector
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -171,26 +182,25 @@ def main() -> None:
     lines = history(args.events, args.workflows)
     print(f"history: {len(lines):,} events over {args.workflows:,} workflows")
 
+    default_gc = gc.get_threshold()
+    both_default_s, _ = parse_and_detect(lines)
+    thresholds = gc_tuning.tune()  # what `splitbrain` itself runs with
+    print(f"gc thresholds: {thresholds} (as the splitbrain CLI sets them)")
+
     gc.collect()
     t0 = time.perf_counter()
     for raw in lines:
         OwnershipEvent.model_validate_json(raw)
     parse_s = time.perf_counter() - t0
-
-    detector = Detector()
-    findings = 0
-    gc.collect()
-    t0 = time.perf_counter()
-    for raw in lines:
-        findings += len(detector.observe(OwnershipEvent.model_validate_json(raw)))
-    both_s = time.perf_counter() - t0
+    both_s, detector = parse_and_detect(lines)
 
     print(f"parse only:     {rate(len(lines), parse_s)}")
     print(
-        f"parse + detect: {rate(len(lines), both_s)}  ({findings:,} finding revisions, "
-        f"{detector.counters.findings_opened:,} findings)"
+        f"parse + detect: {rate(len(lines), both_s)}  ({detector.counters.revisions:,} finding "
+        f"revisions, {detector.counters.findings_opened:,} findings)"
     )
     print(f"ratio (parse+detect / parse-only throughput): {parse_s / both_s:.2f}")
+    print(f"parse + detect, CPython's default gc {default_gc}: {rate(len(lines), both_default_s)}")
 
     per_wf, tracked = memory_per_workflow(args.memory_workflows)
     print(f"memory: {per_wf:,.0f} bytes per tracked workflow at {tracked:,} workflows (RSS delta)")

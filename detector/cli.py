@@ -8,6 +8,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from detector import gc_tuning
+
 # Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
 _COMMAND_MODULES = (
     "detector.audit",
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    gc_tuning.tune()
     try:
         code: int = args.run(args)
     except BrokenPipeError:

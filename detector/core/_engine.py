@@ -208,17 +208,22 @@ class Detector:
             event.owner_epoch, event.seq, st.pos, event.event_id, intern(event.worker_id), obs
         )
         # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
-        acqs = list(st.acqs)
-        i = bisect.bisect_left([a.epoch for a in acqs], acq.epoch)
-        if i < len(acqs) and acqs[i].epoch == acq.epoch:
-            if order_key(acq) < order_key(acqs[i]):
-                acqs[i] = acq
+        acqs = st.acqs
+        if not acqs or acq.epoch > acqs[-1].epoch:
+            acqs = (*acqs, acq)  # the usual case: a takeover by a new, higher epoch
         else:
-            acqs.insert(i, acq)
-            if len(acqs) > self.config.max_acquisitions:
-                del acqs[0]
-                self.counters.evidence_dropped += 1
-        st.acqs = tuple(acqs)
+            listed = list(acqs)
+            i = bisect.bisect_left([a.epoch for a in listed], acq.epoch)
+            if i < len(listed) and listed[i].epoch == acq.epoch:
+                if order_key(acq) < order_key(listed[i]):
+                    listed[i] = acq
+            else:
+                listed.insert(i, acq)
+            acqs = tuple(listed)
+        if len(acqs) > self.config.max_acquisitions:
+            acqs = acqs[1:]
+            self.counters.evidence_dropped += 1
+        st.acqs = acqs
         if acq.epoch >= st.top:
             tool_class = (event.attrs or {}).get("tool_class")
             tool_class = None if tool_class is None else intern(tool_class)
