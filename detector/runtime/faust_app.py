@@ -25,6 +25,7 @@ import asyncio
 import logging
 import re
 import ssl
+import time
 from collections.abc import (
     Awaitable,
     Callable,
@@ -55,6 +56,7 @@ from detector.runtime.settings import (
     WorkerSettings,
 )
 from detector.runtime.store import DecodedCache
+from detector.telemetry.metrics import WorkerMetrics
 
 log = logging.getLogger("splitbrain.faust")
 
@@ -92,6 +94,7 @@ class CommitBarrier:
     pending: list[asyncio.Future[Any]] = field(default_factory=list)
     processed: dict[tuple[str, int], int] = field(default_factory=dict)
     failure: BaseException | None = None
+    events: int = 0  # input records finished since the last commit, for the metrics
 
     def track(self, fut: Awaitable[Any]) -> None:
         self.pending.append(asyncio.ensure_future(fut))
@@ -186,13 +189,18 @@ class EosTransactionManager(TransactionManager):
             by_tid.setdefault(f"{self.app.conf.id}-{group}-{tp.partition}", {})[tp] = offset
         if not by_tid:
             return True
+        app = cast(SplitbrainApp, self.app)
+        started = time.monotonic()
         try:
             await self.producer.commit_transactions(
                 by_tid, self.app.conf.id, start_new_transaction=start_new_transaction
             )
         except BaseException as exc:
-            _barrier(self.app).fail(exc)
+            app.barrier.fail(exc)
+            app.metrics.aborted()  # Kafka aborts what this worker can no longer commit
             raise
+        app.metrics.committed(time.monotonic() - started, app.barrier.events)
+        app.barrier.events = 0
         return True
 
 
@@ -248,6 +256,7 @@ class SplitbrainApp(faust.App):
 
     barrier: CommitBarrier
     copartitioned_outputs: dict[str, str]
+    metrics: WorkerMetrics
 
     def _new_transport(self) -> TransportT:
         return EosTransport(self.conf.broker_consumer, self)
@@ -355,6 +364,7 @@ class PartitionStates(DecodedCache):
 
 @dataclass(slots=True)
 class PartitionEngine:
+    partition: int
     detector: Detector
     states: PartitionStates
     last_advance: float | None = None
@@ -373,8 +383,10 @@ class FaustWorker:
         partitions: int,
         replication: int,
         credentials: CredentialsT | None,
+        metrics: WorkerMetrics,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.engines: dict[int, PartitionEngine] = {}
         app = SplitbrainApp(
             settings.group_id,  # the consumer group, and the prefix of every transactional id
@@ -407,6 +419,7 @@ class FaustWorker:
             stream_publish_on_commit=False,
         )
         app.barrier = CommitBarrier()
+        app.metrics = metrics
         app.copartitioned_outputs = {
             settings.findings_topic: settings.input_topic,
             settings.dlq_topic: settings.input_topic,
@@ -477,21 +490,27 @@ class FaustWorker:
             await self._send(
                 s.dlq_topic, admitted.key, admitted.value, partition, admitted.headers()
             )
+            self.metrics.dead_letter(admitted.reason_code)
         else:
+            self.metrics.event(admitted.kind.value)
             engine = self._engine(partition)
             at = message.timestamp if message.timestamp and message.timestamp > 0 else None
             updates = engine.detector.observe(admitted, at=at)
             engine.states.write_back(admitted.workflow_key)
             updates += self._maybe_advance(engine)
+            self.metrics.state(partition, len(engine.states))
             for update in updates:
                 await self._publish(update, partition)
         self.app.barrier.processed[(message.topic, partition)] = message.offset + 1
+        self.app.barrier.events += 1
 
     def _engine(self, partition: int) -> PartitionEngine:
         engine = self.engines.get(partition)
         if engine is None:
             states = PartitionStates(self.table, partition)
-            engine = PartitionEngine(Detector(config=self.settings.engine, states=states), states)
+            engine = PartitionEngine(
+                partition, Detector(config=self.settings.engine, states=states), states
+            )
             self.engines[partition] = engine
         return engine
 
@@ -511,10 +530,12 @@ class FaustWorker:
         updates = engine.detector.advance(now)  # evictions delete through PartitionStates
         for key in {*candidates, *(u.workflow_key for u in updates)}:
             engine.states.write_back(key)
+        self.metrics.engine(engine.partition, engine.detector.counters)
         return updates
 
     async def _publish(self, update: FindingUpdate, partition: int) -> None:
         finding = update.finding
+        self.metrics.finding_revision(finding)
         log.info(
             "finding %s rev %d %s %s",
             finding.finding_id,
@@ -554,7 +575,9 @@ class FaustWorker:
         if one comes back it is restored from the changelog, not from a stale local copy."""
         mine = {tp.partition for tp in assigned if tp.topic == self.settings.input_topic}
         for partition in {*self.engines, *self.keys_by_partition} - mine:
-            self.engines.pop(partition, None)
+            if self.engines.pop(partition, None) is not None:
+                self.metrics.engine_replaced(partition)
+                self.metrics.state(partition, 0)
             for key in self.keys_by_partition.pop(partition, set()):
                 self.table.data.pop(key.encode(), None)  # the local copy only: no changelog
 
@@ -649,7 +672,7 @@ def inspect_topics(settings: WorkerSettings) -> tuple[int, int]:
     return partitions, replication
 
 
-def run_faust_worker(settings: WorkerSettings) -> int:
+def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
     """Run the faust worker until SIGTERM: 0 after a graceful stop, 1 after a crash, 2 when the
     cluster or the settings do not allow it to start."""
     if settings.store != "memory":
@@ -662,6 +685,7 @@ def run_faust_worker(settings: WorkerSettings) -> int:
             partitions=partitions,
             replication=replication,
             credentials=broker_credentials(settings.kafka),
+            metrics=metrics,
         )
     except (FaustRuntimeError, KafkaClientError, ssl.SSLError, OSError) as exc:
         log.error("cannot start the faust worker: %s", exc)

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.runtime == "faust":
         from detector.runtime.faust_app import run_faust_worker  # noqa: PLC0415
 
-        return run_faust_worker(settings)
+        return run_faust_worker(settings, metrics)
     from detector.runtime.kafka_loop import run_kafka_loop  # noqa: PLC0415
 
     return run_kafka_loop(settings, metrics)

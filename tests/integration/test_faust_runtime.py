@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +37,11 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from detector.audit import audit_lines
-from detector.devkafka import LocalKafka
+from detector.devkafka import LocalKafka, free_port
+from detector.events import parse_event_json
 from detector.kafka.config import env_name
 from tests.paths import SEED_FIXTURE
 from tests.torture.harness import Topics
@@ -72,6 +76,18 @@ class Worker:
 
     proc: subprocess.Popen[bytes]
     log: Path
+    metrics_port: int | None = None
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample the worker's /metrics serves, by (name, labels)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
 
     def tail(self, lines: int = 60) -> str:
         text = self.log.read_text(errors="replace").splitlines()
@@ -88,7 +104,9 @@ class Worker:
 
 
 @contextlib.contextmanager
-def worker(broker: LocalKafka, t: Topics, state: Path, name: str) -> Iterator[Worker]:
+def worker(
+    broker: LocalKafka, t: Topics, state: Path, name: str, metrics_port: int | None = None
+) -> Iterator[Worker]:
     """Run a worker named `name` (its instance id, state directory and log file)."""
     log = state / f"{name}.log"
     state.mkdir(parents=True, exist_ok=True)
@@ -111,6 +129,7 @@ def worker(broker: LocalKafka, t: Topics, state: Path, name: str) -> Iterator[Wo
         name,
         "--state-dir",
         str(state / name),
+        *(["--metrics-port", str(metrics_port)] if metrics_port else []),
     ]
     # The connection (and the SASL password) comes from the environment, as in production.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
@@ -119,7 +138,7 @@ def worker(broker: LocalKafka, t: Topics, state: Path, name: str) -> Iterator[Wo
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
         )
-    w = Worker(proc, log)
+    w = Worker(proc, log, metrics_port)
     try:
         yield w
     finally:
@@ -250,7 +269,7 @@ def test_fixture_findings_and_poison_exactly_once(
     lines = [line.rstrip(b"\n") for line in FIXTURE.read_bytes().splitlines() if line.strip()]
     expected = expected_findings(lines)
     assert expected, "the fixture must produce at least one finding"
-    with worker(kafka_broker, topics, tmp_path, "w1") as w:
+    with worker(kafka_broker, topics, tmp_path, "w1", metrics_port=free_port()) as w:
         publish(kafka_broker, topics.input, [*fixture_records(lines), (b"export-ledger", POISON)])
         with Reader(kafka_broker, topics.findings) as findings:
             wait_for_findings(findings, expected, [w])
@@ -261,6 +280,7 @@ def test_fixture_findings_and_poison_exactly_once(
             settle(kafka_broker, topics, findings)
             assert findings.latest_findings() == expected
             assert_no_duplicates(findings)
+            assert_metrics_count(w, lines, len(findings.records))
         assert w.terminate() == 0, w.tail()
 
     assert len(dlq.records) == 1, dlq.records
@@ -275,6 +295,42 @@ def test_fixture_findings_and_poison_exactly_once(
     source = {key: partition for partition, key, _, _ in events.records}
     for partition, key, _, _ in findings.records:
         assert source[key] == partition, (key, partition)
+
+
+def assert_metrics_count(w: Worker, lines: list[bytes], revisions: int) -> None:
+    """The faust runtime's /metrics count what it did, with bounded labels only."""
+    kinds = Counter(parse_event_json(line).kind.value for line in lines)
+    deadline = time.monotonic() + DEADLINE_S
+    # A commit is counted just after the broker took it: wait for the last one to be counted.
+    while not w.metrics().get(("splitbrain_transactions_total", (("outcome", "committed"),))):
+        assert time.monotonic() < deadline, "no committed transaction was ever counted"
+        time.sleep(0.2)
+    samples = w.metrics()
+    events = {
+        dict(labels)["kind"]: value
+        for (name, labels), value in samples.items()
+        if name == "splitbrain_events_total"
+    }
+    assert events == kinds
+    dead = {
+        dict(labels)["reason"]: value
+        for (name, labels), value in samples.items()
+        if name == "splitbrain_dlq_messages_total"
+    }
+    assert list(dead.values()) == [1.0] and next(iter(dead)).startswith("invalid"), dead
+    published = sum(
+        value
+        for (name, _), value in samples.items()
+        if name == "splitbrain_finding_revisions_total"
+    )
+    assert published == revisions
+    assert not samples.get(("splitbrain_transactions_total", (("outcome", "aborted"),)))
+    workflows = sum(
+        value for (name, _), value in samples.items() if name == "splitbrain_state_workflows"
+    )
+    assert workflows == len({parse_event_json(line).workflow_key for line in lines})
+    label_values = {v for _, labels in samples for _, v in labels}
+    assert not {key for key in label_values if "export-ledger" in key}, label_values
 
 
 def many_workflows(copies: int) -> list[bytes]:
