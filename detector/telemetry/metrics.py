@@ -11,7 +11,7 @@ from dataclasses import fields
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from detector.core import Counters
-from detector.findings import Finding
+from detector.findings import Finding, Severity
 
 
 class WorkerMetrics:
@@ -77,6 +77,12 @@ class WorkerMetrics:
             "Time to restore partitions from the changelog",
             registry=r,
         )
+        # Known label values start at 0: a series that first appears at 1 shows no increase(),
+        # so an alert on it would miss the first critical finding after every start.
+        for severity in Severity:
+            self.opened.labels(severity.value)
+        for outcome in ("committed", "aborted"):
+            self.transactions.labels(outcome)
         self._seen: dict[int, Counters] = {}
 
     def serve(self, port: int) -> None:
