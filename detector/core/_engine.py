@@ -58,7 +58,11 @@ class FindingUpdate:
 class Counters:
     events: int = 0
     redelivered: int = 0
-    evidence_dropped: int = 0
+    # Forgotten at the caps: activity is routine for long workflows; a forgotten effect or
+    # acquisition can hide a duplicate or a late displacement.
+    activity_dropped: int = 0
+    effects_dropped: int = 0
+    acquisitions_dropped: int = 0
     evicted_released: int = 0
     evicted_idle: int = 0
     revisions: int = 0
@@ -222,7 +226,7 @@ class Detector:
             acqs = tuple(listed)
         if len(acqs) > self.config.max_acquisitions:
             acqs = acqs[1:]
-            self.counters.evidence_dropped += 1
+            self.counters.acquisitions_dropped += 1
         st.acqs = acqs
         if acq.epoch >= st.top:
             tool_class = (event.attrs or {}).get("tool_class")
@@ -261,7 +265,8 @@ class Detector:
                 activity += 1
             else:
                 keep.append(e)
-        self.counters.evidence_dropped += excess
+        self.counters.activity_dropped += activity
+        self.counters.effects_dropped += excess - activity
         return tuple(keep[excess - activity :])
 
     def _reevaluate(

@@ -11,6 +11,8 @@ from typing import Final
 from detector.events import EventError, OwnershipEvent, parse_event_json
 
 MAX_EVENT_BYTES: Final = 64 * 1024
+# Bounded metric labels for dead letters; every reason below starts with one of them.
+REASON_CODES: Final = ("too_large", "empty", "key_mismatch", "no_key", "invalid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +30,7 @@ class DeadLetter:
     @property
     def reason_code(self) -> str:
         """A bounded label for metrics: the first words of the reason, not the input."""
-        for code in ("too_large", "empty", "key_mismatch", "no_key"):
-            if self.reason.startswith(code):
-                return code
-        return "invalid"
+        return next(code for code in REASON_CODES if self.reason.startswith(code))
 
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         return [

@@ -78,11 +78,19 @@ def register(subparsers: Any) -> None:
         default=int(_env("METRICS_PORT", "0") or 0),
         help="serve /metrics on 127.0.0.1:PORT (0: off)",
     )
+    defaults = Config()
     p.add_argument(
         "--quiet-period-s",
         type=float,
-        default=Config().quiet_period_s,
-        help="silence that counts as fenced, in seconds (default 600)",
+        default=float(_env("QUIET_PERIOD_S", str(defaults.quiet_period_s)) or 0),
+        help=f"silence that counts as fenced, in seconds (default {defaults.quiet_period_s:g})",
+    )
+    p.add_argument(
+        "--max-evidence",
+        type=int,
+        default=int(_env("MAX_EVIDENCE", str(defaults.max_evidence)) or 0),
+        help="events retained per workflow for late evidence; activity is dropped first "
+        f"(default {defaults.max_evidence})",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         store=args.store,
         metrics_port=args.metrics_port or None,
-        engine=Config(quiet_period_s=args.quiet_period_s),
+        engine=Config(quiet_period_s=args.quiet_period_s, max_evidence=args.max_evidence),
     )
     metrics = WorkerMetrics()
     if settings.metrics_port:

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from detector.core import Counters
 from detector.findings import Finding, Severity
+from detector.runtime.intake import REASON_CODES
 
 
 class WorkerMetrics:
@@ -44,7 +45,9 @@ class WorkerMetrics:
         )
         self.dropped = Counter(
             "splitbrain_state_evidence_dropped_total",
-            "Retained evidence dropped by the per-workflow cap",
+            "Retained evidence forgotten at the per-workflow caps, by class "
+            "(activity, effect, acquisition)",
+            ["class"],
             registry=r,
         )
         self.redelivered = Counter(
@@ -83,6 +86,10 @@ class WorkerMetrics:
             self.opened.labels(severity.value)
         for outcome in ("committed", "aborted"):
             self.transactions.labels(outcome)
+        for reason in REASON_CODES:
+            self.dlq.labels(reason)
+        for evidence_class in ("activity", "effect", "acquisition"):
+            self.dropped.labels(evidence_class)
         self._seen: dict[int, Counters] = {}
 
     def serve(self, port: int) -> None:
@@ -106,7 +113,11 @@ class WorkerMetrics:
     def engine(self, partition: int, counters: Counters) -> None:
         """Turn one partition engine's cumulative counts into counter increments."""
         last = self._seen.get(partition) or Counters()
-        self.dropped.inc(counters.evidence_dropped - last.evidence_dropped)
+        self.dropped.labels("activity").inc(counters.activity_dropped - last.activity_dropped)
+        self.dropped.labels("effect").inc(counters.effects_dropped - last.effects_dropped)
+        self.dropped.labels("acquisition").inc(
+            counters.acquisitions_dropped - last.acquisitions_dropped
+        )
         self.redelivered.inc(counters.redelivered - last.redelivered)
         self.evictions.labels("released").inc(counters.evicted_released - last.evicted_released)
         self.evictions.labels("idle").inc(counters.evicted_idle - last.evicted_idle)

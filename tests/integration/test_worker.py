@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from detector.devkafka import LocalKafka
 from tests.torture.poison import corpus
@@ -220,7 +221,14 @@ def test_every_poison_record_lands_on_the_dlq_once(worker: Running) -> None:
         "the valid event to be counted",
     )
     metrics = worker.metrics()
-    assert 'splitbrain_dlq_messages_total{reason="too_large"}' in metrics
+    dead_by_reason = {
+        sample.labels["reason"]: sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "splitbrain_dlq_messages_total"
+    }
+    assert sum(dead_by_reason.values()) == len(records), dead_by_reason
+    assert dead_by_reason["too_large"] >= 1 and dead_by_reason["key_mismatch"] >= 1
     assert "export-ledger" not in metrics
 
 

@@ -136,7 +136,7 @@ def exported_samples() -> dict[str, set[str]]:
         SimpleNamespace(severity=Severity.CRITICAL, status=Status.OPEN, revision=1)  # type: ignore[arg-type]
     )
     metrics.state(0, 1)
-    metrics.engine(0, Counters(evidence_dropped=1, redelivered=1, evicted_idle=1))
+    metrics.engine(0, Counters(effects_dropped=1, redelivered=1, evicted_idle=1))
     metrics.committed(0.01, 10)
     metrics.aborted()
     metrics.restored(1.5)

@@ -846,7 +846,9 @@ def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded():
     r = run([acq("a1", 1, "w", 1), *hbs], cfg)
     retained = len(r.detector.states[W].evidence)
     assert retained <= 8
-    assert r.detector.counters.evidence_dropped == 10 - retained  # every forgotten one counted
+    counters = r.detector.counters
+    assert counters.activity_dropped == 10 - retained  # every forgotten one counted
+    assert counters.effects_dropped == counters.acquisitions_dropped == 0
     r.feed([hbs[-1]])  # still retained: a redelivery
     assert r.detector.counters.redelivered == 1
 
@@ -854,8 +856,15 @@ def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded():
 def test_effect_evidence_cap_is_counted():
     r = run([acq("a1", 1, "w", 1)], evidence_cap(4))
     r.feed([commit(f"c{i}", 1, "w", i + 2, key=f"k{i}") for i in range(6)])
-    assert r.detector.counters.evidence_dropped == 2
+    assert (r.detector.counters.effects_dropped, r.detector.counters.activity_dropped) == (2, 0)
     assert r.findings() == []
+
+
+def test_acquisitions_over_their_cap_are_counted():
+    cfg = Config(max_acquisitions=3)
+    r = run([acq(f"a{i}", i, f"w{i}", i) for i in range(1, 6)], cfg)
+    assert len(r.detector.states[W].acqs) == 3
+    assert r.detector.counters.acquisitions_dropped == 2
 
 
 def test_counters_count_events_findings_and_revisions():
