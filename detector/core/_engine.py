@@ -39,6 +39,9 @@ class Config:
     max_acquisitions: int = 16
     quiet_period_s: float = 600.0
     idle_ttl_s: float = 7 * 24 * 3600.0
+    # `advance` looks at every workflow only this often (event time); in between, only at
+    # workflows with an open finding or a release, so a tick costs little at millions of states.
+    idle_sweep_s: float = 3600.0
     missed_heartbeats: int = 2
     jitter_reserve_s: float = 5.0
 
@@ -78,7 +81,13 @@ class Detector:
     counters: Counters = field(default_factory=Counters)
     lease_health: LeaseHealth = field(init=False)
     watermark: float | None = None
+    # Workflows `advance` changed in place or removed; the owner persists them, then clears it.
+    changed: set[str] = field(default_factory=set, init=False)
     _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
+    # Workflows `advance` must look at between sweeps: an open finding, or a release. Not
+    # persisted: the first `advance` of a detector sweeps everything and finds them again.
+    _watched: set[str] = field(default_factory=set, init=False, repr=False)
+    _swept_at: float | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
@@ -153,6 +162,7 @@ class Detector:
             return []
         if kind is Kind.LEASE_RELEASED:
             st.released_at = now
+            self._watched.add(key)
             return []
         if kind is Kind.EFFECT_COMMITTED:
             if st.episodes or _committed_before(kept, ev.effect_key, ev):
@@ -162,15 +172,27 @@ class Detector:
         return []
 
     def advance(self, now: float) -> list[FindingUpdate]:
-        """Let time pass: resolve episodes whose displaced owner went quiet; evict idle state."""
+        """Let time pass: resolve episodes whose displaced owner went quiet; evict idle state.
+
+        Idle workflows are found by a sweep of every state at most every `idle_sweep_s`, so one
+        is evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
+        """
         now = self._tick(now)
         updates: list[FindingUpdate] = []
         cfg = self.config
-        for key in list(self.states):
-            st = self.states[key]
+        sweep = self._swept_at is None or now - self._swept_at >= cfg.idle_sweep_s
+        if sweep:
+            self._swept_at = now
+        for key in list(self.states) if sweep else list(self._watched):
+            st = self.states.get(key)
+            if st is None:
+                self._watched.discard(key)
+                continue
             if any(ep.status is Status.OPEN for ep in st.episodes.values()):
                 updates.extend(self._reevaluate(key, st, now, None))
-            idle = st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
+                self.changed.add(key)
+            self._watch(key, st)
+            idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
             released = (
                 st.released_at is not None
                 and now - st.released_at >= cfg.quiet_period_s
@@ -180,13 +202,16 @@ class Detector:
                 continue
             if not st.episodes:
                 del self.states[key]
+                self._watched.discard(key)
             elif st.evidence:
                 # A finding's revisions must never restart, so its workflow is compacted, not
                 # forgotten: acquisitions and episodes stay, the evidence goes.
                 st.evidence = ()
                 st.released_at = None
+                self._watch(key, st)
             else:
                 continue
+            self.changed.add(key)
             if idle:
                 self.counters.evicted_idle += 1
             else:
@@ -201,6 +226,14 @@ class Detector:
             for ep in st.episodes.values()
             if ep.revision
         ]
+
+    def _watch(self, key: str, st: WorkflowState) -> None:
+        if st.released_at is not None or any(
+            ep.status is Status.OPEN for ep in st.episodes.values()
+        ):
+            self._watched.add(key)
+        else:
+            self._watched.discard(key)
 
     def _tick(self, at: float | None) -> float:
         if at is not None and (self.watermark is None or at > self.watermark):
@@ -294,6 +327,7 @@ class Detector:
             update = self._settle(key, st, ep, now, fresh)
             if update is not None:
                 updates.append(update)
+        self._watch(key, st)
         return updates
 
     def _settle(

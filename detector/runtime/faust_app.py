@@ -49,7 +49,6 @@ from faust.types.transports import TransportT
 from mode import CrashingSupervisor
 
 from detector.core import Detector, FindingUpdate, WorkflowState, encode_state
-from detector.findings import Status
 from detector.kafka.config import KafkaClientError, fetch_metadata
 from detector.runtime.intake import DeadLetter, admit
 from detector.runtime.settings import (
@@ -353,14 +352,6 @@ class PartitionStates(DecodedCache):
         if self._table.data.get(raw_key) != raw:
             self._table[raw_key] = raw
 
-    def open_keys(self) -> list[str]:
-        """Workflows with an open finding: the only ones `advance` can change in place."""
-        return [
-            key
-            for key in self
-            if any(ep.status is Status.OPEN for ep in self[key].episodes.values())
-        ]
-
 
 @dataclass(slots=True)
 class PartitionEngine:
@@ -526,10 +517,11 @@ class FaustWorker:
         ):
             return []
         engine.last_advance = now
-        candidates = engine.states.open_keys()
         updates = engine.detector.advance(now)  # evictions delete through PartitionStates
-        for key in {*candidates, *(u.workflow_key for u in updates)}:
+        changed = engine.detector.changed
+        for key in {*changed, *(u.workflow_key for u in updates)}:
             engine.states.write_back(key)
+        changed.clear()
         self.metrics.engine(engine.partition, engine.detector.counters)
         return updates
 

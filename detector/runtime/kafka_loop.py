@@ -216,15 +216,15 @@ class KafkaLoopWorker:
     def _advance(self, now: float) -> None:
         """Quiet-period resolution and eviction; evicted workflows get changelog tombstones."""
         for partition, ps in self.partitions.items():
-            before = set(ps.detector.states)
             updates = ps.detector.advance(now)
-            evicted = before - set(ps.detector.states)
-            if updates or evicted:
+            changed = ps.detector.changed
+            if updates or changed:
                 self._begin()
                 self._publish(updates, partition)
                 # A resolved finding's new revision lives in its state: persist it with the
                 # revision, or a restore would publish the same (finding_id, revision) again.
-                ps.dirty |= evicted | {u.workflow_key for u in updates}
+                ps.dirty |= changed | {u.workflow_key for u in updates}
+                changed.clear()
             self.metrics.state(partition, len(ps.detector.states))
             self.metrics.engine(partition, ps.detector.counters)
 

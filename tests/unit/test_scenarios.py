@@ -830,7 +830,7 @@ def test_compaction_keeps_the_displaced_owner_of_a_finding():
 
 
 def test_idle_workflow_is_evicted_after_ttl():
-    cfg = Config(idle_ttl_s=3600)
+    cfg = Config(idle_ttl_s=3600, idle_sweep_s=0)
     r = run([acq("a1", 1, "w", 1, t=0)], cfg)
     r.feed([acq("b1", 1, "w", 1, wf="other", t=1000)])
     r.advance(at(3599))
@@ -838,6 +838,32 @@ def test_idle_workflow_is_evicted_after_ttl():
     r.advance(at(3600))
     assert set(r.detector.states) == {"other"}
     assert (r.detector.counters.evicted_idle, r.detector.counters.evicted_released) == (1, 0)
+    assert r.detector.changed == {W}  # for the worker to write the tombstone
+
+
+def test_idle_workflows_are_found_by_a_sweep_every_idle_sweep_s():
+    r = run([acq("a1", 1, "w", 1, t=0)], Config(idle_ttl_s=3600, idle_sweep_s=600))
+    r.advance(at(3599))  # the first advance sweeps: not idle yet
+    r.advance(at(3600))  # idle now, but no sweep is due
+    r.advance(at(4198))
+    assert set(r.detector.states) == {W}
+    r.advance(at(4199))  # 600 s after the last sweep
+    assert set(r.detector.states) == set()
+
+
+def test_between_sweeps_advance_still_resolves_and_evicts_what_it_watches():
+    # An open finding resolved by the quiet period, and a released workflow evicted after it,
+    # both between sweeps (the sweep interval is longer than the whole test).
+    cfg = Config(quiet_period_s=600, idle_sweep_s=10**9)
+    r = run([*takeover(), ev("p", "progress", W, 17, "alpha", seq=6)], cfg, at(0))
+    r.feed([ev("c1", "lease_acquired", "done", 1, "w", seq=1, source="coordinator")], now=at(1))
+    r.feed([ev("c2", "lease_released", "done", 1, "w", seq=2)], now=at(2))
+    r.advance(at(5))  # the first advance: a sweep
+    (resolved,) = r.advance(at(610))
+    assert resolved.finding.status.value == "resolved"
+    assert "done" not in r.detector.states
+    assert r.detector.counters.evicted_released == 1
+    assert {W, "done"} <= r.detector.changed
 
 
 def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded():
