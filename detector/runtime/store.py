@@ -91,6 +91,7 @@ class RocksStore(DecodedCache):
         self._db = Rdict(str(path))
         self._live: dict[str, WorkflowState] = {}
         self._gone: set[str] = set()
+        self._stored = 0  # keys in the database: the gauge reads the length every few seconds
 
     @property
     def states(self) -> MutableMapping[str, WorkflowState]:
@@ -120,16 +121,24 @@ class RocksStore(DecodedCache):
         yield from list(self._live)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        # Only the few workflows touched since the last commit need a lookup.
+        added = sum(1 for key in self._live if key.encode() not in self._db)
+        removed = sum(1 for key in self._gone if key.encode() in self._db)
+        return self._stored + added - removed
 
     def load(self, key: str, raw: bytes | None) -> None:
         self.put(key, raw)
 
     def put(self, key: str, raw: bytes | None) -> None:
+        raw_key = key.encode()
+        present = raw_key in self._db
         if raw is None:
-            self._db.delete(key.encode())
+            if present:
+                self._db.delete(raw_key)
+                self._stored -= 1
         else:
-            self._db[key.encode()] = raw
+            self._db[raw_key] = raw
+            self._stored += not present
 
     def committed(self) -> None:
         """What was worth keeping was `put`; the decoded copies can go."""

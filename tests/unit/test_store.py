@@ -62,3 +62,21 @@ def test_rocks_store_keeps_decoded_copies_only_until_commit(tmp_path: Path) -> N
     assert rocks["wf"].pos == 0
     rocks.close()
     assert not (tmp_path / "p").exists()
+
+
+def test_length_counts_committed_and_pending_workflows(store: Store) -> None:
+    states = store.states
+    for key in ("a", "b", "c"):
+        store.load(key, encode_state(WorkflowState()))
+    store.load("b", encode_state(WorkflowState(pos=1)))  # a newer record of the same key
+    store.load("gone", encode_state(WorkflowState()))
+    store.load("gone", None)  # its tombstone
+    assert len(states) == 3
+    states["d"] = WorkflowState()  # new, not committed yet
+    del states["a"]  # deleted, not committed yet
+    assert len(states) == len(list(states)) == 3
+    store.put("d", encode_state(states["d"]))
+    store.put("a", None)
+    store.committed()
+    assert len(states) == len(list(states)) == 3
+    assert sorted(states) == ["b", "c", "d"]
