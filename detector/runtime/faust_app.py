@@ -198,7 +198,9 @@ class EosTransactionManager(TransactionManager):
             app.barrier.fail(exc)
             app.metrics.aborted()  # Kafka aborts what this worker can no longer commit
             raise
-        app.metrics.committed(time.monotonic() - started, app.barrier.events)
+        app.metrics.committed(
+            time.monotonic() - started, app.barrier.events, {tp.partition for tp in offsets}
+        )
         app.barrier.events = 0
         return True
 
@@ -242,6 +244,7 @@ class EosConsumer(faust_aiokafka.Consumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         # faust drops its acked offsets of these partitions here; drop ours with them.
         _barrier(self.app).forget(revoked)
+        cast(SplitbrainApp, self.app).metrics.revoked(tp.partition for tp in revoked)
         await super().on_partitions_revoked(revoked)
 
 
@@ -481,9 +484,9 @@ class FaustWorker:
             await self._send(
                 s.dlq_topic, admitted.key, admitted.value, partition, admitted.headers()
             )
-            self.metrics.dead_letter(admitted.reason_code)
+            self.metrics.dead_letter(admitted.reason_code, partition)
         else:
-            self.metrics.event(admitted.kind.value)
+            self.metrics.event(admitted.kind.value, partition)
             engine = self._engine(partition)
             at = message.timestamp if message.timestamp and message.timestamp > 0 else None
             updates = engine.detector.observe(admitted, at=at)
@@ -527,7 +530,7 @@ class FaustWorker:
 
     async def _publish(self, update: FindingUpdate, partition: int) -> None:
         finding = update.finding
-        self.metrics.finding_revision(finding)
+        self.metrics.finding_revision(finding, partition)
         log.info(
             "finding %s rev %d %s %s",
             finding.finding_id,

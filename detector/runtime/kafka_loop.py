@@ -170,20 +170,20 @@ class KafkaLoopWorker:
         self.txn_events += 1
         admitted = admit(msg.key(), msg.value(), topic, partition, offset)
         if isinstance(admitted, DeadLetter):
-            self._dead_letter(admitted)
+            self._dead_letter(admitted, partition)
             return
         ts_type, ts_ms = msg.timestamp()
         at = None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms / 1000.0
         updates = ps.detector.observe(admitted, at=at)
         ps.dirty.add(admitted.workflow_key)
-        self.metrics.event(admitted.kind.value)
+        self.metrics.event(admitted.kind.value, partition)
         self._publish(updates, partition)
 
-    def _dead_letter(self, dead: DeadLetter) -> None:
+    def _dead_letter(self, dead: DeadLetter, partition: int) -> None:
         self.producer.produce(
             self.s.dlq_topic, key=dead.key, value=dead.value, headers=dead.headers()
         )
-        self.metrics.dead_letter(dead.reason_code)
+        self.metrics.dead_letter(dead.reason_code, partition)
         log.warning(
             "dead letter %s[%d]@%d: %s (field %s)",
             dead.topic,
@@ -202,7 +202,7 @@ class KafkaLoopWorker:
                 value=f.to_json().encode(),
                 partition=partition,
             )
-            self.metrics.finding_revision(f)
+            self.metrics.finding_revision(f, partition)
             log.info(
                 "finding %s rev %d %s %s workflow#%s conditions=%s",
                 f.finding_id,
@@ -297,6 +297,7 @@ class KafkaLoopWorker:
         except KafkaException as exc:
             log.warning("abort during rebalance failed: %s", exc)
         self.in_txn = False
+        self.metrics.aborted()
         for ps in self.partitions.values():
             ps.dirty.clear()
 

@@ -6,6 +6,7 @@ number); workflow keys, worker ids and effect keys never become labels.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -91,21 +92,29 @@ class WorkerMetrics:
         for evidence_class in ("activity", "effect", "acquisition"):
             self.dropped.labels(evidence_class)
         self._seen: dict[int, Counters] = {}
+        # Work of open transactions, by input partition: counted when its transaction commits,
+        # dropped when it aborts, so the counters agree with what read_committed readers see
+        # (an aborted batch is processed again, and would otherwise be counted twice).
+        self._pending: dict[int, dict[tuple[Counter, tuple[str, ...]], int]] = {}
 
     def serve(self, port: int) -> None:
         """Expose /metrics on loopback; put a proxy in front to publish it further."""
         start_http_server(port, addr="127.0.0.1", registry=self.registry)
 
-    def event(self, kind: str) -> None:
-        self.events.labels(kind).inc()
+    def _count(self, partition: int, counter: Counter, *labels: str) -> None:
+        pending = self._pending.setdefault(partition, {})
+        pending[(counter, labels)] = pending.get((counter, labels), 0) + 1
 
-    def dead_letter(self, reason: str) -> None:
-        self.dlq.labels(reason).inc()
+    def event(self, kind: str, partition: int) -> None:
+        self._count(partition, self.events, kind)
 
-    def finding_revision(self, finding: Finding) -> None:
-        self.revisions.labels(finding.severity.value, finding.status.value).inc()
+    def dead_letter(self, reason: str, partition: int) -> None:
+        self._count(partition, self.dlq, reason)
+
+    def finding_revision(self, finding: Finding, partition: int) -> None:
+        self._count(partition, self.revisions, finding.severity.value, finding.status.value)
         if finding.revision == 1:
-            self.opened.labels(finding.severity.value).inc()
+            self._count(partition, self.opened, finding.severity.value)
 
     def state(self, partition: int, workflows: int) -> None:
         self.workflows.labels(str(partition)).set(workflows)
@@ -129,13 +138,26 @@ class WorkerMetrics:
         """A partition got a fresh engine (restore): its counts start again from zero."""
         self._seen.pop(partition, None)
 
-    def committed(self, seconds: float, events: int) -> None:
+    def committed(
+        self, seconds: float, events: int, partitions: Iterable[int] | None = None
+    ) -> None:
+        """A transaction committed the work of `partitions` (None: every partition)."""
+        for partition in list(self._pending) if partitions is None else partitions:
+            for (counter, labels), amount in self._pending.pop(partition, {}).items():
+                counter.labels(*labels).inc(amount)
         self.transactions.labels("committed").inc()
         self.commit_seconds.observe(seconds)
         self.batch_events.observe(events)
 
     def aborted(self) -> None:
+        """The open transaction aborted: its work will be done again, and counted then."""
+        self._pending.clear()
         self.transactions.labels("aborted").inc()
+
+    def revoked(self, partitions: Iterable[int]) -> None:
+        """Partitions left with uncommitted work: their next owner does it again."""
+        for partition in partitions:
+            self._pending.pop(partition, None)
 
     def restored(self, seconds: float) -> None:
         self.restore_seconds.observe(seconds)

@@ -130,10 +130,11 @@ def exported_samples() -> dict[str, set[str]]:
     """Sample name -> label names, from a fresh WorkerMetrics driven through each method once
     (a labelled metric has no sample until a label value is used)."""
     metrics = WorkerMetrics(CollectorRegistry())
-    metrics.event("heartbeat")
-    metrics.dead_letter("invalid")
+    metrics.event("heartbeat", 0)
+    metrics.dead_letter("invalid", 0)
     metrics.finding_revision(
-        SimpleNamespace(severity=Severity.CRITICAL, status=Status.OPEN, revision=1)  # type: ignore[arg-type]
+        SimpleNamespace(severity=Severity.CRITICAL, status=Status.OPEN, revision=1),  # type: ignore[arg-type]
+        0,
     )
     metrics.state(0, 1)
     metrics.engine(0, Counters(effects_dropped=1, redelivered=1, evicted_idle=1))

@@ -1,0 +1,94 @@
+"""Worker metrics count what a read_committed reader sees: work of committed transactions."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from detector.core import Counters
+from detector.findings import Finding, Severity, Status
+from detector.telemetry.metrics import WorkerMetrics
+
+
+def finding(revision: int, severity: Severity = Severity.CRITICAL) -> Finding:
+    return Finding.model_validate(
+        {
+            "finding_id": "sb-1",
+            "revision": revision,
+            "status": Status.OPEN,
+            "severity": severity,
+            "workflow_key": "wf",
+            "displaced": None,
+            "current": None,
+            "transition": None,
+            "conditions": [],
+            "last_stale_event": None,
+            "effect_keys": [],
+            "sink_outcome": "none",
+            "ordering": "arrival",
+            "confidence": "low",
+            "evidence_lag": None,
+            "response": "",
+        }
+    )
+
+
+def value(m: WorkerMetrics, name: str, **labels: str) -> float:
+    sample = m.registry.get_sample_value(name, labels)
+    assert sample is not None, (name, labels)
+    return sample
+
+
+def opened_critical(m: WorkerMetrics) -> float:
+    return value(m, "splitbrain_findings_opened_total", severity="critical")
+
+
+def test_nothing_counts_before_its_transaction_commits() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.event("heartbeat", 0)
+    m.dead_letter("too_large", 0)
+    m.finding_revision(finding(1), 0)
+    assert opened_critical(m) == 0
+    assert value(m, "splitbrain_dlq_messages_total", reason="too_large") == 0
+    m.committed(0.02, 3)
+    assert value(m, "splitbrain_events_total", kind="heartbeat") == 1
+    assert value(m, "splitbrain_dlq_messages_total", reason="too_large") == 1
+    assert opened_critical(m) == 1
+    assert value(m, "splitbrain_finding_revisions_total", severity="critical", status="open") == 1
+    assert value(m, "splitbrain_transactions_total", outcome="committed") == 1
+    assert value(m, "splitbrain_transaction_events_sum") == 3
+
+
+def test_an_aborted_batch_done_again_is_counted_once() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.finding_revision(finding(1), 0)
+    m.aborted()
+    m.finding_revision(finding(1), 0)  # the same batch, processed again after the abort
+    m.committed(0.02, 1)
+    assert opened_critical(m) == 1
+    assert value(m, "splitbrain_transactions_total", outcome="aborted") == 1
+
+
+def test_a_commit_of_some_partitions_counts_only_their_work() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.finding_revision(finding(1), 0)
+    m.finding_revision(finding(1, Severity.WARNING), 1)
+    m.finding_revision(finding(2), 2)
+    m.committed(0.01, 1, partitions=[0])
+    assert opened_critical(m) == 1
+    assert value(m, "splitbrain_findings_opened_total", severity="warning") == 0
+    m.revoked([1])  # its next owner does that work again
+    m.committed(0.01, 1)
+    assert value(m, "splitbrain_findings_opened_total", severity="warning") == 0
+    assert value(m, "splitbrain_finding_revisions_total", severity="critical", status="open") == 2
+
+
+def test_engine_counts_become_increments_and_restart_with_a_fresh_engine() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.engine(0, Counters(activity_dropped=5, effects_dropped=1, evicted_idle=2))
+    m.engine(0, Counters(activity_dropped=7, effects_dropped=1, evicted_idle=2))
+    assert value(m, "splitbrain_state_evidence_dropped_total", **{"class": "activity"}) == 7
+    assert value(m, "splitbrain_state_evidence_dropped_total", **{"class": "effect"}) == 1
+    m.engine_replaced(0)
+    m.engine(0, Counters(activity_dropped=1))
+    assert value(m, "splitbrain_state_evidence_dropped_total", **{"class": "activity"}) == 8
+    assert value(m, "splitbrain_state_evictions_total", cause="idle") == 2
