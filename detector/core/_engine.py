@@ -114,9 +114,10 @@ class Detector:
             st = self.states[key] = WorkflowState()
         seq = event.seq
         # Past every seq seen: neither a redelivery nor before anything retained.
-        advanced = seq is not None and seq > st.max_seq
-        if advanced:
-            st.max_seq = seq  # type: ignore[assignment]  # advanced implies seq is an int
+        advanced = False
+        if seq is not None and seq > st.max_seq:
+            st.max_seq = seq
+            advanced = True
         elif st.seen(event.event_id):
             self.counters.redelivered += 1
             return []
