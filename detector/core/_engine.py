@@ -192,25 +192,24 @@ class Detector:
             if any(ep.status is Status.OPEN for ep in st.episodes.values()):
                 updates.extend(self._reevaluate(key, st, now, None))
                 self.changed.add(key)
-            self._watch(key, st)
             idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
             released = (
                 st.released_at is not None
                 and now - st.released_at >= cfg.quiet_period_s
                 and all(ep.status is Status.RESOLVED for ep in st.episodes.values())
             )
-            if not (released or idle):
-                continue
-            if not st.episodes:
+            due = released or idle
+            if due and not st.episodes:
                 del self.states[key]
                 self._watched.discard(key)
-            elif st.evidence:
+            elif due and st.evidence:
                 # A finding's revisions must never restart, so its workflow is compacted, not
                 # forgotten: acquisitions and episodes stay, the evidence goes.
                 st.evidence = ()
                 st.released_at = None
                 self._watch(key, st)
             else:
+                self._watch(key, st)
                 continue
             self.changed.add(key)
             if idle:
@@ -328,7 +327,8 @@ class Detector:
             update = self._settle(key, st, ep, now, fresh)
             if update is not None:
                 updates.append(update)
-        self._watch(key, st)
+        if updates:  # an episode opens only with a revision; `advance` drops what is settled
+            self._watched.add(key)
         return updates
 
     def _settle(

@@ -362,6 +362,7 @@ class PartitionEngine:
     detector: Detector
     states: PartitionStates
     last_advance: float | None = None
+    reported_workflows: int = -1
 
 
 # ----------------------------------------------------------------------------- the worker
@@ -492,7 +493,10 @@ class FaustWorker:
             updates = engine.detector.observe(admitted, at=at)
             engine.states.write_back(admitted.workflow_key)
             updates += self._maybe_advance(engine)
-            self.metrics.state(partition, len(engine.states))
+            workflows = len(engine.states)
+            if workflows != engine.reported_workflows:  # a new workflow, or evictions
+                engine.reported_workflows = workflows
+                self.metrics.state(partition, workflows)
             for update in updates:
                 await self._publish(update, partition)
         self.app.barrier.processed[(message.topic, partition)] = message.offset + 1

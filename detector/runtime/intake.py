@@ -30,7 +30,7 @@ class DeadLetter:
     @property
     def reason_code(self) -> str:
         """A bounded label for metrics: the first words of the reason, not the input."""
-        return next(code for code in REASON_CODES if self.reason.startswith(code))
+        return next((code for code in REASON_CODES if self.reason.startswith(code)), "invalid")
 
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         return [

@@ -3,12 +3,13 @@ a reader that waits for a count rather than for a while, and Java's partitioner.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,22 @@ def delete_topics(broker: LocalKafka, names: list[str]) -> None:
         future.result(timeout=TIMEOUT)
 
 
-def renamed_topics_file(directory: Path) -> tuple[Path, dict[str, str]]:
-    """The real topics.yaml with unique topic names, so a test owns the topics it applies."""
+@contextlib.contextmanager
+def renamed_topics_file(
+    broker: LocalKafka, directory: Path
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The real topics.yaml with unique topic names, so a test owns the topics it applies;
+    whichever of them the test created are deleted afterwards."""
     spec = yaml.safe_load(TOPICS_FILE.read_text())
     names = {name: unique(name) for name in spec["topics"]}
     spec["topics"] = {names[name]: config for name, config in spec["topics"].items()}
     path = directory / "topics.yaml"
     path.write_text(yaml.safe_dump(spec))
-    return path, names
+    yield path, names
+    existing = AdminClient(broker.client_config()).list_topics(timeout=TIMEOUT).topics
+    created = [name for name in names.values() if name in existing]
+    if created:
+        delete_topics(broker, created)
 
 
 def read_topic(

@@ -333,6 +333,21 @@ def assert_metrics_count(w: Worker, lines: list[bytes], revisions: int) -> None:
     assert not {key for key in label_values if "export-ledger" in key}, label_values
 
 
+def assert_exactly_once(
+    broker: LocalKafka,
+    t: Topics,
+    findings: Reader,
+    expected: dict[str, dict[str, Any]],
+    workers: list[Worker],
+) -> None:
+    """Once the input is done: the latest revisions equal audit's, and each revision was
+    published once."""
+    wait_for_findings(findings, expected, workers)
+    settle(broker, t, findings)
+    assert findings.latest_findings() == expected
+    assert_no_duplicates(findings)
+
+
 def many_workflows(copies: int) -> list[bytes]:
     """The fixture's three workflows, `copies` times over under distinct keys and event ids."""
     base = [json.loads(line) for line in FIXTURE.read_bytes().splitlines() if line.strip()]
@@ -422,10 +437,7 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(
             sender.join(timeout=60)
             assert not sender.is_alive()
             with worker(kafka_broker, topics, tmp_path, "second") as second:
-                wait_for_findings(findings, expected, [second])
-                settle(kafka_broker, topics, findings)
-                assert findings.latest_findings() == expected
-                assert_no_duplicates(findings)
+                assert_exactly_once(kafka_broker, topics, findings, expected, [second])
                 assert second.terminate() == 0, second.tail()
     assert seen_before_kill < len(findings.records), "the kill came after all the work"
 
@@ -445,10 +457,7 @@ def test_scale_out_moves_state_with_partitions(
             with worker(kafka_broker, topics, tmp_path, "b") as b:
                 sender.join(timeout=60)
                 assert not sender.is_alive()
-                wait_for_findings(findings, expected, [a, b])
-                settle(kafka_broker, topics, findings)
-                assert findings.latest_findings() == expected
-                assert_no_duplicates(findings)
+                assert_exactly_once(kafka_broker, topics, findings, expected, [a, b])
                 assert b.terminate() == 0, b.tail()
             assert a.terminate() == 0, a.tail()
         assert "finding " in b.log.read_text(), "the second worker never got a partition"
@@ -469,10 +478,7 @@ def test_sigterm_mid_stream_commits_what_it_did_and_resumes(
             sender.join(timeout=60)
             assert not sender.is_alive()
             with worker(kafka_broker, topics, tmp_path, "new") as new:
-                wait_for_findings(findings, expected, [new])
-                settle(kafka_broker, topics, findings)
-                assert findings.latest_findings() == expected
-                assert_no_duplicates(findings)
+                assert_exactly_once(kafka_broker, topics, findings, expected, [new])
                 assert new.terminate() == 0, new.tail()
     assert "finding " in new.log.read_text(), "the old worker finished everything before SIGTERM"
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from detector.audit import audit_lines
 from detector.devkafka import LocalKafka, make_tls_files
@@ -22,7 +21,6 @@ from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
     broker_env,
-    delete_topics,
     read_topic,
     renamed_topics_file,
     splitbrain,
@@ -37,12 +35,8 @@ QUICK = 10.0  # "a few seconds": far below any librdkafka retry or request timeo
 def secure_topics(
     kafka_sasl_broker: LocalKafka, tmp_path: Path
 ) -> Iterator[tuple[Path, dict[str, str]]]:
-    path, names = renamed_topics_file(tmp_path)
-    yield path, names
-    existing = AdminClient(kafka_sasl_broker.client_config()).list_topics(timeout=TIMEOUT).topics
-    created = [name for name in names.values() if name in existing]
-    if created:
-        delete_topics(kafka_sasl_broker, created)
+    with renamed_topics_file(kafka_sasl_broker, tmp_path) as topics:
+        yield topics
 
 
 def password_file_env(broker: LocalKafka, tmp_path: Path) -> tuple[dict[str, str], Path]:

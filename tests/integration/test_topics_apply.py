@@ -14,7 +14,6 @@ from detector.kafka.admin import load_topics
 
 from .kafka_harness import (
     broker_env,
-    delete_topics,
     renamed_topics_file,
     splitbrain,
 )
@@ -24,12 +23,8 @@ TIMEOUT = 30.0
 
 @pytest.fixture
 def topics_file(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
-    path, names = renamed_topics_file(tmp_path)
-    yield path, names
-    existing = AdminClient(kafka_broker.client_config()).list_topics(timeout=TIMEOUT).topics
-    created = [name for name in names.values() if name in existing]
-    if created:
-        delete_topics(kafka_broker, created)
+    with renamed_topics_file(kafka_broker, tmp_path) as topics:
+        yield topics
 
 
 def broker_configs(broker: LocalKafka, topic: str) -> dict[str, str | None]:
