@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import itemgetter
 from sys import intern
 from typing import Final
 
@@ -22,13 +23,20 @@ from ._lease import LeaseHealth
 from ._records import Acq, Cond, Ev, order_key
 from ._render import render, severity_of
 from ._rules import derive, fenced_after, verified_after, worker_of
-from ._state import EFFECT_EVIDENCE, Episode, WorkflowState
+from ._state import EFFECT_EVIDENCE, LIST_FROM, Episode, Evidence, WorkflowState, evidence_of
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
+# Members bound once: reading one off its enum class goes through the metaclass (70 ns).
+_ACQUIRED: Final = Kind.LEASE_ACQUIRED
+_HEARTBEAT: Final = Kind.HEARTBEAT
+_RELEASED: Final = Kind.LEASE_RELEASED
+_COMMIT: Final = Kind.EFFECT_COMMITTED
+_EFFECT_KEY_OF: Final = itemgetter(6)
+_EPOCH_OF: Final = itemgetter(2)
 _MAX_SHARED_LEASES: Final = 1024
 # NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast.
-_new_ev: Final = tuple.__new__
+_new_record: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +100,9 @@ class Detector:
     def __post_init__(self) -> None:
         self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
 
-    def observe(self, event: OwnershipEvent, at: float | None = None) -> list[FindingUpdate]:
+    def observe(  # noqa: PLR0915 (one frame on purpose: a call costs as much as a step)
+        self, event: OwnershipEvent, at: float | None = None
+    ) -> list[FindingUpdate]:
         """Account for one event; return the finding revisions it causes (usually none).
 
         `at` is the caller's now (a record timestamp); without it the event's own `observed_at`
@@ -125,14 +135,17 @@ class Detector:
         st.last_at = now
         kind = event.kind
         epoch = event.owner_epoch
-        if kind is Kind.LEASE_ACQUIRED:
+        if kind is _ACQUIRED:
             self._acquire(st, event, obs)
             # An acquisition after everything retained displaces none of it.
-            if not (st.episodes or (not advanced and any(e.epoch < epoch for e in st.evidence))):
+            if not (
+                st.episodes
+                or (not advanced and min(map(_EPOCH_OF, st.evidence), default=epoch) < epoch)
+            ):
                 return []
             return self._reevaluate(key, st, now, None)
         trace = event.trace_id
-        ev = _new_ev(
+        ev = _new_record(
             Ev,
             (
                 event.event_id,
@@ -147,25 +160,35 @@ class Detector:
                 None if trace is None else f"{trace}-{event.span_id or ''}",
             ),
         )
-        # A tuple: at two or three events per workflow, a list's spare capacity is most of it.
-        kept = st.evidence = (*st.evidence, ev)
+        kept = st.evidence
+        if isinstance(kept, list):
+            kept.append(ev)
+        elif len(kept) + 1 < LIST_FROM:
+            kept = st.evidence = (*kept, ev)
+        else:
+            kept = st.evidence = [*kept, ev]
         if len(kept) > self.config.max_evidence:
             kept = st.evidence = self._forget(kept)
         acqs = st.acqs
         if acqs and epoch < acqs[-1].epoch:
             return self._reevaluate(key, st, now, ev)
-        if kind is Kind.HEARTBEAT:
+        if kind is _HEARTBEAT:
             if obs is not None:
                 last = st.hb_obs
                 st.hb_obs = obs
-                if last is not None and st.lease_s is not None and obs > last:
-                    self.lease_health.heartbeat_gap(st.tool_class, obs - last, st.lease_s)
+                lease = st.lease_s
+                if (
+                    last is not None
+                    and lease is not None
+                    and obs - last + self.config.jitter_reserve_s >= lease
+                ):
+                    self.lease_health.near_expiry(st.tool_class, obs - last, lease)
             return []
-        if kind is Kind.LEASE_RELEASED:
+        if kind is _RELEASED:
             st.released_at = now
             self._watched.add(key)
             return []
-        if kind is Kind.EFFECT_COMMITTED:
+        if kind is _COMMIT:
             if st.episodes or _committed_before(kept, ev.effect_key, ev):
                 return self._reevaluate(key, st, now, ev)
         elif kind in EFFECT_EVIDENCE and st.episodes:
@@ -241,8 +264,9 @@ class Detector:
         return self.watermark if self.watermark is not None else 0.0
 
     def _acquire(self, st: WorkflowState, event: OwnershipEvent, obs: float | None) -> None:
-        acq = Acq(
-            event.owner_epoch, event.seq, st.pos, event.event_id, intern(event.worker_id), obs
+        acq = _new_record(
+            Acq,
+            (event.owner_epoch, event.seq, st.pos, event.event_id, intern(event.worker_id), obs),
         )
         # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
         acqs = st.acqs
@@ -284,7 +308,7 @@ class Detector:
             self._lease_values[lease_s] = lease_s
         return lease_s
 
-    def _forget(self, kept: tuple[Ev, ...]) -> tuple[Ev, ...]:
+    def _forget(self, kept: Evidence) -> Evidence:
         """Over the cap, forget the oldest activity first, effects last.
 
         A quarter at once: one pass per cap/4 events instead of a scan per event.
@@ -300,7 +324,7 @@ class Detector:
                 keep.append(e)
         self.counters.activity_dropped += activity
         self.counters.effects_dropped += excess - activity
-        return tuple(keep[excess - activity :])
+        return evidence_of(keep[excess - activity :])
 
     def _reevaluate(
         self, key: str, st: WorkflowState, now: float, trigger: Ev | None
@@ -384,8 +408,10 @@ class Detector:
         return all(verified_after(st, k, c) for k, c in latest.items())
 
 
-def _committed_before(evidence: tuple[Ev, ...], effect_key: str | None, ev: Ev) -> bool:
+def _committed_before(evidence: Evidence, effect_key: str | None, ev: Ev) -> bool:
     """Was this effect key committed by another event already? (Duplicates need a second look.)"""
+    if list(map(_EFFECT_KEY_OF, evidence)).count(effect_key) < 2:
+        return False  # the usual case: no other event names the key (a scan at C speed)
     for e in evidence:
         if e.effect_key == effect_key and e.kind == _COMMITTED and e is not ev:
             return True

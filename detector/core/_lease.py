@@ -70,22 +70,26 @@ class LeaseHealth:
                     )
                 )
 
-    def heartbeat_gap(self, tool_class: str | None, gap_s: float, lease_s: float) -> None:
-        if gap_s + self.jitter_reserve_s >= lease_s:
-            self._cls(tool_class).near_expiry += 1
-            if self._first(tool_class, "heartbeat_gap"):
-                self.warnings.append(
-                    LeaseWarning(
-                        tool_class or UNLABELLED,
-                        "heartbeat_gap",
-                        lease_s,
-                        None,
-                        gap_s,
-                        f"a heartbeat gap of {gap_s:g}s came within {self.jitter_reserve_s:g}s "
-                        f"of the {lease_s:g}s lease: lengthen the lease or shorten the "
-                        "heartbeat period",
-                    )
+    def near_expiry(self, tool_class: str | None, gap_s: float, lease_s: float) -> None:
+        """A heartbeat gap came within the jitter reserve of the lease (gap + J >= L).
+
+        The engine tests that condition itself on every heartbeat: a call per heartbeat would
+        cost more than the test.
+        """
+        self._cls(tool_class).near_expiry += 1
+        if self._first(tool_class, "heartbeat_gap"):
+            self.warnings.append(
+                LeaseWarning(
+                    tool_class or UNLABELLED,
+                    "heartbeat_gap",
+                    lease_s,
+                    None,
+                    gap_s,
+                    f"a heartbeat gap of {gap_s:g}s came within {self.jitter_reserve_s:g}s "
+                    f"of the {lease_s:g}s lease: lengthen the lease or shorten the "
+                    "heartbeat period",
                 )
+            )
 
     def _first(self, tool_class: str | None, reason: str) -> bool:
         """Each kind of warning once per tool class: the counters carry the rest."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -44,6 +44,18 @@ class Episode:
         return (self.displaced_epoch, self.retry)
 
 
+# Retained evidence: a tuple while short, which has no spare capacity (most workflows hold two or
+# three records); a list from `LIST_FROM` records on, so that an append touches one record instead
+# of copying the tuple and re-counting the references of every record in it.
+Evidence = tuple[Ev, ...] | list[Ev]
+LIST_FROM: Final = 8
+
+
+def evidence_of(records: Iterable[Ev]) -> Evidence:
+    kept = tuple(records)
+    return kept if len(kept) < LIST_FROM else list(kept)
+
+
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
 
@@ -55,7 +67,7 @@ class WorkflowState:
     pos: int = 0
     max_seq: int = -1
     acqs: tuple[Acq, ...] = ()
-    evidence: tuple[Ev, ...] = ()
+    evidence: Evidence = ()
     # None until the first finding: most workflows never have one, and an empty dict costs 64 B.
     found: dict[EpisodeKey, Episode] | None = None
     last_at: float | None = None
@@ -193,7 +205,7 @@ def decode_state(raw: bytes) -> WorkflowState:
         pos=doc["pos"],
         max_seq=doc["max_seq"],
         acqs=tuple(Acq(*a) for a in doc["acqs"]),
-        evidence=tuple(_ev(r) for r in doc["evidence"]),
+        evidence=evidence_of(_ev(r) for r in doc["evidence"]),
         found=episodes or None,
         last_at=doc["last_at"],
         released_at=doc["released_at"],

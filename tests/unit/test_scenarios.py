@@ -920,6 +920,19 @@ def test_state_survives_encode_decode_mid_episode():
     assert r.finding(W, 17).status.value == "resolved"
 
 
+def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
+    """Short evidence is held as a tuple, long as a list: both come back as they were."""
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    d = Detector(Config(max_evidence=12))
+    d.observe(acq("a", 17, "alpha", 1))
+    for seq in range(2, 40):
+        d.observe(ev(f"hb{seq}", "heartbeat", W, 17, "alpha", seq=seq))
+        state = d.states[W]
+        assert decode_state(encode_state(state)) == state
+        assert 0 < len(state.evidence) <= 12
+
+
 # --- job-queue logfmt logs -------------------------------------------------------------------
 
 
