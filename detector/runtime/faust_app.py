@@ -61,6 +61,7 @@ log = logging.getLogger("splitbrain.faust")
 
 TABLE_NAME: Final = "state"  # faust names its changelog "{app id}-state-changelog"
 ADVANCE_EVERY_S: Final = 5.0  # of record time, per partition
+REPORT_EVERY_S: Final = 5.0  # wall clock: liveness and lag for the metrics
 DRAIN_TIMEOUT_S: Final = 60.0
 EXIT_OK: Final = 0
 EXIT_CRASHED: Final = 1
@@ -454,6 +455,7 @@ class FaustWorker:
                 f", the settings say {settings.changelog_topic!r}"
             )
         app.agent(self.input, name="detect", concurrency=1)(self._agent)
+        app.timer(interval=REPORT_EVERY_S, name="report")(self._report)
         self.table.on_assignment = self._on_assignment
 
     # -- the agent -------------------------------------------------------------------------
@@ -567,6 +569,21 @@ class FaustWorker:
         fut = await transactions.send(topic, key, value, partition, None, raw_headers)
         self.app.barrier.track(fut)
 
+    async def _report(self) -> None:
+        """The event loop runs (the last-poll gauge), and how far behind each partition is.
+
+        A partition's lag is known once the agent finished a record of it: faust's cached end
+        offset (the last stable offset, in exactly-once mode) minus the next one to process.
+        """
+        self.metrics.polled(time.time())
+        processed = self.app.barrier.processed
+        for tp in self.app.consumer.assignment():
+            if tp.topic == self.settings.input_topic:
+                end = self.app.consumer.highwater(tp)
+                position = processed.get((tp.topic, tp.partition))
+                lag = None if end is None or position is None else end - position
+                self.metrics.consumer_lag(tp.partition, lag)
+
     # -- rebalancing -------------------------------------------------------------------------
 
     def _on_assignment(self, assigned: set[TP]) -> None:
@@ -577,12 +594,14 @@ class FaustWorker:
             if self.engines.pop(partition, None) is not None:
                 self.metrics.engine_replaced(partition)
                 self.metrics.state(partition, 0)
+                self.metrics.consumer_lag(partition, None)
             for key in self.keys_by_partition.pop(partition, set()):
                 self.table.data.pop(key.encode(), None)  # the local copy only: no changelog
 
     # -- running -----------------------------------------------------------------------------
 
     def run(self) -> int:
+        self.metrics.polled(time.time())
         worker = faust.Worker(
             self.app, loglevel=logging.getLevelName(log.getEffectiveLevel()), quiet=True
         )

@@ -107,6 +107,7 @@ class KafkaLoopWorker:
             [self.s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
         log.info("worker %s started, group %s", self.s.instance_id, self.s.group_id)
+        self.metrics.polled(time.time())
         try:
             while not self.stopping:
                 self._step()
@@ -131,6 +132,7 @@ class KafkaLoopWorker:
 
     def _step(self) -> None:
         messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
+        self.metrics.polled(time.time())
         try:
             for msg in messages:
                 if self.stopping:
@@ -227,6 +229,19 @@ class KafkaLoopWorker:
                 changed.clear()
             self.metrics.state(partition, len(ps.detector.states))
             self.metrics.engine(partition, ps.detector.counters)
+            self.metrics.consumer_lag(partition, self._lag(partition, ps))
+
+    def _lag(self, partition: int, ps: PartitionState) -> int | None:
+        """From the client's cached end offset (no broker round trip): None until it has one.
+
+        With read_committed the fetcher's end offset is the last stable offset.
+        """
+        tp = TopicPartition(self.s.input_topic, partition)
+        _, end = self.consumer.get_watermark_offsets(tp, cached=True)
+        position = ps.next_offset
+        if position is None:  # nothing processed since the assignment: where the fetch stands
+            position = self.consumer.position([tp])[0].offset
+        return None if end < 0 or position < 0 else end - position
 
     def _commit(self) -> None:
         if not self.in_txn:
@@ -288,6 +303,7 @@ class KafkaLoopWorker:
             if gone is not None:
                 gone.store.close()
             self.metrics.state(tp.partition, 0)
+            self.metrics.consumer_lag(tp.partition, None)
 
     def _abort_quietly(self) -> None:
         if not self.in_txn:

@@ -76,6 +76,18 @@ class WorkerMetrics:
             buckets=(1, 10, 100, 500, 1000, 5000, 20000),
             registry=r,
         )
+        self.lag = Gauge(
+            "splitbrain_consumer_lag_records",
+            "Input records of an assigned partition not processed yet (end of the committed "
+            "input minus the next offset to process)",
+            ["partition"],
+            registry=r,
+        )
+        self.last_poll = Gauge(
+            "splitbrain_worker_last_poll_timestamp_seconds",
+            "Unix time at which the worker last polled its input; a hung worker stops it",
+            registry=r,
+        )
         self.restore_seconds = Histogram(
             "splitbrain_state_restore_seconds",
             "Time to restore partitions from the changelog",
@@ -118,6 +130,16 @@ class WorkerMetrics:
 
     def state(self, partition: int, workflows: int) -> None:
         self.workflows.labels(str(partition)).set(workflows)
+
+    def polled(self, unix_seconds: float) -> None:
+        self.last_poll.set(unix_seconds)
+
+    def consumer_lag(self, partition: int, records: int | None) -> None:
+        """None: the partition is not ours (any more), or its end is not known yet."""
+        if records is None:
+            self.lag.remove(str(partition))  # a no-op for a series that does not exist
+        else:
+            self.lag.labels(str(partition)).set(max(0, records))
 
     def engine(self, partition: int, counters: Counters) -> None:
         """Turn one partition engine's cumulative counts into counter increments."""

@@ -331,6 +331,18 @@ def assert_metrics_count(w: Worker, lines: list[bytes], revisions: int) -> None:
     assert workflows == len({parse_event_json(line).workflow_key for line in lines})
     label_values = {v for _, labels in samples for _, v in labels}
     assert not {key for key in label_values if "export-ledger" in key}, label_values
+    # Every 5 s the event loop reports that it runs, and the lag of each partition it processed.
+    last_poll = samples[("splitbrain_worker_last_poll_timestamp_seconds", ())]
+    assert abs(time.time() - last_poll) < 15
+
+    def lags() -> list[float]:
+        return [
+            v for (name, _), v in w.metrics().items() if name == "splitbrain_consumer_lag_records"
+        ]
+
+    while not (lags() and not any(lags())):
+        assert time.monotonic() < deadline, f"the lag never reached 0: {lags()}"
+        time.sleep(0.2)
 
 
 def assert_exactly_once(

@@ -189,6 +189,40 @@ def test_replay_then_tail_gives_what_audit_gives(worker: Running) -> None:
     assert "export-ledger" not in log  # logs carry ids and hashes, not workflow keys
 
 
+def samples(w: Running, name: str) -> dict[str, float]:
+    """One metric's samples by their partition label ("" for an unlabelled metric)."""
+    return {
+        sample.labels.get("partition", ""): sample.value
+        for family in text_string_to_metric_families(_metrics_or_empty(w))
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def test_lag_and_last_poll_show_a_worker_that_keeps_up(
+    kafka_broker: LocalKafka, tmp_path: Path
+) -> None:
+    w = Running(kafka_broker, tmp_path)
+    try:
+        replayed = cli("replay", str(FIXTURE), "--topic", w.input, bootstrap=w.bootstrap)
+        assert replayed.returncode == 0, replayed.stderr
+        caught_up = {str(p): 0.0 for p in range(PARTITIONS)}
+        wait_for(
+            lambda: samples(w, "splitbrain_consumer_lag_records") == caught_up,
+            60,
+            "every partition's lag to be reported at 0",
+        )
+
+        def last_poll() -> float:
+            return samples(w, "splitbrain_worker_last_poll_timestamp_seconds")[""]
+
+        first = last_poll()
+        assert abs(time.time() - first) < 5
+        wait_for(lambda: last_poll() > first, 10, "the last-poll time to advance")
+    finally:
+        w.stop()
+
+
 def test_every_poison_record_lands_on_the_dlq_once(worker: Running) -> None:
     records = corpus(largest_value=1_000_000)
     producer = Producer(

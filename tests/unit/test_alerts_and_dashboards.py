@@ -83,9 +83,17 @@ def test_rules_pass_their_promtool_unit_tests(promtool: str) -> None:
     [
         (RULES, "> 0.25", "> 0.5", "SplitbrainCommitLatencyHigh"),
         (RULES, 'severity="critical"', 'severity=~".+"', "SplitbrainCriticalFindingOpened"),
-        (RULES, "unless", "or", "SplitbrainNotCommitting"),
+        (
+            RULES,
+            "unless\n          (sum by (job, instance)",
+            "or (sum by (job, instance)",
+            "SplitbrainNotCommitting",
+        ),
         (RULES, "late, not lost", "late", "SplitbrainTransactionsAborting"),
         (RULE_TESTS, "severity: warning", "severity: ticket", "SplitbrainEvidenceDropped"),
+        (RULES, "> 120", "> 1200", "SplitbrainWorkerStalled"),
+        (RULES, "< 120", "< 1200", "SplitbrainDetectionStalled"),
+        (RULES, "lag_records[15m])) > 0", "lag_records[15m])) >= 0", "SplitbrainFallingBehind"),
     ],
 )
 def test_rule_tests_fail_when_a_rule_or_an_expectation_is_wrong(
@@ -141,6 +149,8 @@ def exported_samples() -> dict[str, set[str]]:
     metrics.committed(0.01, 10)
     metrics.aborted()
     metrics.restored(1.5)
+    metrics.consumer_lag(0, 5)
+    metrics.polled(1_764_512_000.0)
     samples: dict[str, set[str]] = {}
     for family in metrics.registry.collect():
         assert family.samples, f"{family.name}: not driven by this test, add it above"

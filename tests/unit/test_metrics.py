@@ -92,3 +92,24 @@ def test_engine_counts_become_increments_and_restart_with_a_fresh_engine() -> No
     m.engine(0, Counters(activity_dropped=1))
     assert value(m, "splitbrain_state_evidence_dropped_total", **{"class": "activity"}) == 8
     assert value(m, "splitbrain_state_evictions_total", cause="idle") == 2
+
+
+def test_lag_is_per_assigned_partition_and_gone_with_the_partition() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.consumer_lag(0, 120)
+    m.consumer_lag(1, 0)
+    assert value(m, "splitbrain_consumer_lag_records", partition="0") == 120
+    m.consumer_lag(0, -3)  # an end offset cached before the last fetch: never negative
+    assert value(m, "splitbrain_consumer_lag_records", partition="0") == 0
+    m.consumer_lag(1, None)  # revoked: a frozen value would page for a partition not ours
+    assert (
+        m.registry.get_sample_value("splitbrain_consumer_lag_records", {"partition": "1"}) is None
+    )
+    m.consumer_lag(7, None)  # never reported: nothing to remove, no error
+
+
+def test_last_poll_is_a_unix_timestamp() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    assert value(m, "splitbrain_worker_last_poll_timestamp_seconds") == 0
+    m.polled(1_764_512_000.5)
+    assert value(m, "splitbrain_worker_last_poll_timestamp_seconds") == 1_764_512_000.5
