@@ -59,6 +59,9 @@ class FindingUpdate:
     """One new revision of one finding, ready to publish keyed by its workflow."""
 
     finding: Finding
+    # The finding's first revision at its severity: opened, or raised to it. What pages is a
+    # finding reaching critical, which is most often a revision after the first.
+    escalated: bool = False
 
     @property
     def workflow_key(self) -> str:
@@ -362,6 +365,8 @@ class Detector:
         conds = list(ep.conditions.values())
         if not conds:
             return None
+        # A severity change always changes the document, so this is the last published one.
+        published = ep.severity if ep.revision else None
         worst = max((severity_of(c) for c in conds), key=lambda s: s.rank)
         if worst.rank > ep.severity.rank or ep.revision == 0:
             ep.severity = worst if worst.rank >= ep.severity.rank else ep.severity
@@ -390,7 +395,8 @@ class Detector:
         ep.digest = digest
         ep.revision += 1
         self.counters.revisions += 1
-        return FindingUpdate(finding)
+        escalated = published is None or ep.severity.rank > published.rank
+        return FindingUpdate(finding, escalated)
 
     def _resolved(self, st: WorkflowState, ep: Episode, now: float) -> bool:
         if not ep.retry and ep.last_stale is not None:

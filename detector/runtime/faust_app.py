@@ -536,7 +536,7 @@ class FaustWorker:
 
     async def _publish(self, update: FindingUpdate, partition: int) -> None:
         finding = update.finding
-        self.metrics.finding_revision(finding, partition)
+        self.metrics.finding_revision(update, partition)
         log.info(
             "finding %s rev %d %s %s",
             finding.finding_id,

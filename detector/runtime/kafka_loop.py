@@ -204,7 +204,7 @@ class KafkaLoopWorker:
                 value=f.to_json().encode(),
                 partition=partition,
             )
-            self.metrics.finding_revision(f, partition)
+            self.metrics.finding_revision(update, partition)
             log.info(
                 "finding %s rev %d %s %s workflow#%s conditions=%s",
                 f.finding_id,

@@ -11,8 +11,8 @@ from dataclasses import fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from detector.core import Counters
-from detector.findings import Finding, Severity
+from detector.core import Counters, FindingUpdate
+from detector.findings import Severity
 from detector.runtime.intake import REASON_CODES
 
 
@@ -38,6 +38,13 @@ class WorkerMetrics:
         self.opened = Counter(
             "splitbrain_findings_opened_total",
             "Split-brain findings opened (first revision)",
+            ["severity"],
+            registry=r,
+        )
+        self.escalated = Counter(
+            "splitbrain_findings_escalated_total",
+            "Findings that reached a severity: opened at it, or raised to it (a finding opened "
+            "at info and raised to critical counts once at each)",
             ["severity"],
             registry=r,
         )
@@ -97,6 +104,7 @@ class WorkerMetrics:
         # so an alert on it would miss the first critical finding after every start.
         for severity in Severity:
             self.opened.labels(severity.value)
+            self.escalated.labels(severity.value)
         for outcome in ("committed", "aborted"):
             self.transactions.labels(outcome)
         for reason in REASON_CODES:
@@ -123,10 +131,13 @@ class WorkerMetrics:
     def dead_letter(self, reason: str, partition: int) -> None:
         self._count(partition, self.dlq, reason)
 
-    def finding_revision(self, finding: Finding, partition: int) -> None:
+    def finding_revision(self, update: FindingUpdate, partition: int) -> None:
+        finding = update.finding
         self._count(partition, self.revisions, finding.severity.value, finding.status.value)
         if finding.revision == 1:
             self._count(partition, self.opened, finding.severity.value)
+        if update.escalated:
+            self._count(partition, self.escalated, finding.severity.value)
 
     def state(self, partition: int, workflows: int) -> None:
         self.workflows.labels(str(partition)).set(workflows)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from detector.core import Counters
+from detector.core import Counters, FindingUpdate
 from detector.findings import Severity, Status
 from detector.telemetry.metrics import WorkerMetrics
 from tests.paths import ROOT
@@ -82,7 +82,7 @@ def test_rules_pass_their_promtool_unit_tests(promtool: str) -> None:
     ("path", "old", "new", "alert"),
     [
         (RULES, "> 0.25", "> 0.5", "SplitbrainCommitLatencyHigh"),
-        (RULES, 'severity="critical"', 'severity=~".+"', "SplitbrainCriticalFindingOpened"),
+        (RULES, 'severity="critical"', 'severity=~".+"', "SplitbrainCriticalFinding"),
         (
             RULES,
             "unless\n          (sum by (job, instance)",
@@ -141,7 +141,10 @@ def exported_samples() -> dict[str, set[str]]:
     metrics.event("heartbeat", 0)
     metrics.dead_letter("invalid", 0)
     metrics.finding_revision(
-        SimpleNamespace(severity=Severity.CRITICAL, status=Status.OPEN, revision=1),  # type: ignore[arg-type]
+        FindingUpdate(
+            SimpleNamespace(severity=Severity.CRITICAL, status=Status.OPEN, revision=1),  # type: ignore[arg-type]
+            escalated=True,
+        ),
         0,
     )
     metrics.state(0, 1)
@@ -278,7 +281,7 @@ def test_known_label_values_are_exported_before_their_first_increment() -> None:
         for family in WorkerMetrics(CollectorRegistry()).registry.collect()
         for s in family.samples
     )
-    assert "splitbrain_findings_opened_total[('severity', 'critical')] 0.0" in text
+    assert "splitbrain_findings_escalated_total[('severity', 'critical')] 0.0" in text
     assert "splitbrain_transactions_total[('outcome', 'aborted')] 0.0" in text
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from detector.core import Counters
+from detector.core import Counters, FindingUpdate
 from detector.findings import Finding, Severity, Status
 from detector.telemetry.metrics import WorkerMetrics
 
 
-def finding(revision: int, severity: Severity = Severity.CRITICAL) -> Finding:
-    return Finding.model_validate(
+def finding(
+    revision: int, severity: Severity = Severity.CRITICAL, *, escalated: bool | None = None
+) -> FindingUpdate:
+    """A revision as the engine publishes it; by default only the first one escalates."""
+    doc = Finding.model_validate(
         {
             "finding_id": "sb-1",
             "revision": revision,
@@ -30,6 +33,7 @@ def finding(revision: int, severity: Severity = Severity.CRITICAL) -> Finding:
             "response": "",
         }
     )
+    return FindingUpdate(doc, revision == 1 if escalated is None else escalated)
 
 
 def value(m: WorkerMetrics, name: str, **labels: str) -> float:
@@ -113,3 +117,16 @@ def test_last_poll_is_a_unix_timestamp() -> None:
     assert value(m, "splitbrain_worker_last_poll_timestamp_seconds") == 0
     m.polled(1_764_512_000.5)
     assert value(m, "splitbrain_worker_last_poll_timestamp_seconds") == 1_764_512_000.5
+
+
+def test_a_finding_raised_to_critical_counts_as_reaching_critical_not_as_opened_critical() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.finding_revision(finding(1, Severity.INFO), 0)
+    m.finding_revision(finding(2, Severity.CRITICAL, escalated=True), 0)
+    m.finding_revision(finding(3, Severity.CRITICAL), 0)  # more evidence, still critical
+    m.committed(0.01, 3)
+    assert opened_critical(m) == 0
+    assert value(m, "splitbrain_findings_opened_total", severity="info") == 1
+    assert value(m, "splitbrain_findings_escalated_total", severity="info") == 1
+    assert value(m, "splitbrain_findings_escalated_total", severity="critical") == 1
+    assert value(m, "splitbrain_finding_revisions_total", severity="critical", status="open") == 2

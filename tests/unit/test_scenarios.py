@@ -66,6 +66,13 @@ def test_seed_fixture_one_critical_finding_and_two_clean_workflows():
     # guidance for the highest condition: the duplicate across owners
     assert "do not auto-retry worker-beta" in f.response
     assert r.detector.counters.findings_opened == 1
+    # Opened at info, then raised twice: what pages is the revision that reaches critical.
+    assert [(u.finding.severity.value, u.escalated) for u in r.updates] == [
+        ("info", True),
+        ("warning", True),
+        ("critical", True),
+        ("critical", False),
+    ]
 
 
 # --- each condition alone --------------------------------------------------------------------
