@@ -279,6 +279,7 @@ class StateTable(faust.Table):  # type: ignore[type-arg]
         super().__init__(*args, **kwargs)
         self.keys_by_partition: dict[int, set[str]] = {} if keys is None else keys
         self.on_assignment: Callable[[set[TP]], None] | None = None
+        self.rebalanced_at: float | None = None
 
     async def on_rebalance(
         self,
@@ -288,9 +289,21 @@ class StateTable(faust.Table):  # type: ignore[type-arg]
         generation_id: int = 0,
     ) -> None:
         """Before recovery starts: let the worker drop what moved to other workers."""
+        self.rebalanced_at = time.monotonic()
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
         if self.on_assignment is not None:
             self.on_assignment(assigned)
+
+    async def on_recovery_completed(self, active_tps: set[TP], standby_tps: set[TP]) -> None:
+        """The table holds its changelog up to the end: processing starts now."""
+        await super().on_recovery_completed(active_tps, standby_tps)
+        if self.rebalanced_at is not None:
+            elapsed = time.monotonic() - self.rebalanced_at
+            self.rebalanced_at = None
+            cast(SplitbrainApp, self.app).metrics.restored(elapsed)
+            # active_tps are changelog partitions, numbered as the input's (co-partitioned)
+            restored = sorted(tp.partition for tp in active_tps)
+            log.info("restored partitions %s in %.2fs", restored, elapsed)
 
     def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
         fut = super().send_changelog(*args, **kwargs)

@@ -331,6 +331,7 @@ def assert_metrics_count(w: Worker, lines: list[bytes], revisions: int) -> None:
     assert workflows == len({parse_event_json(line).workflow_key for line in lines})
     label_values = {v for _, labels in samples for _, v in labels}
     assert not {key for key in label_values if "export-ledger" in key}, label_values
+    assert samples[("splitbrain_state_restore_seconds_count", ())] >= 1
     # Every 5 s the event loop reports that it runs, and the lag of each partition it processed.
     last_poll = samples[("splitbrain_worker_last_poll_timestamp_seconds", ())]
     assert abs(time.time() - last_poll) < 15
