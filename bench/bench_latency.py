@@ -10,10 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -21,6 +18,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from worker_process import start_worker, stop_worker
 
 from detector.devkafka import LocalKafka
 
@@ -41,30 +39,12 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
             f.result(30)
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "detector.cli",
-                "worker",
-                "--bootstrap-servers",
-                bootstrap,
-                "--instance-id",
-                "lat",
-                "--group-id",
-                f"lat-{tag}",
-                "--input-topic",
-                topics[0],
-                "--findings-topic",
-                topics[1],
-                "--dlq-topic",
-                topics[2],
-                "--commit-interval-ms",
-                str(args.commit_interval_ms),
-                "--log-level",
-                "WARNING",
-            ],
-            start_new_session=True,
+        worker = start_worker(
+            bootstrap,
+            f"lat-{tag}",
+            topics,
+            "--commit-interval-ms",
+            str(args.commit_interval_ms),
         )
         reader = Consumer(
             {
@@ -123,8 +103,7 @@ def main() -> None:
         )
     finally:
         if worker is not None:
-            os.kill(worker.pid, signal.SIGTERM)
-            worker.wait(60)
+            stop_worker(worker)
         broker.stop()
 
 

@@ -101,21 +101,6 @@ class WorkflowState:
         )
 
 
-def _ev_row(e: Ev) -> list[Any]:
-    return [
-        e.event_id,
-        e.kind,
-        e.epoch,
-        e.seq,
-        e.pos,
-        e.source,
-        e.effect_key,
-        e.worker_id,
-        e.obs,
-        e.trace,
-    ]
-
-
 def _ev(row: list[Any]) -> Ev:
     return Ev(*row)
 
@@ -155,8 +140,10 @@ def encode_state(state: WorkflowState) -> bytes:
         "v": STATE_VERSION,
         "pos": state.pos,
         "max_seq": state.max_seq,
-        "acqs": [list(a) for a in state.acqs],
-        "evidence": [_ev_row(e) for e in state.evidence],
+        # Records are tuples in their field order: the JSON encoder writes them as arrays as
+        # they are (a row per record costs a third of the encoding).
+        "acqs": state.acqs,
+        "evidence": state.evidence,
         "episodes": [
             [
                 ep.displaced_epoch,
@@ -165,7 +152,7 @@ def encode_state(state: WorkflowState) -> bytes:
                 ep.status.value,
                 ep.severity.value,
                 [_cond_row(c) for c in ep.conditions.values()],
-                None if ep.last_stale is None else _ev_row(ep.last_stale),
+                ep.last_stale,
                 ep.last_stale_at,
                 ep.digest,
                 ep.worker,

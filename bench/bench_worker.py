@@ -1,0 +1,121 @@
+"""Sustained throughput of one `splitbrain worker` process, through a real local broker.
+
+The engine bench's history is published first; then a worker consumes it. Throughput is read from
+what the worker's consumer group has committed (input offsets commit in the same transaction as
+the findings and the state), sampled every half second: the rate over the middle of the run,
+without the start (restore) and the tail. Prints numbers; asserts nothing.
+Run: `python bench/bench_worker.py [--events N] [--workflows N] [--store memory|rocksdb]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench_engine import history
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from worker_process import start_worker, stop_worker
+
+from detector.devkafka import LocalKafka
+
+
+def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000}
+    )
+    for raw in lines:
+        key = json.loads(raw)["workflow_key"].encode()
+        while True:
+            try:
+                producer.produce(topic, key=key, value=raw)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120) != 0:
+        raise SystemExit("the history was not fully published")
+
+
+def committed(consumer: Consumer, topic: str, partitions: int) -> int | None:
+    """Input records the group has committed, summed over the partitions (None: not known yet,
+    while the group coordinator starts)."""
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+    except KafkaException:
+        return None
+    return sum(max(tp.offset, 0) for tp in tps)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--workflows", type=int, default=20_000)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="splitbrain-worker-bench-"))
+    broker = LocalKafka(workdir / "kafka", extra_jvm_args=["-XX:TieredStopAtLevel=4"])
+    broker.start()
+    worker = None
+    try:
+        bootstrap = broker.bootstrap
+        tag = uuid.uuid4().hex[:6]
+        topics = (f"wb-{tag}.in", f"wb-{tag}.findings", f"wb-{tag}.dlq")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        new = [NewTopic(t, args.partitions, 1) for t in topics]
+        for f in admin.create_topics(new).values():
+            f.result(30)
+        lines = history(args.events, args.workflows)
+        started = time.perf_counter()
+        publish(bootstrap, topics[0], lines)
+        print(
+            f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
+            f"{platform.python_version()}; broker on the same machine"
+        )
+        print(
+            f"published {len(lines):,} events over {args.workflows:,} workflows to "
+            f"{args.partitions} partition(s) in {time.perf_counter() - started:.1f} s"
+        )
+        worker = start_worker(
+            bootstrap, tag, topics, "--store", args.store, "--state-dir", str(workdir / "state")
+        )
+        # reads the worker's committed offsets; never joins the group (no subscribe)
+        reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{tag}"})
+        samples: list[tuple[float, int]] = []
+        deadline = time.monotonic() + 1800
+        while not samples or samples[-1][1] < len(lines):
+            if worker.poll() is not None:
+                raise SystemExit(f"the worker exited with {worker.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit("the worker did not finish within 30 minutes")
+            done = committed(reader, topics[0], args.partitions)
+            if done is not None:
+                samples.append((time.monotonic(), done))
+            time.sleep(0.5)
+        reader.close()
+        first = next(i for i, (_, n) in enumerate(samples) if n > 0)
+        begin, end = samples[first], samples[-1]
+        # the middle: from the first commit to the last sample before the end was reached
+        last = next(i for i, (_, n) in enumerate(samples) if n >= len(lines))
+        mid = samples[max(first, last - 1)]
+        rate = (mid[1] - begin[1]) / (mid[0] - begin[0]) if mid[0] > begin[0] else float("nan")
+        print(f"store {args.store}; worker defaults (commit every 100 ms or 5000 records)")
+        print(
+            f"committed {end[1]:,} events {end[0] - samples[0][0]:.1f} s after the worker "
+            f"started ({begin[0] - samples[0][0]:.1f} s to its first commit)"
+        )
+        print(f"sustained: {rate:,.0f} events/s committed (between the first and last commits)")
+    finally:
+        if worker is not None:
+            stop_worker(worker)
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
