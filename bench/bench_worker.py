@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import tempfile
 import time
 import uuid
@@ -52,6 +53,31 @@ def committed(consumer: Consumer, topic: str, partitions: int) -> int | None:
     return sum(max(tp.offset, 0) for tp in tps)
 
 
+def follow(
+    worker: subprocess.Popen[bytes], reader: Consumer, topic: str, partitions: int, total: int
+) -> list[tuple[float, int]]:
+    """(monotonic time, records committed) every half second until all `total` are."""
+    samples: list[tuple[float, int]] = []
+    deadline = time.monotonic() + 1800
+    while not samples or samples[-1][1] < total:
+        if worker.poll() is not None:
+            raise SystemExit(f"the worker exited with {worker.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit("the worker did not finish within 30 minutes")
+        done = committed(reader, topic, partitions)
+        if done is not None:
+            samples.append((time.monotonic(), done))
+        time.sleep(0.5)
+    return samples
+
+
+def topic_bytes(broker: LocalKafka, topic: str) -> int:
+    """Bytes of a topic's segments in the broker's log directory."""
+    return sum(
+        f.stat().st_size for f in (broker.data_dir / "data").glob(f"{topic}-*/*.log") if f.is_file()
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=300_000)
@@ -86,18 +112,9 @@ def main() -> None:
             bootstrap, tag, topics, "--store", args.store, "--state-dir", str(workdir / "state")
         )
         # reads the worker's committed offsets; never joins the group (no subscribe)
-        reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{tag}"})
-        samples: list[tuple[float, int]] = []
-        deadline = time.monotonic() + 1800
-        while not samples or samples[-1][1] < len(lines):
-            if worker.poll() is not None:
-                raise SystemExit(f"the worker exited with {worker.returncode}")
-            if time.monotonic() > deadline:
-                raise SystemExit("the worker did not finish within 30 minutes")
-            done = committed(reader, topics[0], args.partitions)
-            if done is not None:
-                samples.append((time.monotonic(), done))
-            time.sleep(0.5)
+        group = f"bench-{tag}"
+        reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        samples = follow(worker, reader, topics[0], args.partitions, len(lines))
         reader.close()
         first = next(i for i, (_, n) in enumerate(samples) if n > 0)
         begin, end = samples[first], samples[-1]
@@ -111,6 +128,13 @@ def main() -> None:
             f"started ({begin[0] - samples[0][0]:.1f} s to its first commit)"
         )
         print(f"sustained: {rate:,.0f} events/s committed (between the first and last commits)")
+        written = {
+            name: topic_bytes(broker, name) for name in (topics[0], f"{group}-state-changelog")
+        }
+        print(
+            f"on the broker's disk: input {written[topics[0]] / 1e6:,.1f} MB, state changelog "
+            f"{written[f'{group}-state-changelog'] / 1e6:,.1f} MB (before compaction)"
+        )
     finally:
         if worker is not None:
             stop_worker(worker)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
+
+import msgpack
 
 from detector.events import Kind
 from detector.findings import ConditionKind, Severity, Status
 
 from ._records import Acq, Cond, Ev
 
-STATE_VERSION: Final = 1
+# 2: a msgpack array, five times faster to write than 1, a JSON object (still read). A worker
+# writes its state to the changelog for nearly every event, so this is its largest cost.
+STATE_VERSION: Final = 2
 
 # Kinds retained as effect evidence (they decide duplicates and resolution); the rest is activity.
 EFFECT_EVIDENCE: Final = frozenset(
@@ -136,44 +140,86 @@ def _cond(row: list[Any]) -> Cond:
 
 def encode_state(state: WorkflowState) -> bytes:
     """Bytes for a changelog record; `decode_state` gives back an equal state."""
-    doc = {
-        "v": STATE_VERSION,
-        "pos": state.pos,
-        "max_seq": state.max_seq,
-        # Records are tuples in their field order: the JSON encoder writes them as arrays as
-        # they are (a row per record costs a third of the encoding).
-        "acqs": state.acqs,
-        "evidence": state.evidence,
-        "episodes": [
+    packed: bytes = msgpack.packb(
+        [
+            STATE_VERSION,
+            state.pos,
+            state.max_seq,
+            # Records are tuples in their field order: packed as arrays as they are.
+            state.acqs,
+            state.evidence,
             [
-                ep.displaced_epoch,
-                ep.retry,
-                ep.revision,
-                ep.status.value,
-                ep.severity.value,
-                [_cond_row(c) for c in ep.conditions.values()],
-                ep.last_stale,
-                ep.last_stale_at,
-                ep.digest,
-                ep.worker,
-            ]
-            for ep in state.episodes.values()
-        ],
-        "last_at": state.last_at,
-        "released_at": state.released_at,
-        "hb_obs": state.hb_obs,
-        "tool_class": state.tool_class,
-        "lease_s": state.lease_s,
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+                [
+                    ep.displaced_epoch,
+                    ep.retry,
+                    ep.revision,
+                    ep.status.value,
+                    ep.severity.value,
+                    [_cond_row(c) for c in ep.conditions.values()],
+                    ep.last_stale,
+                    ep.last_stale_at,
+                    ep.digest,
+                    ep.worker,
+                ]
+                for ep in state.episodes.values()
+            ],
+            state.last_at,
+            state.released_at,
+            state.hb_obs,
+            state.tool_class,
+            state.lease_s,
+        ]
+    )
+    return packed
+
+
+_V1_FIELDS: Final = (
+    "v",
+    "pos",
+    "max_seq",
+    "acqs",
+    "evidence",
+    "episodes",
+    "last_at",
+    "released_at",
+    "hb_obs",
+    "tool_class",
+    "lease_s",
+)
+
+
+def _fields(raw: bytes) -> Sequence[Any]:
+    """The fields of either version, in the order of version 2."""
+    if raw[:1] == b"{":
+        doc = json.loads(raw)
+        version = doc.get("v")
+        fields: Sequence[Any] = [doc[name] for name in _V1_FIELDS] if version == 1 else []
+    else:
+        fields = msgpack.unpackb(raw)
+        version = fields[0] if isinstance(fields, list) and fields else None
+    if version not in (1, STATE_VERSION):
+        raise ValueError(f"unknown workflow state version {version!r}")
+    if len(fields) != len(_V1_FIELDS):
+        raise ValueError(f"damaged workflow state: {len(fields)} fields, not {len(_V1_FIELDS)}")
+    return fields
 
 
 def decode_state(raw: bytes) -> WorkflowState:
-    doc = json.loads(raw)
-    if doc.get("v") != STATE_VERSION:
-        raise ValueError(f"unknown workflow state version {doc.get('v')!r}")
+    (
+        _,
+        pos,
+        max_seq,
+        acqs,
+        evidence,
+        rows,
+        last_at,
+        released_at,
+        hb_obs,
+        tool_class,
+        lease_s,
+    ) = _fields(raw)
     episodes: dict[EpisodeKey, Episode] = {}
-    for row in doc["episodes"]:
+    for row in rows:
         conds = [_cond(c) for c in row[5]]
         ep = Episode(
             displaced_epoch=row[0],
@@ -189,14 +235,14 @@ def decode_state(raw: bytes) -> WorkflowState:
         )
         episodes[ep.key] = ep
     return WorkflowState(
-        pos=doc["pos"],
-        max_seq=doc["max_seq"],
-        acqs=tuple(Acq(*a) for a in doc["acqs"]),
-        evidence=evidence_of(_ev(r) for r in doc["evidence"]),
+        pos=pos,
+        max_seq=max_seq,
+        acqs=tuple(Acq(*a) for a in acqs),
+        evidence=evidence_of(_ev(r) for r in evidence),
         found=episodes or None,
-        last_at=doc["last_at"],
-        released_at=doc["released_at"],
-        hb_obs=doc["hb_obs"],
-        tool_class=doc["tool_class"],
-        lease_s=doc["lease_s"],
+        last_at=last_at,
+        released_at=released_at,
+        hb_obs=hb_obs,
+        tool_class=tool_class,
+        lease_s=lease_s,
     )

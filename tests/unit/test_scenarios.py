@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from detector.core import Config
@@ -938,6 +940,32 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
         state = d.states[W]
         assert decode_state(encode_state(state)) == state
         assert 0 < len(state.evidence) <= 12
+
+
+def test_state_written_by_the_json_version_still_decodes():
+    """Changelogs written before the msgpack encoding (version 1, JSON) restore as they were."""
+    from detector.core import decode_state, encode_state  # noqa: PLC0415
+
+    r = run([parse_event_json(line) for line in SEED.read_text().splitlines() if line.strip()])
+    v1 = (Path(__file__).parent / "data" / "state-v1-export-ledger.json").read_bytes().strip()
+    assert decode_state(v1) == r.detector.states[W]
+    assert decode_state(encode_state(r.detector.states[W])) == r.detector.states[W]
+    assert len(encode_state(r.detector.states[W])) < len(v1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b'{"v":7,"pos":1}', "unknown workflow state version 7"),
+        (b"\x93\x07\x01\x02", "unknown workflow state version 7"),  # msgpack [7, 1, 2]
+        (b"\x91\x02", "damaged workflow state: 1 fields"),  # msgpack [2]
+    ],
+)
+def test_a_state_of_an_unknown_version_or_damaged_is_refused(raw: bytes, problem: str):
+    from detector.core import decode_state  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match=problem):
+        decode_state(raw)
 
 
 # --- job-queue logfmt logs -------------------------------------------------------------------
