@@ -11,16 +11,10 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from worker_process import start_worker, stop_worker
-
-from detector.devkafka import LocalKafka
+from stack import broker_with_topics, start_worker, stop_worker
 
 
 def main() -> None:
@@ -28,17 +22,13 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--commit-interval-ms", type=int, default=100)
     args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="splitbrain-latency-"))
-    broker = LocalKafka(workdir / "kafka", extra_jvm_args=["-XX:TieredStopAtLevel=4"])
-    broker.start()
+    with broker_with_topics("lat") as (broker, tag, topics):
+        run(args, broker.bootstrap, tag, topics)
+
+
+def run(args: argparse.Namespace, bootstrap: str, tag: str, topics: tuple[str, str, str]) -> None:
     worker = None
     try:
-        bootstrap = broker.bootstrap
-        tag = uuid.uuid4().hex[:6]
-        topics = (f"lat-{tag}.in", f"lat-{tag}.findings", f"lat-{tag}.dlq")
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
-            f.result(30)
         worker = start_worker(
             bootstrap,
             f"lat-{tag}",
@@ -104,7 +94,6 @@ def main() -> None:
     finally:
         if worker is not None:
             stop_worker(worker)
-        broker.stop()
 
 
 if __name__ == "__main__":

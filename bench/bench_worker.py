@@ -14,15 +14,11 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 from bench_engine import history
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from worker_process import start_worker, stop_worker
+from stack import broker_with_topics, start_worker, stop_worker
 
 from detector.devkafka import LocalKafka
 
@@ -85,18 +81,16 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
     args = ap.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="splitbrain-worker-bench-"))
-    broker = LocalKafka(workdir / "kafka", extra_jvm_args=["-XX:TieredStopAtLevel=4"])
-    broker.start()
+    with broker_with_topics("wb", args.partitions) as (broker, tag, topics):
+        run(args, broker, tag, topics)
+
+
+def run(
+    args: argparse.Namespace, broker: LocalKafka, tag: str, topics: tuple[str, str, str]
+) -> None:
     worker = None
     try:
         bootstrap = broker.bootstrap
-        tag = uuid.uuid4().hex[:6]
-        topics = (f"wb-{tag}.in", f"wb-{tag}.findings", f"wb-{tag}.dlq")
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        new = [NewTopic(t, args.partitions, 1) for t in topics]
-        for f in admin.create_topics(new).values():
-            f.result(30)
         lines = history(args.events, args.workflows)
         started = time.perf_counter()
         publish(bootstrap, topics[0], lines)
@@ -109,7 +103,13 @@ def main() -> None:
             f"{args.partitions} partition(s) in {time.perf_counter() - started:.1f} s"
         )
         worker = start_worker(
-            bootstrap, tag, topics, "--store", args.store, "--state-dir", str(workdir / "state")
+            bootstrap,
+            tag,
+            topics,
+            "--store",
+            args.store,
+            "--state-dir",
+            str(broker.data_dir.parent / "state"),
         )
         # reads the worker's committed offsets; never joins the group (no subscribe)
         group = f"bench-{tag}"
@@ -138,7 +138,6 @@ def main() -> None:
     finally:
         if worker is not None:
             stop_worker(worker)
-        broker.stop()
 
 
 if __name__ == "__main__":
