@@ -183,6 +183,7 @@ class Detector:
                 if (
                     last is not None
                     and lease is not None
+                    and obs > last
                     and obs - last + self.config.jitter_reserve_s >= lease
                 ):
                     self.lease_health.near_expiry(st.tool_class, obs - last, lease)
