@@ -235,10 +235,9 @@ class KafkaLoopWorker:
             self.metrics.consumer_lag(partition, self._lag(partition, ps))
 
     def _lag(self, partition: int, ps: PartitionState) -> int | None:
-        """From the client's cached end offset (no broker round trip): None until it has one.
-
-        With read_committed the fetcher's end offset is the last stable offset.
-        """
+        """From the high watermark the last fetch reported (no broker round trip): None until
+        there was one. With transactional producers on the input, it also counts their commit
+        markers and open transactions."""
         tp = TopicPartition(self.s.input_topic, partition)
         _, end = self.consumer.get_watermark_offsets(tp, cached=True)
         position = ps.next_offset

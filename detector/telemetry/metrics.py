@@ -85,8 +85,8 @@ class WorkerMetrics:
         )
         self.lag = Gauge(
             "splitbrain_consumer_lag_records",
-            "Input records of an assigned partition not processed yet (end of the committed "
-            "input minus the next offset to process)",
+            "Input records of an assigned partition not processed yet (its end offset as last "
+            "fetched minus the next offset to process)",
             ["partition"],
             registry=r,
         )
