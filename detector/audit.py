@@ -108,15 +108,24 @@ def witness(f: Finding) -> str:
     return " ".join(parts)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def render_text(result: AuditResult, out: TextIO) -> None:
     findings = list(result.findings.values())
     by_sev = {s: sum(1 for f in findings if f.severity is s) for s in Severity}
     summary = ", ".join(f"{n} {s.value}" for s, n in by_sev.items() if n) or "none"
-    print(
-        f"splitbrain audit: {result.events} events, {len(result.workflows)} workflows, "
-        f"{len(findings)} findings ({summary}), {len(result.bad_lines)} lines skipped",
-        file=out,
+    counts = ", ".join(
+        _count(n, noun)
+        for n, noun in (
+            (result.events, "event"),
+            (len(result.workflows), "workflow"),
+            (len(findings), "finding"),
+        )
     )
+    skipped = _count(len(result.bad_lines), "line")
+    print(f"splitbrain audit: {counts} ({summary}), {skipped} skipped", file=out)
     for f in sorted(findings, key=lambda f: (-f.severity.rank, f.workflow_key)):
         displaced = (
             f"epoch {f.displaced.owner_epoch} ({f.displaced.worker_id}) still acting"

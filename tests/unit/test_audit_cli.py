@@ -67,6 +67,9 @@ def test_text_report_gives_witness_and_response(capsys: pytest.CaptureFixture[st
     assert "witness: worker-alpha lost epoch 17 to a takeover at seq 5 (e05)" in out
     assert "response:" in out
     assert "clean (2): checkout-sync, report-index" in out
+    assert out.startswith(
+        "splitbrain audit: 16 events, 3 workflows, 1 finding (1 critical), 0 lines"
+    )
 
 
 @pytest.mark.parametrize(("fail_on", "code"), [("critical", 1), ("none", 0), ("info", 1)])
