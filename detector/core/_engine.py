@@ -17,7 +17,7 @@ from sys import intern
 from typing import Final
 
 from detector.events import Kind, OwnershipEvent, Source
-from detector.findings import Finding, Status
+from detector.findings import Finding, Severity, Status
 
 from ._lease import LeaseHealth
 from ._records import Acq, Cond, Ev, order_key
@@ -253,6 +253,17 @@ class Detector:
             for ep in st.episodes.values()
             if ep.revision
         ]
+
+    def open_findings(self) -> dict[Severity, int]:
+        """Published findings still open, by severity. Exact once `advance` has run: its first
+        pass finds every open finding, and it watches them from then on."""
+        counts = dict.fromkeys(Severity, 0)
+        for key in self._watched:
+            st = self.states.get(key)
+            for ep in () if st is None else st.episodes.values():
+                if ep.revision and ep.status is Status.OPEN:
+                    counts[ep.severity] += 1
+        return counts
 
     def _watch(self, key: str, st: WorkflowState) -> None:
         if st.released_at is not None or any(

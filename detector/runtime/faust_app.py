@@ -583,12 +583,15 @@ class FaustWorker:
         self.app.barrier.track(fut)
 
     async def _report(self) -> None:
-        """The event loop runs (the last-poll gauge), and how far behind each partition is.
+        """The event loop runs (the last-poll gauge), how far behind each partition is, and the
+        open findings of each partition the agent has seen a record of.
 
         A partition's lag is known once the agent finished a record of it: faust's cached end
         offset (the last stable offset, in exactly-once mode) minus the next one to process.
         """
         self.metrics.polled(time.time())
+        for engine in self.engines.values():
+            self.metrics.findings_open(engine.partition, engine.detector.open_findings())
         processed = self.app.barrier.processed
         for tp in self.app.consumer.assignment():
             if tp.topic == self.settings.input_topic:
@@ -608,6 +611,7 @@ class FaustWorker:
                 self.metrics.engine_replaced(partition)
                 self.metrics.state(partition, 0)
                 self.metrics.consumer_lag(partition, None)
+                self.metrics.findings_open(partition, None)
             for key in self.keys_by_partition.pop(partition, set()):
                 self.table.data.pop(key.encode(), None)  # the local copy only: no changelog
 

@@ -233,6 +233,7 @@ class KafkaLoopWorker:
             self.metrics.state(partition, len(ps.detector.states))
             self.metrics.engine(partition, ps.detector.counters)
             self.metrics.consumer_lag(partition, self._lag(partition, ps))
+            self.metrics.findings_open(partition, ps.detector.open_findings())
 
     def _lag(self, partition: int, ps: PartitionState) -> int | None:
         """From the high watermark the last fetch reported (no broker round trip): None until
@@ -306,6 +307,7 @@ class KafkaLoopWorker:
                 gone.store.close()
             self.metrics.state(tp.partition, 0)
             self.metrics.consumer_lag(tp.partition, None)
+            self.metrics.findings_open(tp.partition, None)
 
     def _abort_quietly(self) -> None:
         if not self.in_txn:

@@ -6,7 +6,7 @@ number); workflow keys, worker ids and effect keys never become labels.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -46,6 +46,12 @@ class WorkerMetrics:
             "Findings that reached a severity: opened at it, or raised to it (a finding opened "
             "at info and raised to critical counts once at each)",
             ["severity"],
+            registry=r,
+        )
+        self.open_findings = Gauge(
+            "splitbrain_findings_open",
+            "Published findings still open, by input partition and severity (every 5 s)",
+            ["partition", "severity"],
             registry=r,
         )
         self.workflows = Gauge(
@@ -141,6 +147,14 @@ class WorkerMetrics:
 
     def state(self, partition: int, workflows: int) -> None:
         self.workflows.labels(str(partition)).set(workflows)
+
+    def findings_open(self, partition: int, counts: Mapping[Severity, int] | None) -> None:
+        """None: the partition is not ours (any more)."""
+        for severity in Severity:
+            if counts is None:
+                self.open_findings.remove(str(partition), severity.value)
+            else:
+                self.open_findings.labels(str(partition), severity.value).set(counts[severity])
 
     def polled(self, unix_seconds: float) -> None:
         self.last_poll.set(unix_seconds)

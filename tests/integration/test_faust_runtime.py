@@ -345,6 +345,17 @@ def assert_metrics_count(w: Worker, lines: list[bytes], revisions: int) -> None:
         assert time.monotonic() < deadline, f"the lag never reached 0: {lags()}"
         time.sleep(0.2)
 
+    def open_critical() -> float:
+        return sum(
+            v
+            for (name, labels), v in w.metrics().items()
+            if name == "splitbrain_findings_open" and ("severity", "critical") in labels
+        )
+
+    while open_critical() != 1:  # the fixture leaves one critical finding open
+        assert time.monotonic() < deadline, f"open critical findings: {open_critical()}"
+        time.sleep(0.2)
+
 
 def assert_exactly_once(
     broker: LocalKafka,

@@ -67,6 +67,12 @@ def test_replay_then_tail_gives_what_audit_gives(worker: Running) -> None:
         return [json.loads(line) for line in out.stdout.splitlines()]
 
     wait_for(lambda: tail() == expected, 90, "the worker's findings to equal audit's")
+    # The fixture leaves one critical finding open; each partition reports every 5 s.
+    wait_for(
+        lambda: open_by_severity(worker) == {"critical": 1.0, "warning": 0.0, "info": 0.0},
+        30,
+        "the open critical finding on /metrics",
+    )
     assert worker.stop() == 0  # SIGTERM: commit and leave the group cleanly
     log = worker.log.read_text()
     assert "finding sb-9132f5408be0d876ccd9 rev 4 critical open" in log
@@ -95,6 +101,16 @@ def test_lag_and_last_poll_show_a_worker_that_keeps_up(
         wait_for(lambda: last_poll() > first, 10, "the last-poll time to advance")
     finally:
         w.stop()
+
+
+def open_by_severity(w: Running) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_or_empty(w)):
+        for sample in family.samples:
+            if sample.name == "splitbrain_findings_open":
+                severity = sample.labels["severity"]
+                totals[severity] = totals.get(severity, 0.0) + sample.value
+    return totals
 
 
 def test_every_poison_record_lands_on_the_dlq_once(worker: Running) -> None:

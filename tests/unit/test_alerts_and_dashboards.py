@@ -153,6 +153,7 @@ def exported_samples() -> dict[str, set[str]]:
     metrics.aborted()
     metrics.restored(1.5)
     metrics.consumer_lag(0, 5)
+    metrics.findings_open(0, dict.fromkeys(Severity, 1))
     metrics.polled(1_764_512_000.0)
     samples: dict[str, set[str]] = {}
     for family in metrics.registry.collect():

@@ -130,3 +130,16 @@ def test_a_finding_raised_to_critical_counts_as_reaching_critical_not_as_opened_
     assert value(m, "splitbrain_findings_escalated_total", severity="info") == 1
     assert value(m, "splitbrain_findings_escalated_total", severity="critical") == 1
     assert value(m, "splitbrain_finding_revisions_total", severity="critical", status="open") == 2
+
+
+def test_open_findings_per_partition_and_severity_and_gone_with_the_partition() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    counts = dict.fromkeys(Severity, 0) | {Severity.CRITICAL: 2}
+    m.findings_open(3, counts)
+    assert value(m, "splitbrain_findings_open", partition="3", severity="critical") == 2
+    assert value(m, "splitbrain_findings_open", partition="3", severity="info") == 0
+    m.findings_open(3, None)
+    gone = m.registry.get_sample_value(
+        "splitbrain_findings_open", {"partition": "3", "severity": "critical"}
+    )
+    assert gone is None

@@ -930,6 +930,26 @@ def test_state_survives_encode_decode_mid_episode():
     assert r.finding(W, 17).status.value == "resolved"
 
 
+def test_open_findings_are_counted_by_severity_and_found_again_after_a_restore():
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+    from detector.findings import Severity  # noqa: PLC0415
+
+    first = [*takeover(), ev("hb", "heartbeat", W, 17, "alpha", seq=6)]
+    r = run([*first, commit("c", 17, "alpha", 7)])
+    assert r.detector.open_findings()[Severity.CRITICAL] == 1
+    assert sum(r.detector.open_findings().values()) == 1
+    # A restored worker has a fresh detector: its first pass of time finds the open finding.
+    restored = Detector(
+        states={k: decode_state(encode_state(v)) for k, v in r.detector.states.items()}
+    )
+    restored.advance(at(40))
+    assert restored.open_findings()[Severity.CRITICAL] == 1
+    # Fenced and verified: resolved, no longer counted.
+    r.feed([ev("f", "lease_lost", W, 17, "alpha", seq=8), verify("v", 9)])
+    assert r.finding(W, 17).status.value == "resolved"
+    assert sum(r.detector.open_findings().values()) == 0
+
+
 def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
     """Short evidence is held as a tuple, long as a list: both come back as they were."""
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
