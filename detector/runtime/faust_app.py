@@ -595,7 +595,10 @@ class FaustWorker:
         processed = self.app.barrier.processed
         for tp in self.app.consumer.assignment():
             if tp.topic == self.settings.input_topic:
-                end = self.app.consumer.highwater(tp)
+                try:
+                    end = self.app.consumer.highwater(tp)
+                except Exception:  # revoked meanwhile: a metric must never crash the worker
+                    end = None
                 position = processed.get((tp.topic, tp.partition))
                 lag = None if end is None or position is None else end - position
                 self.metrics.consumer_lag(tp.partition, lag)

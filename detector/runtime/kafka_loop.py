@@ -240,10 +240,13 @@ class KafkaLoopWorker:
         there was one. With transactional producers on the input, it also counts their commit
         markers and open transactions."""
         tp = TopicPartition(self.s.input_topic, partition)
-        _, end = self.consumer.get_watermark_offsets(tp, cached=True)
-        position = ps.next_offset
-        if position is None:  # nothing processed since the assignment: where the fetch stands
-            position = self.consumer.position([tp])[0].offset
+        try:
+            _, end = self.consumer.get_watermark_offsets(tp, cached=True)
+            position = ps.next_offset
+            if position is None:  # nothing processed since the assignment: where the fetch is
+                position = self.consumer.position([tp])[0].offset
+        except KafkaException:  # a metric must never abort the transaction (see _step)
+            return None
         return None if end < 0 or position < 0 else end - position
 
     def _commit(self) -> None:
