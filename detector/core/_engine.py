@@ -26,7 +26,7 @@ from ._rules import derive, fenced_after, verified_after, worker_of
 from ._state import EFFECT_EVIDENCE, LIST_FROM, Episode, Evidence, WorkflowState, evidence_of
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
-_COMMITTED: Final = Kind.EFFECT_COMMITTED.value
+_COMMITTED_VALUE: Final = Kind.EFFECT_COMMITTED.value  # as retained records hold it
 # Members bound once: reading one off its enum class goes through the metaclass (70 ns).
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
 _HEARTBEAT: Final = Kind.HEARTBEAT
@@ -193,7 +193,7 @@ class Detector:
             self._watched.add(key)
             return []
         if kind is _COMMIT:
-            if st.episodes or _committed_before(kept, ev.effect_key, ev):
+            if st.episodes or _committed_before(kept, ev):
                 return self._reevaluate(key, st, now, ev)
         elif kind in EFFECT_EVIDENCE and st.episodes:
             return self._reevaluate(key, st, now, ev)
@@ -426,12 +426,13 @@ class Detector:
         return all(verified_after(st, k, c) for k, c in latest.items())
 
 
-def _committed_before(evidence: Evidence, effect_key: str | None, ev: Ev) -> bool:
+def _committed_before(evidence: Evidence, ev: Ev) -> bool:
     """Was this effect key committed by another event already? (Duplicates need a second look.)"""
+    effect_key = ev.effect_key
     if list(map(_EFFECT_KEY_OF, evidence)).count(effect_key) < 2:
         return False  # the usual case: no other event names the key (a scan at C speed)
     for e in evidence:
-        if e.effect_key == effect_key and e.kind == _COMMITTED and e is not ev:
+        if e.effect_key == effect_key and e.kind == _COMMITTED_VALUE and e is not ev:
             return True
     return False
 

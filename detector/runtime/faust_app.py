@@ -611,10 +611,7 @@ class FaustWorker:
         mine = {tp.partition for tp in assigned if tp.topic == self.settings.input_topic}
         for partition in {*self.engines, *self.keys_by_partition} - mine:
             if self.engines.pop(partition, None) is not None:
-                self.metrics.engine_replaced(partition)
-                self.metrics.state(partition, 0)
-                self.metrics.consumer_lag(partition, None)
-                self.metrics.findings_open(partition, None)
+                self.metrics.partition_gone(partition)
             for key in self.keys_by_partition.pop(partition, set()):
                 self.table.data.pop(key.encode(), None)  # the local copy only: no changelog
 

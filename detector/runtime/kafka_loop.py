@@ -145,10 +145,12 @@ class KafkaLoopWorker:
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue
                     raise KafkaException(err)
-                if _coordinates(msg)[1] not in self.partitions:
+                topic, partition, offset = _coordinates(msg)
+                ps = self.partitions.get(partition)
+                if ps is None:
                     continue  # revoked while the batch was in flight
                 self._begin()
-                self._process(msg)
+                self._process(msg, topic, partition, offset, ps)
             now = time.monotonic()
             if now - self.last_advance >= _ADVANCE_EVERY_S:
                 self.last_advance = now
@@ -168,9 +170,9 @@ class KafkaLoopWorker:
             self.txn_events = 0
             self.txn_started = time.monotonic()
 
-    def _process(self, msg: Message) -> None:
-        topic, partition, offset = _coordinates(msg)
-        ps = self.partitions[partition]
+    def _process(
+        self, msg: Message, topic: str, partition: int, offset: int, ps: PartitionState
+    ) -> None:
         ps.next_offset = offset + 1
         self.txn_events += 1
         admitted = admit(msg.key(), msg.value(), topic, partition, offset)
@@ -308,9 +310,7 @@ class KafkaLoopWorker:
             gone = self.partitions.pop(tp.partition, None)
             if gone is not None:
                 gone.store.close()
-            self.metrics.state(tp.partition, 0)
-            self.metrics.consumer_lag(tp.partition, None)
-            self.metrics.findings_open(tp.partition, None)
+            self.metrics.partition_gone(tp.partition)
 
     def _abort_quietly(self) -> None:
         if not self.in_txn:

@@ -181,6 +181,14 @@ class WorkerMetrics:
             **{f.name: getattr(counters, f.name) for f in fields(Counters)}
         )
 
+    def partition_gone(self, partition: int) -> None:
+        """The partition went to another worker: no workflows here, and no lag or open findings
+        frozen at their last values (an alert would go on reading them)."""
+        self.state(partition, 0)
+        self.consumer_lag(partition, None)
+        self.findings_open(partition, None)
+        self.engine_replaced(partition)
+
     def engine_replaced(self, partition: int) -> None:
         """A partition got a fresh engine (restore): its counts start again from zero."""
         self._seen.pop(partition, None)

@@ -143,3 +143,17 @@ def test_open_findings_per_partition_and_severity_and_gone_with_the_partition() 
         "splitbrain_findings_open", {"partition": "3", "severity": "critical"}
     )
     assert gone is None
+
+
+def test_a_partition_that_leaves_takes_its_gauges_with_it() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    m.state(2, 40)
+    m.consumer_lag(2, 7)
+    m.findings_open(2, dict.fromkeys(Severity, 1))
+    m.partition_gone(2)
+    assert value(m, "splitbrain_state_workflows", partition="2") == 0
+    for name, labels in (
+        ("splitbrain_consumer_lag_records", {"partition": "2"}),
+        ("splitbrain_findings_open", {"partition": "2", "severity": "critical"}),
+    ):
+        assert m.registry.get_sample_value(name, labels) is None, name
