@@ -62,6 +62,10 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _zero(value: object) -> bool:
+    return value == 0
+
+
 class Condition(_Frozen):
     """Optional facts (effect key, cause, epochs) are left out when they do not apply."""
 
@@ -103,6 +107,11 @@ class Finding(_Frozen):
     evidence_lag: EvidenceLag | None
     response: str
     trace_links: list[str] = Field(default_factory=list)
+    # Optional for readers (absent means false / 0): a retention cap cut evidence this verdict
+    # may depend on; and how many conditions and effect keys the bounded lists leave out.
+    evidence_truncated: bool = False
+    conditions_omitted: int = Field(default=0, ge=0, exclude_if=_zero)
+    effect_keys_omitted: int = Field(default=0, ge=0, exclude_if=_zero)
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True)

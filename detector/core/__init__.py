@@ -2,7 +2,8 @@
 
 from ._engine import Config, Counters, Detector, FindingUpdate
 from ._lease import LeaseHealth, LeaseWarning, ToolClassHealth
-from ._state import WorkflowState, decode_state, encode_state
+from ._state import WorkflowState, encode_state
+from ._upgrade import decode_state
 
 __all__ = [
     "Config",

@@ -1,57 +1,88 @@
 """The engine: feed it events in arrival order, get finding revisions back.
 
-It holds no clock: callers pass `at`, their notion of now (a record timestamp, or the event-time
-watermark of a file), used only for quiet periods and eviction. Order is decided by `seq`, or by
-arrival when an event has none.
+It holds no clock. A worker passes `at`, its processing time, and measures silence on it; `audit`
+passes nothing, and `finish` measures silence on each workflow's own believed times. Order is
+decided by `seq`, or by arrival when an event has none.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import zlib
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from operator import itemgetter
+from itertools import islice
 from sys import intern
-from typing import Final
+from typing import Any, Final
 
 from detector.events import Kind, OwnershipEvent, Source
-from detector.findings import Finding, Severity, Status
+from detector.findings import ConditionKind, Finding, Severity, Status
 
+from ._clock import believe
+from ._episode import add_condition, verify
 from ._lease import LeaseHealth
-from ._records import Acq, Cond, Ev, order_key
+from ._records import Acq, Cond, Ev, before, mark, marks, order_key
 from ._render import render, severity_of
-from ._rules import derive, fenced_after, verified_after, worker_of
-from ._state import EFFECT_EVIDENCE, LIST_FROM, Episode, Evidence, WorkflowState, evidence_of
+from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, displaced, fenced_after
+from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, evidence_of
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
-_COMMITTED_VALUE: Final = Kind.EFFECT_COMMITTED.value  # as retained records hold it
-# Members bound once: reading one off its enum class goes through the metaclass (70 ns).
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
-_HEARTBEAT: Final = Kind.HEARTBEAT
-_RELEASED: Final = Kind.LEASE_RELEASED
-_COMMIT: Final = Kind.EFFECT_COMMITTED
-_EFFECT_KEY_OF: Final = itemgetter(6)
-_EPOCH_OF: Final = itemgetter(2)
+_HEARTBEAT: Final = Kind.HEARTBEAT.value
+_RELEASED: Final = Kind.LEASE_RELEASED.value
+_COMMITTED: Final = Kind.EFFECT_COMMITTED.value
+_VERIFIED: Final = Kind.OUTCOME_VERIFIED.value
+_FENCES: Final = frozenset({Kind.LEASE_LOST.value, _RELEASED})
+_REJECTED: Final = Kind.EFFECT_REJECTED.value
+_DESTINATION: Final = Source.DESTINATION.value
+_VERIFIER: Final = Source.VERIFIER.value
+_ACTIVITY_KINDS: Final = frozenset({_HEARTBEAT, Kind.PROGRESS.value})
 _MAX_SHARED_LEASES: Final = 1024
+_IDS_FROM: Final = LIST_FROM  # records a workflow holds before its ids get an index
+# Cuts that can hide a finding that does not exist yet: counted as truncated workflows.
+_HIDING: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
 # NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast.
 _new_record: Final = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Bounds and policies. Caps trade memory for how late evidence may arrive and still count."""
+    """Bounds and policies. Caps bound memory; when one cuts evidence a verdict may depend on,
+    the verdict says so (`evidence_truncated`)."""
 
-    max_evidence: int = 32
+    max_evidence: int = 32  # raw events kept for a late acquisition to look back at
     max_acquisitions: int = 16
+    max_effect_keys: int = 256  # effect keys kept in compact form, per workflow and finding
+    max_event_ids: int = 256  # event ids remembered to recognise a redelivery
     quiet_period_s: float = 600.0
+    clock_skew_s: float = 3600.0  # audit: an emitter's time further ahead is not believed
     idle_ttl_s: float = 7 * 24 * 3600.0
-    # `advance` looks at every workflow only this often (event time); in between, only at
-    # workflows with an open finding or a release, so a tick costs little at millions of states.
+    # `advance` looks at every workflow only this often; in between, only at workflows with an
+    # open finding or a release, so a tick costs little at millions of states.
     idle_sweep_s: float = 3600.0
     missed_heartbeats: int = 2
     jitter_reserve_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            least = 1 if f.name.startswith("max_") or f.name == "missed_heartbeats" else 0
+            if isinstance(value, bool) or value < least:
+                raise ValueError(f"{f.name} must be at least {least}, not {value!r}")
+
+    @classmethod
+    def for_audit(cls, **overrides: Any) -> Config:
+        """Caps that keep histories of thousands of events per workflow exact: `audit` holds
+        one history, not a fleet's worth of workflows."""
+        caps: dict[str, Any] = {
+            "max_evidence": 100_000,
+            "max_acquisitions": 10_000,
+            "max_effect_keys": 100_000,
+            "max_event_ids": 200_000,
+        }
+        return cls(**{**caps, **{k: v for k, v in overrides.items() if v is not None}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +103,32 @@ class FindingUpdate:
 class Counters:
     events: int = 0
     redelivered: int = 0
-    # Forgotten at the caps: activity is routine for long workflows; a forgotten effect or
+    id_conflicts: int = 0  # a seen event id came again with other content
+    # Forgotten at the caps: activity is routine for long workflows; a forgotten effect key or
     # acquisition can hide a duplicate or a late displacement.
     activity_dropped: int = 0
     effects_dropped: int = 0
     acquisitions_dropped: int = 0
+    ids_dropped: int = 0
+    workflows_truncated: int = 0
+    times_disbelieved: int = 0
     evicted_released: int = 0
     evicted_idle: int = 0
     revisions: int = 0
     findings_opened: int = 0
+
+
+def _fingerprint(kind: str, epoch: int, seq: int | None, worker: str, key: str | None) -> int:
+    """Content of an event as far as an id conflict goes; stable across processes."""
+    return zlib.crc32(f"{kind}\x1f{epoch}\x1f{seq}\x1f{worker}\x1f{key}".encode())
+
+
+def _ev_print(e: Ev) -> int:
+    return _fingerprint(e.kind, e.epoch, e.seq, e.worker_id, e.effect_key)
+
+
+def _acq_print(a: Acq) -> int:
+    return _fingerprint(_ACQUIRED.value, a.epoch, a.seq, a.worker_id, None)
 
 
 @dataclass(slots=True)
@@ -91,7 +139,6 @@ class Detector:
     states: MutableMapping[str, WorkflowState] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     lease_health: LeaseHealth = field(init=False)
-    watermark: float | None = None
     # Workflows `advance` changed in place or removed; the owner persists them, then clears it.
     changed: set[str] = field(default_factory=set, init=False)
     _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
@@ -103,62 +150,57 @@ class Detector:
     def __post_init__(self) -> None:
         self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
 
-    def observe(  # noqa: PLR0915 (one frame on purpose: a call costs as much as a step)
-        self, event: OwnershipEvent, at: float | None = None
-    ) -> list[FindingUpdate]:
+    # ---- events ----------------------------------------------------------------------------
+
+    def observe(self, event: OwnershipEvent, at: float | None = None) -> list[FindingUpdate]:
         """Account for one event; return the finding revisions it causes (usually none).
 
-        `at` is the caller's now (a record timestamp); without it the event's own `observed_at`
-        advances the watermark. The common case — the current owner reporting in order —
-        stays in this method and is written for speed: it runs for every event.
+        `at` is a worker's processing time. Without it (`audit`), the event's believed
+        `observed_at` is what silence is measured on, at `finish`.
         """
         self.counters.events += 1
         observed = event.observed_at
         obs = None if observed is None else observed.timestamp()
-        tick = obs if at is None else at
-        now = self.watermark
-        if tick is not None and (now is None or tick > now):
-            self.watermark = now = tick
-        if now is None:
-            now = 0.0
         key = event.workflow_key
         st = self.states.get(key)
         if st is None:
             st = self.states[key] = WorkflowState()
+        kind = _VALUE[event.kind]
+        epoch = event.owner_epoch
         seq = event.seq
-        # Past every seq seen: neither a redelivery nor before anything retained.
-        advanced = False
+        worker = intern(event.worker_id)
+        effect_key = event.effect_key
+        if self._seen(st, event.event_id, kind, epoch, seq, worker, effect_key):
+            return []
+        late = seq is not None and seq < st.max_seq
+        # An unknown id may be a forgotten one, unless its seq is past every seq seen.
+        uncertain = bool(st.cut & Cut.EVENT_IDS) and (seq is None or seq <= st.max_seq)
         if seq is not None and seq > st.max_seq:
             st.max_seq = seq
-            advanced = True
-        elif st.seen(event.event_id):
-            self.counters.redelivered += 1
-            return []
         st.pos += 1
-        st.last_at = now
-        kind = event.kind
-        epoch = event.owner_epoch
-        if kind is _ACQUIRED:
-            self._acquire(st, event, obs)
-            # An acquisition after everything retained displaces none of it.
-            if not (
-                st.episodes
-                or (not advanced and min(map(_EPOCH_OF, st.evidence), default=epoch) < epoch)
-            ):
-                return []
-            return self._reevaluate(key, st, now, None)
+        pos = st.pos
+        source = _VALUE[event.source]
+        if at is not None:
+            st.last_at = at
+        elif obs is not None:
+            st.last_at = obs if st.last_at is None else max(st.last_at, obs)
+            self._clock(st, seq, pos, obs, f"{worker}\x1f{source}")
+        if kind == _ACQUIRED.value:
+            acq = _new_record(Acq, (epoch, seq, pos, event.event_id, worker, obs))
+            self._acquire(st, acq, event)
+            return self._acquired(key, st, acq, late, at, uncertain)
         trace = event.trace_id
         ev = _new_record(
             Ev,
             (
                 event.event_id,
-                _VALUE[kind],
+                kind,
                 epoch,
                 seq,
-                st.pos,
-                _VALUE[event.source],
-                event.effect_key,
-                intern(event.worker_id),
+                pos,
+                source,
+                effect_key,
+                worker,
                 obs,
                 None if trace is None else f"{trace}-{event.span_id or ''}",
             ),
@@ -171,41 +213,347 @@ class Detector:
         else:
             kept = st.evidence = [*kept, ev]
         if len(kept) > self.config.max_evidence:
-            kept = st.evidence = self._forget(kept)
-        acqs = st.acqs
-        if acqs and epoch < acqs[-1].epoch:
-            return self._reevaluate(key, st, now, ev)
-        if kind is _HEARTBEAT:
-            if obs is not None:
-                last = st.hb_obs
-                st.hb_obs = obs
-                lease = st.lease_s
-                if (
-                    last is not None
-                    and lease is not None
-                    and obs > last
-                    and obs - last + self.config.jitter_reserve_s >= lease
-                ):
-                    self.lease_health.near_expiry(st.tool_class, obs - last, lease)
-            return []
-        if kind is _RELEASED:
-            st.released_at = now
+            st.evidence = self._forget(st, kept)
+        if kind == _HEARTBEAT and obs is not None and epoch >= st.top:
+            self._heartbeat(st, obs)  # a displaced owner's heartbeats are no gaps of the lease
+        touched = self._ingest(st, ev, at, uncertain)
+        if kind == _RELEASED and epoch >= st.top:
+            st.released_at = st.last_at
             self._watched.add(key)
+        return self._settle_all(key, st, at, touched) if touched else []
+
+    def _acquired(
+        self, key: str, st: WorkflowState, acq: Acq, late: bool, at: float | None, uncertain: bool
+    ) -> list[FindingUpdate]:
+        if late:
+            self._displace(st, acq, at, uncertain)
+        if not st.found:
             return []
-        if kind is _COMMIT:
-            if st.episodes or _committed_before(kept, ev):
-                return self._reevaluate(key, st, now, ev)
-        elif kind in EFFECT_EVIDENCE and st.episodes:
-            return self._reevaluate(key, st, now, ev)
-        return []
+        if late:
+            # Any finding may now name another transition or current owner.
+            return self._settle_all(key, st, at, list(st.episodes.values()))
+        # After everything else: it changes no transition and no current owner, only the name
+        # of its own epoch's displaced owner.
+        ep = st.found.get((acq.epoch, False))
+        return [] if ep is None else self._settle_all(key, st, at, [ep])
+
+    def _ingest(
+        self, st: WorkflowState, ev: Ev, at: float | None, uncertain: bool
+    ) -> list[Episode]:
+        """What one event adds to the compact state; the episodes it touched."""
+        touched: list[Episode] = []
+        kind = ev.kind
+        acqs = st.acqs
+        if (
+            acqs
+            and ev.epoch < acqs[-1].epoch
+            and kind in STALE_CONDITION
+            and displaced(st, ev.epoch, ev.seq, ev.pos)
+        ):
+            touched.append(self._stale(st, ev, at, uncertain))
+        key = ev.effect_key
+        if key is not None and kind in EFFECT_OCCURRENCES:
+            eff = self._effect(st, key)
+            slot = (ev.epoch, kind)
+            last = eff.lasts.get(slot)
+            if last is None or order_key(ev) > order_key(last):
+                eff.lasts[slot] = ev
+            if kind == _COMMITTED:
+                touched.extend(self._commit(st, eff, ev, uncertain))
+        if kind in _FENCES or (kind == _REJECTED and ev.source == _DESTINATION):
+            if st.fences is None:
+                st.fences = {}
+            m = st.fences.get(ev.epoch)
+            if m is None:
+                m = st.fences[ev.epoch] = marks()
+            if mark(m, ev.seq, ev.pos):
+                ep = st.episodes.get((ev.epoch, False))
+                if ep is not None:
+                    touched.append(ep)
+        elif kind == _VERIFIED and ev.source == _VERIFIER and key is not None:
+            eff = self._effect(st, key)
+            if mark(eff.verified, ev.seq, ev.pos):
+                touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
+        return touched
+
+    def _stale(self, st: WorkflowState, ev: Ev, at: float | None, uncertain: bool) -> Episode:
+        """Evidence of a displaced epoch after the takeover: a condition of its episode."""
+        ckind = STALE_CONDITION[ev.kind]
+        activity = ev.kind in _ACTIVITY_KINDS
+        key = None if activity else ev.effect_key
+        ep = st.episode((ev.epoch, False))
+        if ep.worker is None:
+            ep.worker = ev.worker_id
+        cond = _new_record(
+            Cond,
+            (ckind, ev.event_id, ev.seq, ev.pos, key, None, None, ev.source, ev.trace, None),
+        )
+        eff = None if key is None or st.effects is None else st.effects.get(key)
+        add_condition(
+            ep, cond, ev, None if eff is None else eff.verified, self.config.max_effect_keys
+        )
+        if ep.first_stale is None or order_key(ev) < order_key(ep.first_stale):
+            ep.first_stale = ev
+        if ep.last_stale is None or order_key(ev) > order_key(ep.last_stale):
+            ep.last_stale = ev
+        if at is not None:
+            ep.last_stale_at = at  # the displaced owner acted: silence starts again
+        if uncertain:
+            ep.truncated = True
+        return ep
+
+    def _commit(self, st: WorkflowState, eff: Effect, ev: Ev, uncertain: bool) -> list[Episode]:
+        """Duplicates: the key committed under two epochs, or twice by one source of one."""
+        touched: list[Episode] = []
+        key = ev.effect_key
+        first = eff.firsts.get(ev.epoch)
+        if first is None or order_key(ev) < order_key(first):
+            eff.firsts[ev.epoch] = ev
+        if ev.source == _DESTINATION:
+            eff.confirmed.add(ev.epoch)
+        cap = self.config.max_effect_keys
+        for other_epoch, other in eff.firsts.items():
+            if other_epoch == ev.epoch:
+                continue
+            lo, hi = sorted((ev.epoch, other_epoch))
+            f_lo, f_hi = eff.firsts[lo], eff.firsts[hi]
+            witness = max(f_lo, f_hi, key=order_key)
+            # Confirmed when a destination confirmed the effect under both epochs, whichever
+            # of their commits came first: the same answer in any arrival order.
+            source = _DESTINATION if {lo, hi} <= eff.confirmed else Source.WORKER.value
+            cond = _new_record(
+                Cond,
+                (
+                    ConditionKind.DUPLICATE_EFFECT,
+                    witness.event_id,
+                    witness.seq,
+                    witness.pos,
+                    key,
+                    "failover",
+                    (lo, hi),
+                    source,
+                    witness.trace,
+                    (f_lo.worker_id, f_hi.worker_id),
+                ),
+            )
+            ep = st.episode((lo, False))
+            if ep.worker is None:
+                ep.worker = f_lo.worker_id
+            add_condition(ep, cond, max(ev, other, key=order_key), eff.verified, cap)
+            ep.truncated |= uncertain
+            touched.append(ep)
+        pair = eff.twice.setdefault((ev.epoch, ev.source), [])
+        if all(p.event_id != ev.event_id for p in pair):
+            pair.append(ev)
+            pair.sort(key=order_key)
+            del pair[2:]
+        if len(pair) == 2:
+            second = pair[1]
+            cond = _new_record(
+                Cond,
+                (
+                    ConditionKind.DUPLICATE_EFFECT,
+                    second.event_id,
+                    second.seq,
+                    second.pos,
+                    key,
+                    "retry",
+                    (ev.epoch,),
+                    second.source,
+                    second.trace,
+                    (second.worker_id,),
+                ),
+            )
+            ep = st.episode((ev.epoch, True))
+            if ep.worker is None:
+                ep.worker = second.worker_id
+            add_condition(ep, cond, max(ev, second, key=order_key), eff.verified, cap)
+            ep.truncated |= uncertain
+            touched.append(ep)
+        return touched
+
+    def _displace(self, st: WorkflowState, acq: Acq, at: float | None, uncertain: bool) -> None:
+        """A late acquisition: what it displaces among what the workflow still holds."""
+        for ev in list(st.evidence):
+            if ev.epoch < acq.epoch and ev.kind in STALE_CONDITION and before(acq, ev):
+                self._stale(st, ev, at, uncertain)
+        if st.cut & Cut.EVIDENCE and st.effects:
+            # The raw events are partly gone: the latest effects per key still tell, but the
+            # earliest witness may be among what was forgotten.
+            for eff in st.effects.values():
+                for (epoch, _), ev in list(eff.lasts.items()):
+                    if epoch < acq.epoch and before(acq, ev):
+                        self._stale(st, ev, at, uncertain).truncated = True
+
+    # ---- bounded memory ---------------------------------------------------------------------
+
+    def _seen(
+        self,
+        st: WorkflowState,
+        event_id: str,
+        kind: str,
+        epoch: int,
+        seq: int | None,
+        worker: str,
+        key: str | None,
+    ) -> bool:
+        """Has this id been seen? A repeated id changes nothing, whatever it carries."""
+        ids = st.ids
+        if ids is None:
+            old: int | None = None
+            for e in st.evidence:
+                if e.event_id == event_id:
+                    old = _ev_print(e)
+                    break
+            else:
+                for a in st.acqs:
+                    if a.event_id == event_id:
+                        old = _acq_print(a)
+                        break
+            if old is None:
+                if len(st.evidence) + len(st.acqs) + 1 >= _IDS_FROM:
+                    ids = self._index_ids(st)
+                    ids[event_id] = _fingerprint(kind, epoch, seq, worker, key)
+                return False
+        else:
+            old = ids.get(event_id)
+            if old is None:
+                ids[event_id] = _fingerprint(kind, epoch, seq, worker, key)
+                if len(ids) > max(self.config.max_event_ids, 8):
+                    excess = len(ids) // 4
+                    for gone in list(islice(ids, excess)):
+                        del ids[gone]
+                    st.cut |= Cut.EVENT_IDS
+                    self.counters.ids_dropped += excess
+                return False
+        if old == _fingerprint(kind, epoch, seq, worker, key):
+            self.counters.redelivered += 1
+        else:
+            self.counters.id_conflicts += 1
+        return True
+
+    def _index_ids(self, st: WorkflowState) -> dict[str, int]:
+        """From a scan of the few records to a dict, before any of them can be forgotten."""
+        if st.ids is None:
+            ids = {a.event_id: _acq_print(a) for a in st.acqs}
+            ids.update((e.event_id, _ev_print(e)) for e in st.evidence)
+            st.ids = ids
+        return st.ids
+
+    def _forget(self, st: WorkflowState, kept: Evidence) -> Evidence:
+        """Over the cap, forget the oldest raw events, activity first: effects, fences and
+        verifications live on in compact form. A quarter at once: one pass per cap/4 events."""
+        self._index_ids(st)
+        cap = self.config.max_evidence
+        excess = len(kept) - (cap - cap // 4)
+        activity = 0
+        keep: list[Ev] = []
+        for e in kept:
+            if activity < excess and e.kind in _ACTIVITY_KINDS:
+                activity += 1
+            else:
+                keep.append(e)
+        self.counters.activity_dropped += activity
+        self.counters.effects_dropped += excess - activity
+        self._cut(st, Cut.EVIDENCE)
+        return evidence_of(keep[excess - activity :])
+
+    def _effect(self, st: WorkflowState, key: str) -> Effect:
+        effects = st.effects
+        if effects is None:
+            effects = st.effects = {}
+        eff = effects.get(key)
+        if eff is None:
+            eff = effects[key] = Effect()
+            if len(effects) > self.config.max_effect_keys:
+                excess = max(len(effects) // 4, 1)
+                for gone in list(islice(effects, excess)):
+                    del effects[gone]
+                self.counters.effects_dropped += excess
+                self._cut(st, Cut.EFFECT_KEYS)
+        return eff
+
+    def _clock(self, st: WorkflowState, seq: int | None, pos: int, obs: float, who: str) -> None:
+        clock = st.clock
+        if clock is None:
+            clock = st.clock = []
+        clock.append((0, seq, obs, who) if seq is not None else (1, pos, obs, who))
+        if len(clock) > self.config.max_evidence:
+            del clock[: len(clock) // 4]
+            self._cut(st, Cut.CLOCK)
+
+    def _cut(self, st: WorkflowState, what: Cut) -> None:
+        if what & _HIDING and not st.cut & _HIDING:
+            self.counters.workflows_truncated += 1
+        st.cut |= what
+
+    def _acquire(self, st: WorkflowState, acq: Acq, event: OwnershipEvent) -> None:
+        """Keep the acquisition in epoch order. One forgotten at the cap changes no published
+        finding by itself: the next revision of each says its evidence was cut."""
+        # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
+        acqs = st.acqs
+        if not acqs or acq.epoch > acqs[-1].epoch:
+            acqs = (*acqs, acq)  # the usual case: a takeover by a new, higher epoch
+        else:
+            listed = list(acqs)
+            i = bisect.bisect_left([a.epoch for a in listed], acq.epoch)
+            if i < len(listed) and listed[i].epoch == acq.epoch:
+                if order_key(acq) < order_key(listed[i]):
+                    listed[i] = acq
+            else:
+                listed.insert(i, acq)
+            acqs = tuple(listed)
+        if len(acqs) > self.config.max_acquisitions:
+            self._index_ids(st)
+            acqs = acqs[1:]
+            self.counters.acquisitions_dropped += 1
+            self._cut(st, Cut.ACQUISITIONS)
+        st.acqs = acqs
+        st.index = None
+        if acq.epoch >= st.top:
+            tool_class = (event.attrs or {}).get("tool_class")
+            tool_class = None if tool_class is None else intern(tool_class)
+            st.tool_class = tool_class
+            st.lease_s = self._shared_lease(event.lease_duration_s)
+            st.hb_obs = acq.obs
+            st.released_at = None
+            self.lease_health.acquired(
+                tool_class, event.lease_duration_s, event.heartbeat_interval_s
+            )
+
+    def _heartbeat(self, st: WorkflowState, obs: float) -> None:
+        last = st.hb_obs
+        st.hb_obs = obs
+        lease = st.lease_s
+        if (
+            last is not None
+            and lease is not None
+            and obs > last
+            and obs - last + self.config.jitter_reserve_s >= lease
+        ):
+            self.lease_health.near_expiry(st.tool_class, obs - last, lease)
+
+    def _shared_lease(self, lease_s: float | None) -> float | None:
+        """Deployments use a handful of lease durations: one float object each, not one per
+        workflow."""
+        if lease_s is None:
+            return None
+        shared = self._lease_values.get(lease_s)
+        if shared is not None:
+            return shared
+        if len(self._lease_values) < _MAX_SHARED_LEASES:
+            self._lease_values[lease_s] = lease_s
+        return lease_s
+
+    # ---- time ------------------------------------------------------------------------------
 
     def advance(self, now: float) -> list[FindingUpdate]:
-        """Let time pass: resolve episodes whose displaced owner went quiet; evict idle state.
+        """Let the worker's time pass: resolve episodes whose displaced owner went quiet; evict
+        idle state.
 
         Idle workflows are found by a sweep of every state at most every `idle_sweep_s`, so one
         is evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
         """
-        now = self._tick(now)
         updates: list[FindingUpdate] = []
         cfg = self.config
         sweep = self._swept_at is None or now - self._swept_at >= cfg.idle_sweep_s
@@ -216,8 +564,9 @@ class Detector:
             if st is None:
                 self._watched.discard(key)
                 continue
-            if any(ep.status is Status.OPEN for ep in st.episodes.values()):
-                updates.extend(self._reevaluate(key, st, now, None))
+            open_eps = [ep for ep in st.episodes.values() if ep.status is Status.OPEN]
+            if open_eps:
+                updates.extend(self._settle_all(key, st, now, open_eps))
                 self.changed.add(key)
             idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
             released = (
@@ -229,10 +578,12 @@ class Detector:
             if due and not st.episodes:
                 del self.states[key]
                 self._watched.discard(key)
-            elif due and st.evidence:
+            elif due and (st.evidence or st.ids):
                 # A finding's revisions must never restart, so its workflow is compacted, not
-                # forgotten: acquisitions and episodes stay, the evidence goes.
+                # forgotten: acquisitions, fences, effects and episodes stay; raw events go.
                 st.evidence = ()
+                st.ids = None
+                st.cut |= Cut.EVIDENCE | Cut.EVENT_IDS
                 st.released_at = None
                 self._watch(key, st)
             else:
@@ -245,6 +596,34 @@ class Detector:
                 self.counters.evicted_released += 1
         return updates
 
+    def finish(self) -> list[FindingUpdate]:
+        """The end of a recorded history (`audit`): silence measured per workflow on its own
+        believed times, never on another workflow's clock nor on the absence of events."""
+        updates: list[FindingUpdate] = []
+        q = self.config.quiet_period_s
+        for key, st in self.states.items():
+            if not st.clock:
+                if st.found:
+                    updates.extend(self._settle_all(key, st, None, list(st.episodes.values())))
+                continue
+            believed = believe(st.clock, self.config.clock_skew_s)
+            self.counters.times_disbelieved += believed.disbelieved
+            if not st.found:
+                continue
+            now = believed.now
+            for ep in st.episodes.values():
+                last = ep.last_stale
+                then = None if last is None else believed.at(last)
+                quiet = now is not None and then is not None and now - then >= q
+                if quiet and st.cut & Cut.CLOCK:
+                    ep.truncated = True
+                update = self._settle(key, st, ep, quiet)
+                if update is not None:
+                    updates.append(update)
+        return updates
+
+    # ---- findings ---------------------------------------------------------------------------
+
     def findings(self) -> list[Finding]:
         """The latest revision of every finding still held (for reports and tests)."""
         return [
@@ -253,6 +632,10 @@ class Detector:
             for ep in st.episodes.values()
             if ep.revision
         ]
+
+    def truncated_workflows(self) -> list[str]:
+        """Workflows whose evidence a cap cut: their verdicts may be incomplete."""
+        return sorted(key for key, st in self.states.items() if st.cut)
 
     def open_findings(self) -> dict[Severity, int]:
         """Published findings still open, by severity. Exact once `advance` has run: its first
@@ -273,97 +656,14 @@ class Detector:
         else:
             self._watched.discard(key)
 
-    def _tick(self, at: float | None) -> float:
-        if at is not None and (self.watermark is None or at > self.watermark):
-            self.watermark = at
-        return self.watermark if self.watermark is not None else 0.0
-
-    def _acquire(self, st: WorkflowState, event: OwnershipEvent, obs: float | None) -> None:
-        acq = _new_record(
-            Acq,
-            (event.owner_epoch, event.seq, st.pos, event.event_id, intern(event.worker_id), obs),
-        )
-        # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
-        acqs = st.acqs
-        if not acqs or acq.epoch > acqs[-1].epoch:
-            acqs = (*acqs, acq)  # the usual case: a takeover by a new, higher epoch
-        else:
-            listed = list(acqs)
-            i = bisect.bisect_left([a.epoch for a in listed], acq.epoch)
-            if i < len(listed) and listed[i].epoch == acq.epoch:
-                if order_key(acq) < order_key(listed[i]):
-                    listed[i] = acq
-            else:
-                listed.insert(i, acq)
-            acqs = tuple(listed)
-        if len(acqs) > self.config.max_acquisitions:
-            acqs = acqs[1:]
-            self.counters.acquisitions_dropped += 1
-        st.acqs = acqs
-        if acq.epoch >= st.top:
-            tool_class = (event.attrs or {}).get("tool_class")
-            tool_class = None if tool_class is None else intern(tool_class)
-            st.tool_class = tool_class
-            st.lease_s = self._shared_lease(event.lease_duration_s)
-            st.hb_obs = obs
-            st.released_at = None
-            self.lease_health.acquired(
-                tool_class, event.lease_duration_s, event.heartbeat_interval_s
-            )
-
-    def _shared_lease(self, lease_s: float | None) -> float | None:
-        """Deployments use a handful of lease durations: one float object each, not one per
-        workflow."""
-        if lease_s is None:
-            return None
-        shared = self._lease_values.get(lease_s)
-        if shared is not None:
-            return shared
-        if len(self._lease_values) < _MAX_SHARED_LEASES:
-            self._lease_values[lease_s] = lease_s
-        return lease_s
-
-    def _forget(self, kept: Evidence) -> Evidence:
-        """Over the cap, forget the oldest activity first, effects last.
-
-        A quarter at once: one pass per cap/4 events instead of a scan per event.
-        """
-        cap = self.config.max_evidence
-        excess = len(kept) - (cap - cap // 4)
-        activity = 0
-        keep: list[Ev] = []
-        for e in kept:
-            if activity < excess and e.kind not in EFFECT_EVIDENCE:
-                activity += 1
-            else:
-                keep.append(e)
-        self.counters.activity_dropped += activity
-        self.counters.effects_dropped += excess - activity
-        return evidence_of(keep[excess - activity :])
-
-    def _reevaluate(
-        self, key: str, st: WorkflowState, now: float, trigger: Ev | None
+    def _settle_all(
+        self, key: str, st: WorkflowState, at: float | None, episodes: list[Episode]
     ) -> list[FindingUpdate]:
-        """Merge what the evidence supports into the episodes: all of it after an acquisition
-        or a pass of time (`trigger` None), else what the triggering event adds."""
-        derived = derive(st, trigger)
         updates: list[FindingUpdate] = []
-        for ep_key in {*derived, *st.episodes}:
-            ep = st.episode(ep_key)
-            found = derived.get(ep_key)
-            if ep.worker is None:
-                # Kept with the episode: the evidence naming the owner may be dropped later.
-                ep.worker = worker_of(st, ep.displaced_epoch)
-            fresh = False
-            if found is not None:
-                grew = _merge(ep, found.conditions)
-                for ev in found.stale:
-                    if ep.last_stale is None or order_key(ev) > order_key(ep.last_stale):
-                        ep.last_stale = ev
-                fresh = grew or (trigger is not None and trigger in found.stale)
-                if fresh:
-                    ep.last_stale_at = now
-            update = self._settle(key, st, ep, now, fresh)
+        q = self.config.quiet_period_s
+        for ep in {id(ep): ep for ep in episodes}.values():  # once each, in order
+            quiet = at is not None and ep.last_stale_at is not None and at - ep.last_stale_at >= q
+            update = self._settle(key, st, ep, quiet)
             if update is not None:
                 updates.append(update)
         if updates:  # an episode opens only with a revision; `advance` drops what is settled
@@ -371,33 +671,20 @@ class Detector:
         return updates
 
     def _settle(
-        self, key: str, st: WorkflowState, ep: Episode, now: float, fresh: bool
+        self, key: str, st: WorkflowState, ep: Episode, quiet: bool
     ) -> FindingUpdate | None:
         """Recompute status and severity; publish a revision only when the document changed."""
-        conds = list(ep.conditions.values())
-        if not conds:
+        if not ep.total and not ep.keys_over:
             return None
-        # A severity change always changes the document, so this is the last published one.
         published = ep.severity if ep.revision else None
-        worst = max((severity_of(c) for c in conds), key=lambda s: s.rank)
-        if worst.rank > ep.severity.rank or ep.revision == 0:
-            ep.severity = worst if worst.rank >= ep.severity.rank else ep.severity
-        # Once resolved, only fresh stale evidence reopens: evidence that aged out changes nothing.
-        if ep.status is not Status.RESOLVED or fresh:
-            ep.status = Status.RESOLVED if self._resolved(st, ep, now) else Status.OPEN
-        inputs = hash(
-            (
-                tuple(ep.conditions.items()),
-                ep.last_stale,
-                ep.status,
-                ep.severity,
-                ep.worker,
-                st.acqs,
-            )
+        worst = max(
+            (severity_of(c) for c in ep.listed.values()),
+            key=lambda s: s.rank,
+            default=Severity.WARNING,
         )
-        if inputs == ep.inputs:
-            return None
-        ep.inputs = inputs
+        if worst.rank > ep.severity.rank:
+            ep.severity = worst
+        ep.status = Status.RESOLVED if _resolved(st, ep, quiet) else Status.OPEN
         finding = render(key, st, ep, ep.revision + 1)
         digest = _digest(finding)
         if digest == ep.digest:
@@ -410,56 +697,14 @@ class Detector:
         escalated = published is None or ep.severity.rank > published.rank
         return FindingUpdate(finding, escalated)
 
-    def _resolved(self, st: WorkflowState, ep: Episode, now: float) -> bool:
-        if not ep.retry and ep.last_stale is not None:
-            quiet = ep.last_stale_at is not None and now - ep.last_stale_at >= (
-                self.config.quiet_period_s
-            )
-            if not quiet and not fenced_after(st, ep.displaced_epoch, ep.last_stale):
-                return False
-        latest: dict[str, Cond] = {}
-        for c in ep.conditions.values():
-            if c.effect_key is not None and (
-                c.effect_key not in latest or order_key(c) > order_key(latest[c.effect_key])
-            ):
-                latest[c.effect_key] = c
-        return all(verified_after(st, k, c) for k, c in latest.items())
 
-
-def _committed_before(evidence: Evidence, ev: Ev) -> bool:
-    """Was this effect key committed by another event already? (Duplicates need a second look.)"""
-    effect_key = ev.effect_key
-    if list(map(_EFFECT_KEY_OF, evidence)).count(effect_key) < 2:
-        return False  # the usual case: no other event names the key (a scan at C speed)
-    for e in evidence:
-        if e.effect_key == effect_key and e.kind == _COMMITTED_VALUE and e is not ev:
-            return True
-    return False
-
-
-def _merge(ep: Episode, conds: list[Cond]) -> bool:
-    """Keep the earliest witness of each (kind, effect key, cause); say whether anything changed."""
-    changed = False
-    for c in conds:
-        k = (c.kind.value, c.effect_key, c.cause)
-        old = ep.conditions.get(k)
-        confirmed = c.source == Source.DESTINATION or (
-            old is not None and old.source == Source.DESTINATION
-        )
-        if old is None or _witness_rank(c) < _witness_rank(old):
-            ep.conditions[k] = c
-            changed = True
-        # The witness is the earliest event; confirmation by a destination is any of them.
-        best = ep.conditions[k]
-        if confirmed and best.source != Source.DESTINATION:
-            ep.conditions[k] = best._replace(source=Source.DESTINATION.value)
-            changed = True
-    return changed
-
-
-def _witness_rank(c: Cond) -> tuple[tuple[int, int, str], tuple[int, ...]]:
-    """Earliest event first; one commit can witness duplicates with several epochs: lowest wins."""
-    return (order_key(c), c.epochs or ())
+def _resolved(st: WorkflowState, ep: Episode, quiet: bool) -> bool:
+    """Known fenced (or quiet) and every affected effect key verified after its latest
+    condition; never by retrying."""
+    if ep.pending or ep.keys_over:
+        return False
+    last = ep.last_stale
+    return ep.retry or last is None or quiet or fenced_after(st, ep.displaced_epoch, last)
 
 
 def _digest(finding: Finding) -> int:

@@ -1,8 +1,14 @@
-"""Compact records of retained evidence: tuples, because a tracked workflow must stay small."""
+"""Compact records of retained evidence, and the one pairwise order every rule compares by.
+
+Records are tuples, because a tracked workflow must stay small. Order (DESIGN §4): by `seq` when
+both sides carry one, else by arrival (`pos`, the position within the workflow). That pairwise
+rule is not transitive across mixed histories, so "the latest of a set" is kept as `Marks`: the
+three extremes that answer "is any member after this point?" exactly for either kind of point.
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from detector.findings import ConditionKind
 
@@ -38,7 +44,10 @@ class Acq(NamedTuple):
 
 
 class Cond(NamedTuple):
-    """A condition of an episode, with the event that witnesses it."""
+    """A condition of an episode, with the event that witnesses it.
+
+    `workers` names the owners of a duplicate's own commits (in the order of `epochs`).
+    """
 
     kind: ConditionKind
     event_id: str
@@ -49,13 +58,17 @@ class Cond(NamedTuple):
     epochs: tuple[int, ...] | None
     source: str
     trace: str | None = None
+    workers: tuple[str, ...] | None = None
 
 
 Ordered = Ev | Acq | Cond
 
 
 def order_key(item: Ordered) -> tuple[int, int, str]:
-    """A total order: authoritative `seq` first, arrival for events without one; ids break ties."""
+    """A total order for choosing one of several (earliest witness, latest stale event).
+
+    Consistent with `before` whenever every compared item carries `seq`, or none does.
+    """
     if item.seq is not None:
         return (0, item.seq, item.event_id)
     return (1, item.pos, item.event_id)
@@ -66,3 +79,43 @@ def before(a: Ordered, b: Ordered) -> bool:
     if a.seq is not None and b.seq is not None:
         return a.seq < b.seq
     return a.pos < b.pos
+
+
+# ---- Marks: [highest seq, highest pos of a member without seq, highest pos] -----------------
+
+NONE: Final = -1  # no member of that class; seq and pos are never negative
+Marks = list[int]
+
+
+def marks() -> Marks:
+    return [NONE, NONE, NONE]
+
+
+def mark(m: Marks, seq: int | None, pos: int) -> bool:
+    """Add a point; say whether any extreme moved."""
+    moved = False
+    if seq is not None:
+        if seq > m[0]:
+            m[0] = seq
+            moved = True
+    elif pos > m[1]:
+        m[1] = pos
+        moved = True
+    if pos > m[2]:
+        m[2] = pos
+        moved = True
+    return moved
+
+
+def any_after(m: Marks, seq: int | None, pos: int) -> bool:
+    """Is some member strictly after the point (seq, pos)?"""
+    if seq is not None:
+        return m[0] > seq or m[1] > pos
+    return m[2] > pos
+
+
+def any_at_or_after(m: Marks, seq: int | None, pos: int) -> bool:
+    """Is some member the point itself or after it (not before it)?"""
+    if seq is not None:
+        return m[0] >= seq or m[1] >= pos
+    return m[2] >= pos

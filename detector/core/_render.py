@@ -1,11 +1,14 @@
-"""Turn an episode into the published `splitbrain.finding/v1` document, with operator guidance."""
+"""Turn an episode into the published `splitbrain.finding/v1` document, with operator guidance.
+
+Rendering reads only the episode's bounded lists and counters, so a revision costs the same for
+the first condition and the ten-thousandth, and stays far below 64 KiB.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from typing import Final, Literal
 
-from detector.events import Source
 from detector.findings import (
     Condition,
     ConditionKind,
@@ -18,8 +21,8 @@ from detector.findings import (
 )
 
 from ._records import Acq, Cond, Ev, order_key
-from ._rules import acquisition, current_owner_before, transition_of, worker_of
-from ._state import Episode, WorkflowState
+from ._rules import acquisition, current_owner_before, displacing, first_higher, worker_of
+from ._state import Cut, Episode, WorkflowState
 
 SEVERITY_OF: Final = {
     ConditionKind.STALE_ACTIVITY: Severity.INFO,
@@ -30,13 +33,12 @@ SEVERITY_OF: Final = {
 }
 # Rising severity, as DESIGN §4 lists them: the last present one drives the response.
 _RANK: Final = {kind: i for i, kind in enumerate(ConditionKind)}
-_EFFECT_CONFIRMATIONS: Final = frozenset(
-    {
-        ConditionKind.STALE_EFFECT_COMMITTED,
-        ConditionKind.STALE_EFFECT_REJECTED,
-        ConditionKind.DUPLICATE_EFFECT,
-    }
+_COMMITTING: Final = frozenset(
+    {ConditionKind.STALE_EFFECT_COMMITTED, ConditionKind.DUPLICATE_EFFECT}
 )
+_KEYS_IN_RESPONSE: Final = 3
+# Cuts that can change any finding of the workflow, not only the one whose evidence they cut.
+_WORKFLOW_CUTS: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
 
 
 def severity_of(cond: Cond) -> Severity:
@@ -59,40 +61,61 @@ def _owner(acq: Acq | None, fallback_worker: str | None, epoch: int) -> Owner | 
     return None
 
 
-def _sink_outcome(conds: list[Cond]) -> Literal["committed", "attempted", "rejected", "none"]:
-    kinds = {c.kind for c in conds}
-    if kinds & {ConditionKind.STALE_EFFECT_COMMITTED, ConditionKind.DUPLICATE_EFFECT}:
+def _sink_outcome(
+    ep: Episode, conds: list[Cond]
+) -> Literal["committed", "attempted", "rejected", "none"]:
+    kinds = {c.kind for c in conds}  # every kind the episode has is listed at least once
+    if kinds & _COMMITTING:
         return "committed"
-    if any(_unanswered_attempt(c, conds) for c in conds):
+    if ep.unanswered:
         return "attempted"
     return "rejected" if ConditionKind.STALE_EFFECT_REJECTED in kinds else "none"
 
 
-def _unanswered_attempt(cond: Cond, conds: list[Cond]) -> bool:
-    """An attempt whose effect a destination then rejected is settled: the fence held."""
-    return cond.kind is ConditionKind.STALE_EFFECT_ATTEMPT and not any(
-        c.kind is ConditionKind.STALE_EFFECT_REJECTED and c.effect_key == cond.effect_key
-        for c in conds
-    )
-
-
-def _confidence(conds: list[Cond], authoritative: bool) -> Literal["high", "medium", "low"]:
-    confirmations = [c for c in conds if c.kind in _EFFECT_CONFIRMATIONS]
-    from_destination = bool(confirmations) and all(
-        c.source == Source.DESTINATION for c in confirmations
-    )
+def _confidence(
+    ep: Episode, authoritative: bool, truncated: bool
+) -> Literal["high", "medium", "low"]:
+    # A finding with no effect condition needs only the order; one with effects needs every
+    # commit and rejection confirmed by a destination (a worker's word on an attempt is not).
+    effects = bool(ep.keys) or ep.keys_over > 0
+    from_destination = not effects or (ep.confirmations > 0 and ep.unconfirmed == 0)
     score = int(authoritative) + int(from_destination)
+    if truncated:
+        score = min(score, 1)
     return ("low", "medium", "high")[score]
 
 
-def _response(top: Cond, displaced: Owner | None, current: Owner | None, keys: list[str]) -> str:
-    who = f"{displaced.worker_id} (epoch {displaced.owner_epoch})" if displaced else "the worker"
-    now = f"{current.worker_id} (epoch {current.owner_epoch})" if current else "the current owner"
-    effects = ", ".join(keys) if keys else "the affected effects"
-    if top.kind is ConditionKind.DUPLICATE_EFFECT and top.cause == "retry":
+def _who(owner: Owner | None, fallback: str) -> str:
+    return f"{owner.worker_id} (epoch {owner.owner_epoch})" if owner else fallback
+
+
+def _response(
+    top: Cond, displaced: Owner | None, current: Owner | None, keys: list[str], more: int
+) -> str:
+    who = _who(displaced, "the worker")
+    now = _who(current, "the current owner")
+    shown = keys[:_KEYS_IN_RESPONSE]
+    more += len(keys) - len(shown)
+    effects = ", ".join(shown) if shown else "the affected effects"
+    if more:
+        effects += f" and {more} more"
+    if top.kind is ConditionKind.DUPLICATE_EFFECT:
+        # Named from the duplicate's own commits, not from whoever holds the lease now.
+        owners = [
+            f"{w} (epoch {e})" for w, e in zip(top.workers or (), top.epochs or (), strict=False)
+        ]
+        if top.cause == "retry":
+            by = owners[0] if owners else now
+            return (
+                f"{top.effect_key} was committed twice by {by}: check the destination's "
+                "idempotency key, treat the outcome as uncertain until it is verified, and do "
+                "not retry it again."
+            )
+        pair = " and ".join(owners) if owners else f"{who} and {now}"
         return (
-            f"{effects} was committed twice by {now}: check the destination's idempotency key, "
-            "treat the outcome as uncertain until it is verified, and do not retry it again."
+            f"{top.effect_key} was committed under two owners ({pair}). Treat the outcome as "
+            "uncertain until an external check or a human verifies it; do not auto-retry "
+            f"{owners[-1] if owners else now}."
         )
     return {
         ConditionKind.STALE_ACTIVITY: (
@@ -112,48 +135,47 @@ def _response(top: Cond, displaced: Owner | None, current: Owner | None, keys: l
             "over. Freeze later effects, inspect the result, and decide whether compensation "
             "is safe."
         ),
-        ConditionKind.DUPLICATE_EFFECT: (
-            f"{effects} was committed under two owners ({who} and {now}). Treat the outcome as "
-            "uncertain until an external check or a human verifies it; do not auto-retry "
-            f"{now}."
-        ),
     }[top.kind]
 
 
+def _transition(state: WorkflowState, ep: Episode, conds: list[Cond]) -> Acq | None:
+    """What displaced the episode's first stale event; with none (a duplicate after a clean
+    handoff), the first higher epoch acquired."""
+    if ep.first_stale is not None:
+        found = displacing(state, ep.first_stale)
+        if found is not None:
+            return found
+    return first_higher(state, ep.displaced_epoch)
+
+
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
-    conds = sorted(ep.conditions.values(), key=lambda c: (order_key(c), _RANK[c.kind]))
-    # The latest evidence of the episode: a repeated condition keeps its earliest witness, but
-    # the stale event after it still tells who held the lease by then.
-    latest: Cond | Ev = conds[-1]
-    if ep.last_stale is not None and order_key(ep.last_stale) > order_key(latest):
-        latest = ep.last_stale
+    conds = sorted(ep.listed.values(), key=lambda c: (order_key(c), _RANK[c.kind]))
+    latest = ep.latest
+    fallback = ep.worker or worker_of(state, ep.displaced_epoch)
+    transition: Acq | None = None
     if ep.retry:
         displaced = None
-        owner = current_owner_before(state, latest) or acquisition(state, ep.displaced_epoch)
-        current = _owner(
-            owner, ep.worker or worker_of(state, ep.displaced_epoch), ep.displaced_epoch
+        owner = (None if latest is None else current_owner_before(state, latest)) or acquisition(
+            state, ep.displaced_epoch
         )
-        transition = None
+        current = _owner(owner, fallback, ep.displaced_epoch)
     else:
-        displaced = _owner(
-            acquisition(state, ep.displaced_epoch),
-            ep.worker or worker_of(state, ep.displaced_epoch),
-            ep.displaced_epoch,
-        )
-        trans = transition_of(state, ep.displaced_epoch)
-        cur = current_owner_before(state, latest) or trans
+        displaced = _owner(acquisition(state, ep.displaced_epoch), fallback, ep.displaced_epoch)
+        transition = _transition(state, ep, conds)
+        cur = (None if latest is None else current_owner_before(state, latest)) or transition
         current = _owner(cur, None, ep.displaced_epoch)
-        transition = trans
-    keys = sorted({c.effect_key for c in conds if c.effect_key is not None})
-    authoritative = all(c.seq is not None for c in conds) and (
-        transition is None or transition.seq is not None
-    )
+    authoritative = not ep.unseq and (transition is None or transition.seq is not None)
+    # An attempt whose effect a destination then rejected is settled: the fence held.
+    rejected = {c.effect_key for c in conds if c.kind is ConditionKind.STALE_EFFECT_REJECTED}
     open_conds = [
         c
         for c in conds
-        if c.kind is not ConditionKind.STALE_EFFECT_ATTEMPT or _unanswered_attempt(c, conds)
-    ]
+        if c.kind is not ConditionKind.STALE_EFFECT_ATTEMPT or c.effect_key not in rejected
+    ] or conds
     top = max(open_conds, key=lambda c: (severity_of(c).rank, _RANK[c.kind]))
+    tracked = len(ep.keys) + ep.keys_over
+    last = ep.last_stale
+    truncated = ep.truncated or bool(state.cut & _WORKFLOW_CUTS)
     return Finding(
         finding_id=finding_id(workflow_key, ep.displaced_epoch, ep.retry),
         revision=revision,
@@ -177,24 +199,27 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
             for c in conds
         ],
         last_stale_event=None
-        if ep.last_stale is None
-        else StaleEventRef(
-            event_id=ep.last_stale.event_id, seq=ep.last_stale.seq, kind=ep.last_stale.kind
-        ),
-        effect_keys=keys,
-        sink_outcome=_sink_outcome(conds),
+        if last is None
+        else StaleEventRef(event_id=last.event_id, seq=last.seq, kind=last.kind),
+        effect_keys=list(ep.shown),
+        sink_outcome=_sink_outcome(ep, conds),
         ordering="authoritative_seq" if authoritative else "arrival",
-        confidence=_confidence(conds, authoritative),
-        evidence_lag=_lag(transition, ep.last_stale or latest),
-        response=_response(top, displaced, current, keys),
+        confidence=_confidence(ep, authoritative, truncated),
+        evidence_lag=_lag(transition, last),
+        response=_response(top, displaced, current, ep.shown, tracked - len(ep.shown)),
         trace_links=[c.trace for c in conds if c.trace is not None],
+        evidence_truncated=truncated,
+        conditions_omitted=max(ep.total - len(conds), 0),
+        effect_keys_omitted=tracked - len(ep.shown),
     )
 
 
-def _lag(transition: Acq | None, last: Ev | Cond) -> EvidenceLag | None:
-    if transition is None:
+def _lag(transition: Acq | None, last: Ev | None) -> EvidenceLag | None:
+    if transition is None or last is None:
         return None
     seq = None if last.seq is None or transition.seq is None else last.seq - transition.seq
-    last_obs = last.obs if isinstance(last, Ev) else None
-    seconds = None if last_obs is None or transition.obs is None else last_obs - transition.obs
-    return EvidenceLag(seq=seq, seconds=seconds)
+    seconds = None if last.obs is None or transition.obs is None else last.obs - transition.obs
+    return EvidenceLag(
+        seq=None if seq is None or seq < 0 else seq,
+        seconds=None if seconds is None or seconds < 0 else seconds,
+    )

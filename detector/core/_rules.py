@@ -1,45 +1,63 @@
-"""The detection rules of DESIGN §4, as pure functions of one workflow's retained evidence.
+"""The detection rules of DESIGN §4 as pure questions about one workflow's state.
 
-Derivation is monotone: more evidence can only add conditions, so merging every evaluation into
-the episode (keeping the earliest witness of each condition) gives the same findings whatever
-the arrival order, when events carry `seq`.
+Each answers in time independent of how many conditions or keys a finding holds: staleness by a
+binary search over the acquisitions' suffix minima, fences and verifications by `Marks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from bisect import bisect_right
 from typing import Final
 
-from detector.events import Kind, Source
+from detector.events import Kind
 from detector.findings import ConditionKind
 
-from ._records import Acq, Cond, Ev, before, order_key
-from ._state import EpisodeKey, WorkflowState
+from ._records import Acq, Ev, any_at_or_after, before, order_key
+from ._state import WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
-    Kind.PROGRESS: ConditionKind.STALE_ACTIVITY,
-    Kind.HEARTBEAT: ConditionKind.STALE_ACTIVITY,
-    Kind.EFFECT_ATTEMPTED: ConditionKind.STALE_EFFECT_ATTEMPT,
-    Kind.EFFECT_COMMITTED: ConditionKind.STALE_EFFECT_COMMITTED,
-    Kind.EFFECT_REJECTED: ConditionKind.STALE_EFFECT_REJECTED,
+    Kind.PROGRESS.value: ConditionKind.STALE_ACTIVITY,
+    Kind.HEARTBEAT.value: ConditionKind.STALE_ACTIVITY,
+    Kind.EFFECT_ATTEMPTED.value: ConditionKind.STALE_EFFECT_ATTEMPT,
+    Kind.EFFECT_COMMITTED.value: ConditionKind.STALE_EFFECT_COMMITTED,
+    Kind.EFFECT_REJECTED.value: ConditionKind.STALE_EFFECT_REJECTED,
 }
-# Evidence that the displaced owner knows it lost, or stopped, or that a fence held against it.
-_FENCE_KINDS: Final = frozenset({Kind.LEASE_LOST, Kind.LEASE_RELEASED})
+# Effect kinds whose latest occurrence per (key, epoch) outlives the raw events.
+EFFECT_OCCURRENCES: Final = frozenset(
+    {Kind.EFFECT_ATTEMPTED.value, Kind.EFFECT_COMMITTED.value, Kind.EFFECT_REJECTED.value}
+)
+_NEVER: Final = 2**64  # above every seq and pos
 
 
-@dataclass(slots=True)
-class Derived:
-    """What one evaluation found for one episode."""
+def _index(state: WorkflowState) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Epochs ascending, and from each index on: the lowest seq, the lowest arrival of an
+    acquisition without seq, and the lowest arrival."""
+    if state.index is None:
+        acqs = state.acqs
+        n = len(acqs)
+        min_seq, min_unseq, min_pos = [_NEVER] * (n + 1), [_NEVER] * (n + 1), [_NEVER] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            a = acqs[i]
+            min_seq[i] = min_seq[i + 1] if a.seq is None else min(min_seq[i + 1], a.seq)
+            min_unseq[i] = min_unseq[i + 1] if a.seq is not None else min(min_unseq[i + 1], a.pos)
+            min_pos[i] = min(min_pos[i + 1], a.pos)
+        state.index = ([a.epoch for a in acqs], min_seq, min_unseq, min_pos)
+    return state.index
 
-    conditions: list[Cond] = field(default_factory=list)
-    stale: list[Ev] = field(default_factory=list)
+
+def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bool:
+    """Is some acquisition of a higher epoch before the point (seq, pos)?"""
+    epochs, min_seq, min_unseq, min_pos = _index(state)
+    i = bisect_right(epochs, epoch)
+    if seq is not None:
+        return min_seq[i] < seq or min_unseq[i] < pos
+    return min_pos[i] < pos
 
 
-def displacing(acqs: Iterable[Acq], ev: Ev) -> Acq | None:
-    """The first acquisition of a higher epoch that happened before `ev`, if any."""
+def displacing(state: WorkflowState, ev: Ev) -> Acq | None:
+    """The stale event's transition: the earliest acquisition of a higher epoch before it."""
     found: Acq | None = None
-    for a in acqs:
+    for a in state.acqs:
         if (
             a.epoch > ev.epoch
             and before(a, ev)
@@ -49,100 +67,18 @@ def displacing(acqs: Iterable[Acq], ev: Ev) -> Acq | None:
     return found
 
 
-def _cond(
-    kind: ConditionKind, ev: Ev, cause: str | None = None, epochs: tuple[int, ...] | None = None
-) -> Cond:
-    return Cond(
-        kind, ev.event_id, ev.seq, ev.pos, ev.effect_key, cause, epochs, ev.source, ev.trace
-    )
+def first_higher(state: WorkflowState, epoch: int) -> Acq | None:
+    """The earliest acquisition of a higher epoch: the handoff of an owner that never acted
+    after it."""
+    higher = [a for a in state.acqs if a.epoch > epoch]
+    return min(higher, key=order_key) if higher else None
 
 
-def derive(state: WorkflowState, new: Ev | None = None) -> dict[EpisodeKey, Derived]:
-    """Every condition the retained evidence supports, grouped by episode.
-
-    With `new`, only what that one event can add: an event (unlike an acquisition) changes no
-    other event's standing, and earlier conditions are already merged into the episodes.
-    """
-    out: dict[EpisodeKey, Derived] = {}
-    top = state.top
-    evidence = state.evidence if new is None else (new,)
-    for ev in evidence:
-        cond_kind = STALE_CONDITION.get(ev.kind)
-        if cond_kind is None or ev.epoch >= top or displacing(state.acqs, ev) is None:
-            continue
-        d = out.setdefault((ev.epoch, False), Derived())
-        d.stale.append(ev)
-        d.conditions.append(_cond(cond_kind, ev))
-    commits = state.evidence
-    if new is not None:
-        if new.kind != Kind.EFFECT_COMMITTED:
-            return out
-        commits = tuple(e for e in state.evidence if e.effect_key == new.effect_key)
-    for key, cond in _duplicates(commits):
-        out.setdefault(key, Derived()).conditions.append(cond)
-    return out
-
-
-def _duplicates(effects: Iterable[Ev]) -> Iterator[tuple[EpisodeKey, Cond]]:
-    """Failover duplicates (two epochs) and retry duplicates (one epoch, one source, two events)."""
-    first: dict[tuple[str, int], Ev] = {}
-    confirmed: set[tuple[str, int]] = set()
-    by_source: dict[tuple[str, int, str], list[Ev]] = {}
-    for ev in effects:
-        if ev.kind != Kind.EFFECT_COMMITTED or ev.effect_key is None:
-            continue
-        k = (ev.effect_key, ev.epoch)
-        if k not in first or order_key(ev) < order_key(first[k]):
-            first[k] = ev
-        if ev.source == Source.DESTINATION:
-            confirmed.add(k)
-        by_source.setdefault((ev.effect_key, ev.epoch, ev.source), []).append(ev)
-    for (effect_key, epoch), ev in first.items():
-        for (other_key, other_epoch), other in first.items():
-            if other_key != effect_key or other_epoch <= epoch:
-                continue
-            cond = _cond(
-                ConditionKind.DUPLICATE_EFFECT,
-                max(ev, other, key=order_key),
-                "failover",
-                (epoch, other_epoch),
-            )
-            # Confirmed when a destination confirmed the effect under both epochs, whichever of
-            # their commits came first: the same answer in any arrival order.
-            both = {(effect_key, epoch), (effect_key, other_epoch)} <= confirmed
-            source = Source.DESTINATION if both else Source.WORKER
-            yield (epoch, False), cond._replace(source=source.value)
-    for (_, epoch, _), evs in by_source.items():
-        if len({e.event_id for e in evs}) > 1:
-            second = sorted(evs, key=order_key)[1]
-            yield (epoch, True), _cond(ConditionKind.DUPLICATE_EFFECT, second, "retry", (epoch,))
-
-
-def fenced_after(state: WorkflowState, epoch: int, last: Ev | Cond) -> bool:
-    """Is there evidence, at or after `last`, that `epoch` knows it lost or was fenced?
-
-    A destination's rejection is both stale evidence and a fence: when it is the latest stale
-    event, it fences the epoch itself.
-    """
-    for ev in state.evidence:
-        if ev.epoch != epoch or before(ev, last):
-            continue
-        if ev.kind in _FENCE_KINDS or (
-            ev.kind == Kind.EFFECT_REJECTED and ev.source == Source.DESTINATION
-        ):
-            return True
-    return False
-
-
-def verified_after(state: WorkflowState, effect_key: str, last: Cond) -> bool:
-    """Has a verifier confirmed the intended result of `effect_key` after its latest condition?"""
-    return any(
-        ev.kind == Kind.OUTCOME_VERIFIED
-        and ev.source == Source.VERIFIER
-        and ev.effect_key == effect_key
-        and before(last, ev)
-        for ev in state.evidence
-    )
+def fenced_after(state: WorkflowState, epoch: int, last: Ev) -> bool:
+    """Did `epoch` show it knew it lost, or hit a fence, at or after `last`?"""
+    fences = state.fences
+    m = None if fences is None else fences.get(epoch)
+    return m is not None and any_at_or_after(m, last.seq, last.pos)
 
 
 def acquisition(state: WorkflowState, epoch: int) -> Acq | None:
@@ -152,7 +88,7 @@ def acquisition(state: WorkflowState, epoch: int) -> Acq | None:
     return None
 
 
-def current_owner_before(state: WorkflowState, last: Ev | Cond) -> Acq | None:
+def current_owner_before(state: WorkflowState, last: Ev) -> Acq | None:
     """The highest epoch acquired before the episode's latest condition."""
     best: Acq | None = None
     for a in state.acqs:
@@ -163,15 +99,7 @@ def current_owner_before(state: WorkflowState, last: Ev | Cond) -> Acq | None:
     return best
 
 
-def transition_of(state: WorkflowState, displaced_epoch: int) -> Acq | None:
-    """The acquisition that displaced the epoch: the lowest higher epoch acquired."""
-    for a in state.acqs:
-        if a.epoch > displaced_epoch:
-            return a
-    return None
-
-
 def worker_of(state: WorkflowState, epoch: int) -> str | None:
     """Who acted under `epoch`, when its acquisition is not (or no longer) known."""
-    acting = [e for e in state.evidence if e.epoch == epoch and e.source != Source.VERIFIER]
+    acting = [e for e in state.evidence if e.epoch == epoch and e.source != "verifier"]
     return min(acting, key=order_key).worker_id if acting else None

@@ -1,56 +1,94 @@
-"""Per-workflow state: what the rules need later, and its byte encoding for a changelog."""
+"""Per-workflow state: what the rules need later, and its byte encoding for a changelog.
+
+Raw events are kept only for a late acquisition to look back at; everything a verdict needs
+later is also kept in compact form that routine activity cannot push out: per effect key its
+first commit under each epoch (`Effect`), per epoch the latest proof that it was fenced, and per
+finding what still waits for verification (`Episode.pending`).
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import IntFlag
 from types import MappingProxyType
 from typing import Any, Final
 
 import msgpack
 
-from detector.events import Kind
 from detector.findings import ConditionKind, Severity, Status
 
-from ._records import Acq, Cond, Ev
+from ._records import Acq, Cond, Ev, Marks
 
-# 2: a msgpack array, five times faster to write than 1, a JSON object (still read). A worker
-# writes its state to the changelog for nearly every event, so this is its largest cost.
-STATE_VERSION: Final = 2
+# 3: compact effects, fences and pending verifications. 1 (JSON) and 2 (the retained records
+# only) are read by replaying their records (`detector.core._upgrade`).
+STATE_VERSION: Final = 3
 
-# Kinds retained as effect evidence (they decide duplicates and resolution); the rest is activity.
-EFFECT_EVIDENCE: Final = frozenset(
-    {Kind.EFFECT_ATTEMPTED, Kind.EFFECT_COMMITTED, Kind.EFFECT_REJECTED, Kind.OUTCOME_VERIFIED}
-)
+
+class Cut(IntFlag):
+    """What a retention cap cut from a workflow: each can hide or change a verdict."""
+
+    EVIDENCE = 1  # raw events: a late acquisition cannot look back at them
+    ACQUISITIONS = 2  # a forgotten takeover cannot make later events stale
+    EFFECT_KEYS = 4  # a duplicate of a forgotten commit cannot be found
+    EVENT_IDS = 8  # a redelivery of a forgotten id cannot be recognised
+    CLOCK = 16  # the times silence is measured on
+
+
+Point = tuple[int | None, int]  # (seq, pos)
+
+
+@dataclass(slots=True)
+class Effect:
+    """One effect key of a workflow, compact: what duplicates and verification need."""
+
+    firsts: dict[int, Ev] = field(default_factory=dict)  # epoch -> its earliest commit
+    confirmed: set[int] = field(default_factory=set)  # epochs a destination confirmed
+    # (epoch, source) -> the two earliest commits with distinct ids: a retry needs the second
+    twice: dict[tuple[int, str], list[Ev]] = field(default_factory=dict)
+    verified: Marks = field(default_factory=lambda: [-1, -1, -1])
+    # (epoch, kind) -> the latest attempt/commit/rejection: what a late acquisition can still
+    # find stale once the raw events are gone
+    lasts: dict[tuple[int, str], Ev] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class Episode:
-    """A published finding's memory: revisions only grow, conditions only accumulate."""
+    """A published finding's memory. Everything a revision needs is kept incrementally, so an
+    event costs the same however many conditions the finding already holds."""
 
     displaced_epoch: int
     retry: bool
     revision: int = 0
     status: Status = Status.OPEN
     severity: Severity = Severity.INFO
-    conditions: dict[tuple[str, str | None, str | None], Cond] = field(default_factory=dict)
+    listed: dict[tuple[str, str | None, str | None], Cond] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)  # effect key -> its conditions' bits
+    keys_over: int = 0  # condition occurrences on keys beyond the cap
+    total: int = 0  # distinct conditions
+    activity: bool = False
+    pending: dict[str, list[Point]] = field(default_factory=dict)  # unverified occurrences
+    unconfirmed: int = 0  # committed/rejected/duplicate conditions no destination confirmed
+    confirmations: int = 0
+    unanswered: int = 0  # keys attempted and never rejected
+    unseq: bool = False  # an occurrence without seq: the order is arrival
+    first_stale: Ev | None = None
     last_stale: Ev | None = None
-    last_stale_at: float | None = None
+    latest: Ev | None = None  # the latest event that triggered any condition
+    last_stale_at: float | None = None  # the caller's clock (a worker's processing time)
+    shown: list[str] = field(default_factory=list)  # the first effect keys, sorted
     digest: int = 0
     worker: str | None = None
-    # Not persisted: a cheap fingerprint of what the document is rendered from, so that evidence
-    # which changes nothing (the thousandth stale heartbeat) costs no rendering.
-    inputs: int | None = field(default=None, compare=False, repr=False)
+    truncated: bool = False
 
     @property
     def key(self) -> tuple[int, bool]:
         return (self.displaced_epoch, self.retry)
 
 
-# Retained evidence: a tuple while short, which has no spare capacity (most workflows hold two or
-# three records); a list from `LIST_FROM` records on, so that an append touches one record instead
-# of copying the tuple and re-counting the references of every record in it.
+# Retained raw events: a tuple while short, which has no spare capacity (most workflows hold two
+# or three records); a list from `LIST_FROM` records on, so that an append touches one record
+# instead of copying the tuple and re-counting the references of every record in it.
 Evidence = tuple[Ev, ...] | list[Ev]
 LIST_FROM: Final = 8
 
@@ -62,6 +100,7 @@ def evidence_of(records: Iterable[Ev]) -> Evidence:
 
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
+ClockEntry = tuple[int, int, float, str]  # (0, seq) or (1, pos), observed_at, emitter
 
 
 @dataclass(slots=True)
@@ -70,15 +109,26 @@ class WorkflowState:
 
     pos: int = 0
     max_seq: int = -1
-    acqs: tuple[Acq, ...] = ()
+    acqs: tuple[Acq, ...] = ()  # sorted by epoch
     evidence: Evidence = ()
+    # Seen event ids and a fingerprint of their content; built once the workflow outgrows a
+    # scan of its few records (most never do).
+    ids: dict[str, int] | None = None
+    effects: dict[str, Effect] | None = None
+    fences: dict[int, Marks] | None = None  # epoch -> when it was known fenced
     # None until the first finding: most workflows never have one, and an empty dict costs 64 B.
     found: dict[EpisodeKey, Episode] | None = None
+    clock: list[ClockEntry] | None = None  # audit only: the emitters' times, for silence
+    cut: int = 0  # `Cut` flags
     last_at: float | None = None
     released_at: float | None = None
     hb_obs: float | None = None
     tool_class: str | None = None
     lease_s: float | None = None
+    # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
+    index: tuple[list[int], list[int], list[int], list[int]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def episodes(self) -> Mapping[EpisodeKey, Episode]:
@@ -98,18 +148,17 @@ class WorkflowState:
         """The highest epoch acquired so far, or -1 before any acquisition."""
         return self.acqs[-1].epoch if self.acqs else -1
 
-    def seen(self, event_id: str) -> bool:
-        """Redelivery check over the retained window (its size is the engine's caps)."""
-        return any(e.event_id == event_id for e in self.evidence) or any(
-            a.event_id == event_id for a in self.acqs
-        )
+
+# ---- encoding ------------------------------------------------------------------------------
 
 
-def _ev(row: list[Any]) -> Ev:
-    return Ev(*row)
+def _ev(row: list[Any] | None) -> Ev | None:
+    return None if row is None else Ev(*row)
 
 
 def _cond_row(c: Cond) -> list[Any]:
+    epochs = None if c.epochs is None else list(c.epochs)
+    workers = None if c.workers is None else list(c.workers)
     return [
         c.kind.value,
         c.event_id,
@@ -117,14 +166,17 @@ def _cond_row(c: Cond) -> list[Any]:
         c.pos,
         c.effect_key,
         c.cause,
-        None if c.epochs is None else list(c.epochs),
+        epochs,
         c.source,
         c.trace,
+        workers,
     ]
 
 
-def _cond(row: list[Any]) -> Cond:
+def cond_of(row: list[Any]) -> Cond:
+    """A condition from its row (version 3; versions 1 and 2 lack the last field)."""
     epochs = None if row[6] is None else tuple(row[6])
+    workers = None if len(row) < 10 or row[9] is None else tuple(row[9])
     return Cond(
         ConditionKind(row[0]),
         row[1],
@@ -135,6 +187,85 @@ def _cond(row: list[Any]) -> Cond:
         epochs,
         row[7],
         row[8],
+        workers,
+    )
+
+
+def _effect_row(e: Effect) -> list[Any]:
+    return [
+        list(e.firsts.values()),
+        sorted(e.confirmed),
+        [[epoch, source, evs] for (epoch, source), evs in e.twice.items()],
+        e.verified,
+        [[epoch, kind, ev] for (epoch, kind), ev in e.lasts.items()],
+    ]
+
+
+def _effect(row: list[Any]) -> Effect:
+    firsts = [Ev(*r) for r in row[0]]
+    return Effect(
+        firsts={e.epoch: e for e in firsts},
+        confirmed=set(row[1]),
+        twice={(epoch, source): [Ev(*r) for r in evs] for epoch, source, evs in row[2]},
+        verified=list(row[3]),
+        lasts={(epoch, kind): Ev(*r) for epoch, kind, r in row[4]},
+    )
+
+
+def _episode_row(ep: Episode) -> list[Any]:
+    return [
+        ep.displaced_epoch,
+        ep.retry,
+        ep.revision,
+        ep.status.value,
+        ep.severity.value,
+        [_cond_row(c) for c in ep.listed.values()],
+        ep.keys,
+        ep.keys_over,
+        ep.total,
+        ep.activity,
+        {k: [list(p) for p in pts] for k, pts in ep.pending.items()},
+        ep.unconfirmed,
+        ep.confirmations,
+        ep.unanswered,
+        ep.unseq,
+        ep.first_stale,
+        ep.last_stale,
+        ep.latest,
+        ep.last_stale_at,
+        ep.shown,
+        ep.digest,
+        ep.worker,
+        ep.truncated,
+    ]
+
+
+def _episode(row: list[Any]) -> Episode:
+    listed = [cond_of(c) for c in row[5]]
+    return Episode(
+        displaced_epoch=row[0],
+        retry=row[1],
+        revision=row[2],
+        status=Status(row[3]),
+        severity=Severity(row[4]),
+        listed={(c.kind.value, c.effect_key, c.cause): c for c in listed},
+        keys=row[6],
+        keys_over=row[7],
+        total=row[8],
+        activity=row[9],
+        pending={k: [(p[0], p[1]) for p in pts] for k, pts in row[10].items()},
+        unconfirmed=row[11],
+        confirmations=row[12],
+        unanswered=row[13],
+        unseq=row[14],
+        first_stale=_ev(row[15]),
+        last_stale=_ev(row[16]),
+        latest=_ev(row[17]),
+        last_stale_at=row[18],
+        shown=row[19],
+        digest=row[20],
+        worker=row[21],
+        truncated=row[22],
     )
 
 
@@ -148,21 +279,14 @@ def encode_state(state: WorkflowState) -> bytes:
             # Records are tuples in their field order: packed as arrays as they are.
             state.acqs,
             state.evidence,
-            [
-                [
-                    ep.displaced_epoch,
-                    ep.retry,
-                    ep.revision,
-                    ep.status.value,
-                    ep.severity.value,
-                    [_cond_row(c) for c in ep.conditions.values()],
-                    ep.last_stale,
-                    ep.last_stale_at,
-                    ep.digest,
-                    ep.worker,
-                ]
-                for ep in state.episodes.values()
-            ],
+            state.ids,
+            None
+            if state.effects is None
+            else [[k, _effect_row(e)] for k, e in state.effects.items()],
+            None if state.fences is None else list(state.fences.items()),
+            [_episode_row(ep) for ep in state.episodes.values()],
+            state.clock,
+            state.cut,
             state.last_at,
             state.released_at,
             state.hb_obs,
@@ -173,73 +297,43 @@ def encode_state(state: WorkflowState) -> bytes:
     return packed
 
 
-_V1_FIELDS: Final = (
-    "v",
-    "pos",
-    "max_seq",
-    "acqs",
-    "evidence",
-    "episodes",
-    "last_at",
-    "released_at",
-    "hb_obs",
-    "tool_class",
-    "lease_s",
-)
+V3_FIELDS: Final = 16
 
 
-def _fields(raw: bytes) -> Sequence[Any]:
-    """The fields of either version, in the order of version 2."""
-    if raw[:1] == b"{":
-        doc = json.loads(raw)
-        version = doc.get("v")
-        fields: Sequence[Any] = [doc[name] for name in _V1_FIELDS] if version == 1 else []
-    else:
-        fields = msgpack.unpackb(raw)
-        version = fields[0] if isinstance(fields, list) and fields else None
-    if version not in (1, STATE_VERSION):
-        raise ValueError(f"unknown workflow state version {version!r}")
-    if len(fields) != len(_V1_FIELDS):
-        raise ValueError(f"damaged workflow state: {len(fields)} fields, not {len(_V1_FIELDS)}")
-    return fields
-
-
-def decode_state(raw: bytes) -> WorkflowState:
+def decode_v3(fields: list[Any]) -> WorkflowState:
+    """A version 3 state from its unpacked fields (`detector.core.decode_state` reads any)."""
+    if len(fields) != V3_FIELDS:
+        raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
     (
         _,
         pos,
         max_seq,
         acqs,
         evidence,
-        rows,
+        ids,
+        effects,
+        fences,
+        episodes,
+        clock,
+        cut,
         last_at,
         released_at,
         hb_obs,
         tool_class,
         lease_s,
-    ) = _fields(raw)
-    episodes: dict[EpisodeKey, Episode] = {}
-    for row in rows:
-        conds = [_cond(c) for c in row[5]]
-        ep = Episode(
-            displaced_epoch=row[0],
-            retry=row[1],
-            revision=row[2],
-            status=Status(row[3]),
-            severity=Severity(row[4]),
-            conditions={(c.kind.value, c.effect_key, c.cause): c for c in conds},
-            last_stale=None if row[6] is None else _ev(row[6]),
-            last_stale_at=row[7],
-            digest=row[8],
-            worker=row[9],
-        )
-        episodes[ep.key] = ep
+    ) = fields
+    found = {ep.key: ep for ep in (_episode(r) for r in episodes)}
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
         acqs=tuple(Acq(*a) for a in acqs),
-        evidence=evidence_of(_ev(r) for r in evidence),
-        found=episodes or None,
+        evidence=evidence_of(Ev(*r) for r in evidence),
+        ids=ids,
+        effects=None if effects is None else {k: _effect(row) for k, row in effects},
+        fences=None if fences is None else {epoch: list(m) for epoch, m in fences},
+        found=found or None,
+        clock=None if clock is None else [(a, b, c, d) for a, b, c, d in clock],
+        cut=cut,
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,

@@ -60,7 +60,7 @@ from detector.telemetry.metrics import WorkerMetrics
 log = logging.getLogger("splitbrain.faust")
 
 TABLE_NAME: Final = "state"  # faust names its changelog "{app id}-state-changelog"
-ADVANCE_EVERY_S: Final = 5.0  # of record time, per partition
+ADVANCE_EVERY_S: Final = 5.0  # of the worker's clock, per partition
 REPORT_EVERY_S: Final = 5.0  # wall clock: liveness and lag for the metrics
 DRAIN_TIMEOUT_S: Final = 60.0
 EXIT_OK: Final = 0
@@ -504,8 +504,8 @@ class FaustWorker:
         else:
             self.metrics.event(admitted.kind.value, partition)
             engine = self._engine(partition)
-            at = message.timestamp if message.timestamp and message.timestamp > 0 else None
-            updates = engine.detector.observe(admitted, at=at)
+            # Silence is measured on this worker's clock: no producer's CreateTime can resolve.
+            updates = engine.detector.observe(admitted, at=time.time())
             engine.states.write_back(admitted.workflow_key)
             updates += self._maybe_advance(engine)
             workflows = len(engine.states)
@@ -528,15 +528,14 @@ class FaustWorker:
         return engine
 
     def _maybe_advance(self, engine: PartitionEngine) -> list[FindingUpdate]:
-        """Quiet periods and eviction, on record time, inside the event's transaction.
+        """Quiet periods and eviction, on the worker's clock (processing time), inside the
+        event's transaction.
 
         It runs when an event of the partition arrives (at most every ADVANCE_EVERY_S of
-        record time), because only then is there a transaction to put its writes in.
+        the worker's clock), because only then is there a transaction to put its writes in.
         """
-        now = engine.detector.watermark
-        if now is None or (
-            engine.last_advance is not None and now - engine.last_advance < ADVANCE_EVERY_S
-        ):
+        now = time.time()
+        if engine.last_advance is not None and now - engine.last_advance < ADVANCE_EVERY_S:
             return []
         engine.last_advance = now
         updates = engine.detector.advance(now)  # evictions delete through PartitionStates

@@ -21,7 +21,6 @@ from typing import Final
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -179,9 +178,8 @@ class KafkaLoopWorker:
         if isinstance(admitted, DeadLetter):
             self._dead_letter(admitted, partition)
             return
-        ts_type, ts_ms = msg.timestamp()
-        at = None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts_ms / 1000.0
-        updates = ps.detector.observe(admitted, at=at)
+        # Silence is measured on this worker's clock: no producer's CreateTime can resolve.
+        updates = ps.detector.observe(admitted, at=time.time())
         ps.dirty.add(admitted.workflow_key)
         self.metrics.event(admitted.kind.value, partition)
         self._publish(updates, partition)

@@ -87,8 +87,8 @@ def test_stale_progress_is_info_stale_activity():
     assert epochs(f) == (17, 18)
     assert conds(f) == [("stale_activity", 6, None)]
     assert (f.sink_outcome, f.effect_keys) == ("none", [])
-    # seq is authoritative but no destination confirmed anything: one of the two
-    assert (f.ordering, f.confidence) == ("authoritative_seq", "medium")
+    # seq is authoritative, and a finding without effects needs nothing more (DESIGN §4)
+    assert (f.ordering, f.confidence) == ("authoritative_seq", "high")
     assert "Stop or quarantine alpha" in f.response
 
 
@@ -295,7 +295,8 @@ def test_late_buffered_pre_takeover_evidence_raises_nothing():
 def test_arrival_order_fallback_without_seq_has_lower_confidence():
     r = run([*takeover(seq=False), ev("p", "progress", W, 17, "alpha")])
     f = r.finding(W, 17)
-    assert (f.ordering, f.confidence) == ("arrival", "low")
+    # no effect condition: the order alone decides, and arrival is the weaker one
+    assert (f.ordering, f.confidence) == ("arrival", "medium")
     assert conds(f) == [("stale_activity", None, None)]
 
     r = run([*takeover(seq=False), commit("c", 17, "alpha", None)])
@@ -964,14 +965,18 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
 
 
 def test_state_written_by_the_json_version_still_decodes():
-    """Changelogs written before the msgpack encoding (version 1, JSON) restore as they were."""
-    from detector.core import decode_state, encode_state  # noqa: PLC0415
+    """Changelogs written by version 1 (JSON) restore by replay: the same finding, and the next
+    event continues it at its next revision, never republishing one."""
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
     r = run([parse_event_json(line) for line in SEED.read_text().splitlines() if line.strip()])
     v1 = (Path(__file__).parent / "data" / "state-v1-export-ledger.json").read_bytes().strip()
-    assert decode_state(v1) == r.detector.states[W]
+    restored = Detector(states={W: decode_state(v1)})
+    assert restored.findings() == r.findings(W)
     assert decode_state(encode_state(r.detector.states[W])) == r.detector.states[W]
-    assert len(encode_state(r.detector.states[W])) < len(v1)
+    later = ev("e99", "heartbeat", W, 17, "worker-alpha", seq=99)
+    (up,) = restored.observe(later)
+    assert (up.finding.revision, up.finding.last_stale_event.event_id) == (5, "e99")
 
 
 @pytest.mark.parametrize(

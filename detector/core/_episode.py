@@ -1,0 +1,162 @@
+"""Adding a condition to an episode in constant time, however large the finding already is.
+
+An episode lists a bounded number of conditions (the earliest witnesses, every kind at least
+once) and effect keys (the first, sorted), and keeps per key only a bit set of its conditions
+and the occurrences still waiting for a verifier.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from detector.events import Source
+from detector.findings import ConditionKind
+
+from ._records import Cond, Ev, Marks, any_after, order_key
+from ._state import Episode, Point
+
+LISTED: Final = 20  # conditions a revision lists; the rest are counted
+SHOWN_KEYS: Final = 20  # effect keys a revision lists
+_FRONTIER: Final = 16  # unverified occurrences kept per key before they are merged
+
+_ATTEMPT: Final = 1
+_COMMITTED: Final = 2
+_REJECTED: Final = 4
+BIT: Final[dict[tuple[ConditionKind, str | None], int]] = {
+    (ConditionKind.STALE_EFFECT_ATTEMPT, None): _ATTEMPT,
+    (ConditionKind.STALE_EFFECT_COMMITTED, None): _COMMITTED,
+    (ConditionKind.STALE_EFFECT_REJECTED, None): _REJECTED,
+    (ConditionKind.DUPLICATE_EFFECT, "failover"): 8,
+    (ConditionKind.DUPLICATE_EFFECT, "retry"): 16,
+}
+_CONFIRMABLE: Final = _COMMITTED | _REJECTED | 8 | 16  # the destination's word settles them
+_CONFIRMED_SHIFT: Final = 8
+_DESTINATION: Final = Source.DESTINATION.value
+
+
+def _rank(c: Cond) -> tuple[tuple[int, int, str], tuple[int, ...]]:
+    """Earliest event first; one commit can witness duplicates with several epochs: lowest wins."""
+    return (order_key(c), c.epochs or ())
+
+
+def _unanswered(bits: int) -> int:
+    return int(bool(bits & _ATTEMPT) and not bits & _REJECTED)
+
+
+def add_condition(
+    ep: Episode, cond: Cond, occurrence: Ev, verified: Marks | None, cap: int
+) -> None:
+    """Account for one occurrence of a condition (a repeat counts: it can reopen the finding).
+
+    `verified` is the key's verifications so far; `cap` bounds the keys an episode tracks.
+    """
+    if occurrence.seq is None or cond.seq is None:
+        ep.unseq = True
+    if ep.latest is None or order_key(occurrence) > order_key(ep.latest):
+        ep.latest = occurrence
+    key = cond.effect_key
+    if cond.kind is ConditionKind.STALE_ACTIVITY or key is None:
+        if not ep.activity:
+            ep.activity = True
+            ep.total += 1
+        _list(ep, cond)
+        return
+    old = ep.keys.get(key)
+    if old is None and len(ep.keys) >= cap:
+        # Beyond the cap the key cannot be tracked: it can never be shown verified.
+        ep.keys_over += 1
+        ep.truncated = True
+        return
+    bits = old or 0
+    bit = BIT[(cond.kind, cond.cause)]
+    new = bits | bit
+    if not bits & bit:
+        ep.total += 1
+        if bit & _CONFIRMABLE:
+            ep.confirmations += 1
+            ep.unconfirmed += 1
+    if bit & _CONFIRMABLE and cond.source == _DESTINATION and not bits & (bit << _CONFIRMED_SHIFT):
+        new |= bit << _CONFIRMED_SHIFT
+        ep.unconfirmed -= 1
+    ep.unanswered += _unanswered(new) - _unanswered(bits)
+    ep.keys[key] = new
+    if old is None:
+        _show(ep.shown, key)
+    if verified is None or not any_after(verified, occurrence.seq, occurrence.pos):
+        _pend(ep.pending.setdefault(key, []), (occurrence.seq, occurrence.pos))
+    _list(ep, cond)
+
+
+def verify(ep: Episode, key: str, verified: Marks) -> bool:
+    """A verifier confirmed `key`: drop the occurrences it comes after. Did any go?"""
+    points = ep.pending.get(key)
+    if not points:
+        return False
+    left = [p for p in points if not any_after(verified, p[0], p[1])]
+    if len(left) == len(points):
+        return False
+    if left:
+        ep.pending[key] = left
+    else:
+        del ep.pending[key]
+    return True
+
+
+def _dominates(a: Point, b: Point) -> bool:
+    """Does verifying `a` imply verifying `b`? (Only within one kind of point.)"""
+    if a[0] is None or b[0] is None:
+        return a[0] is None and b[0] is None and a[1] >= b[1]
+    return a[0] >= b[0] and a[1] >= b[1]
+
+
+def _pend(points: list[Point], p: Point) -> None:
+    if any(_dominates(q, p) for q in points):
+        return
+    points[:] = [q for q in points if not _dominates(p, q)]
+    points.append(p)
+    if len(points) > _FRONTIER:
+        # Merged into one point no earlier than any of them: harder to verify, never easier.
+        seqd = [q for q in points if q[0] is not None]
+        rest = [q for q in points if q[0] is None]
+        merged: list[Point] = []
+        if seqd:
+            merged.append((max(q[0] for q in seqd if q[0] is not None), max(q[1] for q in seqd)))
+        if rest:
+            merged.append((None, max(q[1] for q in rest)))
+        points[:] = merged
+
+
+def _show(shown: list[str], key: str) -> None:
+    if len(shown) < SHOWN_KEYS or key < shown[-1]:
+        shown.append(key)
+        shown.sort()
+        del shown[SHOWN_KEYS:]
+
+
+def _list(ep: Episode, cond: Cond) -> None:
+    """Keep the earliest witness of each listed condition, and a bounded list in which every
+    kind of condition the episode has appears at least once."""
+    k = (cond.kind.value, cond.effect_key, cond.cause)
+    listed = ep.listed
+    old = listed.get(k)
+    if old is not None:
+        best = cond if _rank(cond) < _rank(old) else old
+        if _DESTINATION in (cond.source, old.source) and best.source != _DESTINATION:
+            best = best._replace(source=_DESTINATION)
+        if best != old:
+            listed[k] = best
+        return
+    if len(listed) < LISTED:
+        listed[k] = cond
+        return
+    kinds: dict[tuple[str, str | None], int] = {}
+    for c in listed.values():
+        kc = (c.kind.value, c.cause)
+        kinds[kc] = kinds.get(kc, 0) + 1
+    spare = [c for c in listed.values() if kinds[(c.kind.value, c.cause)] > 1]
+    if not spare:
+        return
+    latest = max(spare, key=_rank)
+    if (cond.kind.value, cond.cause) not in kinds or _rank(cond) < _rank(latest):
+        del listed[(latest.kind.value, latest.effect_key, latest.cause)]
+        listed[k] = cond

@@ -1,0 +1,86 @@
+"""Reading any state version: 3 as it is; 1 (JSON) and 2 by replaying their retained records.
+
+Versions 1 and 2 kept raw records and rendered conditions only. Replaying the records through
+today's rules rebuilds the compact state, and the published episodes keep their revisions, so a
+restored finding goes on at its next revision and never publishes one twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import msgpack
+
+from detector.findings import Severity, Status
+
+from ._engine import Config, Detector
+from ._episode import add_condition
+from ._records import Acq, Ev
+from ._state import STATE_VERSION, WorkflowState, cond_of, decode_v3, evidence_of
+
+_V1_FIELDS: Final = (
+    "v",
+    "pos",
+    "max_seq",
+    "acqs",
+    "evidence",
+    "episodes",
+    "last_at",
+    "released_at",
+    "hb_obs",
+    "tool_class",
+    "lease_s",
+)
+
+
+def decode_state(raw: bytes) -> WorkflowState:
+    """A workflow state from changelog bytes of any version this code has written."""
+    fields: list[Any]
+    if raw[:1] == b"{":
+        doc = json.loads(raw)
+        version = doc.get("v")
+        fields = [doc[name] for name in _V1_FIELDS] if version == 1 else []
+    else:
+        fields = msgpack.unpackb(raw)
+        version = fields[0] if isinstance(fields, list) and fields else None
+    if version == STATE_VERSION:
+        return decode_v3(fields)
+    if version not in (1, 2):
+        raise ValueError(f"unknown workflow state version {version!r}")
+    if len(fields) != len(_V1_FIELDS):
+        raise ValueError(f"damaged workflow state: {len(fields)} fields, not {len(_V1_FIELDS)}")
+    return _replay(fields)
+
+
+def _replay(fields: list[Any]) -> WorkflowState:
+    _, pos, max_seq, acqs, evidence, episodes, last_at, released_at, hb_obs, tool, lease = fields
+    engine = Detector(Config.for_audit())
+    st = WorkflowState(
+        max_seq=max_seq,
+        acqs=tuple(sorted((Acq(*a) for a in acqs), key=lambda a: a.epoch)),
+        last_at=last_at,
+        released_at=released_at,
+        hb_obs=hb_obs,
+        tool_class=tool,
+        lease_s=lease,
+    )
+    records = sorted((Ev(*r) for r in evidence), key=lambda e: e.pos)
+    st.evidence = evidence_of(records)
+    # Every acquisition is in place first: staleness compares positions, not arrival.
+    for ev in records:
+        engine._ingest(st, ev, None, False)
+    for row in episodes:
+        ep = st.episode((row[0], row[1]))
+        for c in row[5]:
+            cond = cond_of(c)
+            seen = Ev(cond.event_id, "", row[0], cond.seq, cond.pos, cond.source, None, "", None)
+            add_condition(ep, cond, seen, None, engine.config.max_effect_keys)
+        ep.revision, ep.digest, ep.worker = row[2], row[8], row[9]
+        ep.status = Status(row[3])
+        ep.severity = max(ep.severity, Severity(row[4]), key=lambda s: s.rank)
+        ep.last_stale_at = row[7]
+        if ep.status is Status.RESOLVED:
+            ep.pending.clear()  # its verifications may be among what version 2 forgot
+    st.pos = pos
+    return st
