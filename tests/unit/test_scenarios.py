@@ -964,14 +964,15 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
         assert 0 < len(state.evidence) <= 12
 
 
-def test_state_written_by_the_json_version_still_decodes():
-    """Changelogs written by version 1 (JSON) restore by replay: the same finding, and the next
-    event continues it at its next revision, never republishing one."""
+@pytest.mark.parametrize("name", ["state-v1-export-ledger.json", "state-v2-export-ledger.msgpack"])
+def test_state_written_by_earlier_versions_still_decodes(name: str):
+    """Changelogs written by versions 1 (JSON) and 2 (the records only) restore by replay: the
+    same finding, and the next event continues it at its next revision, never republishing one."""
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
     r = run([parse_event_json(line) for line in SEED.read_text().splitlines() if line.strip()])
-    v1 = (Path(__file__).parent / "data" / "state-v1-export-ledger.json").read_bytes().strip()
-    restored = Detector(states={W: decode_state(v1)})
+    raw = (Path(__file__).parent / "data" / name).read_bytes()
+    restored = Detector(states={W: decode_state(raw.strip() if raw[:1] == b"{" else raw)})
     assert restored.findings() == r.findings(W)
     assert decode_state(encode_state(r.detector.states[W])) == r.detector.states[W]
     later = ev("e99", "heartbeat", W, 17, "worker-alpha", seq=99)
