@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, TextIO
+from typing import Any, Final, NotRequired, TextIO
 
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+
+from detector.cli import silence_stdout
 from detector.core import Config, Detector, LeaseWarning
 from detector.findings import Finding, Severity
-from detector.history import BadLine, open_history, read_history
+from detector.history import BadLine, UnusableHistoryError, open_history, read_history
 
 EXIT_OK: Final = 0
 EXIT_FINDINGS: Final = 1
 EXIT_UNUSABLE: Final = 2
 FAIL_ON_CHOICES: Final = ("info", "warning", "critical", "none")
+# Bad lines kept for the caller; each one is printed as it comes, and all of them are counted.
+# Keeping them all would make memory grow with the garbage in a history.
+KEPT_BAD_LINES: Final = 100
 
 
 @dataclass(slots=True)
@@ -24,10 +32,14 @@ class AuditResult:
     """Final revision of each finding, in the order findings opened, plus what was skipped."""
 
     findings: dict[str, Finding] = field(default_factory=dict)
-    bad_lines: list[BadLine] = field(default_factory=list)
+    bad_lines: list[BadLine] = field(default_factory=list)  # the first KEPT_BAD_LINES
+    bad_count: int = 0
+    fields_dropped: int = 0  # invalid optional fields left out of events that were kept
     events: int = 0
     workflows: set[str] = field(default_factory=set)
     lease_warnings: list[LeaseWarning] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)  # workflows whose evidence a cap cut
+    times_disbelieved: int = 0  # observed_at times beyond the clock-skew bound
 
 
 class StrictStopError(Exception):
@@ -43,25 +55,38 @@ def audit_lines(
     on_bad: TextIO | None = None,
     config: Config | None = None,
 ) -> AuditResult:
-    """Feed a history through a fresh engine; time is the history's own event-time watermark."""
-    detector = Detector(config=config or Config())
+    """Feed a history through a fresh engine (by default with `Config.for_audit()` caps); the
+    end of the history is `finish`, where silence is measured on each workflow's own times.
+
+    Each bad line and each dropped optional field is printed to `on_bad` as it comes.
+    """
+    detector = Detector(config=config or Config.for_audit())
     result = AuditResult()
     for item in read_history(lines):
         if isinstance(item, BadLine):
             if strict:
                 raise StrictStopError(item)
-            result.bad_lines.append(item)
+            result.bad_count += 1
+            if len(result.bad_lines) < KEPT_BAD_LINES:
+                result.bad_lines.append(item)
             if on_bad is not None:
-                print(f"skipped {item.describe()}", file=on_bad)
+                print(printable(f"skipped {item.describe()}"), file=on_bad)
             continue
+        event = item.event
+        for drop in event.dropped_fields:
+            result.fields_dropped += 1
+            if on_bad is not None:
+                message = f"line {item.lineno}: dropped {drop} (the event is kept)"
+                print(printable(message), file=on_bad)
         result.events += 1
-        result.workflows.add(item.event.workflow_key)
-        for update in detector.observe(item.event):
+        result.workflows.add(event.workflow_key)
+        for update in detector.observe(event):
             result.findings[update.finding.finding_id] = update.finding
-    if detector.watermark is not None:
-        for update in detector.advance(detector.watermark):
-            result.findings[update.finding.finding_id] = update.finding
+    for update in detector.finish():
+        result.findings[update.finding.finding_id] = update.finding
     result.lease_warnings = list(detector.lease_health.warnings)
+    result.truncated = detector.truncated_workflows()
+    result.times_disbelieved = detector.counters.times_disbelieved
     return result
 
 
@@ -112,7 +137,27 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+# C0 and C1 controls, DEL, Unicode line and paragraph separators and bidi overrides: a terminal
+# or a reader acts on them, so a crafted workflow key could forge, hide or reorder report lines.
+_UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character escaped as in a Python literal (`\\n`, `\\x1b`):
+    every line `audit` and `tail` print goes through it, since any user string may be in it."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+TRUNCATED_NOTE: Final = (
+    "evidence beyond --max-evidence/--max-acquisitions was forgotten; findings of this "
+    "workflow may be incomplete (raise the caps)"
+)
+
+
 def render_text(result: AuditResult, out: TextIO) -> None:
+    def line(text: str = "") -> None:
+        print(printable(text), file=out)
+
     findings = list(result.findings.values())
     by_sev = {s: sum(1 for f in findings if f.severity is s) for s in Severity}
     summary = ", ".join(f"{n} {s.value}" for s, n in by_sev.items() if n) or "none"
@@ -124,42 +169,102 @@ def render_text(result: AuditResult, out: TextIO) -> None:
             (len(findings), "finding"),
         )
     )
-    skipped = _count(len(result.bad_lines), "line")
-    print(f"splitbrain audit: {counts} ({summary}), {skipped} skipped", file=out)
+    line(
+        f"splitbrain audit: {counts} ({summary}), {_count(result.bad_count, 'line')} skipped, "
+        f"{_count(result.fields_dropped, 'field')} dropped, "
+        f"{_count(len(result.truncated), 'workflow')} truncated"
+    )
+    if result.times_disbelieved:
+        n = result.times_disbelieved
+        line(
+            f"{n} observed_at {'time' if n == 1 else 'times'} beyond the clock-skew bound "
+            f"{'was' if n == 1 else 'were'} not believed"
+        )
     for f in sorted(findings, key=lambda f: (-f.severity.rank, f.workflow_key)):
         displaced = (
             f"epoch {f.displaced.owner_epoch} ({f.displaced.worker_id}) still acting"
             if f.displaced
             else "one owner committed twice"
         )
-        print(file=out)
-        print(f"{f.severity.value.upper():8} {f.workflow_key}: {displaced}", file=out)
-        print(
-            f"  {f.finding_id} rev {f.revision}, {f.status.value}, confidence {f.confidence}, "
-            f"ordering {f.ordering}, sink {f.sink_outcome}",
-            file=out,
+        truncated = ", evidence truncated" if f.evidence_truncated else ""
+        line()
+        line(f"{f.severity.value.upper():8} {f.workflow_key}: {displaced}")
+        line(
+            f"  {f.finding_id} rev {f.revision}, {f.status.value}, confidence {f.confidence}"
+            f"{truncated}, ordering {f.ordering}, sink {f.sink_outcome}"
         )
-        print(f"  witness: {witness(f)}", file=out)
+        line(f"  witness: {witness(f)}")
         for c in f.conditions:
             extra = f" {c.effect_key}" if c.effect_key else ""
             extra += f" cause={c.cause}" if c.cause else ""
             seq = "-" if c.seq is None else str(c.seq)
-            print(f"    seq {seq:>6}  {c.event_id:<12} {c.kind.value}{extra}", file=out)
-        print(f"  response: {f.response}", file=out)
-    clean = sorted(result.workflows - {f.workflow_key for f in findings})
+            line(f"    seq {seq:>6}  {c.event_id:<12} {c.kind.value}{extra}")
+        if f.conditions_omitted:
+            line(f"    … and {_count(f.conditions_omitted, 'more condition')}")
+        line(f"  response: {f.response}")
+    if result.truncated:
+        line()
+    for wf in result.truncated:
+        line(f"truncated: {wf}: {TRUNCATED_NOTE}")
+    # A workflow whose evidence was cut is not known to be clean.
+    clean = sorted(result.workflows - {f.workflow_key for f in findings} - set(result.truncated))
     if clean:
-        print(
-            f"\nclean ({len(clean)}): {', '.join(clean[:20])}" + (" …" if len(clean) > 20 else ""),
-            file=out,
-        )
+        line()
+        line(f"clean ({len(clean)}): {', '.join(clean[:20])}" + (" …" if len(clean) > 20 else ""))
     for w in result.lease_warnings:
-        print(f"lease warning [{w.tool_class}] {w.reason}: {w.message}", file=out)
+        line(f"lease warning [{w.tool_class}] {w.reason}: {w.message}")
 
 
 # ---- --expect ---------------------------------------------------------------------------------
 
 
-def check_expectation(result: AuditResult, expected: dict[str, Any]) -> list[str]:
+class ExpectedCondition(TypedDict):
+    kind: str
+    seq: NotRequired[int | None]
+    cause: NotRequired[str | None]
+
+
+class ExpectedFinding(TypedDict):
+    workflow_key: str
+    displaced_epoch: NotRequired[int | None]
+    current_epoch: NotRequired[int | None]
+    severity: NotRequired[str]
+    status: NotRequired[str]
+    conditions: NotRequired[list[ExpectedCondition]]
+    effect_keys: NotRequired[list[str]]
+
+
+class Expectation(TypedDict):
+    """The shape of an `--expect` file (DESIGN §6); unknown keys are ignored."""
+
+    findings: NotRequired[list[ExpectedFinding]]
+    clean: NotRequired[list[str]]
+
+
+_EXPECTATION: Final = TypeAdapter(Expectation)
+
+
+class ExpectationError(ValueError):
+    """An `--expect` file that cannot be read or does not have the shape of an expectation."""
+
+
+def load_expectation(path: str) -> Expectation:
+    """Read and check an expectation file: a malformed one is an unusable input, never a FAIL
+    (which would say the history is wrong) and never a traceback."""
+    try:
+        with open(path, "rb") as fh:
+            return _EXPECTATION.validate_json(fh.read())
+    except OSError as exc:
+        raise ExpectationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ExpectationError(
+            f"{path} is not an expectation: {where + ': ' if where else ''}{first['msg']}"
+        ) from None
+
+
+def check_expectation(result: AuditResult, expected: Expectation) -> list[str]:
     """Differences between what the history produced and what the expectation file demands."""
     problems: list[str] = []
     findings = list(result.findings.values())
@@ -183,11 +288,12 @@ def check_expectation(result: AuditResult, expected: dict[str, Any]) -> list[str
     return problems
 
 
-def _compare(f: Finding, want: dict[str, Any]) -> list[str]:
+def _compare(f: Finding, want: ExpectedFinding) -> list[str]:
     problems = []
     for name, got in (("severity", f.severity.value), ("status", f.status.value)):
-        if name in want and want[name] != got:
-            problems.append(f"{name} {got}, expected {want[name]}")
+        expected = want.get(name)
+        if expected is not None and expected != got:
+            problems.append(f"{name} {got}, expected {expected}")
     current = f.current.owner_epoch if f.current else None
     if "current_epoch" in want and want["current_epoch"] != current:
         problems.append(f"current epoch {current}, expected {want['current_epoch']}")
@@ -195,7 +301,7 @@ def _compare(f: Finding, want: dict[str, Any]) -> list[str]:
     for c in want.get("conditions", []):
         key = (c["kind"], c.get("seq"), c.get("cause"))
         if not any(_cond_matches(key, h) for h in have):
-            problems.append(f"missing condition {c}")
+            problems.append(f"missing condition {dict(c)}")
     missing_keys = set(want.get("effect_keys", [])) - set(f.effect_keys)
     if missing_keys:
         problems.append(f"missing effect keys {sorted(missing_keys)}")
@@ -209,42 +315,86 @@ def _cond_matches(want: tuple[str, int | None, str | None], have: tuple[str, Any
 # ---- the command ------------------------------------------------------------------------------
 
 
+def _fail(message: str) -> int:
+    print(printable(f"splitbrain audit: {message}"), file=sys.stderr)
+    return EXIT_UNUSABLE
+
+
 def run(args: argparse.Namespace) -> int:
+    """Exit status first, output second: a reader that goes away (`| head`) changes nothing."""
     try:
-        with open_history(args.file) as fh:
-            result = audit_lines(fh, strict=args.strict, on_bad=sys.stderr)
+        expected = None if args.expect is None else load_expectation(args.expect)
+    except ExpectationError as exc:
+        return _fail(f"--expect: {exc}")
+    caps = {
+        name: getattr(args, name)
+        for name in ("max_evidence", "max_acquisitions", "clock_skew_s", "quiet_period_s")
+        if getattr(args, name) is not None
+    }
+    try:
+        with open_history(args.file) as lines:
+            result = audit_lines(
+                lines, strict=args.strict, on_bad=sys.stderr, config=Config.for_audit(**caps)
+            )
+    except UnusableHistoryError as exc:
+        return _fail(f"cannot use {args.file}: {exc}")
     except OSError as exc:
-        print(f"splitbrain audit: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return _fail(f"cannot read {args.file}: {exc.strerror or exc}")
     except StrictStopError as exc:
-        print(f"splitbrain audit: {exc} (--strict)", file=sys.stderr)
-        return EXIT_UNUSABLE
-    if args.format == "json":
+        return _fail(f"{exc} (--strict)")
+    if result.events == 0 and result.bad_count:
+        return _fail(
+            f"{args.file}: none of its {_count(result.bad_count, 'line')} is a valid event "
+            "(JSON or logfmt, one per line)"
+        )
+    problems = None if expected is None else check_expectation(result, expected)
+    if problems is not None:
+        status = EXIT_FINDINGS if problems else EXIT_OK
+    else:
+        reached = any(reaches(f, args.fail_on) for f in result.findings.values())
+        status = EXIT_FINDINGS if reached else EXIT_OK
+    try:
+        _write(result, args.format, problems)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    return status
+
+
+def _write(result: AuditResult, fmt: str, problems: list[str] | None) -> None:
+    if fmt == "json":
         for f in result.findings.values():
             print(f.to_json())
+        for wf in result.truncated:  # stdout holds findings only; this must still be seen
+            print(
+                printable(f"splitbrain audit: truncated: {wf}: {TRUNCATED_NOTE}"), file=sys.stderr
+            )
     else:
         render_text(result, sys.stdout)
-    if args.expect is not None:
-        return _run_expect(result, args.expect)
-    return (
-        EXIT_FINDINGS
-        if any(reaches(f, args.fail_on) for f in result.findings.values())
-        else EXIT_OK
-    )
+    if problems is not None:
+        for p in problems:
+            print(printable(f"  {p}"))
+        print("FAIL" if problems else "PASS")
 
 
-def _run_expect(result: AuditResult, path: str) -> int:
+def _positive_int(text: str) -> int:
     try:
-        with open(path, encoding="utf-8") as fh:
-            expected = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"splitbrain audit: cannot use --expect {path}: {exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
-    problems = check_expectation(result, expected)
-    for p in problems:
-        print(f"  {p}")
-    print("FAIL" if problems else "PASS")
-    return EXIT_FINDINGS if problems else EXIT_OK
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, at least 0, not {text!r}")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -277,5 +427,38 @@ def register(subparsers: Any) -> None:
         "--strict",
         action="store_true",
         help="stop with exit 2 at the first line that is not a valid event",
+    )
+    defaults = Config.for_audit()
+    caps = p.add_argument_group(
+        "retention and time",
+        "The defaults keep histories of thousands of events per workflow exact. A workflow "
+        "whose evidence a cap cut is named in the report as truncated.",
+    )
+    caps.add_argument(
+        "--max-evidence",
+        type=_positive_int,
+        metavar="N",
+        help="raw events kept per workflow for a late acquisition to look back at",
+    )
+    caps.add_argument(
+        "--max-acquisitions",
+        type=_positive_int,
+        metavar="N",
+        help="acquisitions kept per workflow",
+    )
+    caps.add_argument(
+        "--clock-skew-s",
+        type=_seconds,
+        metavar="S",
+        help="an observed_at further than S seconds beyond a workflow's latest believed time is "
+        "not believed until another worker or source confirms it "
+        f"(default: {defaults.clock_skew_s:g})",
+    )
+    caps.add_argument(
+        "--quiet-period-s",
+        type=_seconds,
+        metavar="S",
+        help="silence of a displaced owner, on the workflow's own times, that counts as fenced "
+        f"(default: {defaults.quiet_period_s:g})",
     )
     p.set_defaults(run=run)

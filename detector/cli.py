@@ -32,6 +32,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def silence_stdout() -> None:
+    """A reader such as `head` went away: send what is still buffered for standard output, and
+    anything printed later, to /dev/null, so that neither this write nor the flush at exit
+    fails again (which would print a traceback and change the exit status to 120)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (io.UnsupportedOperation is both)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -39,8 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except BrokenPipeError:
-        # A reader such as `head` went away: not an error of ours. Keep Python from complaining.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        # Not an error of ours. A command whose exit status means something (`audit`) catches
+        # this itself, after deciding its status; for the others, the reader had what it wanted.
+        silence_stdout()
         return 0
     return code
 

@@ -2,13 +2,19 @@
 
 Validation happens here, at the edge, so that the rules in `detector.core` can trust every field.
 Job-queue vocabularies (kind and field aliases) are folded into the canonical names on the way in.
+Only a required field can cost an event: an invalid optional one is left out, and the event says
+so in `dropped_fields` (DESIGN §3). Enter through `parse_event_json` and `parse_event_obj`: the
+drops, the names that must agree and the `request` of a job queue are handled there, on a slow
+path that a valid canonical event never takes.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import (
     AfterValidator,
@@ -20,9 +26,18 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import (
+    ErrorDetails,
+    PydanticCustomError,
+    PydanticSerializationError,
+    from_json,
+    to_json,
+)
 
 SCHEMA: Final = "splitbrain.ownership/v1"
+# One Kafka record or one history line, in the worker and in `audit` alike (DESIGN §3).
+MAX_EVENT_BYTES: Final = 64 * 1024
 MAX_DETAIL_BYTES: Final = 4096
 MAX_EPOCH: Final = 2**63 - 1
 
@@ -62,21 +77,66 @@ KIND_ALIASES: Final[dict[str, Kind]] = {
 }
 # A job queue's `result_rejected` names no effect: the job's result is the effect.
 REJECTED_RESULT_KEY: Final = "result"
+# A job queue's `tool_request_started` names its request instead; without one, the request is.
+TOOL_REQUEST_KIND: Final = "tool_request_started"
+TOOL_REQUEST_FIELD: Final = "request"
+TOOL_REQUEST_KEY: Final = "tool_request"
+# Job-queue names of required fields. One field given under two of its names must agree.
+FIELD_ALIASES: Final[dict[str, tuple[str, ...]]] = {
+    "workflow_key": ("job",),
+    "owner_epoch": ("token", "fencing_token"),
+    "worker_id": ("worker", "owner_id"),
+}
 
 EFFECT_KINDS: Final = frozenset(
     {Kind.EFFECT_ATTEMPTED, Kind.EFFECT_COMMITTED, Kind.EFFECT_REJECTED, Kind.OUTCOME_VERIFIED}
 )
 
 
+MAX_KEY_CHARS: Final = 512
+# The error type of an effect kind without an effect key: a required field, named `effect_key`.
+_NEEDS_KEY: Final = "effect_key_required"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDrop:
+    """An invalid optional field left out of an event that was kept, and why (DESIGN §3)."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+
 def _detail_fits(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is not None:
         size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
         if size > MAX_DETAIL_BYTES:
-            raise ValueError(f"detail is {size} bytes serialised; the limit is {MAX_DETAIL_BYTES}")
+            raise PydanticCustomError(
+                "detail_too_large",
+                "{size} bytes serialised; the limit is {limit}",
+                {"size": size, "limit": MAX_DETAIL_BYTES},
+            )
     return value
 
 
 ShortLabel = Annotated[str, Field(max_length=128)]
+# Whether the input used a job-queue name of a required field (its value is the first such name
+# present). Only then do the parse functions compare the names, since `AliasChoices` takes the
+# first name present and ignores the others: canonical events pay a few dictionary lookups in
+# Rust and nothing in Python. Left out of dumps, reprs and the JSON Schema.
+_JobQueueName = SkipJsonSchema[
+    Annotated[
+        Any,
+        Field(
+            default=None,
+            exclude=True,
+            repr=False,
+            validation_alias=AliasChoices(*(a for names in FIELD_ALIASES.values() for a in names)),
+        ),
+    ]
+]
 
 
 class OwnershipEvent(BaseModel):
@@ -90,7 +150,11 @@ class OwnershipEvent(BaseModel):
     kind: Kind
     workflow_key: Annotated[
         str,
-        Field(min_length=1, max_length=512, validation_alias=AliasChoices("workflow_key", "job")),
+        Field(
+            min_length=1,
+            max_length=512,
+            validation_alias=AliasChoices("workflow_key", *FIELD_ALIASES["workflow_key"]),
+        ),
     ]
     owner_epoch: Annotated[
         int,
@@ -98,7 +162,7 @@ class OwnershipEvent(BaseModel):
             ge=0,
             le=MAX_EPOCH,
             strict=True,
-            validation_alias=AliasChoices("owner_epoch", "token", "fencing_token"),
+            validation_alias=AliasChoices("owner_epoch", *FIELD_ALIASES["owner_epoch"]),
         ),
     ]
     worker_id: Annotated[
@@ -106,13 +170,13 @@ class OwnershipEvent(BaseModel):
         Field(
             min_length=1,
             max_length=256,
-            validation_alias=AliasChoices("worker_id", "worker", "owner_id"),
+            validation_alias=AliasChoices("worker_id", *FIELD_ALIASES["worker_id"]),
         ),
     ]
     seq: Annotated[int | None, Field(ge=0, le=MAX_EPOCH, strict=True)] = None
     source: Source = Source.WORKER
     observed_at: Annotated[AwareDatetime | None, Field(strict=True)] = None
-    effect_key: Annotated[str | None, Field(min_length=1, max_length=512)] = None
+    effect_key: Annotated[str | None, Field(min_length=1, max_length=MAX_KEY_CHARS)] = None
     destination: Annotated[str | None, Field(max_length=256)] = None
     lease_until: Annotated[AwareDatetime | None, Field(strict=True)] = None
     lease_duration_s: Annotated[float | None, Field(gt=0)] = None
@@ -121,18 +185,42 @@ class OwnershipEvent(BaseModel):
     detail: Annotated[dict[str, Any] | None, AfterValidator(_detail_fits)] = None
     trace_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{32}$")] = None
     span_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{16}$")] = None
+    job_queue_name: _JobQueueName
+
+    # The invalid optional fields left out of this event, each with its reason. A class default
+    # overridden per instance only on the rare slow path: a pydantic private attribute would
+    # cost every valid event an extra initialisation.
+    dropped_fields: ClassVar[tuple[FieldDrop, ...]] = ()
 
     @model_validator(mode="after")
     def _effect_needs_key(self) -> OwnershipEvent:
         if self.effect_key is None and self.kind in EFFECT_KINDS:
             if self.kind is not Kind.EFFECT_REJECTED:
-                raise ValueError(f"effect_key is required for kind {self.kind.value}")
+                raise PydanticCustomError(
+                    _NEEDS_KEY,
+                    "required for kind {kind}",
+                    {"kind": self.kind.value},
+                )
             object.__setattr__(self, "effect_key", REJECTED_RESULT_KEY)
         return self
 
     def observed_ts(self) -> float | None:
         """The emitter's clock as epoch seconds: for freshness and lag, never for ordering."""
         return None if self.observed_at is None else self.observed_at.timestamp()
+
+
+# The fields whose invalid value is dropped rather than costing the event (DESIGN §3), in model
+# order: every field the model does not require, plus a job queue's `request` (an effect key).
+# Also the bounded label values of `splitbrain_event_fields_dropped_total{field}`.
+OPTIONAL_FIELDS: Final[tuple[str, ...]] = (
+    *(
+        name
+        for name, info in OwnershipEvent.model_fields.items()
+        if not info.is_required() and not info.exclude
+    ),
+    TOOL_REQUEST_FIELD,
+)
+_DROPPABLE: Final = frozenset(OPTIONAL_FIELDS)
 
 
 class EventError(ValueError):
@@ -144,28 +232,99 @@ class EventError(ValueError):
         self.field = field
 
     @classmethod
+    def from_error(cls, error: ErrorDetails) -> EventError:
+        if error["type"] == _NEEDS_KEY:
+            return cls(error["msg"], "effect_key")
+        return cls(error["msg"], ".".join(str(p) for p in error["loc"]) or None)
+
+    @classmethod
     def from_validation(cls, exc: ValidationError) -> EventError:
-        first = exc.errors(include_url=False)[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        return cls(first["msg"], field)
+        return cls.from_error(exc.errors(include_url=False)[0])
+
+    def detached(self) -> EventError:
+        """The same error with no traceback or chained exception: safe to keep by the thousand
+        (a raised error holds the frames, and the input, of the parse that raised it)."""
+        return EventError(self.reason, self.field)
 
 
 def parse_event_json(raw: str | bytes) -> OwnershipEvent:
-    """Parse one JSON object into an event, or raise `EventError` naming the field."""
+    """Parse one JSON object into an event, or raise `EventError` naming the field.
+
+    An invalid optional field is dropped and listed in the event's `dropped_fields`.
+    """
     try:
-        return OwnershipEvent.model_validate_json(raw)
+        event = OwnershipEvent.model_validate_json(raw)
     except ValidationError as exc:
-        raise EventError.from_validation(exc) from None
+        return _salvage(exc, lambda: from_json(raw))
+    if "job_queue_name" in event.__pydantic_fields_set__:  # the property costs twice as much
+        _names_agree(from_json(raw))
+    return event
 
 
-def parse_event_obj(obj: dict[str, Any]) -> OwnershipEvent:
+def parse_event_obj(obj: Mapping[str, Any]) -> OwnershipEvent:
     """Validate a mapping (logfmt, typed emitter helpers) by the same JSON rules as the wire.
 
     Going through JSON keeps one notion of valid: a time is an RFC 3339 string, never a number.
     """
+    _names_agree(obj)
     try:
-        return OwnershipEvent.model_validate_json(to_json(obj))
-    except (ValidationError, PydanticSerializationError) as exc:
-        if isinstance(exc, ValidationError):
-            raise EventError.from_validation(exc) from None
+        raw = to_json(obj)
+    except PydanticSerializationError as exc:
         raise EventError(f"not serialisable as JSON: {exc}") from None
+    try:
+        return OwnershipEvent.model_validate_json(raw)
+    except ValidationError as exc:
+        return _salvage(exc, lambda: from_json(raw))
+
+
+def _names_agree(obj: Mapping[str, Any]) -> None:
+    """One field given under two of its names must say one thing (DESIGN §3): choosing one of
+    them would be silent. A null is no value, so it conflicts with none."""
+    for name, aliases in FIELD_ALIASES.items():
+        names = [n for n in (name, *aliases) if obj.get(n) is not None]
+        values = [obj[n] for n in names]
+        if any(type(v) is not type(values[0]) or v != values[0] for v in values[1:]):
+            raise EventError(f"given twice with different values (as {', '.join(names)})", name)
+
+
+def _salvage(exc: ValidationError, load: Callable[[], Any]) -> OwnershipEvent:
+    """The slow path of an event that failed validation: rejected if a required field is
+    missing or invalid; otherwise validated again without its invalid optional fields, which it
+    lists in `dropped_fields`. Also where a job queue's `tool_request_started` without an
+    effect key takes its `request` as the key (else `tool_request`)."""
+    drops: dict[str, FieldDrop] = {}
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        name = loc[0] if loc else None
+        if isinstance(name, str) and name in _DROPPABLE:
+            where = ".".join(str(p) for p in loc[1:])
+            drops.setdefault(
+                name, FieldDrop(name, f"{where}: {error['msg']}" if where else error["msg"])
+            )
+        elif error["type"] != _NEEDS_KEY:
+            raise EventError.from_error(error) from None
+    obj = load()
+    if not isinstance(obj, dict):
+        raise EventError.from_validation(exc) from None
+    _names_agree(obj)
+    if "effect_key" in drops and Kind(obj["kind"]) in EFFECT_KINDS:
+        raise EventError(drops["effect_key"].reason, "effect_key")  # required for this kind
+    for name in drops:
+        obj.pop(name, None)
+    if obj.get("kind") == TOOL_REQUEST_KIND and obj.get("effect_key") is None:
+        request = obj.get(TOOL_REQUEST_FIELD)
+        usable = isinstance(request, str) and 0 < len(request) <= MAX_KEY_CHARS
+        if request is not None and not usable:
+            drops[TOOL_REQUEST_FIELD] = FieldDrop(
+                TOOL_REQUEST_FIELD,
+                f"not usable as the effect key (a string of 1 to {MAX_KEY_CHARS} characters); "
+                f"the key is {TOOL_REQUEST_KEY!r}",
+            )
+        obj["effect_key"] = request if usable else TOOL_REQUEST_KEY
+    try:
+        event = OwnershipEvent.model_validate_json(to_json(obj))
+    except ValidationError as again:
+        raise EventError.from_validation(again) from None
+    if drops:
+        object.__setattr__(event, "dropped_fields", tuple(drops.values()))
+    return event

@@ -19,7 +19,7 @@ from typing import Final
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 from pydantic import ValidationError
 
-from detector.audit import AuditResult, render_text
+from detector.audit import AuditResult, printable, render_text
 from detector.findings import Finding
 from detector.kafka import FINDINGS_TOPIC
 from detector.kafka.config import (
@@ -51,10 +51,8 @@ class FindingsView:
             self.invalid += 1
             first = exc.errors(include_url=False)[0]
             where = ".".join(str(p) for p in first["loc"]) or "value"
-            print(
-                f"skipped {msg.topic()}[{msg.partition()}]@{msg.offset()}: {where}: {first['msg']}",
-                file=sys.stderr,
-            )
+            where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: {where}"
+            print(printable(f"skipped {where}: {first['msg']}"), file=sys.stderr)
             return None
         known = self.findings.get(finding.finding_id)
         if known is not None and known.revision >= finding.revision:
@@ -64,8 +62,9 @@ class FindingsView:
 
 
 def one_line(f: Finding) -> str:
+    """One revision as it arrives; escaped, since a workflow key is whatever an emitter sent."""
     kinds = ",".join(c.kind.value for c in f.conditions)
-    return (
+    return printable(
         f"{f.severity.value.upper():8} {f.workflow_key} {f.finding_id} rev {f.revision} "
         f"{f.status.value} confidence={f.confidence} conditions={kinds}"
     )
@@ -80,7 +79,7 @@ def summary(view: FindingsView, topic: str) -> str:
     report = io.StringIO()
     render_text(result, report)
     _, _, details = report.getvalue().partition("\n")
-    head = (
+    head = printable(
         f"splitbrain tail: {view.records} record(s) from {topic}, "
         f"{len(view.findings)} finding(s), {view.invalid} invalid record(s) skipped"
     )

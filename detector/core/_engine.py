@@ -104,9 +104,11 @@ class Counters:
     events: int = 0
     redelivered: int = 0
     id_conflicts: int = 0  # a seen event id came again with other content
-    # Forgotten at the caps: activity is routine for long workflows; a forgotten effect key or
-    # acquisition can hide a duplicate or a late displacement.
+    # Forgotten at the caps: raw activity and other raw events are routine for long workflows
+    # (their verdicts live on in compact form); a forgotten effect key or acquisition can hide
+    # a duplicate or a late displacement.
     activity_dropped: int = 0
+    events_dropped: int = 0
     effects_dropped: int = 0
     acquisitions_dropped: int = 0
     ids_dropped: int = 0
@@ -454,7 +456,7 @@ class Detector:
             else:
                 keep.append(e)
         self.counters.activity_dropped += activity
-        self.counters.effects_dropped += excess - activity
+        self.counters.events_dropped += excess - activity
         self._cut(st, Cut.EVIDENCE)
         return evidence_of(keep[excess - activity :])
 

@@ -503,6 +503,8 @@ class FaustWorker:
             self.metrics.dead_letter(admitted.reason_code, partition)
         else:
             self.metrics.event(admitted.kind.value, partition)
+            if admitted.dropped_fields:
+                self.metrics.fields_dropped(admitted, partition)
             engine = self._engine(partition)
             # Silence is measured on this worker's clock: no producer's CreateTime can resolve.
             updates = engine.detector.observe(admitted, at=time.time())

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from detector.events import EventError, OwnershipEvent, parse_event_json
+from detector.events import MAX_EVENT_BYTES, EventError, OwnershipEvent, parse_event_json
 
-MAX_EVENT_BYTES: Final = 64 * 1024
 # Bounded metric labels for dead letters; every reason below starts with one of them.
 REASON_CODES: Final = ("too_large", "empty", "key_mismatch", "no_key", "invalid")
 
@@ -46,7 +45,11 @@ def admit(
     key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int
 ) -> OwnershipEvent | DeadLetter:
     """Validate a record: size, the event model (the JSON parser rejects bad UTF-8 itself), and
-    that the key is the workflow's."""
+    that the key is the workflow's.
+
+    Only a required field dead-letters: an event with an invalid optional field is returned
+    without it, and lists what it lost in `event.dropped_fields` (count them with
+    `WorkerMetrics.fields_dropped`)."""
 
     def dead(reason: str, field: str | None = None) -> DeadLetter:
         return DeadLetter(reason, field, key, value, topic, partition, offset)

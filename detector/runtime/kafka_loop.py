@@ -178,6 +178,8 @@ class KafkaLoopWorker:
         if isinstance(admitted, DeadLetter):
             self._dead_letter(admitted, partition)
             return
+        if admitted.dropped_fields:
+            self.metrics.fields_dropped(admitted, partition)
         # Silence is measured on this worker's clock: no producer's CreateTime can resolve.
         updates = ps.detector.observe(admitted, at=time.time())
         ps.dirty.add(admitted.workflow_key)

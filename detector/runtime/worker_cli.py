@@ -6,8 +6,9 @@ import argparse
 import logging
 import os
 import socket
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from detector.core import Config
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
@@ -25,6 +26,47 @@ RUNTIMES = ("kafka", "faust")
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"SPLITBRAIN_{name}", default)
+
+
+# One line per engine setting (`detector.core.Config`): each is a flag and a variable.
+_ENGINE_HELP: Final = {
+    "max_evidence": "raw events kept per workflow for a late acquisition to look back at",
+    "max_acquisitions": "acquisitions kept per workflow",
+    "max_effect_keys": "effect keys kept per workflow and tracked per finding",
+    "max_event_ids": "event ids remembered per workflow to recognise a redelivery",
+    "quiet_period_s": "silence (this worker's clock) that counts as fenced, in seconds",
+    "clock_skew_s": "audit only: how far ahead an uncorroborated observed_at is still believed",
+    "idle_ttl_s": "a workflow with no events for this long is forgotten, in seconds",
+    "idle_sweep_s": "how often every workflow is checked for idleness, in seconds",
+    "missed_heartbeats": "R of the lease rule L > R x H + J",
+    "jitter_reserve_s": "J of the lease rule L > R x H + J, in seconds",
+}
+
+
+def _number(text: str, convert: type[int] | type[float], least: float, most: float) -> Any:
+    """A flag's value, or an error that says the form (a flag or its SPLITBRAIN_ variable)."""
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not least <= value <= most:
+        kind = "a whole number" if convert is int else "seconds"
+        raise argparse.ArgumentTypeError(
+            f"expected {kind} from {least:g} to {most:.0f}, got {text!r}"
+        )
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return int(_number(text, int, 1, 2**31 - 1))
+
+
+def _port(text: str) -> int:
+    return int(_number(text, int, 0, 65535))
+
+
+def _seconds(text: str) -> float:
+    return float(_number(text, float, 0, 10**9))
 
 
 def register(subparsers: Any) -> None:
@@ -52,16 +94,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--input-topic", default=_env("INPUT_TOPIC", INPUT_TOPIC))
     p.add_argument("--findings-topic", default=_env("FINDINGS_TOPIC", FINDINGS_TOPIC))
     p.add_argument("--dlq-topic", default=_env("DLQ_TOPIC", DLQ_TOPIC))
+    # String defaults from the environment go through `type` only when this command runs, so
+    # a bad variable names its flag here and never breaks another command.
     p.add_argument(
         "--commit-interval-ms",
-        type=int,
-        default=int(_env("COMMIT_INTERVAL_MS", "100") or 100),
+        type=_positive_int,
+        default=_env("COMMIT_INTERVAL_MS", "100"),
         help="commit the transaction at least this often (default 100)",
     )
     p.add_argument(
         "--commit-max-events",
-        type=int,
-        default=int(_env("COMMIT_MAX_EVENTS", "5000") or 5000),
+        type=_positive_int,
+        default=_env("COMMIT_MAX_EVENTS", "5000"),
         help="or after this many input records (default 5000)",
     )
     p.add_argument("--state-dir", type=Path, default=Path(_env("STATE_DIR", "var/state") or "."))
@@ -74,24 +118,21 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--metrics-port",
-        type=int,
-        default=int(_env("METRICS_PORT", "0") or 0),
+        type=_port,
+        default=_env("METRICS_PORT", "0"),
         help="serve /metrics on 127.0.0.1:PORT (0: off)",
     )
     defaults = Config()
-    p.add_argument(
-        "--quiet-period-s",
-        type=float,
-        default=float(_env("QUIET_PERIOD_S", str(defaults.quiet_period_s)) or 0),
-        help=f"silence that counts as fenced, in seconds (default {defaults.quiet_period_s:g})",
-    )
-    p.add_argument(
-        "--max-evidence",
-        type=int,
-        default=int(_env("MAX_EVIDENCE", str(defaults.max_evidence)) or 0),
-        help="events retained per workflow for late evidence; activity is dropped first "
-        f"(default {defaults.max_evidence})",
-    )
+    for f in fields(Config):
+        default = getattr(defaults, f.name)
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f"engine_{f.name}",
+            type=_positive_int if isinstance(default, int) else _seconds,
+            default=_env(f.name.upper(), str(default)),
+            metavar="N" if isinstance(default, int) else "S",
+            help=f"{_ENGINE_HELP[f.name]} (default {default:g})",
+        )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.set_defaults(run=run)
 
@@ -114,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         store=args.store,
         metrics_port=args.metrics_port or None,
-        engine=Config(quiet_period_s=args.quiet_period_s, max_evidence=args.max_evidence),
+        engine=Config(**{f.name: getattr(args, f"engine_{f.name}") for f in fields(Config)}),
     )
     metrics = WorkerMetrics()
     if settings.metrics_port:

@@ -1,19 +1,30 @@
 """Prometheus metrics of a detector worker.
 
-Every label is bounded (event kind, severity, status, reason code, eviction cause, partition
-number); workflow keys, worker ids and effect keys never become labels.
+Every label is bounded (event kind, severity, status, reason code, optional field name,
+eviction cause, partition number); workflow keys, worker ids and effect keys never become labels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from detector.core import Counters, FindingUpdate
+from detector.events import OPTIONAL_FIELDS, OwnershipEvent
 from detector.findings import Severity
 from detector.runtime.intake import REASON_CODES
+
+# Label of each class of forgotten evidence, and the engine counter that counts it.
+_EVIDENCE_CLASSES: Final = {
+    "activity": "activity_dropped",
+    "event": "events_dropped",
+    "effect": "effects_dropped",
+    "acquisition": "acquisitions_dropped",
+    "event_id": "ids_dropped",
+}
 
 
 class WorkerMetrics:
@@ -54,19 +65,38 @@ class WorkerMetrics:
             ["partition", "severity"],
             registry=r,
         )
+        self.field_drops = Counter(
+            "splitbrain_event_fields_dropped_total",
+            "Invalid optional fields dropped from events that were processed without them "
+            "(never dead-lettered for it), by field",
+            ["field"],
+            registry=r,
+        )
         self.workflows = Gauge(
             "splitbrain_state_workflows", "Workflows tracked in memory", ["partition"], registry=r
         )
         self.dropped = Counter(
             "splitbrain_state_evidence_dropped_total",
-            "Retained evidence forgotten at the per-workflow caps, by class "
-            "(activity, effect, acquisition)",
+            "Retained evidence forgotten at the per-workflow caps, by class: raw activity and "
+            "other raw events (routine), effect keys, acquisitions and event ids (these can "
+            "hide a finding: the workflow counts as truncated)",
             ["class"],
             registry=r,
         )
         self.redelivered = Counter(
             "splitbrain_events_redelivered_total",
             "Events ignored because their event_id was already seen",
+            registry=r,
+        )
+        self.id_conflicts = Counter(
+            "splitbrain_events_id_conflicts_total",
+            "Events ignored because their event_id was already seen with other content",
+            registry=r,
+        )
+        self.truncated = Counter(
+            "splitbrain_workflows_truncated_total",
+            "Workflows whose effect keys or acquisitions a cap forgot: a finding may be missed "
+            "or incomplete there, and its revisions say evidence_truncated",
             registry=r,
         )
         self.evictions = Counter(
@@ -115,7 +145,9 @@ class WorkerMetrics:
             self.transactions.labels(outcome)
         for reason in REASON_CODES:
             self.dlq.labels(reason)
-        for evidence_class in ("activity", "effect", "acquisition"):
+        for name in OPTIONAL_FIELDS:
+            self.field_drops.labels(name)
+        for evidence_class in _EVIDENCE_CLASSES:
             self.dropped.labels(evidence_class)
         self._seen: dict[int, Counters] = {}
         # Work of open transactions, by input partition: counted when its transaction commits,
@@ -136,6 +168,11 @@ class WorkerMetrics:
 
     def dead_letter(self, reason: str, partition: int) -> None:
         self._count(partition, self.dlq, reason)
+
+    def fields_dropped(self, event: OwnershipEvent, partition: int) -> None:
+        """Count the optional fields `admit` dropped from an event it kept (none: no work)."""
+        for drop in event.dropped_fields:
+            self._count(partition, self.field_drops, drop.field)
 
     def finding_revision(self, update: FindingUpdate, partition: int) -> None:
         finding = update.finding
@@ -169,12 +206,11 @@ class WorkerMetrics:
     def engine(self, partition: int, counters: Counters) -> None:
         """Turn one partition engine's cumulative counts into counter increments."""
         last = self._seen.get(partition) or Counters()
-        self.dropped.labels("activity").inc(counters.activity_dropped - last.activity_dropped)
-        self.dropped.labels("effect").inc(counters.effects_dropped - last.effects_dropped)
-        self.dropped.labels("acquisition").inc(
-            counters.acquisitions_dropped - last.acquisitions_dropped
-        )
+        for evidence_class, name in _EVIDENCE_CLASSES.items():
+            self.dropped.labels(evidence_class).inc(getattr(counters, name) - getattr(last, name))
+        self.truncated.inc(counters.workflows_truncated - last.workflows_truncated)
         self.redelivered.inc(counters.redelivered - last.redelivered)
+        self.id_conflicts.inc(counters.id_conflicts - last.id_conflicts)
         self.evictions.labels("released").inc(counters.evicted_released - last.evicted_released)
         self.evictions.labels("idle").inc(counters.evicted_idle - last.evicted_idle)
         self._seen[partition] = Counters(

@@ -1,6 +1,8 @@
 """A corpus of bad input records: each must land on the DLQ exactly once, and nothing else break.
 
-Every entry is (name, key, value). Keys are bytes or None; values are bytes or None.
+Every entry is (name, key, value). Keys are bytes or None; values are bytes or None. Records whose
+only fault is an optional field are not poison (DESIGN §3): the worker keeps the event without
+that field and counts the drop; they are listed apart, in `kept_with_a_dropped_field`.
 """
 
 from __future__ import annotations
@@ -65,8 +67,6 @@ def corpus(largest_value: int) -> list[Record]:
         ("too_large_64k", key, _json(_event(detail={"pad": "x" * 70_000}))),
         ("largest_accepted", key, b"{" + b" " * (largest_value - 2) + b"}"),
         ("deeply_nested_detail", key, _json(_event(detail=nested))),
-        ("detail_over_4k", key, _json(_event(detail={"blob": "y" * 5000}))),
-        ("detail_not_object", key, _json(_event(detail=[1, 2]))),
         ("unknown_kind", key, _json(_event(kind="teleported"))),
         ("kind_number", key, _json(_event(kind=3))),
         ("kind_null", key, _json(_event(kind=None))),
@@ -77,6 +77,34 @@ def corpus(largest_value: int) -> list[Record]:
         ("epoch_float", key, _json(_event(owner_epoch=17.5))),
         ("epoch_bool", key, _json(_event(owner_epoch=True))),
         ("epoch_null", key, _json(_event(owner_epoch=None))),
+        ("event_id_empty", key, _json(_event(event_id=""))),
+        ("event_id_too_long", key, _json(_event(event_id="e" * 200))),
+        ("event_id_number", key, _json(_event(event_id=5))),
+        ("workflow_key_too_long", b"w" * 600, _json(_event(workflow_key="w" * 600))),
+        ("worker_id_too_long", key, _json(_event(worker_id="w" * 300))),
+        ("worker_id_null", key, _json(_event(worker_id=None))),
+        ("attempt_without_effect_key", key, _json(_event(kind="effect_attempted"))),
+        ("commit_without_effect_key", key, _json(_event(kind="effect_committed"))),
+        ("verified_without_effect_key", key, _json(_event(kind="outcome_verified"))),
+        ("effect_key_too_long", key, _json(_event(kind="effect_attempted", effect_key="k" * 600))),
+        ("effect_key_empty", key, _json(_event(kind="effect_committed", effect_key=""))),
+        ("rejected_effect_key_number", key, _json(_event(kind="effect_rejected", effect_key=5))),
+        ("worker_id_empty", key, _json(_event(worker_id=""))),
+        ("names_disagree_workflow_key", key, _json(_event(job="another-workflow"))),
+        ("names_disagree_owner_epoch", key, _json(_event(token=2))),
+        ("names_disagree_worker_id", key, _json(_event(owner_id="w-other"))),
+    ]
+    for missing in ("event_id", "kind", "workflow_key", "owner_epoch", "worker_id"):
+        entries.append((f"missing_{missing}", key, _json(_event(**{missing: _DROP}))))
+    return entries
+
+
+def kept_with_a_dropped_field() -> list[Record]:
+    """Records with one invalid optional field: never dead-lettered, processed without it."""
+    key = _WF.encode()
+    return [
+        ("detail_over_4k", key, _json(_event(detail={"blob": "y" * 5000}))),
+        ("detail_not_object", key, _json(_event(detail=[1, 2]))),
         ("seq_negative", key, _json(_event(seq=-5))),
         ("seq_string", key, _json(_event(seq="5"))),
         ("seq_float", key, _json(_event(seq=5.5))),
@@ -91,17 +119,4 @@ def corpus(largest_value: int) -> list[Record]:
         ("attrs_long_value", key, _json(_event(attrs={"tool_class": "z" * 500}))),
         ("trace_id_not_hex", key, _json(_event(trace_id="zz" * 16))),
         ("span_id_short", key, _json(_event(span_id="abc"))),
-        ("event_id_empty", key, _json(_event(event_id=""))),
-        ("event_id_too_long", key, _json(_event(event_id="e" * 200))),
-        ("event_id_number", key, _json(_event(event_id=5))),
-        ("workflow_key_too_long", b"w" * 600, _json(_event(workflow_key="w" * 600))),
-        ("worker_id_too_long", key, _json(_event(worker_id="w" * 300))),
-        ("worker_id_null", key, _json(_event(worker_id=None))),
-        ("attempt_without_effect_key", key, _json(_event(kind="effect_attempted"))),
-        ("commit_without_effect_key", key, _json(_event(kind="effect_committed"))),
-        ("verified_without_effect_key", key, _json(_event(kind="outcome_verified"))),
-        ("effect_key_too_long", key, _json(_event(kind="effect_attempted", effect_key="k" * 600))),
     ]
-    for missing in ("event_id", "kind", "workflow_key", "owner_epoch", "worker_id"):
-        entries.append((f"missing_{missing}", key, _json(_event(**{missing: _DROP}))))
-    return entries

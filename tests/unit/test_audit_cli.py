@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from detector.audit import audit_lines
 from detector.cli import main
 from tests.paths import PUBLISHED, ROOT, SEED_EXPECTED, SEED_FIXTURE
 
@@ -107,7 +108,10 @@ def test_strict_stops_at_first_bad_line(capsys: pytest.CaptureFixture[str], tmp_
 
 def test_invalid_utf8_line_is_reported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     history = tmp_path / "h.log"
-    history.write_bytes(b"job_claimed job=a token=1 worker=\xff\xfe seq=1\n")
+    history.write_bytes(
+        b"job_claimed job=a token=1 worker=\xff\xfe seq=1\n"
+        b"job_claimed job=a token=1 worker=w seq=2\n"
+    )
     code, _, err = audit(capsys, str(history))
     assert code == 0
     assert "line 1: not UTF-8" in err
@@ -145,3 +149,464 @@ def test_logfmt_job_queue_log(capsys: pytest.CaptureFixture[str]) -> None:
     assert finding["workflow_key"] == "8f1b"
     assert (finding["displaced"]["owner_epoch"], finding["current"]["owner_epoch"]) == (42, 43)
     assert finding["sink_outcome"] == "rejected"
+
+
+# ---- an invalid optional field never costs the event (DESIGN §3) -------------------------------
+
+STALE_COMMIT = [  # epoch 17 displaced at seq 5, then its commit confirmed by a destination
+    line
+    for line in FIXTURE.read_text().splitlines()
+    if json.loads(line)["event_id"] in {"e01", "e05", "e08"}
+]
+
+
+def with_fields(line: str, **fields: object) -> str:
+    return json.dumps({**json.loads(line), **fields})
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"observed_at": "2026-07-26T10:00:24"},  # no UTC offset
+        {"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"},  # upper case
+        {"span_id": "00f067aa0ba902b7ff"},
+        {"attrs": {"tool_class": "x" * 500}},
+        {"attrs": {"rows": 600}},
+        {"detail": {"payload": "x" * 5000}},
+        {"destination": "d" * 1000},
+        {"lease_until": "soon"},
+        {"lease_duration_s": 0},
+        {"heartbeat_interval_s": "30s"},
+    ],
+)
+def test_a_stale_commit_with_a_bad_optional_field_is_still_critical(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, bad: dict[str, object]
+) -> None:
+    history = tmp_path / "h.jsonl"
+    history.write_text("\n".join([*STALE_COMMIT[:2], with_fields(STALE_COMMIT[2], **bad)]))
+    code, out, err = audit(capsys, str(history), "--format", "json", "--fail-on", "critical")
+    assert code == 1
+    finding = json.loads(out)
+    assert (finding["severity"], finding["sink_outcome"]) == ("critical", "committed")
+    (field,) = bad
+    (line,) = err.splitlines()
+    assert line.startswith(f"line 3: dropped {field}: ") and line.endswith("(the event is kept)")
+
+
+def test_an_invalid_source_falls_back_to_worker_and_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = tmp_path / "h.jsonl"
+    history.write_text("\n".join([*STALE_COMMIT[:2], with_fields(STALE_COMMIT[2], source="db")]))
+    code, out, err = audit(capsys, str(history), "--strict")  # a dropped field is no bad line
+    assert code == 1  # a worker's claim of a stale commit is still a finding
+    assert "line 3: dropped source: " in err
+    assert ", 1 field dropped, " in out.splitlines()[0]
+
+
+def test_an_invalid_seq_is_dropped_and_the_event_ordered_by_arrival(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = tmp_path / "h.jsonl"
+    history.write_text("\n".join([*STALE_COMMIT[:2], with_fields(STALE_COMMIT[2], seq=-8)]))
+    code, out, err = audit(capsys, str(history), "--format", "json")
+    assert code == 1
+    (condition,) = json.loads(out)["conditions"]
+    assert (condition["kind"], condition["seq"]) == ("stale_effect_committed", None)
+    assert "line 3: dropped seq: " in err
+
+
+def test_drops_are_counted_in_the_summary(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = tmp_path / "h.jsonl"
+    lines = FIXTURE.read_text().splitlines()
+    lines[0] = with_fields(lines[0], observed_at="yesterday", lease_duration_s=-90)
+    lines[5] = with_fields(lines[5], trace_id="XYZ")
+    history.write_text("\n".join(lines))
+    code, out, err = audit(capsys, str(history))
+    assert code == 1
+    assert ", 0 lines skipped, 3 fields dropped, " in out.splitlines()[0]
+    assert [line.split(":")[0] for line in err.splitlines()] == ["line 1", "line 1", "line 6"]
+
+
+# ---- the job-queue vocabulary ----------------------------------------------------------------
+
+
+def test_a_stale_tool_request_in_a_job_queue_log_is_found_under_its_request_id(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "jobs.log"
+    log.write_text(
+        "job_claimed job=9a2c token=7 worker=w1 seq=1\n"
+        "job_claimed job=9a2c token=8 worker=w2 seq=2\n"
+        "tool_request_started job=9a2c token=7 worker=w1 seq=3 request=ext-791\n"
+        "tool_request_started job=9a2c token=7 worker=w1 seq=4\n"
+    )
+    code, out, err = audit(capsys, str(log), "--format", "json", "--strict")
+    assert (code, err) == (1, "")
+    finding = json.loads(out)
+    assert {(c["kind"], c["effect_key"]) for c in finding["conditions"]} == {
+        ("stale_effect_attempt", "ext-791"),
+        ("stale_effect_attempt", "tool_request"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("heartbeat_ok job=8f1b token=42 worker=w1 attrs=x attrs.tool_class=y", "attrs given"),
+        ("heartbeat_ok job=8f1b token=42 worker=w1 detail=1 detail.x=2", "detail given"),
+        ('heartbeat_ok job=8f1b token=42 worker="w1 seq=9', "unterminated quote"),
+        ("progress kind=heartbeat job=8f1b token=42 worker=w1", "kind given twice"),
+        (
+            "heartbeat_ok job=8f1b workflow_key=other token=42 worker=w1",
+            "workflow_key: given twice",
+        ),
+        ("heartbeat_ok job=8f1b token=42 fencing_token=43 worker=w1", "owner_epoch: given twice"),
+        ("heartbeat_ok job=8f1b token=42 worker=w1 owner_id=w2", "worker_id: given twice"),
+        (
+            '{"event_id": "j", "kind": "heartbeat", "job": "a", "workflow_key": "b", '
+            '"owner_epoch": 1, "worker_id": "w"}',
+            "workflow_key: given twice",
+        ),
+    ],
+)
+def test_a_line_that_says_one_thing_twice_is_a_bad_line_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, line: str, says: str
+) -> None:
+    log = tmp_path / "jobs.log"
+    log.write_text((ROOT / "examples" / "job-queue.log").read_text() + line + "\n")
+    code, _, err = audit(capsys, str(log), "--fail-on", "none")
+    assert code == 0  # skipped, not fatal, and never a traceback that exits 1
+    assert err.startswith("skipped line 11: ") and says in err
+    code, out, err = audit(capsys, str(log), "--strict")
+    assert (code, out) == (2, "")
+    assert err.startswith("splitbrain audit: line 11: ") and says in err
+
+
+# ---- retention caps, clocks and quiet periods ------------------------------------------------
+
+
+def long_workflow(tmp_path: Path) -> Path:
+    """Epoch 1 commits K and then 40 other effects; epoch 2 takes over and commits K again."""
+    rows = [("lease_acquired", 1, "alpha", None), ("effect_committed", 1, "alpha", "K")]
+    rows += [("effect_committed", 1, "alpha", f"other-{i}") for i in range(40)]
+    rows += [("lease_acquired", 2, "beta", None), ("effect_committed", 2, "beta", "K")]
+    history = tmp_path / "long.jsonl"
+    history.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "event_id": f"e{seq}",
+                    "seq": seq,
+                    "kind": kind,
+                    "workflow_key": "wf",
+                    "owner_epoch": epoch,
+                    "worker_id": worker,
+                    "effect_key": key,
+                    "source": "coordinator" if key is None else "destination",
+                }
+            )
+            for seq, (kind, epoch, worker, key) in enumerate(rows, start=1)
+        )
+    )
+    return history
+
+
+def test_audit_defaults_keep_a_long_workflow_exact(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = audit(capsys, str(long_workflow(tmp_path)))
+    assert code == 1
+    assert "duplicate_effect K cause=failover" in out
+    assert ", 0 workflows truncated" in out.splitlines()[0]
+    assert "truncated:" not in out
+
+
+def handoffs(tmp_path: Path) -> Path:
+    """Five clean handoffs, each owner committing its own shard: no finding."""
+    rows = []
+    for epoch in range(1, 6):
+        common = {"workflow_key": "handoffs", "owner_epoch": epoch, "worker_id": f"w{epoch}"}
+        rows.append(
+            {
+                "event_id": f"a{epoch}",
+                "seq": 2 * epoch,
+                "kind": "lease_acquired",
+                "source": "coordinator",
+                **common,
+            }
+        )
+        rows.append(
+            {
+                "event_id": f"c{epoch}",
+                "seq": 2 * epoch + 1,
+                "kind": "effect_committed",
+                "effect_key": f"shard-{epoch}",
+                "source": "destination",
+                **common,
+            }
+        )
+    history = tmp_path / "handoffs.jsonl"
+    history.write_text("\n".join(json.dumps(row) for row in rows))
+    return history
+
+
+def test_a_workflow_cut_by_a_cap_is_named_and_never_called_clean(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = str(handoffs(tmp_path))
+    _, out, _ = audit(capsys, history)
+    assert out.splitlines()[-1] == "clean (1): handoffs"
+    code, out, err = audit(capsys, history, "--max-evidence", "1", "--max-acquisitions", "1")
+    assert (code, err) == (0, "")
+    assert "1 workflow truncated" in out.splitlines()[0]
+    assert (
+        "truncated: handoffs: evidence beyond --max-evidence/--max-acquisitions was forgotten; "
+        "findings of this workflow may be incomplete (raise the caps)"
+    ) in out.splitlines()
+    assert "clean (" not in out
+
+
+def test_a_truncated_finding_says_so_in_the_report(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, out, err = audit(
+        capsys,
+        str(long_workflow(tmp_path)),
+        "--max-evidence",
+        "1",
+        "--max-acquisitions",
+        "1",
+        "--format",
+        "json",
+    )
+    findings = [json.loads(line) for line in out.splitlines()]
+    assert any(f["evidence_truncated"] for f in findings)
+    assert all(f["confidence"] != "high" for f in findings if f["evidence_truncated"])
+    assert "truncated: wf: " in err  # stdout holds findings only; the notice goes to stderr
+    _, text, _ = audit(
+        capsys, str(long_workflow(tmp_path)), "--max-evidence", "1", "--max-acquisitions", "1"
+    )
+    assert ", evidence truncated, ordering" in text
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max-evidence", "0"),
+        ("--max-evidence", "many"),
+        ("--max-acquisitions", "-3"),
+        ("--max-acquisitions", "2.5"),
+        ("--clock-skew-s", "-1"),
+        ("--clock-skew-s", "nan"),
+        ("--quiet-period-s", "ten"),
+    ],
+)
+def test_a_bad_cap_or_period_is_a_usage_error_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", str(FIXTURE), flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: " in capsys.readouterr().err
+
+
+def quiet_history(tmp_path: Path, *, late: str = "2026-07-26T10:16:40Z") -> Path:
+    """Epoch 1 attempts k after epoch 2 took over; a verifier confirms k; the workflow's next
+    event comes `late`: 980 s after the stale attempt by default."""
+    rows = [
+        ("lease_acquired", 1, "alpha", "coordinator", None, "10:00:00"),
+        ("lease_acquired", 2, "beta", "coordinator", None, "10:00:10"),
+        ("effect_attempted", 1, "alpha", "worker", "k", "10:00:20"),
+        ("outcome_verified", 2, "checker", "verifier", "k", "10:00:30"),
+    ]
+    lines = [
+        json.dumps(
+            {
+                "event_id": f"e{seq}",
+                "seq": seq,
+                "kind": kind,
+                "workflow_key": "wf",
+                "owner_epoch": epoch,
+                "worker_id": worker,
+                "source": source,
+                "effect_key": key,
+                "observed_at": f"2026-07-26T{at}Z",
+            }
+        )
+        for seq, (kind, epoch, worker, source, key, at) in enumerate(rows, start=1)
+    ]
+    lines.append(
+        json.dumps(
+            {
+                "event_id": "e5",
+                "seq": 5,
+                "kind": "heartbeat",
+                "workflow_key": "wf",
+                "owner_epoch": 2,
+                "worker_id": "beta",
+                "observed_at": late,
+            }
+        )
+    )
+    history = tmp_path / "quiet.jsonl"
+    history.write_text("\n".join(lines))
+    return history
+
+
+def status_of(out: str) -> str:
+    return str(json.loads(out)["status"])
+
+
+def test_the_quiet_period_is_the_flag_s(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    history = str(quiet_history(tmp_path))
+    assert status_of(audit(capsys, history, "--format", "json")[1]) == "resolved"
+    assert status_of(audit(capsys, history, "--format", "json", "--quiet-period-s", "2000")[1]) == (
+        "open"
+    )
+
+
+def test_a_time_beyond_the_clock_skew_bound_is_counted_and_not_believed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = str(quiet_history(tmp_path, late="2099-01-01T00:00:00Z"))
+    _, out, _ = audit(capsys, history)
+    assert "1 observed_at time beyond the clock-skew bound was not believed" in out.splitlines()
+    _, out, _ = audit(capsys, history, "--clock-skew-s", "1e10")
+    assert "not believed" not in out
+
+
+# ---- control characters ----------------------------------------------------------------------
+
+FORGED = "wf\n\x1b[31mCRITICAL export-ledger: all clear\x1b[0m\r\x07\x9b\u2028"
+
+
+def test_control_characters_in_user_strings_are_escaped_in_the_text_report(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = tmp_path / "h.jsonl"
+    lines = [
+        {
+            "event_id": "a\x1b]0;title\x07",
+            "seq": 1,
+            "kind": "lease_acquired",
+            "workflow_key": FORGED,
+            "owner_epoch": 1,
+            "worker_id": "w\r1",
+            "source": "coordinator",
+        },
+        {
+            "event_id": "b",
+            "seq": 2,
+            "kind": "lease_acquired",
+            "workflow_key": FORGED,
+            "owner_epoch": 2,
+            "worker_id": "w2\n",
+            "source": "coordinator",
+        },
+        {
+            "event_id": "c\n",
+            "seq": 3,
+            "kind": "effect_committed",
+            "workflow_key": FORGED,
+            "owner_epoch": 1,
+            "worker_id": "w\r1",
+            "effect_key": "k\x1b[2J",
+            "source": "destination",
+        },
+        {
+            "event_id": "d",
+            "seq": 4,
+            "kind": "heartbeat",
+            "workflow_key": "clean\x1b[1m",
+            "owner_epoch": 1,
+            "worker_id": "w",
+        },
+    ]
+    history.write_text("\n".join(json.dumps(line) for line in lines))
+    code, out, _ = audit(capsys, str(history))
+    assert code == 1
+    unprintable = [ch for ch in out if ch != "\n" and not ch.isprintable()]
+    assert unprintable == []
+    assert "wf\\n\\x1b[31mCRITICAL export-ledger: all clear\\x1b[0m\\r\\x07\\x9b\\u2028" in out
+    assert "k\\x1b[2J" in out and "w\\r1" in out and "c\\n" in out
+    assert "clean (1): clean\\x1b[1m" in out
+    assert not any(line.startswith("CRITICAL export-ledger") for line in out.splitlines())
+
+
+def test_tail_escapes_what_it_prints_like_audit() -> None:
+    from detector.tail import FindingsView, one_line, summary  # noqa: PLC0415 (Kafka client)
+
+    history = [
+        json.dumps(
+            {
+                "event_id": "a",
+                "seq": 1,
+                "kind": "lease_acquired",
+                "workflow_key": FORGED,
+                "owner_epoch": 1,
+                "worker_id": "w1",
+                "source": "coordinator",
+            }
+        ).encode(),
+        json.dumps(
+            {
+                "event_id": "b",
+                "seq": 2,
+                "kind": "lease_acquired",
+                "workflow_key": FORGED,
+                "owner_epoch": 2,
+                "worker_id": "w2",
+                "source": "coordinator",
+            }
+        ).encode(),
+        json.dumps(
+            {
+                "event_id": "c",
+                "seq": 3,
+                "kind": "progress",
+                "workflow_key": FORGED,
+                "owner_epoch": 1,
+                "worker_id": "w1\x1b[8m",
+            }
+        ).encode(),
+    ]
+    (finding,) = audit_lines(history).findings.values()
+    view = FindingsView()
+    view.findings[finding.finding_id] = finding
+    for text in (one_line(finding), summary(view, "topic\n")):
+        assert [ch for ch in text if ch != "\n" and not ch.isprintable()] == []
+        assert "wf\\n\\x1b[31mCRITICAL" in text
+
+
+# ---- --expect files --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "[]",
+        '{"findings": {}}',
+        '{"findings": [{"severity": "critical"}]}',
+        '{"findings": [{"workflow_key": "export-ledger", "conditions": [{"seq": 6}]}]}',
+        '{"findings": [{"workflow_key": "export-ledger", "displaced_epoch": "seventeen"}]}',
+        '{"clean": "report-index"}',
+    ],
+)
+def test_a_malformed_expectation_is_exit_2_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str
+) -> None:
+    path = tmp_path / "expected.json"
+    path.write_text(content)
+    code, out, err = audit(capsys, str(FIXTURE), "--expect", str(path))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"splitbrain audit: --expect: {path}") and err.count("\n") == 1
+
+
+def test_a_missing_expectation_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = audit(capsys, str(FIXTURE), "--expect", "/nonexistent/expected.json")
+    assert (code, out) == (2, "")
+    assert "cannot read /nonexistent/expected.json" in err and err.count("\n") == 1

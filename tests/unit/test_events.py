@@ -1,10 +1,11 @@
 """The input contract at the edge: aliases fold in, limits hold, errors name the field."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
-from detector.events import EventError, Kind, parse_event_json, parse_event_obj
+from detector.events import EventError, Kind, OwnershipEvent, parse_event_json, parse_event_obj
 
 BASE = {
     "event_id": "e1",
@@ -68,26 +69,162 @@ def test_unknown_fields_are_ignored() -> None:
         ({"owner_epoch": "17"}, "owner_epoch"),
         ({"owner_epoch": True}, "owner_epoch"),
         ({"workflow_key": "x" * 513}, "workflow_key"),
+        ({"workflow_key": None}, "workflow_key"),
+        ({"worker_id": ""}, "worker_id"),
         ({"event_id": "x" * 129}, "event_id"),
-        ({"source": "oracle"}, "source"),
-        ({"observed_at": "2026-07-26T10:00:00"}, "observed_at"),
-        ({"seq": -3}, "seq"),
-        ({"trace_id": "not-hex"}, "trace_id"),
-        ({"detail": {"blob": "x" * 5000}}, "detail"),
     ],
 )
-def test_bad_events_name_the_field(changes: dict[str, object], field: str) -> None:
+def test_a_bad_required_field_rejects_the_event_and_names_the_field(
+    changes: dict[str, object], field: str
+) -> None:
     with pytest.raises(EventError) as err:
         parse_event_json(raw(**changes))
     assert err.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"seq": -3}, "seq"),
+        ({"seq": "5"}, "seq"),
+        ({"source": "oracle"}, "source"),
+        ({"observed_at": "2026-07-26T10:00:00"}, "observed_at"),  # no UTC offset
+        ({"observed_at": 1785000000}, "observed_at"),
+        ({"lease_until": "tomorrow"}, "lease_until"),
+        ({"lease_duration_s": 0}, "lease_duration_s"),
+        ({"heartbeat_interval_s": -1}, "heartbeat_interval_s"),
+        ({"attrs": {"tool_class": "x" * 200}}, "attrs"),
+        ({"attrs": {"tool_class": 7}}, "attrs"),
+        ({"attrs": "browser"}, "attrs"),
+        ({"detail": {"blob": "x" * 5000}}, "detail"),
+        ({"detail": [1, 2]}, "detail"),
+        ({"destination": "d" * 300}, "destination"),
+        ({"trace_id": "4BF92F3577B34DA6A3CE929D0E0E4736"}, "trace_id"),
+        ({"span_id": "not-hex"}, "span_id"),
+        ({"effect_key": ""}, "effect_key"),  # a heartbeat needs no effect key
+    ],
+)
+def test_a_bad_optional_field_is_dropped_and_the_event_kept(
+    changes: dict[str, object], field: str
+) -> None:
+    event = parse_event_json(raw(**{"seq": 4, "observed_at": "2026-07-26T10:00:00Z", **changes}))
+    assert (event.event_id, event.workflow_key, event.owner_epoch) == ("e1", "wf", 3)
+    assert [d.field for d in event.dropped_fields] == [field]
+    assert event.dropped_fields[0].reason  # says why, for the report and the log
+    assert getattr(event, field) == OwnershipEvent.model_fields[field].default
+    kept = {"seq": 4, "observed_at": datetime(2026, 7, 26, 10, tzinfo=UTC)}
+    for name, value in kept.items():
+        if name != field:
+            assert getattr(event, name) == value  # only the bad field goes
+
+
+def test_every_bad_optional_field_is_reported_once() -> None:
+    event = parse_event_json(
+        raw(observed_at="2026-07-26 10:00", trace_id="XYZ", attrs={"a": 1, "b": 2})
+    )
+    assert sorted(d.field for d in event.dropped_fields) == ["attrs", "observed_at", "trace_id"]
+
+
+def test_a_valid_event_drops_nothing() -> None:
+    assert parse_event_json(raw(seq=1, attrs={"tool_class": "browser"})).dropped_fields == ()
+
+
+def test_a_bad_required_field_wins_over_bad_optional_ones() -> None:
+    with pytest.raises(EventError) as err:
+        parse_event_json(raw(observed_at="noon", owner_epoch=-1))
+    assert err.value.field == "owner_epoch"
+
+
 @pytest.mark.parametrize("kind", ["effect_attempted", "effect_committed", "outcome_verified"])
 def test_effect_kinds_need_an_effect_key(kind: str) -> None:
-    with pytest.raises(EventError, match="effect_key is required"):
+    with pytest.raises(EventError, match="effect_key: required for kind") as err:
         parse_event_json(raw(kind=kind))
+    assert err.value.field == "effect_key"
+
+
+@pytest.mark.parametrize("kind", ["effect_committed", "effect_rejected", "result_rejected"])
+def test_an_invalid_effect_key_rejects_an_effect_kind(kind: str) -> None:
+    """Where the kind needs the key it is required: never replaced by a default such as
+    `result`, which would merge unrelated effects."""
+    with pytest.raises(EventError) as err:
+        parse_event_json(raw(kind=kind, effect_key="k" * 513, observed_at="bad"))
+    assert err.value.field == "effect_key"
+
+
+def test_tool_request_started_takes_its_request_as_the_effect_key() -> None:
+    event = parse_event_obj({**BASE, "kind": "tool_request_started", "request": "ext-791"})
+    assert (event.kind, event.effect_key) == (Kind.EFFECT_ATTEMPTED, "ext-791")
+    assert event.dropped_fields == ()
+
+
+def test_tool_request_started_without_a_request_names_the_tool_request() -> None:
+    assert parse_event_json(raw(kind="tool_request_started")).effect_key == "tool_request"
+
+
+def test_tool_request_started_keeps_an_explicit_effect_key() -> None:
+    event = parse_event_json(raw(kind="tool_request_started", effect_key="k", request="r"))
+    assert event.effect_key == "k"
+
+
+def test_an_unusable_request_is_a_dropped_field() -> None:
+    event = parse_event_json(raw(kind="tool_request_started", request=791))
+    assert event.effect_key == "tool_request"
+    assert [d.field for d in event.dropped_fields] == ["request"]
+
+
+def test_effect_attempted_does_not_borrow_a_request_field() -> None:
+    with pytest.raises(EventError, match="effect_key"):
+        parse_event_json(raw(kind="effect_attempted", request="ext-791"))
+
+
+# DESIGN §3: the job-queue names of the required fields.
+ALIASES = {
+    "workflow_key": ("workflow_key", "job"),
+    "owner_epoch": ("owner_epoch", "token", "fencing_token"),
+    "worker_id": ("worker_id", "worker", "owner_id"),
+}
+
+
+@pytest.mark.parametrize(
+    ("names", "field"),
+    [
+        ({"workflow_key": "a", "job": "b"}, "workflow_key"),
+        ({"owner_epoch": 3, "token": 4}, "owner_epoch"),
+        ({"token": 3, "fencing_token": 4}, "owner_epoch"),
+        ({"owner_epoch": 3, "fencing_token": True}, "owner_epoch"),
+        ({"worker_id": "w1", "worker": "w2"}, "worker_id"),
+        ({"worker": "w1", "owner_id": "w2"}, "worker_id"),
+    ],
+)
+def test_one_field_under_two_names_with_different_values_is_refused(
+    names: dict[str, object], field: str
+) -> None:
+    doc = dict(BASE)
+    for canonical, all_names in ALIASES.items():
+        if any(n in names for n in all_names):
+            doc.pop(canonical)
+    doc |= names
+    with pytest.raises(EventError, match="given twice with different values") as err:
+        parse_event_json(json.dumps(doc))
+    assert err.value.field == field
+    with pytest.raises(EventError, match="given twice with different values") as err:
+        parse_event_obj(doc)  # logfmt lines and emitter calls
+    assert err.value.field == field
+
+
+def test_one_field_under_two_names_with_one_value_is_fine() -> None:
+    doc = {**BASE, "job": "wf", "token": 3, "fencing_token": 3, "worker": "w1", "owner_id": None}
+    event = parse_event_json(json.dumps(doc))
+    assert (event.workflow_key, event.owner_epoch, event.worker_id) == ("wf", 3, "w1")
+    assert "job" not in event.model_dump() and "job_queue_name" not in event.model_dump()
 
 
 def test_truncated_json_is_an_event_error() -> None:
     with pytest.raises(EventError):
         parse_event_json(raw()[:-5])
+
+
+@pytest.mark.parametrize("doc", [b"[1, 2]", b"42", b'"event"', b"{}"])
+def test_json_that_is_not_an_event_object_is_an_event_error(doc: bytes) -> None:
+    with pytest.raises(EventError):
+        parse_event_json(doc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from detector.core import Counters, FindingUpdate
+from detector.events import OPTIONAL_FIELDS, parse_event_json
 from detector.findings import Finding, Severity, Status
 from detector.telemetry.metrics import WorkerMetrics
 
@@ -157,3 +158,32 @@ def test_a_partition_that_leaves_takes_its_gauges_with_it() -> None:
         ("splitbrain_findings_open", {"partition": "2", "severity": "critical"}),
     ):
         assert m.registry.get_sample_value(name, labels) is None, name
+
+
+def test_dropped_optional_fields_count_by_field_when_their_transaction_commits() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    event = parse_event_json(
+        b'{"event_id": "e", "kind": "heartbeat", "workflow_key": "wf", "owner_epoch": 1, '
+        b'"worker_id": "w", "observed_at": "2026-07-26T10:00:00", "trace_id": "UPPER"}'
+    )
+    m.fields_dropped(event, 0)
+    assert value(m, "splitbrain_event_fields_dropped_total", field="observed_at") == 0
+    m.committed(0.01, 1)
+    assert value(m, "splitbrain_event_fields_dropped_total", field="observed_at") == 1
+    assert value(m, "splitbrain_event_fields_dropped_total", field="trace_id") == 1
+    m.fields_dropped(parse_event_json(event.model_dump_json()), 0)  # a valid event: nothing
+    m.committed(0.01, 1)
+    assert value(m, "splitbrain_event_fields_dropped_total", field="observed_at") == 1
+
+
+def test_every_optional_field_is_exported_at_zero_and_nothing_else_is_a_label() -> None:
+    m = WorkerMetrics(CollectorRegistry())
+    labels = {
+        s.labels["field"]
+        for family in m.registry.collect()
+        for s in family.samples
+        if s.name == "splitbrain_event_fields_dropped_total"
+    }
+    assert labels == set(OPTIONAL_FIELDS)
+    assert {"seq", "observed_at", "attrs", "trace_id", "request"} <= labels
+    assert not labels & {"event_id", "kind", "workflow_key", "owner_epoch", "worker_id"}

@@ -890,11 +890,28 @@ def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded():
     assert r.detector.counters.redelivered == 1
 
 
-def test_effect_evidence_cap_is_counted():
+def test_raw_effects_over_the_evidence_cap_are_counted_and_keys_are_kept():
     r = run([acq("a1", 1, "w", 1)], evidence_cap(4))
     r.feed([commit(f"c{i}", 1, "w", i + 2, key=f"k{i}") for i in range(6)])
-    assert (r.detector.counters.effects_dropped, r.detector.counters.activity_dropped) == (2, 0)
+    c = r.detector.counters
+    assert (c.events_dropped, c.activity_dropped, c.effects_dropped) == (2, 0, 0)
     assert r.findings() == []
+    # a second commit of the first key, under a new owner: the raw commit is gone, its key not
+    r.feed([acq("a2", 2, "v", 20), commit("again", 2, "v", 21, key="k0")])
+    (f,) = r.findings()
+    assert ("duplicate_effect", "failover", "k0") in cond_keys(f)
+    assert not f.evidence_truncated
+
+
+def test_effect_keys_over_their_cap_truncate_the_workflow():
+    r = run([acq("a1", 1, "w", 1)], Config(max_effect_keys=4))
+    r.feed([commit(f"c{i}", 1, "w", i + 2, key=f"k{i}") for i in range(6)])
+    assert r.detector.counters.effects_dropped == 2  # the oldest of five, then of five again
+    assert r.detector.counters.workflows_truncated == 1
+    assert r.detector.truncated_workflows() == [W]
+    r.feed([acq("a2", 2, "v", 20), commit("again", 2, "v", 21, key="k5")])
+    (f,) = r.findings()
+    assert f.evidence_truncated and f.confidence != "high"
 
 
 def test_acquisitions_over_their_cap_are_counted():
