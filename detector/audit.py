@@ -73,10 +73,9 @@ def audit_lines(
                 print(printable(f"skipped {item.describe()}"), file=on_bad)
             continue
         event = item.event
-        for drop in event.dropped_fields:
+        for message in item.drops():
             result.fields_dropped += 1
             if on_bad is not None:
-                message = f"line {item.lineno}: dropped {drop} (the event is kept)"
                 print(printable(message), file=on_bad)
         result.events += 1
         result.workflows.add(event.workflow_key)

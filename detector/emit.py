@@ -21,7 +21,7 @@ from uuid import uuid4
 from confluent_kafka import KafkaError, Message, Producer
 from opentelemetry import propagate, trace
 
-from detector.events import Kind, OwnershipEvent, Source, parse_event_obj
+from detector.events import EventError, Kind, OwnershipEvent, Source, parse_event_obj
 from detector.kafka import INPUT_TOPIC
 from detector.kafka.config import KafkaClientError, client_config, raise_unrecoverable
 
@@ -124,6 +124,10 @@ class Emitter:
         else:
             defaults = {"event_id": uuid4().hex, "observed_at": datetime.now(UTC)}
             validated = parse_event_obj({**defaults, **(event or {}), **fields})
+            if validated.dropped_fields:
+                # A detector would drop the field and go on; the emitter's caller can fix it.
+                drop = validated.dropped_fields[0]
+                raise EventError(drop.reason, drop.field)
         self._send(validated)
         return validated
 

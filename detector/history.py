@@ -57,6 +57,13 @@ class GoodLine:
     lineno: int
     event: OwnershipEvent
 
+    def drops(self) -> list[str]:
+        """One line per dropped field, for a command to report."""
+        return [
+            f"line {self.lineno}: dropped {d} (the event is kept)"
+            for d in self.event.dropped_fields
+        ]
+
 
 def parse_line(lineno: int, raw: bytes) -> GoodLine | BadLine:
     """A line starting with `{` is JSON; anything else is logfmt whose first bare word is the kind.

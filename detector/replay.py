@@ -14,6 +14,7 @@ from typing import Final
 
 from tqdm import tqdm
 
+from detector.audit import printable
 from detector.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
 from detector.history import BadLine, open_history, read_history
 from detector.kafka import INPUT_TOPIC
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
                     skipped += 1
                     bar.write(f"skipped {item.describe()}", file=sys.stderr)
                     continue
+                for message in item.drops():
+                    bar.write(printable(message), file=sys.stderr)
                 pacer.wait()
                 emitter.emit(item.event)
                 bar.update()
