@@ -258,6 +258,7 @@ def parse_event_json(raw: str | bytes) -> OwnershipEvent:
         return _salvage(exc, lambda: from_json(raw))
     if "job_queue_name" in event.__pydantic_fields_set__:  # the property costs twice as much
         _names_agree(from_json(raw))
+        _forget_names(event)
     return event
 
 
@@ -272,9 +273,17 @@ def parse_event_obj(obj: Mapping[str, Any]) -> OwnershipEvent:
     except PydanticSerializationError as exc:
         raise EventError(f"not serialisable as JSON: {exc}") from None
     try:
-        return OwnershipEvent.model_validate_json(raw)
+        return _forget_names(OwnershipEvent.model_validate_json(raw))
     except ValidationError as exc:
         return _salvage(exc, lambda: from_json(raw))
+
+
+def _forget_names(event: OwnershipEvent) -> OwnershipEvent:
+    """Once checked, which names the input used is no part of the event: an event read from a
+    job queue's log equals the same event read back from the wire."""
+    if event.job_queue_name is not None:
+        object.__setattr__(event, "job_queue_name", None)
+    return event
 
 
 def _names_agree(obj: Mapping[str, Any]) -> None:
@@ -327,4 +336,4 @@ def _salvage(exc: ValidationError, load: Callable[[], Any]) -> OwnershipEvent:
         raise EventError.from_validation(again) from None
     if drops:
         object.__setattr__(event, "dropped_fields", tuple(drops.values()))
-    return event
+    return _forget_names(event)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import zlib
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
@@ -23,7 +23,7 @@ from detector.findings import ConditionKind, Finding, Severity, Status
 from ._clock import believe
 from ._episode import add_condition, verify
 from ._lease import LeaseHealth
-from ._records import Acq, Cond, Ev, before, mark, marks, order_key
+from ._records import Acq, Cond, Ev, any_after, before, earlier, later, mark, marks
 from ._render import render, severity_of
 from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, displaced, fenced_after
 from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, evidence_of
@@ -184,8 +184,9 @@ class Detector:
         source = _VALUE[event.source]
         if at is not None:
             st.last_at = at
-        elif obs is not None:
-            st.last_at = obs if st.last_at is None else max(st.last_at, obs)
+        else:
+            if obs is not None:
+                st.last_at = obs if st.last_at is None else max(st.last_at, obs)
             self._clock(st, seq, pos, obs, f"{worker}\x1f{source}")
         if kind == _ACQUIRED.value:
             acq = _new_record(Acq, (epoch, seq, pos, event.event_id, worker, obs))
@@ -256,9 +257,10 @@ class Detector:
         key = ev.effect_key
         if key is not None and kind in EFFECT_OCCURRENCES:
             eff = self._effect(st, key)
-            slot = (ev.epoch, kind)
+            # Commits per source: a retry is two commits from one source.
+            slot = (ev.epoch, kind if kind != _COMMITTED else f"{kind}:{ev.source}")
             last = eff.lasts.get(slot)
-            if last is None or order_key(ev) > order_key(last):
+            if last is None or before(last, ev):
                 eff.lasts[slot] = ev
             if kind == _COMMITTED:
                 touched.extend(self._commit(st, eff, ev, uncertain))
@@ -294,10 +296,8 @@ class Detector:
         add_condition(
             ep, cond, ev, None if eff is None else eff.verified, self.config.max_effect_keys
         )
-        if ep.first_stale is None or order_key(ev) < order_key(ep.first_stale):
-            ep.first_stale = ev
-        if ep.last_stale is None or order_key(ev) > order_key(ep.last_stale):
-            ep.last_stale = ev
+        ep.first_stale = ev if ep.first_stale is None else earlier(ep.first_stale, ev)
+        ep.last_stale = ev if ep.last_stale is None else later(ep.last_stale, ev)
         if at is not None:
             ep.last_stale_at = at  # the displaced owner acted: silence starts again
         if uncertain:
@@ -309,17 +309,17 @@ class Detector:
         touched: list[Episode] = []
         key = ev.effect_key
         first = eff.firsts.get(ev.epoch)
-        if first is None or order_key(ev) < order_key(first):
+        if first is None or before(ev, first):
             eff.firsts[ev.epoch] = ev
         if ev.source == _DESTINATION:
             eff.confirmed.add(ev.epoch)
         cap = self.config.max_effect_keys
-        for other_epoch, other in eff.firsts.items():
+        for other_epoch in list(eff.firsts):
             if other_epoch == ev.epoch:
                 continue
             lo, hi = sorted((ev.epoch, other_epoch))
             f_lo, f_hi = eff.firsts[lo], eff.firsts[hi]
-            witness = max(f_lo, f_hi, key=order_key)
+            witness = later(f_lo, f_hi)
             # Confirmed when a destination confirmed the effect under both epochs, whichever
             # of their commits came first: the same answer in any arrival order.
             source = _DESTINATION if {lo, hi} <= eff.confirmed else Source.WORKER.value
@@ -341,13 +341,19 @@ class Detector:
             ep = st.episode((lo, False))
             if ep.worker is None:
                 ep.worker = f_lo.worker_id
-            add_condition(ep, cond, max(ev, other, key=order_key), eff.verified, cap)
+            # Every commit of either epoch is an occurrence of the duplicate: the latest one
+            # is what a verification must come after.
+            occurrence = later(_last_commit(eff, lo), _last_commit(eff, hi))
+            add_condition(ep, cond, occurrence, eff.verified, cap)
             ep.truncated |= uncertain
             touched.append(ep)
         pair = eff.twice.setdefault((ev.epoch, ev.source), [])
         if all(p.event_id != ev.event_id for p in pair):
             pair.append(ev)
-            pair.sort(key=order_key)
+            if len(pair) > 1 and before(pair[-1], pair[-2]):
+                pair[-1], pair[-2] = pair[-2], pair[-1]
+            if len(pair) > 2 and before(pair[1], pair[0]):
+                pair[0], pair[1] = pair[1], pair[0]
             del pair[2:]
         if len(pair) == 2:
             second = pair[1]
@@ -369,7 +375,8 @@ class Detector:
             ep = st.episode((ev.epoch, True))
             if ep.worker is None:
                 ep.worker = second.worker_id
-            add_condition(ep, cond, max(ev, second, key=order_key), eff.verified, cap)
+            latest = eff.lasts[(ev.epoch, f"{_COMMITTED}:{ev.source}")]
+            add_condition(ep, cond, later(second, latest), eff.verified, cap)
             ep.truncated |= uncertain
             touched.append(ep)
         return touched
@@ -379,13 +386,14 @@ class Detector:
         for ev in list(st.evidence):
             if ev.epoch < acq.epoch and ev.kind in STALE_CONDITION and before(acq, ev):
                 self._stale(st, ev, at, uncertain)
-        if st.cut & Cut.EVIDENCE and st.effects:
-            # The raw events are partly gone: the latest effects per key still tell, but the
-            # earliest witness may be among what was forgotten.
-            for eff in st.effects.values():
+        if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos):
+            # Raw events after it are gone: the latest effects per key still tell, but other
+            # stale events and earlier witnesses may be among what was forgotten.
+            st.blind_below = max(st.blind_below, acq.epoch)
+            for eff in (st.effects or {}).values():
                 for (epoch, _), ev in list(eff.lasts.items()):
                     if epoch < acq.epoch and before(acq, ev):
-                        self._stale(st, ev, at, uncertain).truncated = True
+                        self._stale(st, ev, at, uncertain)
 
     # ---- bounded memory ---------------------------------------------------------------------
 
@@ -458,6 +466,8 @@ class Detector:
         self.counters.activity_dropped += activity
         self.counters.events_dropped += excess - activity
         self._cut(st, Cut.EVIDENCE)
+        gone = [e for e in kept if e.kind in _ACTIVITY_KINDS][:activity] + keep[: excess - activity]
+        _remember_forgetting(st, gone)
         return evidence_of(keep[excess - activity :])
 
     def _effect(self, st: WorkflowState, key: str) -> Effect:
@@ -475,11 +485,14 @@ class Detector:
                 self._cut(st, Cut.EFFECT_KEYS)
         return eff
 
-    def _clock(self, st: WorkflowState, seq: int | None, pos: int, obs: float, who: str) -> None:
+    def _clock(
+        self, st: WorkflowState, seq: int | None, pos: int, obs: float | None, who: str
+    ) -> None:
+        """Audit: every event's place and time, for silence measured at `finish`."""
         clock = st.clock
         if clock is None:
             clock = st.clock = []
-        clock.append((0, seq, obs, who) if seq is not None else (1, pos, obs, who))
+        clock.append((seq, pos, obs, who))
         if len(clock) > self.config.max_evidence:
             del clock[: len(clock) // 4]
             self._cut(st, Cut.CLOCK)
@@ -500,7 +513,7 @@ class Detector:
             listed = list(acqs)
             i = bisect.bisect_left([a.epoch for a in listed], acq.epoch)
             if i < len(listed) and listed[i].epoch == acq.epoch:
-                if order_key(acq) < order_key(listed[i]):
+                if before(acq, listed[i]):
                     listed[i] = acq
             else:
                 listed.insert(i, acq)
@@ -583,6 +596,7 @@ class Detector:
             elif due and (st.evidence or st.ids):
                 # A finding's revisions must never restart, so its workflow is compacted, not
                 # forgotten: acquisitions, fences, effects and episodes stay; raw events go.
+                _remember_forgetting(st, st.evidence)
                 st.evidence = ()
                 st.ids = None
                 st.cut |= Cut.EVIDENCE | Cut.EVENT_IDS
@@ -617,8 +631,8 @@ class Detector:
                 last = ep.last_stale
                 then = None if last is None else believed.at(last)
                 quiet = now is not None and then is not None and now - then >= q
-                if quiet and st.cut & Cut.CLOCK:
-                    ep.truncated = True
+                if st.cut & Cut.CLOCK and _hinges_on_silence(st, ep):
+                    ep.truncated = True  # the times it is measured on were partly forgotten
                 update = self._settle(key, st, ep, quiet)
                 if update is not None:
                     updates.append(update)
@@ -700,6 +714,24 @@ class Detector:
         return FindingUpdate(finding, escalated)
 
 
+def _remember_forgetting(st: WorkflowState, gone: Iterable[Ev]) -> None:
+    """Where the forgotten raw events were: a late acquisition before any of them is blind."""
+    if st.forgotten is None:
+        st.forgotten = marks()
+    for e in gone:
+        mark(st.forgotten, e.seq, e.pos)
+
+
+def _last_commit(eff: Effect, epoch: int) -> Ev:
+    """The latest commit of the key under `epoch`, from any source (there is at least one)."""
+    found: Ev | None = None
+    for (e, kind), ev in eff.lasts.items():
+        if e == epoch and kind.startswith(_COMMITTED):
+            found = ev if found is None else later(found, ev)
+    assert found is not None
+    return found
+
+
 def _resolved(st: WorkflowState, ep: Episode, quiet: bool) -> bool:
     """Known fenced (or quiet) and every affected effect key verified after its latest
     condition; never by retrying."""
@@ -707,6 +739,16 @@ def _resolved(st: WorkflowState, ep: Episode, quiet: bool) -> bool:
         return False
     last = ep.last_stale
     return ep.retry or last is None or quiet or fenced_after(st, ep.displaced_epoch, last)
+
+
+def _hinges_on_silence(st: WorkflowState, ep: Episode) -> bool:
+    """Does the status depend on the quiet period alone (verified, not otherwise fenced)?"""
+    last = ep.last_stale
+    return (
+        not (ep.pending or ep.keys_over or ep.retry or last is None)
+        and last is not None
+        and not fenced_after(st, ep.displaced_epoch, last)
+    )
 
 
 def _digest(finding: Finding) -> int:

@@ -7,12 +7,13 @@ and the occurrences still waiting for a verifier.
 
 from __future__ import annotations
 
+from functools import cmp_to_key
 from typing import Final
 
 from detector.events import Source
 from detector.findings import ConditionKind
 
-from ._records import Cond, Ev, Marks, any_after, order_key
+from ._records import Cond, Ev, Marks, any_after, before, later
 from ._state import Episode, Point
 
 LISTED: Final = 20  # conditions a revision lists; the rest are counted
@@ -34,9 +35,10 @@ _CONFIRMED_SHIFT: Final = 8
 _DESTINATION: Final = Source.DESTINATION.value
 
 
-def _rank(c: Cond) -> tuple[tuple[int, int, str], tuple[int, ...]]:
-    """Earliest event first; one commit can witness duplicates with several epochs: lowest wins."""
-    return (order_key(c), c.epochs or ())
+def _better(c: Cond, old: Cond) -> bool:
+    """Is `c` the better witness? The earlier event; one commit can witness duplicates with
+    several epochs: the lowest epochs win."""
+    return before(c, old) or (not before(old, c) and (c.epochs or ()) < (old.epochs or ()))
 
 
 def _unanswered(bits: int) -> int:
@@ -52,8 +54,7 @@ def add_condition(
     """
     if occurrence.seq is None or cond.seq is None:
         ep.unseq = True
-    if ep.latest is None or order_key(occurrence) > order_key(ep.latest):
-        ep.latest = occurrence
+    ep.latest = occurrence if ep.latest is None else later(ep.latest, occurrence)
     key = cond.effect_key
     if cond.kind is ConditionKind.STALE_ACTIVITY or key is None:
         if not ep.activity:
@@ -134,29 +135,49 @@ def _show(shown: list[str], key: str) -> None:
 
 
 def _list(ep: Episode, cond: Cond) -> None:
-    """Keep the earliest witness of each listed condition, and a bounded list in which every
-    kind of condition the episode has appears at least once."""
+    """Keep the earliest witness of each condition among the candidates for listing: the
+    `LISTED` earliest conditions and the earliest of each kind. What falls out can never come
+    back (conditions only accumulate and witnesses only get earlier; an earlier witness comes
+    back through here), so the list is the same whatever the arrival order."""
     k = (cond.kind.value, cond.effect_key, cond.cause)
     listed = ep.listed
     old = listed.get(k)
     if old is not None:
-        best = cond if _rank(cond) < _rank(old) else old
+        best = cond if _better(cond, old) else old
         if _DESTINATION in (cond.source, old.source) and best.source != _DESTINATION:
             best = best._replace(source=_DESTINATION)
         if best != old:
             listed[k] = best
         return
-    if len(listed) < LISTED:
-        listed[k] = cond
+    listed[k] = cond
+    if len(listed) <= LISTED:
         return
-    kinds: dict[tuple[str, str | None], int] = {}
-    for c in listed.values():
-        kc = (c.kind.value, c.cause)
-        kinds[kc] = kinds.get(kc, 0) + 1
-    spare = [c for c in listed.values() if kinds[(c.kind.value, c.cause)] > 1]
-    if not spare:
-        return
-    latest = max(spare, key=_rank)
-    if (cond.kind.value, cond.cause) not in kinds or _rank(cond) < _rank(latest):
-        del listed[(latest.kind.value, latest.effect_key, latest.cause)]
-        listed[k] = cond
+    ranked = sorted(listed.items(), key=lambda item: _by_witness(item[1]))
+    keep = {key for key, _ in ranked[:LISTED]}
+    kinds: set[tuple[str, str | None]] = set()
+    for key, c in ranked:
+        if (c.kind.value, c.cause) not in kinds:
+            kinds.add((c.kind.value, c.cause))
+            keep.add(key)
+    for key, _ in ranked:
+        if key not in keep:
+            del listed[key]
+
+
+def shown(ep: Episode) -> list[Cond]:
+    """The conditions a revision lists: the earliest of each kind, then the earliest others."""
+    ranked = sorted(ep.listed.values(), key=_by_witness)
+    kinds: dict[tuple[str, str | None], Cond] = {}
+    for c in ranked:
+        kinds.setdefault((c.kind.value, c.cause), c)
+    room = LISTED - len(kinds)
+    firsts = {id(c) for c in kinds.values()}
+    others = [c for c in ranked if id(c) not in firsts][: max(room, 0)]
+    return [*kinds.values(), *others]
+
+
+def _compare(a: Cond, b: Cond) -> int:
+    return -1 if _better(a, b) else 1 if _better(b, a) else 0
+
+
+_by_witness: Final = cmp_to_key(_compare)

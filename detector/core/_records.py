@@ -8,7 +8,8 @@ three extremes that answer "is any member after this point?" exactly for either 
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from collections.abc import Iterable
+from typing import Final, NamedTuple, TypeVar
 
 from detector.findings import ConditionKind
 
@@ -62,23 +63,33 @@ class Cond(NamedTuple):
 
 
 Ordered = Ev | Acq | Cond
-
-
-def order_key(item: Ordered) -> tuple[int, int, str]:
-    """A total order for choosing one of several (earliest witness, latest stale event).
-
-    Consistent with `before` whenever every compared item carries `seq`, or none does.
-    """
-    if item.seq is not None:
-        return (0, item.seq, item.event_id)
-    return (1, item.pos, item.event_id)
+OrderedT = TypeVar("OrderedT", Ev, Acq, Cond)
 
 
 def before(a: Ordered, b: Ordered) -> bool:
-    """Did `a` happen before `b`? By `seq` when both carry one, else by arrival."""
-    if a.seq is not None and b.seq is not None:
+    """Did `a` happen before `b`? By `seq` when both carry one, else by arrival (also for two
+    events at one `seq`, which an authoritative order should not have)."""
+    if a.seq is not None and b.seq is not None and a.seq != b.seq:
         return a.seq < b.seq
     return a.pos < b.pos
+
+
+def earlier(a: OrderedT, b: OrderedT) -> OrderedT:
+    """The earlier of two; `a` when neither is before the other (the same event)."""
+    return b if before(b, a) else a
+
+
+def later(a: OrderedT, b: OrderedT) -> OrderedT:
+    """The later of two; `a` when neither is after the other (the same event)."""
+    return b if before(a, b) else a
+
+
+def earliest(items: Iterable[OrderedT]) -> OrderedT | None:
+    """The earliest by the pairwise rule, keeping the first of any that compare equal."""
+    found: OrderedT | None = None
+    for item in items:
+        found = item if found is None else earlier(found, item)
+    return found
 
 
 # ---- Marks: [highest seq, highest pos of a member without seq, highest pos] -----------------

@@ -7,6 +7,7 @@ the first condition and the ten-thousandth, and stays far below 64 KiB.
 from __future__ import annotations
 
 import hashlib
+from functools import cmp_to_key
 from typing import Final, Literal
 
 from detector.findings import (
@@ -20,7 +21,8 @@ from detector.findings import (
     StaleEventRef,
 )
 
-from ._records import Acq, Cond, Ev, order_key
+from ._episode import shown
+from ._records import Acq, Cond, Ev, before
 from ._rules import acquisition, current_owner_before, displacing, first_higher, worker_of
 from ._state import Cut, Episode, WorkflowState
 
@@ -39,6 +41,17 @@ _COMMITTING: Final = frozenset(
 _KEYS_IN_RESPONSE: Final = 3
 # Cuts that can change any finding of the workflow, not only the one whose evidence they cut.
 _WORKFLOW_CUTS: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
+
+
+def _compare(a: Cond, b: Cond) -> int:
+    if before(a, b):
+        return -1
+    if before(b, a):
+        return 1
+    return _RANK[a.kind] - _RANK[b.kind]
+
+
+_in_order: Final = cmp_to_key(_compare)
 
 
 def severity_of(cond: Cond) -> Severity:
@@ -149,7 +162,7 @@ def _transition(state: WorkflowState, ep: Episode, conds: list[Cond]) -> Acq | N
 
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
-    conds = sorted(ep.listed.values(), key=lambda c: (order_key(c), _RANK[c.kind]))
+    conds = sorted(shown(ep), key=_in_order)
     latest = ep.latest
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
     transition: Acq | None = None
@@ -175,7 +188,11 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
     top = max(open_conds, key=lambda c: (severity_of(c).rank, _RANK[c.kind]))
     tracked = len(ep.keys) + ep.keys_over
     last = ep.last_stale
-    truncated = ep.truncated or bool(state.cut & _WORKFLOW_CUTS)
+    truncated = (
+        ep.truncated
+        or bool(state.cut & _WORKFLOW_CUTS)
+        or (not ep.retry and ep.displaced_epoch < state.blind_below)
+    )
     return Finding(
         finding_id=finding_id(workflow_key, ep.displaced_epoch, ep.retry),
         revision=revision,

@@ -12,7 +12,7 @@ from typing import Final
 from detector.events import Kind
 from detector.findings import ConditionKind
 
-from ._records import Acq, Ev, any_at_or_after, before, order_key
+from ._records import Acq, Ev, any_at_or_after, before, earliest
 from ._state import WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
@@ -56,22 +56,13 @@ def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bo
 
 def displacing(state: WorkflowState, ev: Ev) -> Acq | None:
     """The stale event's transition: the earliest acquisition of a higher epoch before it."""
-    found: Acq | None = None
-    for a in state.acqs:
-        if (
-            a.epoch > ev.epoch
-            and before(a, ev)
-            and (found is None or order_key(a) < order_key(found))
-        ):
-            found = a
-    return found
+    return earliest(a for a in state.acqs if a.epoch > ev.epoch and before(a, ev))
 
 
 def first_higher(state: WorkflowState, epoch: int) -> Acq | None:
     """The earliest acquisition of a higher epoch: the handoff of an owner that never acted
     after it."""
-    higher = [a for a in state.acqs if a.epoch > epoch]
-    return min(higher, key=order_key) if higher else None
+    return earliest(a for a in state.acqs if a.epoch > epoch)
 
 
 def fenced_after(state: WorkflowState, epoch: int, last: Ev) -> bool:
@@ -101,5 +92,5 @@ def current_owner_before(state: WorkflowState, last: Ev) -> Acq | None:
 
 def worker_of(state: WorkflowState, epoch: int) -> str | None:
     """Who acted under `epoch`, when its acquisition is not (or no longer) known."""
-    acting = [e for e in state.evidence if e.epoch == epoch and e.source != "verifier"]
-    return min(acting, key=order_key).worker_id if acting else None
+    first = earliest(e for e in state.evidence if e.epoch == epoch and e.source != "verifier")
+    return None if first is None else first.worker_id

@@ -100,7 +100,7 @@ def evidence_of(records: Iterable[Ev]) -> Evidence:
 
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
-ClockEntry = tuple[int, int, float, str]  # (0, seq) or (1, pos), observed_at, emitter
+ClockEntry = tuple[int | None, int, float | None, str]  # seq, pos, observed_at, emitter
 
 
 @dataclass(slots=True)
@@ -120,6 +120,10 @@ class WorkflowState:
     found: dict[EpisodeKey, Episode] | None = None
     clock: list[ClockEntry] | None = None  # audit only: the emitters' times, for silence
     cut: int = 0  # `Cut` flags
+    forgotten: Marks | None = None  # the latest raw events forgotten at the cap
+    # A late acquisition of this epoch came after some of them: what epochs below it did after
+    # the takeover may be among what was forgotten.
+    blind_below: int = -1
     last_at: float | None = None
     released_at: float | None = None
     hb_obs: float | None = None
@@ -287,6 +291,8 @@ def encode_state(state: WorkflowState) -> bytes:
             [_episode_row(ep) for ep in state.episodes.values()],
             state.clock,
             state.cut,
+            state.forgotten,
+            state.blind_below,
             state.last_at,
             state.released_at,
             state.hb_obs,
@@ -297,7 +303,7 @@ def encode_state(state: WorkflowState) -> bytes:
     return packed
 
 
-V3_FIELDS: Final = 16
+V3_FIELDS: Final = 18
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
@@ -316,6 +322,8 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         episodes,
         clock,
         cut,
+        forgotten,
+        blind_below,
         last_at,
         released_at,
         hb_obs,
@@ -334,6 +342,8 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         found=found or None,
         clock=None if clock is None else [(a, b, c, d) for a, b, c, d in clock],
         cut=cut,
+        forgotten=forgotten,
+        blind_below=blind_below,
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,

@@ -1,30 +1,68 @@
-"""A brute-force oracle for DESIGN §4, written from the text alone (it does not use detector.core).
+"""A brute-force oracle for DESIGN §3-§4, written from the text alone (it never imports
+detector.core), so that the engine's indexes, caps and shortcuts are checked against the rules
+as an operator reads them.
 
-It needs a `seq` on every event and compares every pair of events of a workflow, in seq order:
+Input: the events in the order they were fed to the detector (arrival order).
 
-- an event of epoch e that comes after the acquisition of some epoch e' > e is stale; its kind
-  decides the condition (progress/heartbeat → stale_activity, effect_attempted → attempt,
-  effect_committed → committed, effect_rejected → rejected; lease_lost, lease_released,
-  ownership_uncertain and outcome_verified are never conditions);
-- an effect key committed under e and under e' > e is a failover duplicate in the finding of e,
-  witnessed by the later of the two commits;
-- an effect key committed twice under one epoch by the same source (distinct event ids) is a retry
-  duplicate, a finding of its own, witnessed by the second commit.
+Identity. Events are deduplicated per workflow by `event_id`: the first arrival wins, and a
+later event with that id changes nothing, whatever its seq or content. Arrival positions count
+the surviving events only (any monotone numbering gives the same pairwise answers).
 
-Each condition keeps its earliest witness. A finding is resolved when the displaced epoch is
-fenced (its own lease_lost/lease_released after its last stale event, or a destination's rejection
-of it that is or follows its last stale event; vacuous when it never acted after the takeover, and
-for retry findings) and every effect key of the finding is verified by a verifier after the latest
-condition on that key. The quiet period is not modelled (histories carry no caller time).
+Order. `before(a, b)` is the one pairwise rule of §4: by `seq` when both carry one, else by
+arrival. Decision: two distinct events with the *same* seq fall back to arrival (DESIGN is
+silent; generated histories never reuse a seq). In mixed seq/no-seq workflows that relation may
+be cyclic. Everything the rules define pairwise — which events are stale, which conditions and
+findings exist, severity — is computed from `before` alone and holds for any history. What needs
+"earliest"/"latest" (witnesses, the latest condition, `current`, the transition, the last stale
+event, fences, verification, silence) is only defined when the relation is a total order; for a
+cyclic workflow those fields are None and tests must not compare them.
+
+Rules, as modelled:
+
+- stale: a progress/heartbeat/effect_attempted/effect_committed/effect_rejected event of epoch e
+  with some acquisition of an epoch > e before it. progress/heartbeat give one `stale_activity`
+  (effect key dropped: not an affected key). An effect_rejected from any source is a
+  `stale_effect_rejected` condition; only a destination's counts as confirmation and as a fence.
+- failover duplicate: a key committed (any source) under two epochs, in the finding of the lower
+  one; triggered by the later commit of each such pair. retry duplicate: a key committed twice
+  under one epoch by the same source (distinct ids), a finding of its own (`displaced` null).
+- a condition's witness is its earliest trigger (for a duplicate this is the later of the two
+  earliest commits); the latest condition is the latest trigger of any condition, repeats
+  included; `current` is the highest epoch acquired before it.
+- transition (of the finding): the transition of its last stale event, the earliest acquisition
+  of a higher epoch before it (in a total order every stale event of an epoch has the same one).
+- resolved = fenced and verified. fenced: no stale event (vacuous), or a lease_lost /
+  lease_released of the displaced epoch, or a destination's effect_rejected of it, at or after
+  the last stale event, or (audit, after `finish()`) silence. verified: every affected key has a
+  verifier's outcome_verified after the latest trigger of a condition on that key.
+- silence (audit): the workflow's events are walked in its order; a time more than the clock-skew
+  bound beyond the latest believed time is pending until an event from a different worker or
+  source reports a time within the bound of it (then both are believed). Decision: belief is
+  final, i.e. taken at the end of the history; the believed time of the last stale event is the
+  latest time believed at or before it in that order, and the episode is quiet when the latest
+  believed time of the workflow is at least the quiet period after it. No time: never quiet.
+- ordering: `authoritative_seq` when every event of the workflow carries seq, `arrival` when
+  none does; None (not compared) for mixed workflows, where DESIGN leaves the finding-level
+  label open.
+- confidence: high = authoritative ordering and destination confirmation; medium = one of the
+  two; low = neither. Destination confirmation: every confirming condition (stale commit, stale
+  rejection, duplicate) has a trigger from a destination — for a duplicate, a pair of commits
+  both from destinations (a worker's claim of commit is not authoritative) — and there is at
+  least one. A finding with only stale_activity needs only the first criterion (decision: the
+  waived criterion counts as met, so without seq it is medium).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from detector.events import OwnershipEvent
+
+QUIET_PERIOD_S = 600.0
+CLOCK_SKEW_S = 3600.0
 
 SEVERITY = {"info": 0, "warning": 1, "critical": 2}
 STALE_KIND = {
@@ -34,128 +72,300 @@ STALE_KIND = {
     "effect_committed": ("stale_effect_committed", "critical"),
     "effect_rejected": ("stale_effect_rejected", "warning"),
 }
-FENCE_KINDS = {"lease_lost", "lease_released"}
+FENCE_KINDS = frozenset({"lease_lost", "lease_released"})
+CONFIRMING = frozenset({"stale_effect_committed", "stale_effect_rejected", "duplicate_effect"})
 
 CondKey = tuple[str, str | None, str | None]  # (kind, cause, effect_key)
+FKey = tuple[str, str, int]  # (workflow_key, "displaced" | "retry", epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class E:
+    """The oracle's view of one (deduplicated) event."""
+
+    event_id: str
+    kind: str
+    epoch: int
+    worker: str
+    source: str
+    seq: int | None
+    key: str | None
+    t: float | None
+    arrival: int
+
+
+def before(a: E, b: E) -> bool:
+    """DESIGN §4's pairwise order: seq when both carry one, else arrival."""
+    if a.seq is not None and b.seq is not None and a.seq != b.seq:
+        return a.seq < b.seq
+    return a.arrival < b.arrival
 
 
 @dataclass
 class OracleFinding:
+    """One expected finding. Order-dependent fields are None when the order is cyclic."""
+
     workflow_key: str
-    displaced: int | None  # None for a retry finding
-    retry_epoch: int | None  # the epoch of a retry finding
-    witnesses: dict[CondKey, int] = field(default_factory=dict)  # condition -> earliest seq
+    tag: str  # "displaced" | "retry"
+    epoch: int
+    triggers: dict[CondKey, list[E]] = field(default_factory=dict)
+    confirmed: dict[CondKey, bool] = field(default_factory=dict)
+    stale: list[E] = field(default_factory=list)
     severity: str = "info"
+    witness: dict[CondKey, E] | None = None
     current: int | None = None
-    last_stale_seq: int | None = None
-    resolved: bool = False
+    transition: E | None = None
+    last_stale: E | None = None
+    resolved: bool | None = None
+    ordering: str | None = None
+    confidence: str | None = None
+
+    @property
+    def displaced(self) -> int | None:
+        return self.epoch if self.tag == "displaced" else None
 
     @property
     def conditions(self) -> set[CondKey]:
-        return set(self.witnesses)
+        return set(self.triggers)
 
-    def add(self, cond: CondKey, seq: int, severity: str) -> None:
-        old = self.witnesses.get(cond)
-        if old is None or seq < old:
-            self.witnesses[cond] = seq
+    @property
+    def witnesses(self) -> dict[CondKey, int | None] | None:
+        """Condition -> seq of its earliest witness (the shape the seed test reads)."""
+        return None if self.witness is None else {k: e.seq for k, e in self.witness.items()}
+
+    @property
+    def effect_keys(self) -> set[str]:
+        return {key for _, _, key in self.triggers if key is not None}
+
+    def add(self, cond: CondKey, trigger: E, severity: str, confirmed: bool) -> None:
+        self.triggers.setdefault(cond, []).append(trigger)
+        self.confirmed[cond] = self.confirmed.get(cond, False) or confirmed
         if SEVERITY[severity] > SEVERITY[self.severity]:
             self.severity = severity
 
 
-def _kind(e: OwnershipEvent) -> str:
-    return e.kind.value
+def oracle(
+    events: Iterable[OwnershipEvent],
+    *,
+    silence: bool = True,
+    quiet_period_s: float = QUIET_PERIOD_S,
+    clock_skew_s: float = CLOCK_SKEW_S,
+) -> dict[FKey, OracleFinding]:
+    """Expected final findings of a history fed in this order.
 
-
-def oracle(events: Iterable[OwnershipEvent]) -> dict[tuple[str, str, int], OracleFinding]:
-    """Findings keyed by (workflow_key, "displaced" | "retry", epoch)."""
-    by_wf: dict[str, dict[str, OwnershipEvent]] = defaultdict(dict)
-    for e in events:
-        assert e.seq is not None, "the oracle needs a seq on every event"
-        by_wf[e.workflow_key].setdefault(e.event_id, e)  # a redelivery is the same event
-    out: dict[tuple[str, str, int], OracleFinding] = {}
+    `silence=True` models `audit` after `finish()`: the quiet period on believed observed_at
+    times. With `silence=False` only fences resolve (a run that never measured silence).
+    """
+    by_wf: dict[str, dict[str, E]] = defaultdict(dict)
+    for n, e in enumerate(events):
+        seen = by_wf[e.workflow_key]
+        if e.event_id not in seen:  # the first arrival of an id wins
+            seen[e.event_id] = view(e, n)
+    out: dict[FKey, OracleFinding] = {}
     for wf, evmap in by_wf.items():
-        out.update(_workflow(wf, sorted(evmap.values(), key=lambda e: (e.seq, e.event_id))))
+        w = Workflow(wf, list(evmap.values()), silence, quiet_period_s, clock_skew_s)
+        out.update(w.findings())
     return out
 
 
-def _workflow(wf: str, hist: list[OwnershipEvent]) -> dict[tuple[str, str, int], OracleFinding]:
-    acqs = [e for e in hist if _kind(e) == "lease_acquired"]
-    found: dict[tuple[str, str, int], OracleFinding] = {}
-
-    def finding(tag: str, epoch: int) -> OracleFinding:
-        k = (wf, tag, epoch)
-        if k not in found:
-            found[k] = OracleFinding(
-                wf, epoch if tag == "displaced" else None, epoch if tag == "retry" else None
-            )
-        return found[k]
-
-    def taken_over(e: OwnershipEvent) -> bool:
-        return any(a.owner_epoch > e.owner_epoch and a.seq < e.seq for a in acqs)  # type: ignore[operator]
-
-    # Stale evidence: every event against every acquisition.
-    for e in hist:
-        if _kind(e) in STALE_KIND and taken_over(e):
-            cond, sev = STALE_KIND[_kind(e)]
-            key = e.effect_key if cond != "stale_activity" else None
-            f = finding("displaced", e.owner_epoch)
-            f.add((cond, None, key), e.seq, sev)  # type: ignore[arg-type]
-            f.last_stale_seq = max(f.last_stale_seq or -1, e.seq)  # type: ignore[type-var]
-
-    # Duplicates: every pair of commits of one effect key.
-    commits = [e for e in hist if _kind(e) == "effect_committed"]
-    for i, a in enumerate(commits):
-        for b in commits[i + 1 :]:
-            if a.effect_key != b.effect_key or a.event_id == b.event_id:
-                continue
-            later = max(a.seq, b.seq)  # type: ignore[type-var]
-            if a.owner_epoch != b.owner_epoch:
-                low = min(a.owner_epoch, b.owner_epoch)
-                finding("displaced", low).add(
-                    ("duplicate_effect", "failover", a.effect_key), later, "critical"
-                )
-            elif a.source == b.source:
-                finding("retry", a.owner_epoch).add(
-                    ("duplicate_effect", "retry", a.effect_key), later, "warning"
-                )
-
-    for f in found.values():
-        # the latest evidence: the last witness, or a later repeat of a stale condition
-        latest = max([*f.witnesses.values(), f.last_stale_seq or 0])
-        f.current = max((a.owner_epoch for a in acqs if a.seq < latest), default=None)  # type: ignore[operator]
-        f.resolved = _fenced(f, hist) and _verified(f, hist)
-    return found
-
-
-def _fenced(f: OracleFinding, hist: list[OwnershipEvent]) -> bool:
-    if f.displaced is None or f.last_stale_seq is None:
-        return True
-    last = f.last_stale_seq
-    for e in hist:
-        if e.owner_epoch != f.displaced:
-            continue
-        if _kind(e) in FENCE_KINDS and e.seq > last:  # type: ignore[operator]
-            return True
-        # a destination's rejection shows the fence holds, even when it is the last stale event
-        if (
-            _kind(e) == "effect_rejected" and e.source.value == "destination" and e.seq >= last  # type: ignore[operator]
-        ):
-            return True
-    return False
-
-
-def _verified(f: OracleFinding, hist: list[OwnershipEvent]) -> bool:
-    latest: dict[str, int] = {}
-    for (_, _, key), seq in f.witnesses.items():
-        if key is not None:
-            latest[key] = max(latest.get(key, -1), seq)
-    return all(
-        any(
-            _kind(e) == "outcome_verified"
-            and e.source.value == "verifier"
-            and e.effect_key == key
-            and e.seq > seq  # type: ignore[operator]
-            for e in hist
-        )
-        for key, seq in latest.items()
+def view(e: OwnershipEvent, arrival: int) -> E:
+    return E(
+        e.event_id,
+        e.kind.value,
+        e.owner_epoch,
+        e.worker_id,
+        e.source.value,
+        e.seq,
+        e.effect_key,
+        e.observed_ts(),
+        arrival,
     )
+
+
+def _compare(a: E, b: E) -> int:
+    return -1 if before(a, b) else 1
+
+
+def total_order(events: Sequence[E]) -> list[E] | None:
+    """The workflow's events sorted by `before`, or None when `before` has a cycle."""
+    if all(e.seq is not None for e in events):
+        return sorted(events, key=lambda e: (e.seq, e.arrival))
+    if all(e.seq is None for e in events):
+        return sorted(events, key=lambda e: e.arrival)
+    order = sorted(events, key=functools.cmp_to_key(_compare))
+    # `before` is total and antisymmetric: it is an order iff the sort agrees with every pair.
+    for i, a in enumerate(order):
+        for b in order[i + 1 :]:
+            if not before(a, b):
+                return None
+    return order
+
+
+def believed_times(order: Sequence[E], skew: float) -> dict[str, float]:
+    """event_id -> believed observed_at time (see the module docstring)."""
+    believed: dict[str, float] = {}
+    pending: list[tuple[E, float]] = []
+    latest: float | None = None
+    for x in order:
+        if x.t is None:
+            continue
+        t = x.t
+        backing = [
+            (y, ty)
+            for y, ty in pending
+            if (y.worker, y.source) != (x.worker, x.source) and abs(ty - t) <= skew
+        ]
+        if latest is None or t <= latest + skew or backing:
+            for y, ty in [(x, t), *backing]:
+                believed[y.event_id] = ty
+                latest = ty if latest is None else max(latest, ty)
+            pending = [p for p in pending if p not in backing]
+        else:
+            pending.append((x, t))
+    return believed
+
+
+def disbelieved_count(events: Iterable[OwnershipEvent], skew: float = CLOCK_SKEW_S) -> int:
+    """How many times are never believed (per workflow, in its order; cyclic ones skipped)."""
+    by_wf: dict[str, dict[str, E]] = defaultdict(dict)
+    for n, e in enumerate(events):
+        by_wf[e.workflow_key].setdefault(e.event_id, view(e, n))
+    total = 0
+    for evmap in by_wf.values():
+        order = total_order(list(evmap.values())) or []
+        timed = sum(1 for e in order if e.t is not None)
+        total += timed - len(believed_times(order, skew))
+    return total
+
+
+class Workflow:
+    """All findings of one workflow, by brute force over its events."""
+
+    def __init__(
+        self, wf: str, events: list[E], silence: bool, quiet_period_s: float, skew: float
+    ) -> None:
+        self.wf = wf
+        self.events = events
+        self.acqs = [e for e in events if e.kind == "lease_acquired"]
+        self.order = total_order(events)
+        self.rank = {e.event_id: i for i, e in enumerate(self.order or ())}
+        with_seq = {e.seq is not None for e in events}
+        self.ordering = {
+            frozenset({True}): "authoritative_seq",
+            frozenset({False}): "arrival",
+        }.get(frozenset(with_seq))
+        self.quiet_period_s = quiet_period_s
+        self.verifications: dict[str, list[E]] = defaultdict(list)
+        for e in events:
+            if e.kind == "outcome_verified" and e.source == "verifier" and e.key is not None:
+                self.verifications[e.key].append(e)
+        self.believed = believed_times(self.order, skew) if self.order and silence else None
+
+    def earliest(self, xs: Iterable[E]) -> E:
+        return min(xs, key=lambda e: self.rank[e.event_id])
+
+    def latest(self, xs: Iterable[E]) -> E:
+        return max(xs, key=lambda e: self.rank[e.event_id])
+
+    def stale(self, e: E) -> bool:
+        return any(a.epoch > e.epoch and before(a, e) for a in self.acqs)
+
+    def findings(self) -> dict[FKey, OracleFinding]:
+        found: dict[FKey, OracleFinding] = {}
+
+        def finding(tag: str, epoch: int) -> OracleFinding:
+            k = (self.wf, tag, epoch)
+            if k not in found:
+                found[k] = OracleFinding(self.wf, tag, epoch)
+            return found[k]
+
+        # Stale evidence: every event against every acquisition.
+        for e in self.events:
+            if e.kind in STALE_KIND and self.stale(e):
+                cond, sev = STALE_KIND[e.kind]
+                key = None if cond == "stale_activity" else e.key
+                f = finding("displaced", e.epoch)
+                f.stale.append(e)
+                f.add((cond, None, key), e, sev, e.source == "destination")
+
+        # Duplicates: every pair of commits of one effect key.
+        commits: dict[str, list[E]] = defaultdict(list)
+        for e in self.events:
+            if e.kind == "effect_committed" and e.key is not None:
+                commits[e.key].append(e)
+        for key, cs in commits.items():
+            for i, a in enumerate(cs):
+                for b in cs[i + 1 :]:
+                    later = b if before(a, b) else a
+                    both = a.source == "destination" and b.source == "destination"
+                    if a.epoch != b.epoch:
+                        f = finding("displaced", min(a.epoch, b.epoch))
+                        f.add(("duplicate_effect", "failover", key), later, "critical", both)
+                    elif a.source == b.source:
+                        f = finding("retry", a.epoch)
+                        f.add(("duplicate_effect", "retry", key), later, "warning", both)
+
+        for f in found.values():
+            f.ordering = self.ordering
+            f.confidence = self.confidence(f)
+            if self.order is not None:
+                self.settle(f)
+        return found
+
+    def confidence(self, f: OracleFinding) -> str | None:
+        if self.ordering is None:
+            return None
+        authoritative = self.ordering == "authoritative_seq"
+        if all(kind == "stale_activity" for kind, _, _ in f.triggers):
+            destination = True  # only activity: the second criterion is waived
+        else:
+            confirming = [k for k in f.triggers if k[0] in CONFIRMING]
+            destination = bool(confirming) and all(f.confirmed[k] for k in confirming)
+        return ("low", "medium", "high")[int(authoritative) + int(destination)]
+
+    def settle(self, f: OracleFinding) -> None:
+        """The order-dependent fields: witnesses, current, transition, status."""
+        f.witness = {k: self.earliest(ts) for k, ts in f.triggers.items()}
+        latest = self.latest(e for ts in f.triggers.values() for e in ts)
+        f.current = max((a.epoch for a in self.acqs if before(a, latest)), default=None)
+        if f.stale:
+            last = f.last_stale = self.latest(f.stale)
+            higher = [a for a in self.acqs if a.epoch > f.epoch and before(a, last)]
+            f.transition = self.earliest(higher)
+        f.resolved = self.fenced(f) and self.verified(f)
+
+    def fenced(self, f: OracleFinding) -> bool:
+        last = f.last_stale
+        if f.tag == "retry" or last is None:
+            return True  # no stale event: fenced by the handoff
+        for e in self.events:
+            if e.epoch != f.epoch or not (e is last or before(last, e)):
+                continue
+            if e.kind in FENCE_KINDS:
+                return True
+            if e.kind == "effect_rejected" and e.source == "destination":
+                return True
+        return self.quiet(last)
+
+    def quiet(self, last: E) -> bool:
+        if not self.believed or self.order is None:
+            return False
+        upto = [
+            self.believed[e.event_id]
+            for e in self.order[: self.rank[last.event_id] + 1]
+            if e.event_id in self.believed
+        ]
+        if not upto:
+            return False
+        return max(self.believed.values()) - max(upto) >= self.quiet_period_s
+
+    def verified(self, f: OracleFinding) -> bool:
+        by_key: dict[str, list[E]] = defaultdict(list)
+        for (_, _, key), ts in f.triggers.items():
+            if key is not None:
+                by_key[key].extend(ts)
+        for key, ts in by_key.items():
+            latest = self.latest(ts)
+            if not any(before(latest, v) for v in self.verifications[key]):
+                return False
+        return True

@@ -1,0 +1,378 @@
+"""History generators for the property tests and the oracle.
+
+A history is a list of `Row`s (compact, so a failing example prints readably) in arrival order;
+`build` turns it into events. Generators first write each workflow in its *authoritative* order
+(what really happened), then choose which events carry `seq`, then an arrival order:
+
+- `"seq"`: every event carries seq and arrival is any permutation (DESIGN §4: findings must not
+  depend on it);
+- `"acyclic"`: mixed seq/no-seq, where the events without seq stay put and the seq events
+  between two of them arrive in any order. The pairwise rule of §4 is then a total order equal to
+  the authoritative one, so every field of a finding is defined;
+- `"any"`: any permutation of a mixed history: the pairwise rule may have cycles, only what §4
+  defines pairwise (which conditions exist) is compared;
+- `"in_order"`: arrival is the authoritative order.
+
+Small histories are drawn from structured strategies (hypothesis shrinks them); long ones
+(hundreds of events per workflow) from a seeded `random.Random`, which is fast to generate;
+`minimize` cuts a failing long history down for a report.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from hypothesis import strategies as st
+
+from detector.events import OwnershipEvent
+
+from .histories import ev
+
+
+class Row(NamedTuple):
+    """One event: (workflow, id, kind, epoch, worker, source, seq, effect key, observed_at)."""
+
+    wf: str
+    id: str
+    kind: str
+    epoch: int
+    worker: str
+    source: str
+    seq: int | None
+    key: str | None
+    t: float | None
+
+
+def build(rows: Sequence[Row]) -> list[OwnershipEvent]:
+    return [
+        ev(r.id, r.kind, r.wf, r.epoch, r.worker, seq=r.seq, key=r.key, source=r.source, t=r.t)
+        for r in rows
+    ]
+
+
+def row(wf: str, i: int, kind: str, epoch: int, key: str | None, src: str, t: float) -> Row:
+    """A row in authoritative position `i` (seq is assigned later). Who emits follows DESIGN §3:
+    the coordinator acquires, a verifier verifies, a worker attempts; commits and rejections come
+    from a destination or are a worker's claim."""
+    worker = f"w{epoch}"
+    if kind == "lease_acquired":
+        return Row(wf, f"{wf}-{i}", kind, epoch, worker, "coordinator", None, None, t)
+    if kind == "outcome_verified":
+        who = "checker" if src == "verifier" else worker
+        return Row(wf, f"{wf}-{i}", kind, epoch, who, src, None, key, t)
+    if kind == "effect_attempted":
+        return Row(wf, f"{wf}-{i}", kind, epoch, worker, "worker", None, key, t)
+    if kind in ("effect_committed", "effect_rejected"):
+        return Row(wf, f"{wf}-{i}", kind, epoch, worker, src, None, key, t)
+    if kind in ("heartbeat", "progress"):
+        return Row(wf, f"{wf}-{i}", kind, epoch, worker, "worker", None, key or None, t)
+    return Row(wf, f"{wf}-{i}", kind, epoch, worker, "worker", None, None, t)
+
+
+def with_seq(rows: Sequence[Row], has_seq: Sequence[bool]) -> list[Row]:
+    """Number the authoritative order 1, 2, ...; events with has_seq False get none."""
+    pairs = enumerate(zip(rows, has_seq, strict=True))
+    return [r._replace(seq=i + 1 if s else None) for i, (r, s) in pairs]
+
+
+# ---- small, shrinkable workflows --------------------------------------------------------------
+
+KEYS = ("k0", "k1", "k2")
+# what an owner (current or displaced) may do, weighted by repetition
+ACTIONS = (
+    "heartbeat",
+    "heartbeat",
+    "progress",
+    "effect_attempted",
+    "effect_committed",
+    "effect_committed",
+    "effect_rejected",
+    "outcome_verified",
+    "outcome_verified",
+    "lease_lost",
+    "lease_lost",
+    "lease_released",
+    "ownership_uncertain",
+)
+GAPS = (1.0, 5.0, 40.0, 650.0)  # seconds between events: 650 > the 600 s quiet period
+SOURCES = ("destination", "destination", "worker")
+VERIFIERS = ("verifier", "verifier", "verifier", "worker")  # a worker's "verified" is no proof
+
+
+@st.composite
+def small_workflow(draw: st.DrawFn, wf: str, seq: str = "all") -> list[Row]:
+    """A split-brain-prone workflow in authoritative order: 1-4 epochs, acquired in epoch order
+    or (sometimes) not, and any owner acquired so far may act."""
+    n = draw(st.integers(1, 4))
+    first = draw(st.integers(0, 30))
+    steps = draw(st.lists(st.integers(1, 3), min_size=n - 1, max_size=n - 1))
+    epochs = [first]
+    for s in steps:
+        epochs.append(epochs[-1] + s)
+    if draw(st.sampled_from((False, False, False, True))):
+        epochs = draw(st.permutations(epochs))
+    t = float(draw(st.integers(0, 100)))
+    out: list[Row] = []
+    for i, epoch in enumerate(epochs):
+        out.append(row(wf, len(out), "lease_acquired", epoch, None, "", t))
+        acts = draw(
+            st.lists(
+                st.tuples(
+                    st.integers(0, i),  # which acquired owner acts
+                    st.booleans(),  # ... biased to the current one
+                    st.sampled_from(ACTIONS),
+                    st.sampled_from((*KEYS, "")),  # "" on activity: no effect key
+                    st.sampled_from(SOURCES),
+                    st.sampled_from(VERIFIERS),
+                    st.sampled_from(GAPS),
+                ),
+                max_size=6,
+            )
+        )
+        for who, current, kind, drawn_key, src, vsrc, gap in acts:
+            t += gap
+            actor = epoch if current else epochs[who]
+            key = drawn_key or (None if kind in ("heartbeat", "progress") else KEYS[0])
+            source = vsrc if kind == "outcome_verified" else src
+            out.append(row(wf, len(out), kind, actor, key, source, t))
+    return with_seq(out, draw(seq_flags(len(out), seq)))
+
+
+@st.composite
+def clean_workflow(draw: st.DrawFn, wf: str) -> list[Row]:
+    """Handoffs only, every event with seq: each owner acts before the next takeover, each
+    effect key once overall (a worker's claim plus the destination's confirmation allowed);
+    after a takeover the old owner only says it lost or released, and verifiers may speak for
+    any epoch."""
+    n = draw(st.integers(1, 4))
+    epochs = sorted(draw(st.sets(st.integers(0, 40), min_size=n, max_size=n)))
+    out: list[Row] = []
+    t = 0.0
+    for i, epoch in enumerate(epochs):
+        t += 1
+        out.append(row(wf, len(out), "lease_acquired", epoch, None, "", t))
+        if i > 0:
+            for kind in draw(
+                st.lists(
+                    st.sampled_from(("lease_lost", "lease_released", "ownership_uncertain")),
+                    max_size=2,
+                )
+            ):
+                t += 1
+                out.append(row(wf, len(out), kind, epochs[i - 1], None, "", t))
+        acts = draw(st.lists(st.sampled_from((*ACTIONS[:-3], "claim+confirm")), max_size=6))
+        for j, kind in enumerate(acts):
+            t += draw(st.sampled_from(GAPS))
+            key = f"e{epoch}-k{j}"
+            if kind == "claim+confirm":
+                out.append(row(wf, len(out), "effect_committed", epoch, key, "worker", t))
+                out.append(row(wf, len(out), "effect_committed", epoch, key, "destination", t))
+            elif kind == "outcome_verified":
+                who = draw(st.sampled_from(epochs[: i + 1]))
+                out.append(row(wf, len(out), kind, who, key, "verifier", t))
+            else:
+                out.append(row(wf, len(out), kind, epoch, key, "destination", t))
+        if draw(st.booleans()):
+            t += 1
+            fence = draw(st.sampled_from(("lease_lost", "lease_released")))
+            out.append(row(wf, len(out), fence, epoch, None, "", t))
+    return with_seq(out, [True] * len(out))
+
+
+def seq_flags(n: int, mode: str) -> st.SearchStrategy[list[bool]]:
+    if mode == "all":
+        return st.just([True] * n)
+    if mode == "none":
+        return st.just([False] * n)
+    return st.lists(st.booleans(), min_size=n, max_size=n)
+
+
+# ---- arrival orders -----------------------------------------------------------------------
+
+
+def segments(rows: Sequence[Row]) -> list[list[Row]]:
+    """Runs of seq events, each no-seq event a run of its own (the acyclic arrival's units)."""
+    out: list[list[Row]] = []
+    run: list[Row] = []
+    for r in rows:
+        if r.seq is None:
+            if run:
+                out.append(run)
+            out.append([r])
+            run = []
+        else:
+            run.append(r)
+    if run:
+        out.append(run)
+    return out
+
+
+@st.composite
+def arrival(draw: st.DrawFn, per_wf: Sequence[Sequence[Row]], mode: str) -> list[Row]:
+    """One arrival order of several workflows (see the module docstring for `mode`)."""
+    arrived: list[list[Row]] = []
+    for rows in per_wf:
+        if mode in ("seq", "any"):
+            arrived.append(list(draw(st.permutations(rows))))
+        elif mode == "acyclic":
+            arrived.append([r for seg in segments(rows) for r in draw(st.permutations(seg))])
+        else:
+            arrived.append(list(rows))
+    slots = [i for i, rows in enumerate(arrived) for _ in rows]
+    return interleave(arrived, draw(st.permutations(slots)))
+
+
+def interleave(per_wf: Sequence[Sequence[Row]], slots: Sequence[int]) -> list[Row]:
+    """Merge workflows, keeping each one's own order: `slots` says whose turn it is."""
+    its = [iter(rows) for rows in per_wf]
+    return [next(its[i]) for i in slots]
+
+
+def several(
+    one: Callable[..., st.SearchStrategy[list[Row]]], seq: str = "all", most: int = 3
+) -> st.SearchStrategy[list[list[Row]]]:
+    """1..most workflows wf0, wf1, ... drawn from `one`, each in authoritative order."""
+
+    @st.composite
+    def draw_them(draw: st.DrawFn) -> list[list[Row]]:
+        n = draw(st.integers(1, most))
+        if one is clean_workflow:
+            return [draw(one(f"wf{i}")) for i in range(n)]
+        return [draw(one(f"wf{i}", seq)) for i in range(n)]
+
+    return draw_them()
+
+
+@st.composite
+def history(draw: st.DrawFn, seq: str, mode: str, most: int = 3) -> tuple[list[Row], list[Row]]:
+    """(authoritative order, an arrival order) of small workflows."""
+    per_wf = draw(several(small_workflow, seq, most))
+    return [r for rows in per_wf for r in rows], draw(arrival(per_wf, mode))
+
+
+# ---- long workflows -----------------------------------------------------------------------
+
+LONG_KINDS = (
+    "heartbeat",
+    "progress",
+    "effect_attempted",
+    "effect_committed",
+    "effect_rejected",
+    "outcome_verified",
+    "lease_lost",
+    "lease_released",
+    "ownership_uncertain",
+)
+LONG_WEIGHTS = (35, 12, 12, 18, 3, 8, 2, 1, 1)
+
+
+def long_workflow(rng: random.Random, wf: str, seq: str = "all") -> list[Row]:
+    """Hundreds of events in authoritative order: 2-5 owners, each with a long run of
+    heartbeats, progress and effects over a key pool of 3, 30 or 300 keys (reused keys make
+    duplicates long after the first commit), zombies acting now and then, fences, and a tail
+    that may verify every key, fence the zombies and go quiet."""
+    n = rng.randint(2, 5)
+    epochs = sorted(rng.sample(range(1, 100), n))
+    if rng.random() < 0.15:  # an acquisition out of epoch order
+        i = rng.randrange(n - 1)
+        epochs[i], epochs[i + 1] = epochs[i + 1], epochs[i]
+    pool = [f"{wf}/k{j}" for j in range(rng.choice((3, 30, 300)))]
+    zombie_rate = rng.choice((0.0, 0.03, 0.1, 0.4))
+    out: list[Row] = []
+    used: list[str] = []
+    t = rng.uniform(0, 100)
+
+    def add(kind: str, epoch: int, key: str | None = None, src: str = "worker") -> None:
+        nonlocal t
+        t += rng.choice((1.0, 1.0, 5.0, 20.0)) if rng.random() > 0.02 else 650.0
+        out.append(row(wf, len(out), kind, epoch, key, src, t))
+
+    acquired: list[int] = []
+    for epoch in epochs:
+        add("lease_acquired", epoch)
+        acquired.append(epoch)
+        if len(acquired) > 1 and rng.random() < 0.3:
+            add(rng.choice(("lease_lost", "lease_released", "ownership_uncertain")), acquired[-2])
+        for _ in range(rng.randint(20, 150)):
+            actor = acquired[-1]
+            if len(acquired) > 1 and rng.random() < zombie_rate:
+                actor = rng.choice(acquired[:-1])
+            kind = rng.choices(LONG_KINDS, LONG_WEIGHTS)[0]
+            key: str | None = None
+            if kind in ("heartbeat", "progress"):
+                key = rng.choice(pool) if rng.random() < 0.1 else None
+            elif kind == "outcome_verified":
+                key = rng.choice(used or pool)
+            elif kind in LONG_KINDS[2:5]:
+                key = rng.choice(used) if used and rng.random() < 0.3 else rng.choice(pool)
+                used.append(key)
+            src = rng.choice(SOURCES)
+            if kind == "outcome_verified":
+                src = rng.choice(VERIFIERS)
+            add(kind, actor, key, src)
+    if rng.random() < 0.5:  # a verifier sweep
+        for key in dict.fromkeys(used):
+            add("outcome_verified", acquired[-1], key, "verifier")
+    if rng.random() < 0.5:  # the zombies learn they lost
+        for epoch in acquired[:-1]:
+            add(rng.choice(("lease_lost", "lease_released")), epoch)
+    for _ in range(rng.randint(0, 2)):  # the current owner goes on, maybe after a silence
+        t += rng.choice((10.0, 700.0))
+        add("heartbeat", acquired[-1])
+    flags = [True] * len(out)
+    if seq == "none":
+        flags = [False] * len(out)
+    elif seq == "mixed":
+        flags = [rng.random() < 0.7 for _ in out]
+    return with_seq(out, flags)
+
+
+def long_arrival(rng: random.Random, per_wf: Sequence[Sequence[Row]], mode: str) -> list[Row]:
+    """An arrival order of long workflows: in order, nearly in order (late deliveries), or any
+    order allowed by `mode` (as in `arrival`)."""
+    arrived: list[list[Row]] = []
+    for rows in per_wf:
+        style = rng.choice(("in_order", "late", "shuffle")) if mode != "in_order" else "in_order"
+        if style == "in_order":
+            arrived.append(list(rows))
+        elif mode == "acyclic":  # only the seq events between two no-seq events move
+            arrived.append([r for seg in segments(rows) for r in rng.sample(seg, len(seg))])
+        elif style == "late":  # each event may arrive up to 40 places late
+            keyed = sorted(enumerate(rows), key=lambda ir: ir[0] + rng.uniform(0, 40))
+            arrived.append([r for _, r in keyed])
+        else:
+            arrived.append(rng.sample(list(rows), len(rows)))
+    slots = [i for i, rows in enumerate(arrived) for _ in rows]
+    rng.shuffle(slots)
+    return interleave(arrived, slots)
+
+
+def long_history(seed: int, seq: str = "all", mode: str = "seq") -> tuple[list[Row], list[Row]]:
+    """(authoritative order, arrival order) of one or two long workflows, from a seed."""
+    rng = random.Random(seed)
+    per_wf = [long_workflow(rng, f"wf{i}", seq) for i in range(rng.randint(1, 2))]
+    return [r for rows in per_wf for r in rows], long_arrival(rng, per_wf, mode)
+
+
+# ---- reports ------------------------------------------------------------------------------
+
+
+def minimize(rows: Sequence[Row], fails: Callable[[list[Row]], bool]) -> list[Row]:
+    """Delta debugging: drop chunks of rows while `fails` still holds (for reports only)."""
+    cur = list(rows)
+    chunk = max(1, len(cur) // 2)
+    while chunk >= 1:
+        i = 0
+        shrunk = False
+        while i < len(cur):
+            trial = cur[:i] + cur[i + chunk :]
+            if trial and fails(trial):
+                cur = trial
+                shrunk = True
+            else:
+                i += chunk
+        if not shrunk:
+            chunk //= 2
+    return cur
