@@ -99,6 +99,15 @@ class FindingUpdate:
         return self.finding.workflow_key
 
 
+@dataclass(frozen=True, slots=True)
+class Advanced:
+    """What letting time pass did: revisions to publish, and the workflows it changed in place
+    or removed (evicted), for the owner of the states to persist."""
+
+    updates: list[FindingUpdate]
+    changed: set[str]
+
+
 @dataclass(slots=True)
 class Counters:
     events: int = 0
@@ -141,8 +150,6 @@ class Detector:
     states: MutableMapping[str, WorkflowState] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     lease_health: LeaseHealth = field(init=False)
-    # Workflows `advance` changed in place or removed; the owner persists them, then clears it.
-    changed: set[str] = field(default_factory=set, init=False)
     _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
     # Workflows `advance` must look at between sweeps: an open finding, or a release. Not
     # persisted: the first `advance` of a detector sweeps everything and finds them again.
@@ -562,14 +569,15 @@ class Detector:
 
     # ---- time ------------------------------------------------------------------------------
 
-    def advance(self, now: float) -> list[FindingUpdate]:
+    def advance(self, now: float) -> Advanced:
         """Let the worker's time pass: resolve episodes whose displaced owner went quiet; evict
-        idle state.
+        idle state. Returns the revisions to publish and the workflows to persist.
 
         Idle workflows are found by a sweep of every state at most every `idle_sweep_s`, so one
         is evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
         """
         updates: list[FindingUpdate] = []
+        changed: set[str] = set()
         cfg = self.config
         sweep = self._swept_at is None or now - self._swept_at >= cfg.idle_sweep_s
         if sweep:
@@ -581,8 +589,10 @@ class Detector:
                 continue
             open_eps = [ep for ep in st.episodes.values() if ep.status is Status.OPEN]
             if open_eps:
-                updates.extend(self._settle_all(key, st, now, open_eps))
-                self.changed.add(key)
+                resolved = self._settle_all(key, st, now, open_eps)
+                if resolved:
+                    updates.extend(resolved)
+                    changed.add(key)
             idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
             released = (
                 st.released_at is not None
@@ -605,12 +615,12 @@ class Detector:
             else:
                 self._watch(key, st)
                 continue
-            self.changed.add(key)
+            changed.add(key)
             if idle:
                 self.counters.evicted_idle += 1
             else:
                 self.counters.evicted_released += 1
-        return updates
+        return Advanced(updates, changed)
 
     def finish(self) -> list[FindingUpdate]:
         """The end of a recorded history (`audit`): silence measured per workflow on its own

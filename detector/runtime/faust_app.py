@@ -1,8 +1,8 @@
 """The faust-streaming runtime: one agent, one changelog-backed table, exactly-once output.
 
 faust 0.15.3 + aiokafka 0.14 do not give exactly-once by setting `processing_guarantee` alone
-(docs/decisions/faust-runtime-notes.md has the analysis, with file and line). This module uses
-faust's own transaction machinery — one transactional producer per input partition, whose
+(docs/decisions/0003-faust-runtime-notes.md has the analysis, with file and line). This module
+uses faust's own transaction machinery — one transactional producer per input partition, whose
 transaction carries the table's changelog writes and the consumed offsets — and closes the
 holes that matter for us with small documented subclasses:
 
@@ -49,18 +49,16 @@ from faust.types.transports import TransportT
 from mode import CrashingSupervisor
 
 from detector.core import Detector, FindingUpdate, WorkflowState, encode_state
-from detector.kafka.config import KafkaClientError, fetch_metadata
-from detector.runtime.intake import DeadLetter, admit
-from detector.runtime.settings import (
-    WorkerSettings,
-)
+from detector.kafka.config import KafkaClientError
+from detector.runtime.processor import Outcome, PartitionProcessor
+from detector.runtime.settings import WorkerSettings
 from detector.runtime.store import DecodedCache
+from detector.runtime.topology import TopologyError, inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
 
-log = logging.getLogger("splitbrain.faust")
+log = logging.getLogger(__name__)
 
 TABLE_NAME: Final = "state"  # faust names its changelog "{app id}-state-changelog"
-ADVANCE_EVERY_S: Final = 5.0  # of the worker's clock, per partition
 REPORT_EVERY_S: Final = 5.0  # wall clock: liveness and lag for the metrics
 DRAIN_TIMEOUT_S: Final = 60.0
 EXIT_OK: Final = 0
@@ -372,11 +370,16 @@ class PartitionStates(DecodedCache):
 
 @dataclass(slots=True)
 class PartitionEngine:
-    partition: int
-    detector: Detector
+    processor: PartitionProcessor
     states: PartitionStates
-    last_advance: float | None = None
-    reported_workflows: int = -1
+
+    @property
+    def partition(self) -> int:
+        return self.processor.partition
+
+    @property
+    def detector(self) -> Detector:
+        return self.processor.detector
 
 
 # ----------------------------------------------------------------------------- the worker
@@ -485,79 +488,43 @@ class FaustWorker:
                     raise
 
     async def _handle(self, message: Message) -> None:
-        s = self.settings
-        partition = message.partition
-        admitted = admit(message.key, message.value, message.topic, partition, message.offset)
-        if isinstance(admitted, DeadLetter):
-            log.warning(
-                "dead letter %s[%d]@%d: %s (field %s)",
-                admitted.topic,
-                admitted.partition,
-                admitted.offset,
-                admitted.reason_code,
-                admitted.field,
-            )
-            await self._send(
-                s.dlq_topic, admitted.key, admitted.value, partition, admitted.headers()
-            )
-            self.metrics.dead_letter(admitted.reason_code, partition)
-        else:
-            self.metrics.event(admitted.kind.value, partition)
-            if admitted.dropped_fields:
-                self.metrics.fields_dropped(admitted, partition)
-            engine = self._engine(partition)
-            # Silence is measured on this worker's clock: no producer's CreateTime can resolve.
-            updates = engine.detector.observe(admitted, at=time.time())
-            engine.states.write_back(admitted.workflow_key)
-            updates += self._maybe_advance(engine)
-            workflows = len(engine.states)
-            if workflows != engine.reported_workflows:  # a new workflow, or evictions
-                engine.reported_workflows = workflows
-                self.metrics.state(partition, workflows)
-            for update in updates:
-                await self._publish(update, partition)
-        self.app.barrier.processed[(message.topic, partition)] = message.offset + 1
+        engine = self._engine(message.partition)
+        now = time.time()
+        processed = engine.processor.process(
+            message.key, message.value, message.topic, message.offset, now
+        )
+        await self._write(engine, processed)
+        ticked = engine.processor.tick(now)  # only when an event brings a transaction
+        if ticked is not None:
+            await self._write(engine, ticked)
+        self.app.barrier.processed[(message.topic, message.partition)] = message.offset + 1
         self.app.barrier.events += 1
+
+    async def _write(self, engine: PartitionEngine, outcome: Outcome) -> None:
+        """Into the transaction of the event's partition: states (evictions were deleted
+        through `PartitionStates` already), dead letters and finding revisions."""
+        partition = engine.partition
+        for key in outcome.changed:
+            engine.states.write_back(key)
+        dead = outcome.dead_letter
+        if dead is not None:
+            await self._send(
+                self.settings.dlq_topic, dead.key, dead.value, partition, dead.headers()
+            )
+        for update in outcome.findings:
+            await self._publish(update, partition)
 
     def _engine(self, partition: int) -> PartitionEngine:
         engine = self.engines.get(partition)
         if engine is None:
             states = PartitionStates(self.table, partition)
-            engine = PartitionEngine(
-                partition, Detector(config=self.settings.engine, states=states), states
-            )
-            self.engines[partition] = engine
+            detector = Detector(config=self.settings.engine, states=states)
+            processor = PartitionProcessor(partition, detector, self.metrics)
+            engine = self.engines[partition] = PartitionEngine(processor, states)
         return engine
-
-    def _maybe_advance(self, engine: PartitionEngine) -> list[FindingUpdate]:
-        """Quiet periods and eviction, on the worker's clock (processing time), inside the
-        event's transaction.
-
-        It runs when an event of the partition arrives (at most every ADVANCE_EVERY_S of
-        the worker's clock), because only then is there a transaction to put its writes in.
-        """
-        now = time.time()
-        if engine.last_advance is not None and now - engine.last_advance < ADVANCE_EVERY_S:
-            return []
-        engine.last_advance = now
-        updates = engine.detector.advance(now)  # evictions delete through PartitionStates
-        changed = engine.detector.changed
-        for key in {*changed, *(u.workflow_key for u in updates)}:
-            engine.states.write_back(key)
-        changed.clear()
-        self.metrics.engine(engine.partition, engine.detector.counters)
-        return updates
 
     async def _publish(self, update: FindingUpdate, partition: int) -> None:
         finding = update.finding
-        self.metrics.finding_revision(update, partition)
-        log.info(
-            "finding %s rev %d %s %s",
-            finding.finding_id,
-            finding.revision,
-            finding.severity.value,
-            finding.status.value,
-        )
         await self._send(
             self.settings.findings_topic,
             finding.workflow_key.encode(),
@@ -672,42 +639,6 @@ def broker_credentials(kafka: Mapping[str, Any]) -> CredentialsT | None:
     raise FaustRuntimeError(f"security.protocol {protocol!r} is not supported")
 
 
-def inspect_topics(settings: WorkerSettings) -> tuple[int, int]:
-    """Partition count and replication factor of the input, checked against the outputs.
-
-    Findings and dead letters go to the partition of the input record they come from, so each
-    output needs at least as many partitions as the input (topics.yaml gives them the same).
-    """
-    admin = AdminClient(dict(settings.kafka))
-    metadata = fetch_metadata(admin, 30.0)
-    topics = metadata.topics
-    source = topics.get(settings.input_topic)
-    if source is None or source.error is not None or not source.partitions:
-        raise FaustRuntimeError(f"input topic {settings.input_topic!r} does not exist")
-    partitions = len(source.partitions)
-    replication = len(next(iter(source.partitions.values())).replicas)
-    for name in (settings.findings_topic, settings.dlq_topic):
-        topic = topics.get(name)
-        if topic is None or topic.error is not None:
-            raise FaustRuntimeError(f"output topic {name!r} does not exist")
-        if len(topic.partitions) < partitions:
-            raise FaustRuntimeError(
-                f"{name!r} has {len(topic.partitions)} partitions, fewer than the input's "
-                f"{partitions}: it must be co-partitioned with {settings.input_topic!r}"
-            )
-    changelog = topics.get(settings.changelog_topic)
-    if (
-        changelog is not None
-        and changelog.error is None
-        and (len(changelog.partitions) != partitions)
-    ):
-        raise FaustRuntimeError(
-            f"changelog {settings.changelog_topic!r} has {len(changelog.partitions)} partitions,"
-            f" the input has {partitions}"
-        )
-    return partitions, replication
-
-
 def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
     """Run the faust worker until SIGTERM: 0 after a graceful stop, 1 after a crash, 2 when the
     cluster or the settings do not allow it to start."""
@@ -715,7 +646,7 @@ def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
         log.error("the faust runtime keeps its table in memory (store=%s)", settings.store)
         return EXIT_UNUSABLE
     try:
-        partitions, replication = inspect_topics(settings)
+        partitions, replication = inspect_topics(AdminClient(dict(settings.kafka)), settings)
         worker = FaustWorker(
             settings,
             partitions=partitions,
@@ -723,7 +654,7 @@ def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
             credentials=broker_credentials(settings.kafka),
             metrics=metrics,
         )
-    except (FaustRuntimeError, KafkaClientError, ssl.SSLError, OSError) as exc:
+    except (FaustRuntimeError, TopologyError, KafkaClientError, ssl.SSLError, OSError) as exc:
         log.error("cannot start the faust worker: %s", exc)
         return EXIT_UNUSABLE
     return worker.run()

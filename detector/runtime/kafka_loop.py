@@ -10,11 +10,9 @@ memory is never ahead of what Kafka committed.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import signal
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Final
@@ -30,17 +28,17 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from detector.core import Detector, FindingUpdate, encode_state
-from detector.runtime.intake import DeadLetter, admit
+from detector.core import Detector, encode_state
+from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.store import Store, open_store
+from detector.runtime.topology import TopologyError, inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
 
-log = logging.getLogger("splitbrain.worker")
+log = logging.getLogger(__name__)
 
 _BATCH: Final = 500
 _POLL_S: Final = 0.05
-_ADVANCE_EVERY_S: Final = 5.0
 _TXN_TIMEOUT_S: Final = 30.0
 
 
@@ -50,12 +48,17 @@ class FencedError(Exception):
 
 @dataclass(slots=True)
 class PartitionState:
-    """One input partition's store and engine, and the workflows changed since the last commit."""
+    """One input partition's store and processor, and the workflows changed since the last
+    commit."""
 
     store: Store
-    detector: Detector
+    processor: PartitionProcessor
     dirty: set[str] = field(default_factory=set)
     next_offset: int | None = None
+
+    @property
+    def detector(self) -> Detector:
+        return self.processor.detector
 
 
 class KafkaLoopWorker:
@@ -67,7 +70,6 @@ class KafkaLoopWorker:
         self.in_txn = False
         self.txn_events = 0
         self.txn_started = 0.0
-        self.last_advance = time.monotonic()
         self.consumer = Consumer(
             {
                 **settings.kafka,
@@ -103,7 +105,11 @@ class KafkaLoopWorker:
         """Process until SIGTERM/SIGINT; 0 on a clean stop, 3 when fenced by a newer owner."""
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
-        self._ensure_changelog()
+        try:
+            self._ensure_changelog()
+        except TopologyError as exc:
+            log.error("cannot start the worker: %s", exc)
+            return 2
         self.producer.init_transactions(_TXN_TIMEOUT_S)
         self.consumer.subscribe(
             [self.s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -150,10 +156,8 @@ class KafkaLoopWorker:
                     continue  # revoked while the batch was in flight
                 self._begin()
                 self._process(msg, topic, partition, offset, ps)
+            self._tick(time.time())
             now = time.monotonic()
-            if now - self.last_advance >= _ADVANCE_EVERY_S:
-                self.last_advance = now
-                self._advance(time.time())
             if self.in_txn and (
                 self.txn_events >= self.s.commit_max_events
                 or (now - self.txn_started) * 1000 >= self.s.commit_interval_ms
@@ -174,34 +178,21 @@ class KafkaLoopWorker:
     ) -> None:
         ps.next_offset = offset + 1
         self.txn_events += 1
-        admitted = admit(msg.key(), msg.value(), topic, partition, offset)
-        if isinstance(admitted, DeadLetter):
-            self._dead_letter(admitted, partition)
-            return
-        if admitted.dropped_fields:
-            self.metrics.fields_dropped(admitted, partition)
-        # Silence is measured on this worker's clock: no producer's CreateTime can resolve.
-        updates = ps.detector.observe(admitted, at=time.time())
-        ps.dirty.add(admitted.workflow_key)
-        self.metrics.event(admitted.kind.value, partition)
-        self._publish(updates, partition)
+        self._write(ps.processor.process(msg.key(), msg.value(), topic, offset, time.time()), ps)
 
-    def _dead_letter(self, dead: DeadLetter, partition: int) -> None:
-        self.producer.produce(
-            self.s.dlq_topic, key=dead.key, value=dead.value, headers=dead.headers()
-        )
-        self.metrics.dead_letter(dead.reason_code, partition)
-        log.warning(
-            "dead letter %s[%d]@%d: %s (field %s)",
-            dead.topic,
-            dead.partition,
-            dead.offset,
-            dead.reason_code,
-            dead.field,
-        )
-
-    def _publish(self, updates: Iterable[FindingUpdate], partition: int) -> None:
-        for update in updates:
+    def _write(self, outcome: Outcome, ps: PartitionState) -> None:
+        """Into the open transaction, to the partition the input came from."""
+        partition = ps.processor.partition
+        dead = outcome.dead_letter
+        if dead is not None:
+            self.producer.produce(
+                self.s.dlq_topic,
+                key=dead.key,
+                value=dead.value,
+                headers=dead.headers(),
+                partition=partition,
+            )
+        for update in outcome.findings:
             f = update.finding
             self.producer.produce(
                 self.s.findings_topic,
@@ -209,33 +200,18 @@ class KafkaLoopWorker:
                 value=f.to_json().encode(),
                 partition=partition,
             )
-            self.metrics.finding_revision(update, partition)
-            log.info(
-                "finding %s rev %d %s %s workflow#%s conditions=%s",
-                f.finding_id,
-                f.revision,
-                f.severity.value,
-                f.status.value,
-                _short_hash(f.workflow_key),
-                ",".join(c.kind.value for c in f.conditions),
-            )
+        ps.dirty |= outcome.changed
 
-    def _advance(self, now: float) -> None:
-        """Quiet-period resolution and eviction; evicted workflows get changelog tombstones."""
+    def _tick(self, now: float) -> None:
+        """Let time pass in every partition whose tick is due; evictions become tombstones."""
         for partition, ps in self.partitions.items():
-            updates = ps.detector.advance(now)
-            changed = ps.detector.changed
-            if updates or changed:
+            outcome = ps.processor.tick(now)
+            if outcome is None:
+                continue
+            if outcome.findings or outcome.changed:
                 self._begin()
-                self._publish(updates, partition)
-                # A resolved finding's new revision lives in its state: persist it with the
-                # revision, or a restore would publish the same (finding_id, revision) again.
-                ps.dirty |= changed | {u.workflow_key for u in updates}
-                changed.clear()
-            self.metrics.state(partition, len(ps.detector.states))
-            self.metrics.engine(partition, ps.detector.counters)
+                self._write(outcome, ps)
             self.metrics.consumer_lag(partition, self._lag(partition, ps))
-            self.metrics.findings_open(partition, ps.detector.open_findings())
 
     def _lag(self, partition: int, ps: PartitionState) -> int | None:
         """From the high watermark the last fetch reported (no broker round trip): None until
@@ -354,7 +330,8 @@ class KafkaLoopWorker:
 
     def _fresh(self, partition: int) -> PartitionState:
         store = open_store(self.s.store, self.s.state_dir / self.s.instance_id, partition)
-        return PartitionState(store, Detector(config=self.s.engine, states=store.states))
+        detector = Detector(config=self.s.engine, states=store.states)
+        return PartitionState(store, PartitionProcessor(partition, detector, self.metrics))
 
     def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
         reader = Consumer(
@@ -387,18 +364,16 @@ class KafkaLoopWorker:
             reader.close()
 
     def _ensure_changelog(self) -> None:
-        """The changelog is ours: compacted and co-partitioned with the input; create if absent."""
+        """The changelog is ours: compacted and co-partitioned with the input; create if absent
+        (after checking that every topic the worker writes can take what it writes)."""
         admin = AdminClient(self.s.kafka)
-        metadata = admin.list_topics(timeout=30)
-        source = metadata.topics.get(self.s.input_topic)
-        if source is None or source.error is not None:
-            raise SystemExit(f"input topic {self.s.input_topic} does not exist: run topics apply")
-        if self.s.changelog_topic in metadata.topics:
+        partitions, replication = inspect_topics(admin, self.s)
+        if self.s.changelog_topic in admin.list_topics(timeout=30).topics:
             return
         topic = NewTopic(
             self.s.changelog_topic,
-            num_partitions=len(source.partitions),
-            replication_factor=len(next(iter(source.partitions.values())).replicas),
+            num_partitions=partitions,
+            replication_factor=replication,
             config={"cleanup.policy": "compact"},
         )
         for future in admin.create_topics([topic]).values():
@@ -414,10 +389,6 @@ def _coordinates(msg: Message) -> tuple[str, int, int]:
     topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
     assert topic is not None and partition is not None and offset is not None
     return topic, partition, offset
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
 def run_kafka_loop(settings: WorkerSettings, metrics: WorkerMetrics) -> int:

@@ -1,11 +1,11 @@
 """A critical split-brain reaches the pager: worker metrics -> Prometheus evaluating the shipped
 rules -> Alertmanager -> a webhook receiver. Prometheus and Alertmanager are Debian's packages,
-run for real on loopback (`.ci/run` installs them)."""
+run for real on loopback (`.ci/run` installs them; without them the test skips, see
+`tests/tools.py`)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 import urllib.request
@@ -15,25 +15,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from detector.devkafka import LocalKafka, free_port
 from tests.integration.worker_harness import Running, cli, wait_for
 from tests.paths import ROOT, SEED_FIXTURE
+from tests.tools import program
 
 RULES = ROOT / "alerts" / "splitbrain.rules.yml"
-
-
-def binary(*names: str) -> str:
-    for name in names:
-        path = shutil.which(name)
-        if path is not None:
-            return path
-    pytest.fail(
-        f"none of {names} is on PATH: install Debian's prometheus and prometheus-alertmanager "
-        "packages (.ci/run does)"
-    )
 
 
 class Webhook:
@@ -97,8 +86,10 @@ def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
 def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
     kafka_broker: LocalKafka, tmp_path: Path
 ) -> None:
-    prometheus = binary("prometheus")
-    alertmanager = binary("prometheus-alertmanager", "alertmanager")
+    prometheus = program("prometheus", package="prometheus")
+    alertmanager = program(
+        "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
+    )
     hook = Webhook()
     am_port, prom_port = free_port(), free_port()
     am_config = write_yaml(

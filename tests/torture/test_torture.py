@@ -24,6 +24,8 @@ def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
         broker.stop()
 
 
+# Faults for a few minutes, then up to `Plan.quiescence_s` (300 s) to settle: above the default.
+@pytest.mark.timeout(1800)
 def test_default_runtime_survives_every_fault(own_broker: LocalKafka, tmp_path: Path) -> None:
     harness = Harness(own_broker.bootstrap, tmp_path / "run", runtime="kafka", tag="ci")
     report = run(harness, Plan(events=20_000, kills=5), broker=own_broker)

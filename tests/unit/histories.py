@@ -10,15 +10,15 @@ clock in seconds after a fixed base (it becomes `observed_at`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from detector.core import Config, Detector, FindingUpdate
-from detector.events import OwnershipEvent, parse_event_obj
+from detector.events import OwnershipEvent, parse_event_json, parse_event_obj
 from detector.findings import Finding
+from tests.paths import SEED_FIXTURE
 
 BASE = datetime(2026, 7, 26, 10, 0, 0, tzinfo=UTC)
 BASE_TS = BASE.timestamp()
@@ -56,27 +56,71 @@ def ev(
     return parse_event_obj(obj)
 
 
-def _config_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(Config)}
+# The scenario vocabulary of tests/unit/scenarios: workflow `W`, whose effect key is `K`.
+W = "export-ledger"
+K = "release-index/2026-07-26"
+
+
+def acq(
+    event_id: str, epoch: int, worker: str, seq: int | None = None, wf: str = W, **kw: Any
+) -> OwnershipEvent:
+    return ev(event_id, "lease_acquired", wf, epoch, worker, seq=seq, **kw)
+
+
+def takeover(wf: str = W, seq: bool = True) -> list[OwnershipEvent]:
+    """alpha holds 17 (seq 1), beta acquires 18 (seq 5)."""
+    return [
+        acq("a17", 17, "alpha", 1 if seq else None, wf),
+        acq("a18", 18, "beta", 5 if seq else None, wf),
+    ]
+
+
+def commit(
+    event_id: str,
+    epoch: int,
+    worker: str,
+    seq: int | None,
+    key: str = K,
+    source: str = "destination",
+    wf: str = W,
+    **kw: Any,
+) -> OwnershipEvent:
+    return ev(
+        event_id, "effect_committed", wf, epoch, worker, seq=seq, key=key, source=source, **kw
+    )
+
+
+def verify(event_id: str, seq: int, key: str = K, wf: str = W, epoch: int = 18) -> OwnershipEvent:
+    return ev(
+        event_id, "outcome_verified", wf, epoch, "checker", seq=seq, key=key, source="verifier"
+    )
+
+
+def seed_history() -> list[OwnershipEvent]:
+    """The DESIGN §6 acceptance history (`tests.paths.SEED_FIXTURE`), in file order."""
+    lines = SEED_FIXTURE.read_text().splitlines()
+    return [parse_event_json(line) for line in lines if line.strip()]
+
+
+def stale_commit() -> list[OwnershipEvent]:
+    """The takeover, then alpha (displaced) commits `K` at seq 6."""
+    return [*takeover(), commit("c", 17, "alpha", 6)]
 
 
 def evidence_cap(n: int, **kw: Any) -> Config:
-    """A Config retaining at most `n` activity events and `n` effect events, whichever cap
-    names the engine uses (`max_activity`/`max_effects` or one `max_evidence`)."""
-    names = _config_fields()
-    caps = {k: n for k in ("max_activity", "max_effects", "max_evidence") if k in names}
-    return Config(**caps, **kw)
+    """A Config retaining at most `n` raw events per workflow (`max_evidence`)."""
+    return Config(max_evidence=n, **kw)
 
 
 def generous(**kw: Any) -> Config:
-    """A Config whose evidence caps never bite in a test-sized history."""
-    names = _config_fields()
+    """A Config whose caps never bite in a test-sized history."""
     caps = {
-        k: 10_000
-        for k in ("max_activity", "max_effects", "max_evidence", "max_acquisitions")
-        if k in names
+        "max_evidence": 10_000,
+        "max_acquisitions": 10_000,
+        "max_effect_keys": 10_000,
+        "max_event_ids": 10_000,
     }
-    return Config(**caps, **kw)
+    return Config(**{**caps, **kw})
 
 
 def at(t: float) -> float:
@@ -86,10 +130,12 @@ def at(t: float) -> float:
 
 @dataclass
 class Run:
-    """A detector fed a history, with every update it published."""
+    """A detector fed a history, with every update it published and every workflow `advance`
+    said to persist."""
 
     detector: Detector
     updates: list[FindingUpdate] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
 
     def feed(self, events: Iterable[OwnershipEvent], now: float | None = None) -> Run:
         for e in events:
@@ -97,9 +143,10 @@ class Run:
         return self
 
     def advance(self, now: float) -> list[FindingUpdate]:
-        ups = self.detector.advance(now)
-        self.updates.extend(ups)
-        return ups
+        advanced = self.detector.advance(now)
+        self.updates.extend(advanced.updates)
+        self.changed |= advanced.changed
+        return advanced.updates
 
     def findings(self, wf: str | None = None) -> list[Finding]:
         return [f for f in self.detector.findings() if wf is None or f.workflow_key == wf]

@@ -444,7 +444,7 @@ def test_revision_stream_is_gapless_unique_and_severity_never_drops(
     for i, e in enumerate(build(arrived)):
         updates.extend(d.observe(e, at=BASE_TS + 25.0 * i))
         if data.draw(st.booleans(), label=f"advance after {i}"):
-            updates.extend(d.advance(BASE_TS + 25.0 * i + 10.0))
+            updates.extend(d.advance(BASE_TS + 25.0 * i + 10.0).updates)
     seen: set[tuple[str, int]] = set()
     last: dict[str, Finding] = {}
     for u in updates:
@@ -477,7 +477,7 @@ def replay(
 
 
 def finish(d: Detector, n: int, worker: bool) -> list[FindingUpdate]:
-    return d.advance(BASE_TS + 25.0 * n + 700.0) if worker else d.finish()
+    return d.advance(BASE_TS + 25.0 * n + 700.0).updates if worker else d.finish()
 
 
 @SETTINGS
@@ -531,10 +531,9 @@ def _summary(found: dict[FKey, OracleFinding]) -> dict[FKey, tuple[object, ...]]
 
 def test_oracle_reproduces_the_published_acceptance_history() -> None:
     from detector.events import parse_event_json  # noqa: PLC0415
+    from tests.paths import SEED_FIXTURE  # noqa: PLC0415
 
-    from .test_scenarios import SEED  # noqa: PLC0415
-
-    lines = SEED.read_text().splitlines()
+    lines = SEED_FIXTURE.read_text().splitlines()
     found = oracle(parse_event_json(line) for line in lines if line.strip())
     assert set(found) == {("export-ledger", "displaced", 17)}
     f = found[("export-ledger", "displaced", 17)]

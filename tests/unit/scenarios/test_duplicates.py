@@ -1,0 +1,105 @@
+"""Duplicate effects: failover across owners and retry within one owner."""
+
+from __future__ import annotations
+
+from ..histories import W, acq, commit, conds, epochs, ev, run, takeover
+
+
+def test_failover_duplicate_after_a_clean_handoff():
+    # epoch 5 commits K and releases; epoch 6 takes over cleanly and commits K again.
+    wf = "report-index"
+    r = run(
+        [
+            acq("a5", 5, "delta", 1, wf),
+            commit("c5", 5, "delta", 2, key="shard-01", wf=wf),
+            ev("rel", "lease_released", wf, 5, "delta", seq=3),
+            acq("a6", 6, "epsilon", 4, wf),
+            commit("c6", 6, "epsilon", 5, key="shard-01", wf=wf),
+        ]
+    )
+    f = r.finding(wf, 5)
+    assert (f.severity.value, f.status.value) == ("critical", "open")
+    assert epochs(f) == (5, 6)
+    assert conds(f) == [("duplicate_effect", 5, "failover")]
+    assert (f.conditions[0].event_id, f.conditions[0].epochs) == ("c6", [5, 6])
+    assert f.last_stale_event is None
+    assert f.effect_keys == ["shard-01"]
+    assert "do not auto-retry" in f.response
+
+
+def test_failover_duplicate_witness_is_later_commit_even_when_it_arrives_first():
+    r = run([*takeover(), commit("c18", 18, "beta", 7), commit("c17", 17, "alpha", 3)])
+    f = r.finding(W, 17)
+    # c17 (seq 3) predates the takeover: not stale, but the effect happened twice
+    assert conds(f) == [("duplicate_effect", 7, "failover")]
+    assert f.conditions[0].event_id == "c18"
+    assert f.severity.value == "critical"
+
+
+def test_failover_epochs_do_not_depend_on_arrival_order():
+    a17, a18, a19 = (
+        acq("a17", 17, "alpha", 1),
+        acq("a18", 18, "beta", 2),
+        acq("a19", 19, "gamma", 4),
+    )
+    c18, c19 = commit("c18", 18, "beta", 3), commit("c19", 19, "gamma", 5)
+    c17 = commit("c17", 17, "alpha", 6)  # alpha commits K after both beta and gamma did
+    one = run([a17, a18, c18, a19, c19, c17]).finding(W, 17)
+    other = run([a17, a18, a19, c19, c18, c17]).finding(W, 17)
+    assert one.model_dump(exclude={"revision"}) == other.model_dump(exclude={"revision"})
+
+
+def test_failover_confidence_does_not_depend_on_arrival_order():
+    # alpha's commit of K is confirmed by the destination before the takeover; beta redoes K:
+    # its worker logs the commit (seq 8) and the destination confirms it (seq 9).
+    a17, c17 = acq("a17", 17, "alpha", 1), commit("c17", 17, "alpha", 4)
+    a18 = acq("a18", 18, "beta", 5)
+    claim, receipt = commit("claim", 18, "beta", 8, source="worker"), commit("rc", 18, "beta", 9)
+    in_order = run([a17, c17, a18, claim, receipt]).finding(W, 17)
+    receipt_first = run([a17, receipt, c17, a18, claim]).finding(W, 17)
+    assert conds(in_order) == [("duplicate_effect", 8, "failover")]
+    # every commit of K was confirmed by a destination, and seq orders the takeover
+    assert (in_order.confidence, receipt_first.confidence) == ("high", "high")
+
+
+def test_retry_duplicate_is_its_own_finding_without_displaced_owner():
+    wf = "checkout-sync"
+    r = run(
+        [
+            acq("a3", 3, "zeta", 1, wf),
+            commit("c1", 3, "zeta", 2, key="reply-to/msg-8f2", wf=wf),
+            commit("c2", 3, "zeta", 3, key="reply-to/msg-8f2", wf=wf),
+        ]
+    )
+    (f,) = r.findings()
+    assert f.displaced is None
+    assert f.current.owner_epoch == 3
+    assert (f.severity.value, f.status.value) == ("warning", "open")
+    assert conds(f) == [("duplicate_effect", 3, "retry")]
+    assert f.conditions[0].event_id == "c2"
+    assert f.effect_keys == ["reply-to/msg-8f2"]
+    assert "committed twice" in f.response
+
+
+def test_worker_claim_plus_destination_confirmation_is_not_a_retry():
+    r = run(
+        [
+            acq("a1", 1, "w", 1),
+            commit("claim", 1, "w", 2, source="worker"),
+            commit("conf", 1, "w", 3, source="destination"),
+            commit("other", 1, "w", 4, key="other-key", source="destination"),
+        ]
+    )
+    assert r.findings() == []
+    assert r.updates == []
+
+
+def test_stale_retry_gives_a_retry_finding_and_a_displaced_finding():
+    r = run([*takeover(), commit("c1", 17, "alpha", 6), commit("c2", 17, "alpha", 7)])
+    displaced = r.finding(W, 17)
+    retry = r.finding(W, None)
+    assert displaced.finding_id != retry.finding_id
+    assert conds(displaced) == [("stale_effect_committed", 6, None)]
+    assert conds(retry) == [("duplicate_effect", 7, "retry")]
+    assert retry.severity.value == "warning"
+    assert displaced.severity.value == "critical"

@@ -1,0 +1,66 @@
+"""Lease health: policy warnings and heartbeat gaps near expiry."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..histories import W, acq, ev, run
+
+
+@pytest.mark.parametrize(
+    ("lease", "hb", "warned"), [(60, 30, True), (65, 30, True), (65.5, 30, False), (90, 30, False)]
+)
+def test_lease_policy_warning_when_lease_not_longer_than_two_heartbeats_plus_jitter(
+    lease, hb, warned
+):
+    r = run(
+        [
+            acq(
+                "a",
+                1,
+                "w",
+                1,
+                lease_duration_s=lease,
+                heartbeat_interval_s=hb,
+                attrs={"tool_class": "browser"},
+            )
+        ]
+    )
+    ws = r.detector.lease_health.warnings
+    assert [(w.tool_class, w.reason) for w in ws] == ([("browser", "policy")] if warned else [])
+    assert r.findings() == []
+
+
+def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class():
+    common = {"attrs": {"tool_class": "export"}}
+    r = run(
+        [
+            acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=30, **common),
+            ev("h1", "heartbeat", W, 1, "w", seq=2, t=30),
+            ev("h2", "heartbeat", W, 1, "w", seq=3, t=60),
+            ev("h3", "heartbeat", W, 1, "w", seq=4, t=140),  # gap 80 s: 5 s jitter short of 90
+        ]
+    )
+    assert r.detector.lease_health.warnings == []
+    r.feed([ev("h4", "heartbeat", W, 1, "w", seq=5, t=225)])  # gap 85 s: within the reserve
+    (w,) = r.detector.lease_health.warnings
+    assert (w.tool_class, w.reason, w.observed_gap_s) == ("export", "heartbeat_gap", 85.0)
+    # a second gap of the same class does not repeat the warning
+    r.feed([ev("h5", "heartbeat", W, 1, "w", seq=6, t=320)])
+    assert len(r.detector.lease_health.warnings) == 1
+    assert r.detector.lease_health.classes["export"].near_expiry == 2  # each gap is counted
+
+
+def test_displaced_heartbeats_do_not_count_as_gaps_of_the_current_owner():
+    lease = {"lease_duration_s": 90, "heartbeat_interval_s": 30, "attrs": {"tool_class": "x"}}
+    r = run(
+        [
+            acq("a1", 1, "alpha", 1, t=0, **lease),
+            acq("a2", 2, "beta", 2, t=10, **lease),
+            ev("h1", "heartbeat", W, 2, "beta", seq=3, t=40),
+            ev("s1", "heartbeat", W, 1, "alpha", seq=4, t=500),  # stale, far later
+            ev("h2", "heartbeat", W, 2, "beta", seq=5, t=70),
+        ]
+    )
+    assert r.detector.lease_health.warnings == []
+    assert r.finding(W, 1).severity.value == "info"

@@ -1,0 +1,54 @@
+"""The faust runtime's commit barrier, with no broker: it never commits past a failure, past
+the last finished event, or before every write of the transaction reached the broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from faust.types import TP
+
+from detector.runtime.faust_app import CommitBarrier, FaustRuntimeError
+
+
+def test_it_refuses_to_commit_past_the_last_event_the_agent_finished() -> None:
+    barrier = CommitBarrier()
+    barrier.processed[("in", 0)] = 10
+    barrier.check_offsets({TP("in", 0): 10})  # up to it: fine
+    with pytest.raises(FaustRuntimeError, match="past the last event"):
+        barrier.check_offsets({TP("in", 0): 11})
+    with pytest.raises(FaustRuntimeError, match="refusing to commit after a failure"):
+        barrier.check_usable()
+
+
+def test_a_partition_never_processed_cannot_be_committed() -> None:
+    with pytest.raises(FaustRuntimeError):
+        CommitBarrier().check_offsets({TP("in", 1): 0})
+
+
+def test_forgetting_a_revoked_partition_forgets_its_progress() -> None:
+    barrier = CommitBarrier()
+    barrier.processed[("in", 2)] = 5
+    barrier.forget([TP("in", 2)])
+    assert barrier.processed == {}
+
+
+def test_drain_waits_for_every_write_and_a_failed_one_makes_it_unusable() -> None:
+    async def scenario() -> CommitBarrier:
+        barrier = CommitBarrier()
+        loop = asyncio.get_running_loop()
+        ok: asyncio.Future[None] = loop.create_future()
+        barrier.track(ok)
+        loop.call_soon(ok.set_result, None)
+        await barrier.drain()
+        assert barrier.pending == [] and barrier.failure is None
+        broken: asyncio.Future[None] = loop.create_future()
+        barrier.track(broken)
+        loop.call_soon(broken.set_exception, OSError("broker gone"))
+        with pytest.raises(OSError):
+            await barrier.drain()
+        return barrier
+
+    barrier = asyncio.run(scenario())
+    with pytest.raises(FaustRuntimeError):
+        barrier.check_usable()

@@ -1,0 +1,65 @@
+"""The public API, pinned: a name added to or removed from `__all__` is a decision, made here too.
+
+`detector` is what a library user imports (README "The engine as a library"); `detector.core` is
+the engine's facade, the only way into the rules. Change these lists with the API, and say so in
+CHANGELOG.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "detector": [
+        "Condition",
+        "ConditionKind",
+        "Config",
+        "Detector",
+        "EventError",
+        "Finding",
+        "FindingUpdate",
+        "Kind",
+        "OwnershipEvent",
+        "Severity",
+        "Source",
+        "Status",
+        "parse_event_json",
+    ],
+    "detector.core": [
+        "Advanced",
+        "Config",
+        "Counters",
+        "Detector",
+        "FindingUpdate",
+        "LeaseHealth",
+        "LeaseWarning",
+        "ToolClassHealth",
+        "WorkflowState",
+        "decode_state",
+        "encode_state",
+    ],
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_all_is_the_pinned_public_api(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert sorted(mod.__all__) == sorted(PUBLIC[module])
+    assert len(set(mod.__all__)) == len(mod.__all__)
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_every_public_name_is_there(module: str) -> None:
+    mod = importlib.import_module(module)
+    missing = [name for name in mod.__all__ if not hasattr(mod, name)]
+    assert missing == []
+
+
+def test_the_package_reexports_the_engine_it_names() -> None:
+    import detector  # noqa: PLC0415
+    import detector.core  # noqa: PLC0415
+
+    for name in set(detector.__all__) & set(detector.core.__all__):
+        assert getattr(detector, name) is getattr(detector.core, name)
