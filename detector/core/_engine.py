@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import zlib
+from math import isnan
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -47,6 +48,13 @@ _HIDING: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
 _new_record: Final = tuple.__new__
 
 
+# Caps and counts below 1, and periods of 0, would make the engine forget or decide at once.
+_AT_LEAST_ONE: Final = frozenset(
+    {"max_evidence", "max_acquisitions", "max_effect_keys", "max_event_ids", "missed_heartbeats"}
+)
+_POSITIVE: Final = frozenset({"quiet_period_s", "clock_skew_s", "idle_ttl_s"})
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """Bounds and policies. Caps bound memory; when one cuts evidence a verdict may depend on,
@@ -68,9 +76,14 @@ class Config:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            least = 1 if f.name.startswith("max_") or f.name == "missed_heartbeats" else 0
-            if isinstance(value, bool) or value < least:
-                raise ValueError(f"{f.name} must be at least {least}, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or isnan(value):
+                raise ValueError(f"{f.name} must be a number, not {value!r}")
+            if f.name in _AT_LEAST_ONE and value < 1:
+                raise ValueError(f"{f.name} must be at least 1, not {value!r}")
+            if f.name in _POSITIVE and value <= 0:
+                raise ValueError(f"{f.name} must be more than 0, not {value!r}")
+            if value < 0:
+                raise ValueError(f"{f.name} must not be negative, not {value!r}")
 
     @classmethod
     def for_audit(cls, **overrides: Any) -> Config:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import socket
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Final
@@ -143,6 +144,12 @@ def run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    try:
+        engine = Config(**{f.name: getattr(args, f"engine_{f.name}") for f in fields(Config)})
+    except ValueError as exc:
+        name = str(exc).split()[0]
+        print(f"splitbrain worker: --{name.replace('_', '-')}: {exc}", file=sys.stderr)
+        return 2
     settings = WorkerSettings(
         kafka=client_config(args),
         instance_id=args.instance_id,
@@ -155,8 +162,15 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         store=args.store,
         metrics_port=args.metrics_port or None,
-        engine=Config(**{f.name: getattr(args, f"engine_{f.name}") for f in fields(Config)}),
+        engine=engine,
     )
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)  # faust and rocksdb write there
+    except OSError as exc:
+        print(
+            f"splitbrain worker: --state-dir {settings.state_dir}: {exc.strerror}", file=sys.stderr
+        )
+        return 2
     metrics = WorkerMetrics()
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
