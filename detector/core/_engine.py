@@ -10,11 +10,11 @@ from __future__ import annotations
 import bisect
 import hashlib
 import zlib
-from math import isnan
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
+from math import isnan
 from sys import intern
 from typing import Any, Final
 
