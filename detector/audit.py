@@ -15,12 +15,10 @@ from typing_extensions import TypedDict  # pydantic needs this one before Python
 
 from detector.cli import silence_stdout
 from detector.core import Config, Detector, LeaseWarning
+from detector.errors import ExitCode, SplitbrainError
 from detector.findings import Finding, Severity
 from detector.history import BadLine, UnusableHistoryError, open_history, read_history
 
-EXIT_OK: Final = 0
-EXIT_FINDINGS: Final = 1
-EXIT_UNUSABLE: Final = 2
 FAIL_ON_CHOICES: Final = ("info", "warning", "critical", "none")
 # Bad lines kept for the caller; each one is printed as it comes, and all of them are counted.
 # Keeping them all would make memory grow with the garbage in a history.
@@ -42,7 +40,7 @@ class AuditResult:
     times_disbelieved: int = 0  # observed_at times beyond the clock-skew bound
 
 
-class StrictStopError(Exception):
+class StrictStopError(SplitbrainError):
     def __init__(self, bad: BadLine) -> None:
         super().__init__(bad.describe())
         self.bad = bad
@@ -243,7 +241,7 @@ class Expectation(TypedDict):
 _EXPECTATION: Final = TypeAdapter(Expectation)
 
 
-class ExpectationError(ValueError):
+class ExpectationError(SplitbrainError, ValueError):
     """An `--expect` file that cannot be read or does not have the shape of an expectation."""
 
 
@@ -316,7 +314,7 @@ def _cond_matches(want: tuple[str, int | None, str | None], have: tuple[str, Any
 
 def _fail(message: str) -> int:
     print(printable(f"splitbrain audit: {message}"), file=sys.stderr)
-    return EXIT_UNUSABLE
+    return ExitCode.UNUSABLE
 
 
 def run(args: argparse.Namespace) -> int:
@@ -348,10 +346,10 @@ def run(args: argparse.Namespace) -> int:
         )
     problems = None if expected is None else check_expectation(result, expected)
     if problems is not None:
-        status = EXIT_FINDINGS if problems else EXIT_OK
+        status = ExitCode.FAILED if problems else ExitCode.OK
     else:
         reached = any(reaches(f, args.fail_on) for f in result.findings.values())
-        status = EXIT_FINDINGS if reached else EXIT_OK
+        status = ExitCode.FAILED if reached else ExitCode.OK
     try:
         _write(result, args.format, problems)
         sys.stdout.flush()

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from detector import gc_tuning
+from detector.errors import ExitCode
 
 # Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
 _COMMAND_MODULES = (
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Not an error of ours. A command whose exit status means something (`audit`) catches
         # this itself, after deciding its status; for the others, the reader had what it wanted.
         silence_stdout()
-        return 0
+        return ExitCode.OK
     return code
 
 

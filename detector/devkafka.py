@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detector.errors import SplitbrainError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POM_PATH = REPO_ROOT / "kafka" / "pom.xml"
 JARS_ENV = "SPLITBRAIN_KAFKA_JARS"
@@ -59,7 +61,7 @@ ClientConfig = dict[str, str | int | float | bool]
 """librdkafka settings, typed as confluent-kafka's Producer/Consumer/AdminClient take them."""
 
 
-class DevKafkaError(RuntimeError):
+class DevKafkaError(SplitbrainError, RuntimeError):
     """The local broker could not be provisioned, started or reached."""
 
 

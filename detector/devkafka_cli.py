@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from detector.errors import ExitCode
+
 DEFAULT_DATA_DIR = Path("var") / "kafka"
 
 
@@ -81,7 +83,7 @@ def _start(args: argparse.Namespace) -> int:
         if args.kill:
             if broker.pid() is None:
                 print(f"error: --kill: no broker runs on {broker.data_dir}")
-                return 1
+                return ExitCode.FAILED
             broker.kill_and_restart()
             print(f"killed and restarted (pid {broker.pid()})")
         elif broker.pid() is not None:
@@ -91,12 +93,12 @@ def _start(args: argparse.Namespace) -> int:
             print(f"started (pid {broker.pid()}), log: {broker.log_path}")
     except DevKafkaError as exc:
         print(f"error: {exc}")
-        return 1
+        return ExitCode.FAILED
     if broker.sasl_ssl:
         print(f"SASL_SSL {broker.sasl_username} (SCRAM-SHA-512), CA: {broker.ca_path}")
         print(f"client settings: {broker.data_dir / 'client.properties'}")
     print(f"bootstrap.servers={broker.bootstrap}")
-    return 0
+    return ExitCode.OK
 
 
 def _stop(args: argparse.Namespace) -> int:
@@ -111,8 +113,8 @@ def _stop(args: argparse.Namespace) -> int:
             print(f"not running ({broker.data_dir})")
     except DevKafkaError as exc:
         print(f"error: {exc}")
-        return 1
-    return 0
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -122,7 +124,7 @@ def _status(args: argparse.Namespace) -> int:
     mode = "SASL_SSL" if status.sasl_ssl else "PLAINTEXT"
     if not status.running:
         print(f"not running ({status.data_dir})")
-        return 1
+        return ExitCode.FAILED
     print(f"running pid={status.pid} {mode} data_dir={status.data_dir}")
     print(f"bootstrap.servers={status.bootstrap}")
-    return 0
+    return ExitCode.OK

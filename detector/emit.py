@@ -21,6 +21,7 @@ from uuid import uuid4
 from confluent_kafka import KafkaError, Message, Producer
 from opentelemetry import propagate, trace
 
+from detector.errors import SplitbrainError
 from detector.events import EventError, Kind, OwnershipEvent, Source, parse_event_obj
 from detector.kafka import INPUT_TOPIC
 from detector.kafka.config import KafkaClientError, client_config, raise_unrecoverable
@@ -53,7 +54,7 @@ class DeliveryFailure:
     reason: str
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(SplitbrainError, RuntimeError):
     """Events that Kafka did not acknowledge: the caller must not assume they were recorded."""
 
     def __init__(self, message: str, failures: list[DeliveryFailure]) -> None:

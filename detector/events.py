@@ -35,6 +35,8 @@ from pydantic_core import (
     to_json,
 )
 
+from detector.errors import SplitbrainError
+
 SCHEMA: Final = "splitbrain.ownership/v1"
 # One Kafka record or one history line, in the worker and in `audit` alike (DESIGN §3).
 MAX_EVENT_BYTES: Final = 64 * 1024
@@ -223,7 +225,7 @@ OPTIONAL_FIELDS: Final[tuple[str, ...]] = (
 _DROPPABLE: Final = frozenset(OPTIONAL_FIELDS)
 
 
-class EventError(ValueError):
+class EventError(SplitbrainError, ValueError):
     """An input that is not a valid event, with the field and reason to report or dead-letter."""
 
     def __init__(self, reason: str, field: str | None = None) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
+from detector.errors import SplitbrainError
 from detector.events import (
     MAX_EVENT_BYTES,
     EventError,
@@ -35,7 +36,7 @@ _SNIFF_BYTES: Final = 8192
 _READ_LIMIT: Final = MAX_EVENT_BYTES + 3
 
 
-class UnusableHistoryError(OSError):
+class UnusableHistoryError(SplitbrainError, OSError):
     """The input as a whole is not a history (binary data, a broken gzip stream, a closed
     standard input). An OSError, so every command reports it as it reports an unreadable file."""
 

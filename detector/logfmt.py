@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from detector.errors import SplitbrainError
 from detector.events import KIND_ALIASES
 
 _TOKEN: Final = re.compile(r'\s*([^\s=]+)(?:=(?:("(?:[^"\\]|\\.)*")|(\S*)))?')
@@ -23,7 +24,7 @@ _INT: Final = re.compile(r"-?\d+")
 _OBJECTS: Final = ("attrs", "detail")
 
 
-class LogfmtError(ValueError):
+class LogfmtError(SplitbrainError, ValueError):
     pass
 
 

@@ -10,24 +10,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Final
 
 from tqdm import tqdm
 
 from detector.audit import printable
 from detector.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
+from detector.errors import ExitCode
 from detector.history import BadLine, open_history, read_history
 from detector.kafka import INPUT_TOPIC
 from detector.kafka.config import (
-    EXIT_UNUSABLE,
     add_kafka_arguments,
     client_config,
     reports_kafka_errors,
 )
-
-EXIT_OK: Final = 0
-EXIT_NOT_DELIVERED: Final = 1
-EXIT_INTERRUPTED: Final = 130
 
 
 class _Pacer:
@@ -68,18 +63,18 @@ def run(args: argparse.Namespace) -> int:
             emitter.flush(args.flush_timeout)
     except OSError as exc:
         print(f"splitbrain replay: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return ExitCode.UNUSABLE
     except DeliveryError as exc:
         print(f"splitbrain replay: {exc}", file=sys.stderr)
-        return EXIT_NOT_DELIVERED
+        return ExitCode.FAILED
     except KeyboardInterrupt:
         print("splitbrain replay: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     print(
         f"replayed {emitter.sent} event(s) to {args.topic}, skipped {skipped} invalid line(s)",
         file=sys.stderr,
     )
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _positive(text: str) -> float:

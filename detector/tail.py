@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, Top
 from pydantic import ValidationError
 
 from detector.audit import AuditResult, printable, render_text
+from detector.errors import ExitCode
 from detector.findings import Finding
 from detector.kafka import FINDINGS_TOPIC
 from detector.kafka.config import (
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             print(f.to_json())
     else:
         print("\n" + summary(view, args.topic), end="")
-    return 0
+    return ExitCode.OK
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -27,8 +27,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from detector.errors import ExitCode, SplitbrainError
 from detector.kafka.config import (
-    EXIT_UNUSABLE,
     KafkaClientError,
     add_kafka_arguments,
     client_config,
@@ -38,8 +38,6 @@ from detector.kafka.config import (
 )
 
 DEFAULT_FILE: Final = Path("topics") / "topics.yaml"
-EXIT_OK: Final = 0
-EXIT_UNRECONCILED: Final = 1
 
 ConfigValue = bool | int | float | str
 Count = Annotated[int, Field(ge=1)]
@@ -89,7 +87,7 @@ class Plan:
         return not self.create and not self.drift
 
 
-class TopicsFileError(ValueError):
+class TopicsFileError(SplitbrainError, ValueError):
     """The topics file cannot be used; the message says where and why."""
 
 
@@ -237,7 +235,7 @@ def run_apply(args: argparse.Namespace) -> int:
         topics = load_topics(args.file, args.profile)
     except TopicsFileError as exc:
         print(f"splitbrain topics apply: {exc}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        return ExitCode.UNUSABLE
     # log_level 5 (notice): at exit librdkafka may note at info level that it dropped an admin
     # event nobody waits for any more, which is noise on an operator's terminal.
     admin = AdminClient({**client_config(args), "log_level": 5})
@@ -253,7 +251,7 @@ def run_apply(args: argparse.Namespace) -> int:
             if args.dry_run
             else f"applied: {counts}"
         )
-    return EXIT_UNRECONCILED if todo.warnings else EXIT_OK
+    return ExitCode.FAILED if todo.warnings else ExitCode.OK
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,8 +18,9 @@ from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
+from detector.errors import ExitCode, SplitbrainError
+
 ENV_PREFIX: Final = "SPLITBRAIN_"
-EXIT_UNUSABLE: Final = 2
 
 # Each is also a flag (`--security-protocol`) and an environment variable
 # (`SPLITBRAIN_SECURITY_PROTOCOL`); the flag wins.
@@ -48,7 +49,7 @@ _UNRECOVERABLE: Final = frozenset(
 )
 
 
-class KafkaClientError(RuntimeError):
+class KafkaClientError(SplitbrainError, RuntimeError):
     """A Kafka client cannot be configured or cannot do its job; the message says why."""
 
 
@@ -206,7 +207,7 @@ def reports_kafka_errors(command: str) -> Callable[[Command], Command]:
             except KafkaException as exc:
                 reason = describe(exc)
             print(f"splitbrain {command}: {reason}", file=sys.stderr)
-            return EXIT_UNUSABLE
+            return ExitCode.UNUSABLE
 
         return wrapped
 

@@ -49,6 +49,7 @@ from faust.types.transports import TransportT
 from mode import CrashingSupervisor
 
 from detector.core import Detector, FindingUpdate, WorkflowState, encode_state
+from detector.errors import ExitCode, SplitbrainError
 from detector.kafka.config import KafkaClientError
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
@@ -61,14 +62,11 @@ log = logging.getLogger(__name__)
 TABLE_NAME: Final = "state"  # faust names its changelog "{app id}-state-changelog"
 REPORT_EVERY_S: Final = 5.0  # wall clock: liveness and lag for the metrics
 DRAIN_TIMEOUT_S: Final = 60.0
-EXIT_OK: Final = 0
-EXIT_CRASHED: Final = 1
-EXIT_UNUSABLE: Final = 2
 MAX_PRODUCE_BYTES: Final = 4 * 1024 * 1024
 _SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-class FaustRuntimeError(RuntimeError):
+class FaustRuntimeError(SplitbrainError, RuntimeError):
     """The cluster or the settings do not allow this worker to run; the message says why."""
 
 
@@ -594,8 +592,8 @@ class FaustWorker:
             worker.execute_from_commandline()
         except SystemExit as exc:
             code = exc.code
-            return code if isinstance(code, int) else EXIT_CRASHED
-        return EXIT_OK
+            return code if isinstance(code, int) else ExitCode.FAILED
+        return ExitCode.OK
 
 
 def _host_label(text: str) -> str:
@@ -644,7 +642,7 @@ def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
     cluster or the settings do not allow it to start."""
     if settings.store != "memory":
         log.error("the faust runtime keeps its table in memory (store=%s)", settings.store)
-        return EXIT_UNUSABLE
+        return ExitCode.UNUSABLE
     try:
         partitions, replication = inspect_topics(AdminClient(dict(settings.kafka)), settings)
         worker = FaustWorker(
@@ -656,5 +654,5 @@ def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
         )
     except (FaustRuntimeError, TopologyError, KafkaClientError, ssl.SSLError, OSError) as exc:
         log.error("cannot start the faust worker: %s", exc)
-        return EXIT_UNUSABLE
+        return ExitCode.UNUSABLE
     return worker.run()

@@ -29,6 +29,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from detector.core import Detector, encode_state
+from detector.errors import ExitCode, SplitbrainError
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.store import Store, open_store
@@ -42,7 +43,7 @@ _POLL_S: Final = 0.05
 _TXN_TIMEOUT_S: Final = 30.0
 
 
-class FencedError(Exception):
+class FencedError(SplitbrainError):
     """Another instance owns our transactional id or our partitions: this process must stop."""
 
 
@@ -109,7 +110,7 @@ class KafkaLoopWorker:
             self._ensure_changelog()
         except TopologyError as exc:
             log.error("cannot start the worker: %s", exc)
-            return 2
+            return ExitCode.UNUSABLE
         self.producer.init_transactions(_TXN_TIMEOUT_S)
         self.consumer.subscribe(
             [self.s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -122,16 +123,16 @@ class KafkaLoopWorker:
             self._commit()
         except FencedError as exc:
             log.error("fenced, stopping without committing: %s", exc)
-            return 3
+            return ExitCode.FENCED
         except KafkaException as exc:
             # Stopping with the cluster unreachable: what is not committed is redone by the
             # partitions' next owner, from the committed offsets and state.
             log.error("stopping without committing the last transaction: %s", exc)
-            return 1
+            return ExitCode.FAILED
         finally:
             self.consumer.close()
         log.info("worker %s stopped cleanly", self.s.instance_id)
-        return 0
+        return ExitCode.OK
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient
 
+from detector.errors import SplitbrainError
 from detector.kafka.config import fetch_metadata
 from detector.runtime.settings import WorkerSettings
 
 
-class TopologyError(RuntimeError):
+class TopologyError(SplitbrainError, RuntimeError):
     """A topic is missing or partitioned so that the worker's output would be misplaced."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from detector.core import Config
+from detector.errors import ExitCode
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
 from detector.runtime.settings import (
     DLQ_TOPIC,
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         name = str(exc).split()[0]
         print(f"splitbrain worker: --{name.replace('_', '-')}: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.UNUSABLE
     settings = WorkerSettings(
         kafka=client_config(args),
         instance_id=args.instance_id,
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"splitbrain worker: --state-dir {settings.state_dir}: {exc.strerror}", file=sys.stderr
         )
-        return 2
+        return ExitCode.UNUSABLE
     metrics = WorkerMetrics()
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)

@@ -9,10 +9,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from detector.emit import Emitter
+from detector.errors import ExitCode
 from detector.events import EventError
 from detector.kafka.admin import TopicsFileError, load_topics
 from detector.kafka.config import (
-    EXIT_UNUSABLE,
     KafkaClientError,
     add_kafka_arguments,
     client_config,
@@ -153,7 +153,7 @@ def test_commands_report_kafka_errors_in_one_line(capsys: pytest.CaptureFixture[
     def broken(args: argparse.Namespace) -> int:
         raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "No such property: x"))
 
-    assert broken(argparse.Namespace()) == EXIT_UNUSABLE
+    assert broken(argparse.Namespace()) == ExitCode.UNUSABLE
     assert capsys.readouterr().err == "splitbrain demo: No such property: x\n"
 
 
