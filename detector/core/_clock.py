@@ -59,7 +59,7 @@ def believe(clock: list[ClockEntry], skew_s: float) -> Believed:
     flags = _flags(order, skew_s)
     latest: list[float | None] = []
     now: float | None = None
-    for (_, _, t, _), believed in zip(order, flags, strict=True):
+    for (_, _, t, _, _), believed in zip(order, flags, strict=True):
         if believed and t is not None:
             now = t if now is None else max(now, t)
         latest.append(now)
@@ -73,7 +73,7 @@ def _flags(order: list[ClockEntry], skew_s: float) -> list[bool]:
     flags = [False] * len(order)
     top: float | None = None
     doubted: list[int] = []
-    for i, (_, _, t, _) in enumerate(order):
+    for i, (_, _, t, _, _) in enumerate(order):
         if t is None:
             continue
         if top is not None and t > top + skew_s and not _vouched(order, doubted, i, skew_s):
@@ -96,7 +96,12 @@ def _flags(order: list[ClockEntry], skew_s: float) -> list[bool]:
 
 def _agree(a: ClockEntry, b: ClockEntry, skew_s: float) -> bool:
     """Two emitters, one time within the bound."""
-    return a[3] != b[3] and a[2] is not None and b[2] is not None and abs(a[2] - b[2]) <= skew_s
+    return (
+        (a[3] != b[3] or a[4] != b[4])
+        and a[2] is not None
+        and b[2] is not None
+        and abs(a[2] - b[2]) <= skew_s
+    )
 
 
 def _vouched(order: list[ClockEntry], doubted: list[int], i: int, skew_s: float) -> bool:

@@ -31,6 +31,7 @@ from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, ev
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
+_ACQUIRED_VALUE: Final = _ACQUIRED.value
 _HEARTBEAT: Final = Kind.HEARTBEAT.value
 _RELEASED: Final = Kind.LEASE_RELEASED.value
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
@@ -43,7 +44,9 @@ _ACTIVITY_KINDS: Final = frozenset({_HEARTBEAT, Kind.PROGRESS.value})
 _MAX_SHARED_LEASES: Final = 1024
 _IDS_FROM: Final = LIST_FROM  # records a workflow holds before its ids get an index
 # Cuts that can hide a finding that does not exist yet: counted as truncated workflows.
-_HIDING: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
+_HIDING: Final = int(Cut.ACQUISITIONS | Cut.EFFECT_KEYS)
+# Plain ints on the hot path: an IntFlag operation goes through the enum machinery (1 µs).
+_IDS_CUT: Final = int(Cut.EVENT_IDS)
 # NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast.
 _new_record: Final = tuple.__new__
 
@@ -196,7 +199,7 @@ class Detector:
             return []
         late = seq is not None and seq < st.max_seq
         # An unknown id may be a forgotten one, unless its seq is past every seq seen.
-        uncertain = bool(st.cut & Cut.EVENT_IDS) and (seq is None or seq <= st.max_seq)
+        uncertain = bool(st.cut & _IDS_CUT) and (seq is None or seq <= st.max_seq)
         if seq is not None and seq > st.max_seq:
             st.max_seq = seq
         st.pos += 1
@@ -207,8 +210,8 @@ class Detector:
         else:
             if obs is not None:
                 st.last_at = obs if st.last_at is None else max(st.last_at, obs)
-            self._clock(st, seq, pos, obs, f"{worker}\x1f{source}")
-        if kind == _ACQUIRED.value:
+            self._clock(st, seq, pos, obs, worker, source)
+        if kind == _ACQUIRED_VALUE:
             acq = _new_record(Acq, (epoch, seq, pos, event.event_id, worker, obs))
             self._acquire(st, acq, event)
             return self._acquired(key, st, acq, late, at, uncertain)
@@ -275,15 +278,10 @@ class Detector:
         ):
             touched.append(self._stale(st, ev, at, uncertain))
         key = ev.effect_key
-        if key is not None and kind in EFFECT_OCCURRENCES:
+        if kind == _COMMITTED and key is not None:
             eff = self._effect(st, key)
-            # Commits per source: a retry is two commits from one source.
-            slot = (ev.epoch, kind if kind != _COMMITTED else f"{kind}:{ev.source}")
-            last = eff.lasts.get(slot)
-            if last is None or before(last, ev):
-                eff.lasts[slot] = ev
-            if kind == _COMMITTED:
-                touched.extend(self._commit(st, eff, ev, uncertain))
+            _keep_last(eff, ev)
+            touched.extend(self._commit(st, eff, ev, uncertain))
         if kind in _FENCES or (kind == _REJECTED and ev.source == _DESTINATION):
             if st.fences is None:
                 st.fences = {}
@@ -296,6 +294,8 @@ class Detector:
                     touched.append(ep)
         elif kind == _VERIFIED and ev.source == _VERIFIER and key is not None:
             eff = self._effect(st, key)
+            if eff.verified is None:
+                eff.verified = marks()
             if mark(eff.verified, ev.seq, ev.pos):
                 touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
         return touched
@@ -332,6 +332,8 @@ class Detector:
         if first is None or before(ev, first):
             eff.firsts[ev.epoch] = ev
         if ev.source == _DESTINATION:
+            if eff.confirmed is None:
+                eff.confirmed = set()
             eff.confirmed.add(ev.epoch)
         cap = self.config.max_effect_keys
         for other_epoch in list(eff.firsts):
@@ -342,7 +344,8 @@ class Detector:
             witness = later(f_lo, f_hi)
             # Confirmed when a destination confirmed the effect under both epochs, whichever
             # of their commits came first: the same answer in any arrival order.
-            source = _DESTINATION if {lo, hi} <= eff.confirmed else Source.WORKER.value
+            both = eff.confirmed is not None and {lo, hi} <= eff.confirmed
+            source = _DESTINATION if both else Source.WORKER.value
             cond = _new_record(
                 Cond,
                 (
@@ -453,7 +456,7 @@ class Detector:
                     excess = len(ids) // 4
                     for gone in list(islice(ids, excess)):
                         del ids[gone]
-                    st.cut |= Cut.EVENT_IDS
+                    st.cut |= _IDS_CUT
                     self.counters.ids_dropped += excess
                 return False
         if old == _fingerprint(kind, epoch, seq, worker, key):
@@ -487,8 +490,18 @@ class Detector:
         self.counters.events_dropped += excess - activity
         self._cut(st, Cut.EVIDENCE)
         gone = [e for e in kept if e.kind in _ACTIVITY_KINDS][:activity] + keep[: excess - activity]
-        _remember_forgetting(st, gone)
+        self._remember(st, gone)
         return evidence_of(keep[excess - activity :])
+
+    def _remember(self, st: WorkflowState, gone: Iterable[Ev]) -> None:
+        """What forgetting raw events leaves: where they were (a late acquisition before any of
+        them is blind), and the latest attempt, commit and rejection per key and epoch."""
+        if st.forgotten is None:
+            st.forgotten = marks()
+        for e in gone:
+            mark(st.forgotten, e.seq, e.pos)
+            if e.effect_key is not None and e.kind in EFFECT_OCCURRENCES:
+                _keep_last(self._effect(st, e.effect_key), e)
 
     def _effect(self, st: WorkflowState, key: str) -> Effect:
         effects = st.effects
@@ -506,13 +519,19 @@ class Detector:
         return eff
 
     def _clock(
-        self, st: WorkflowState, seq: int | None, pos: int, obs: float | None, who: str
+        self,
+        st: WorkflowState,
+        seq: int | None,
+        pos: int,
+        obs: float | None,
+        worker: str,
+        source: str,
     ) -> None:
         """Audit: every event's place and time, for silence measured at `finish`."""
         clock = st.clock
         if clock is None:
             clock = st.clock = []
-        clock.append((seq, pos, obs, who))
+        clock.append((seq, pos, obs, worker, source))
         if len(clock) > self.config.max_evidence:
             del clock[: len(clock) // 4]
             self._cut(st, Cut.CLOCK)
@@ -520,7 +539,7 @@ class Detector:
     def _cut(self, st: WorkflowState, what: Cut) -> None:
         if what & _HIDING and not st.cut & _HIDING:
             self.counters.workflows_truncated += 1
-        st.cut |= what
+        st.cut |= int(what)
 
     def _acquire(self, st: WorkflowState, acq: Acq, event: OwnershipEvent) -> None:
         """Keep the acquisition in epoch order. One forgotten at the cap changes no published
@@ -619,10 +638,10 @@ class Detector:
             elif due and (st.evidence or st.ids):
                 # A finding's revisions must never restart, so its workflow is compacted, not
                 # forgotten: acquisitions, fences, effects and episodes stay; raw events go.
-                _remember_forgetting(st, st.evidence)
+                self._remember(st, st.evidence)
                 st.evidence = ()
                 st.ids = None
-                st.cut |= Cut.EVIDENCE | Cut.EVENT_IDS
+                st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
                 st.released_at = None
                 self._watch(key, st)
             else:
@@ -737,12 +756,14 @@ class Detector:
         return FindingUpdate(finding, escalated)
 
 
-def _remember_forgetting(st: WorkflowState, gone: Iterable[Ev]) -> None:
-    """Where the forgotten raw events were: a late acquisition before any of them is blind."""
-    if st.forgotten is None:
-        st.forgotten = marks()
-    for e in gone:
-        mark(st.forgotten, e.seq, e.pos)
+def _keep_last(eff: Effect, ev: Ev) -> None:
+    """The latest effect of its kind per epoch (commits also per source: a retry is two commits
+    from one source)."""
+    kind = ev.kind
+    slot = (ev.epoch, kind if kind != _COMMITTED else f"{kind}:{ev.source}")
+    last = eff.lasts.get(slot)
+    if last is None or before(last, ev):
+        eff.lasts[slot] = ev
 
 
 def _last_commit(eff: Effect, epoch: int) -> Ev:

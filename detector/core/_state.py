@@ -43,13 +43,13 @@ class Effect:
     """One effect key of a workflow, compact: what duplicates and verification need."""
 
     firsts: dict[int, Ev] = field(default_factory=dict)  # epoch -> its earliest commit
-    confirmed: set[int] = field(default_factory=set)  # epochs a destination confirmed
     # (epoch, source) -> the two earliest commits with distinct ids: a retry needs the second
     twice: dict[tuple[int, str], list[Ev]] = field(default_factory=dict)
-    verified: Marks = field(default_factory=lambda: [-1, -1, -1])
-    # (epoch, kind) -> the latest attempt/commit/rejection: what a late acquisition can still
-    # find stale once the raw events are gone
+    # (epoch, kind) -> the latest commit (per source), and the latest attempt or rejection
+    # once its raw event is forgotten: what a late acquisition can still find stale
     lasts: dict[tuple[int, str], Ev] = field(default_factory=dict)
+    confirmed: set[int] | None = None  # epochs a destination confirmed
+    verified: Marks | None = None  # verifications of the key
 
 
 @dataclass(slots=True)
@@ -100,7 +100,7 @@ def evidence_of(records: Iterable[Ev]) -> Evidence:
 
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
-ClockEntry = tuple[int | None, int, float | None, str]  # seq, pos, observed_at, emitter
+ClockEntry = tuple[int | None, int, float | None, str, str]  # seq, pos, time, worker, source
 
 
 @dataclass(slots=True)
@@ -198,7 +198,7 @@ def cond_of(row: list[Any]) -> Cond:
 def _effect_row(e: Effect) -> list[Any]:
     return [
         list(e.firsts.values()),
-        sorted(e.confirmed),
+        None if e.confirmed is None else sorted(e.confirmed),
         [[epoch, source, evs] for (epoch, source), evs in e.twice.items()],
         e.verified,
         [[epoch, kind, ev] for (epoch, kind), ev in e.lasts.items()],
@@ -209,9 +209,9 @@ def _effect(row: list[Any]) -> Effect:
     firsts = [Ev(*r) for r in row[0]]
     return Effect(
         firsts={e.epoch: e for e in firsts},
-        confirmed=set(row[1]),
+        confirmed=None if row[1] is None else set(row[1]),
         twice={(epoch, source): [Ev(*r) for r in evs] for epoch, source, evs in row[2]},
-        verified=list(row[3]),
+        verified=None if row[3] is None else list(row[3]),
         lasts={(epoch, kind): Ev(*r) for epoch, kind, r in row[4]},
     )
 
@@ -340,7 +340,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         effects=None if effects is None else {k: _effect(row) for k, row in effects},
         fences=None if fences is None else {epoch: list(m) for epoch, m in fences},
         found=found or None,
-        clock=None if clock is None else [(a, b, c, d) for a, b, c, d in clock],
+        clock=None if clock is None else [(a, b, c, d, e) for a, b, c, d, e in clock],
         cut=cut,
         forgotten=forgotten,
         blind_below=blind_below,
