@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
 from math import isnan
+from operator import itemgetter
 from sys import intern
 from typing import Any, Final
 
@@ -32,6 +33,8 @@ from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, ev
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
 _ACQUIRED_VALUE: Final = _ACQUIRED.value
+_EV_ID: Final = itemgetter(0)  # Ev.event_id
+_ACQ_ID: Final = itemgetter(3)  # Acq.event_id
 _HEARTBEAT: Final = Kind.HEARTBEAT.value
 _RELEASED: Final = Kind.LEASE_RELEASED.value
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
@@ -41,6 +44,8 @@ _REJECTED: Final = Kind.EFFECT_REJECTED.value
 _DESTINATION: Final = Source.DESTINATION.value
 _VERIFIER: Final = Source.VERIFIER.value
 _ACTIVITY_KINDS: Final = frozenset({_HEARTBEAT, Kind.PROGRESS.value})
+# Kinds that change the compact state whoever sends them (the rest only when displaced).
+_COMPACT_KINDS: Final = frozenset({_COMMITTED, _REJECTED, _VERIFIED, *_FENCES})
 _MAX_SHARED_LEASES: Final = 1024
 _IDS_FROM: Final = LIST_FROM  # records a workflow holds before its ids get an index
 # Cuts that can hide a finding that does not exist yet: counted as truncated workflows.
@@ -242,10 +247,13 @@ class Detector:
             st.evidence = self._forget(st, kept)
         if kind == _HEARTBEAT and obs is not None and epoch >= st.top:
             self._heartbeat(st, obs)  # a displaced owner's heartbeats are no gaps of the lease
-        touched = self._ingest(st, ev, at, uncertain)
         if kind == _RELEASED and epoch >= st.top:
             st.released_at = st.last_at
             self._watched.add(key)
+        acqs = st.acqs
+        if kind not in _COMPACT_KINDS and not (acqs and epoch < acqs[-1].epoch):
+            return []  # the usual case: the current owner's activity or attempt
+        touched = self._ingest(st, ev, at, uncertain)
         return self._settle_all(key, st, at, touched) if touched else []
 
     def _acquired(
@@ -434,15 +442,11 @@ class Detector:
         ids = st.ids
         if ids is None:
             old: int | None = None
-            for e in st.evidence:
-                if e.event_id == event_id:
-                    old = _ev_print(e)
-                    break
-            else:
-                for a in st.acqs:
-                    if a.event_id == event_id:
-                        old = _acq_print(a)
-                        break
+            # Scans at C speed: the usual answer is "not seen", over a handful of records.
+            if event_id in map(_EV_ID, st.evidence):
+                old = next(_ev_print(e) for e in st.evidence if e.event_id == event_id)
+            elif event_id in map(_ACQ_ID, st.acqs):
+                old = next(_acq_print(a) for a in st.acqs if a.event_id == event_id)
             if old is None:
                 if len(st.evidence) + len(st.acqs) + 1 >= _IDS_FROM:
                     ids = self._index_ids(st)
