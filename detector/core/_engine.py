@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import zlib
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -25,7 +24,20 @@ from detector.findings import ConditionKind, Finding, Severity, Status
 from ._clock import believe
 from ._episode import add_condition, verify
 from ._lease import LeaseHealth
-from ._records import Acq, Cond, Ev, any_after, before, earlier, later, mark, marks
+from ._records import (
+    Acq,
+    Cond,
+    Ev,
+    acq_print,
+    any_after,
+    before,
+    earlier,
+    ev_print,
+    fingerprint,
+    later,
+    mark,
+    marks,
+)
 from ._render import render, severity_of
 from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, displaced, fenced_after
 from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, evidence_of
@@ -148,19 +160,6 @@ class Counters:
     evicted_idle: int = 0
     revisions: int = 0
     findings_opened: int = 0
-
-
-def _fingerprint(kind: str, epoch: int, seq: int | None, worker: str, key: str | None) -> int:
-    """Content of an event as far as an id conflict goes; stable across processes."""
-    return zlib.crc32(f"{kind}\x1f{epoch}\x1f{seq}\x1f{worker}\x1f{key}".encode())
-
-
-def _ev_print(e: Ev) -> int:
-    return _fingerprint(e.kind, e.epoch, e.seq, e.worker_id, e.effect_key)
-
-
-def _acq_print(a: Acq) -> int:
-    return _fingerprint(_ACQUIRED.value, a.epoch, a.seq, a.worker_id, None)
 
 
 @dataclass(slots=True)
@@ -444,18 +443,18 @@ class Detector:
             old: int | None = None
             # Scans at C speed: the usual answer is "not seen", over a handful of records.
             if event_id in map(_EV_ID, st.evidence):
-                old = next(_ev_print(e) for e in st.evidence if e.event_id == event_id)
+                old = next(ev_print(e) for e in st.evidence if e.event_id == event_id)
             elif event_id in map(_ACQ_ID, st.acqs):
-                old = next(_acq_print(a) for a in st.acqs if a.event_id == event_id)
+                old = next(acq_print(a) for a in st.acqs if a.event_id == event_id)
             if old is None:
                 if len(st.evidence) + len(st.acqs) + 1 >= _IDS_FROM:
                     ids = self._index_ids(st)
-                    ids[event_id] = _fingerprint(kind, epoch, seq, worker, key)
+                    ids[event_id] = fingerprint(kind, epoch, seq, worker, key)
                 return False
         else:
             old = ids.get(event_id)
             if old is None:
-                ids[event_id] = _fingerprint(kind, epoch, seq, worker, key)
+                ids[event_id] = fingerprint(kind, epoch, seq, worker, key)
                 if len(ids) > max(self.config.max_event_ids, 8):
                     excess = len(ids) // 4
                     for gone in list(islice(ids, excess)):
@@ -463,7 +462,7 @@ class Detector:
                     st.cut |= _IDS_CUT
                     self.counters.ids_dropped += excess
                 return False
-        if old == _fingerprint(kind, epoch, seq, worker, key):
+        if old == fingerprint(kind, epoch, seq, worker, key):
             self.counters.redelivered += 1
         else:
             self.counters.id_conflicts += 1
@@ -472,8 +471,8 @@ class Detector:
     def _index_ids(self, st: WorkflowState) -> dict[str, int]:
         """From a scan of the few records to a dict, before any of them can be forgotten."""
         if st.ids is None:
-            ids = {a.event_id: _acq_print(a) for a in st.acqs}
-            ids.update((e.event_id, _ev_print(e)) for e in st.evidence)
+            ids = {a.event_id: acq_print(a) for a in st.acqs}
+            ids.update((e.event_id, ev_print(e)) for e in st.evidence)
             st.ids = ids
         return st.ids
 

@@ -8,6 +8,7 @@ three extremes that answer "is any member after this point?" exactly for either 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Final, NamedTuple, TypeVar
 
@@ -90,6 +91,22 @@ def earliest(items: Iterable[OrderedT]) -> OrderedT | None:
     for item in items:
         found = item if found is None else earlier(found, item)
     return found
+
+
+# ---- identity -------------------------------------------------------------------------------
+
+
+def fingerprint(kind: str, epoch: int, seq: int | None, worker: str, key: str | None) -> int:
+    """Content of an event as far as an id conflict goes; stable across processes."""
+    return zlib.crc32(f"{kind}\x1f{epoch}\x1f{seq}\x1f{worker}\x1f{key}".encode())
+
+
+def ev_print(e: Ev) -> int:
+    return fingerprint(e.kind, e.epoch, e.seq, e.worker_id, e.effect_key)
+
+
+def acq_print(a: Acq) -> int:
+    return fingerprint("lease_acquired", a.epoch, a.seq, a.worker_id, None)
 
 
 # ---- Marks: [highest seq, highest pos of a member without seq, highest pos] -----------------

@@ -18,7 +18,7 @@ import msgpack
 
 from detector.findings import ConditionKind, Severity, Status
 
-from ._records import Acq, Cond, Ev, Marks
+from ._records import Acq, Cond, Ev, Marks, acq_print, ev_print
 
 # 3: compact effects, fences and pending verifications. 1 (JSON) and 2 (the retained records
 # only) are read by replaying their records (`detector.core._upgrade`).
@@ -283,7 +283,7 @@ def encode_state(state: WorkflowState) -> bytes:
             # Records are tuples in their field order: packed as arrays as they are.
             state.acqs,
             state.evidence,
-            state.ids,
+            _forgotten_ids(state),
             None
             if state.effects is None
             else [[k, _effect_row(e)] for k, e in state.effects.items()],
@@ -301,6 +301,24 @@ def encode_state(state: WorkflowState) -> bytes:
         ]
     )
     return packed
+
+
+def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
+    """The ids index without what the retained records give back: most of it, most often."""
+    ids = state.ids
+    if ids is None:
+        return None
+    kept = {a.event_id for a in state.acqs}
+    kept.update(e.event_id for e in state.evidence)
+    return {k: v for k, v in ids.items() if k not in kept}
+
+
+def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dict[str, int]:
+    """The ids index again: the forgotten ones (oldest first), then the retained records'."""
+    ids = dict(forgotten)
+    ids.update((a.event_id, acq_print(a)) for a in (Acq(*r) for r in acqs))
+    ids.update((e.event_id, ev_print(e)) for e in (Ev(*r) for r in evidence))
+    return ids
 
 
 V3_FIELDS: Final = 18
@@ -336,7 +354,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         max_seq=max_seq,
         acqs=tuple(Acq(*a) for a in acqs),
         evidence=evidence_of(Ev(*r) for r in evidence),
-        ids=ids,
+        ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row) for k, row in effects},
         fences=None if fences is None else {epoch: list(m) for epoch, m in fences},
         found=found or None,
