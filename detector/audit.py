@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -13,11 +11,13 @@ from typing import Any, Final, NotRequired, TextIO
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
+from detector.arguments import positive_int, positive_seconds
 from detector.cli import silence_stdout
 from detector.core import Config, Detector, LeaseWarning
 from detector.errors import ExitCode, SplitbrainError
 from detector.findings import Finding, Severity
 from detector.history import BadLine, UnusableHistoryError, open_history, read_history
+from detector.report import count, finding_lines, printable
 
 FAIL_ON_CHOICES: Final = ("info", "warning", "critical", "none")
 # Bad lines kept for the caller; each one is printed as it comes, and all of them are counted.
@@ -93,58 +93,6 @@ def reaches(finding: Finding, fail_on: str) -> bool:
 
 # ---- the human report -------------------------------------------------------------------------
 
-_VERB: Final = {
-    "stale_activity": "was still active",
-    "stale_effect_attempt": "attempted {k}",
-    "stale_effect_committed": "had {k} committed",
-    "stale_effect_rejected": "had {k} rejected",
-}
-
-
-def _at(seq: int | None, event_id: str) -> str:
-    return f"at seq {seq} ({event_id})" if seq is not None else f"({event_id}, by arrival)"
-
-
-def witness(f: Finding) -> str:
-    """The minimal proof in plain words: the transition, then the stale events after it."""
-    parts: list[str] = []
-    stale = [c for c in f.conditions if c.kind.value.startswith("stale_")]
-    dups = [c for c in f.conditions if c.kind.value == "duplicate_effect"]
-    if f.displaced is not None and f.current is not None and f.transition is not None:
-        opening = (
-            f"{f.displaced.worker_id} lost epoch {f.displaced.owner_epoch} to a takeover "
-            f"{_at(f.transition.seq, f.transition.event_id)} (now {f.current.worker_id}, "
-            f"epoch {f.current.owner_epoch})"
-        )
-        if stale:
-            acts = ", ".join(
-                f"{_VERB[c.kind.value].format(k=c.effect_key)} {_at(c.seq, c.event_id)}"
-                for c in stale
-            )
-            opening += f"; after that it {acts}"
-        parts.append(opening + ".")
-    for d in dups:
-        epochs = " and ".join(str(e) for e in d.epochs or [])
-        how = "under epochs" if d.cause == "failover" else "twice under epoch"
-        parts.append(f"{d.effect_key} was committed {how} {epochs} {_at(d.seq, d.event_id)}.")
-    return " ".join(parts)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-# C0 and C1 controls, DEL, Unicode line and paragraph separators and bidi overrides: a terminal
-# or a reader acts on them, so a crafted workflow key could forge, hide or reorder report lines.
-_UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """`text` with each control character escaped as in a Python literal (`\\n`, `\\x1b`):
-    every line `audit` and `tail` print goes through it, since any user string may be in it."""
-    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
-
-
 TRUNCATED_NOTE: Final = (
     "evidence beyond --max-evidence/--max-acquisitions was forgotten; findings of this "
     "workflow may be incomplete (raise the caps)"
@@ -159,7 +107,7 @@ def render_text(result: AuditResult, out: TextIO) -> None:
     by_sev = {s: sum(1 for f in findings if f.severity is s) for s in Severity}
     summary = ", ".join(f"{n} {s.value}" for s, n in by_sev.items() if n) or "none"
     counts = ", ".join(
-        _count(n, noun)
+        count(n, noun)
         for n, noun in (
             (result.events, "event"),
             (len(result.workflows), "workflow"),
@@ -167,9 +115,9 @@ def render_text(result: AuditResult, out: TextIO) -> None:
         )
     )
     line(
-        f"splitbrain audit: {counts} ({summary}), {_count(result.bad_count, 'line')} skipped, "
-        f"{_count(result.fields_dropped, 'field')} dropped, "
-        f"{_count(len(result.truncated), 'workflow')} truncated"
+        f"splitbrain audit: {counts} ({summary}), {count(result.bad_count, 'line')} skipped, "
+        f"{count(result.fields_dropped, 'field')} dropped, "
+        f"{count(len(result.truncated), 'workflow')} truncated"
     )
     if result.times_disbelieved:
         n = result.times_disbelieved
@@ -177,28 +125,8 @@ def render_text(result: AuditResult, out: TextIO) -> None:
             f"{n} observed_at {'time' if n == 1 else 'times'} beyond the clock-skew bound "
             f"{'was' if n == 1 else 'were'} not believed"
         )
-    for f in sorted(findings, key=lambda f: (-f.severity.rank, f.workflow_key)):
-        displaced = (
-            f"epoch {f.displaced.owner_epoch} ({f.displaced.worker_id}) still acting"
-            if f.displaced
-            else "one owner committed twice"
-        )
-        truncated = ", evidence truncated" if f.evidence_truncated else ""
-        line()
-        line(f"{f.severity.value.upper():8} {f.workflow_key}: {displaced}")
-        line(
-            f"  {f.finding_id} rev {f.revision}, {f.status.value}, confidence {f.confidence}"
-            f"{truncated}, ordering {f.ordering}, sink {f.sink_outcome}"
-        )
-        line(f"  witness: {witness(f)}")
-        for c in f.conditions:
-            extra = f" {c.effect_key}" if c.effect_key else ""
-            extra += f" cause={c.cause}" if c.cause else ""
-            seq = "-" if c.seq is None else str(c.seq)
-            line(f"    seq {seq:>6}  {c.event_id:<12} {c.kind.value}{extra}")
-        if f.conditions_omitted:
-            line(f"    … and {_count(f.conditions_omitted, 'more condition')}")
-        line(f"  response: {f.response}")
+    for text in finding_lines(findings):
+        line(text)
     if result.truncated:
         line()
     for wf in result.truncated:
@@ -341,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{exc} (--strict)")
     if result.events == 0 and result.bad_count:
         return _fail(
-            f"{args.file}: none of its {_count(result.bad_count, 'line')} is a valid event "
+            f"{args.file}: none of its {count(result.bad_count, 'line')} is a valid event "
             "(JSON or logfmt, one per line)"
         )
     problems = None if expected is None else check_expectation(result, expected)
@@ -372,26 +300,6 @@ def _write(result: AuditResult, fmt: str, problems: list[str] | None) -> None:
         for p in problems:
             print(printable(f"  {p}"))
         print("FAIL" if problems else "PASS")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, at least 0, not {text!r}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -433,19 +341,19 @@ def register(subparsers: Any) -> None:
     )
     caps.add_argument(
         "--max-evidence",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="raw events kept per workflow for a late acquisition to look back at",
     )
     caps.add_argument(
         "--max-acquisitions",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="acquisitions kept per workflow",
     )
     caps.add_argument(
         "--clock-skew-s",
-        type=_seconds,
+        type=positive_seconds,
         metavar="S",
         help="an observed_at further than S seconds beyond a workflow's latest believed time is "
         "not believed until another worker or source confirms it "
@@ -453,7 +361,7 @@ def register(subparsers: Any) -> None:
     )
     caps.add_argument(
         "--quiet-period-s",
-        type=_seconds,
+        type=positive_seconds,
         metavar="S",
         help="silence of a displaced owner, on the workflow's own times, that counts as fenced "
         f"(default: {defaults.quiet_period_s:g})",

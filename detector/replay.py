@@ -13,7 +13,6 @@ import time
 
 from tqdm import tqdm
 
-from detector.audit import printable
 from detector.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
 from detector.errors import ExitCode
 from detector.history import BadLine, open_history, read_history
@@ -23,6 +22,7 @@ from detector.kafka.config import (
     client_config,
     reports_kafka_errors,
 )
+from detector.report import printable
 
 
 class _Pacer:

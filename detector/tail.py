@@ -9,7 +9,6 @@ partition itself, so looking at findings never joins, rebalances or commits for 
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import sys
 import time
@@ -19,7 +18,6 @@ from typing import Final
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 from pydantic import ValidationError
 
-from detector.audit import AuditResult, printable, render_text
 from detector.errors import ExitCode
 from detector.findings import Finding
 from detector.kafka import FINDINGS_TOPIC
@@ -30,6 +28,7 @@ from detector.kafka.config import (
     fetch_metadata,
     reports_kafka_errors,
 )
+from detector.report import finding_lines, printable
 
 METADATA_TIMEOUT: Final = 30.0
 POLL_INTERVAL: Final = 0.2
@@ -72,19 +71,14 @@ def one_line(f: Finding) -> str:
 
 
 def summary(view: FindingsView, topic: str) -> str:
-    """audit's report of the latest revisions, under a first line that counts records, not
-    history lines."""
-    result = AuditResult(
-        findings=view.findings, workflows={f.workflow_key for f in view.findings.values()}
-    )
-    report = io.StringIO()
-    render_text(result, report)
-    _, _, details = report.getvalue().partition("\n")
-    head = printable(
+    """The latest revisions as `audit` reports findings, under a line that counts records."""
+    head = (
         f"splitbrain tail: {view.records} record(s) from {topic}, "
         f"{len(view.findings)} finding(s), {view.invalid} invalid record(s) skipped"
     )
-    return head + "\n" + details
+    return "".join(
+        printable(line) + "\n" for line in [head, *finding_lines(view.findings.values())]
+    )
 
 
 def _consumer(args: argparse.Namespace) -> Consumer:

@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Final
 
+from detector.arguments import port, positive_int, seconds
 from detector.core import Config
 from detector.errors import ExitCode
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
@@ -45,32 +46,6 @@ _ENGINE_HELP: Final = {
 }
 
 
-def _number(text: str, convert: type[int] | type[float], least: float, most: float) -> Any:
-    """A flag's value, or an error that says the form (a flag or its SPLITBRAIN_ variable)."""
-    try:
-        value = convert(text)
-    except ValueError:
-        value = None
-    if value is None or not least <= value <= most:
-        kind = "a whole number" if convert is int else "seconds"
-        raise argparse.ArgumentTypeError(
-            f"expected {kind} from {least:g} to {most:.0f}, got {text!r}"
-        )
-    return value
-
-
-def _positive_int(text: str) -> int:
-    return int(_number(text, int, 1, 2**31 - 1))
-
-
-def _port(text: str) -> int:
-    return int(_number(text, int, 0, 65535))
-
-
-def _seconds(text: str) -> float:
-    return float(_number(text, float, 0, 10**9))
-
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "worker",
@@ -100,13 +75,13 @@ def register(subparsers: Any) -> None:
     # a bad variable names its flag here and never breaks another command.
     p.add_argument(
         "--commit-interval-ms",
-        type=_positive_int,
+        type=positive_int,
         default=_env("COMMIT_INTERVAL_MS", "100"),
         help="commit the transaction at least this often (default 100)",
     )
     p.add_argument(
         "--commit-max-events",
-        type=_positive_int,
+        type=positive_int,
         default=_env("COMMIT_MAX_EVENTS", "5000"),
         help="or after this many input records (default 5000)",
     )
@@ -120,7 +95,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         default=_env("METRICS_PORT", "0"),
         help="serve /metrics on 127.0.0.1:PORT (0: off)",
     )
@@ -130,7 +105,7 @@ def register(subparsers: Any) -> None:
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f"engine_{f.name}",
-            type=_positive_int if isinstance(default, int) else _seconds,
+            type=positive_int if isinstance(default, int) else seconds,
             default=_env(f.name.upper(), str(default)),
             metavar="N" if isinstance(default, int) else "S",
             help=f"{_ENGINE_HELP[f.name]} (default {default:g})",

@@ -57,3 +57,12 @@ def test_a_period_of_zero_is_refused_by_name(capsys: pytest.CaptureFixture[str])
     code = main(["worker", "--bootstrap-servers", "127.0.0.1:9", "--quiet-period-s", "0"])
     assert code == 2
     assert "--quiet-period-s: quiet_period_s must be more than 0" in capsys.readouterr().err
+
+
+def test_audit_refuses_a_quiet_period_of_zero_by_its_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["audit", str(SEED_FIXTURE), "--quiet-period-s", "0"])
+    assert stopped.value.code == 2
+    assert "argument --quiet-period-s: expected seconds more than 0" in capsys.readouterr().err
