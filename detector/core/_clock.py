@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from ._records import Ev
+from ._records import EventRecord
 from ._state import ClockEntry
 
 _DOUBTED: Final = 64  # disbelieved times kept to be vouched for later; the rest stay counted
@@ -31,7 +31,7 @@ class Believed:
     def now(self) -> float | None:
         return self.latest[-1] if self.latest else None
 
-    def at(self, ev: Ev) -> float | None:
+    def at(self, ev: EventRecord) -> float | None:
         """The latest believed time at or before `ev` in the order (None when it was cut)."""
         i = self.index.get(ev.pos)
         return None if i is None else self.latest[i]

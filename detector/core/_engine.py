@@ -3,6 +3,20 @@
 It holds no clock. A worker passes `at`, its processing time, and measures silence on it; `audit`
 passes nothing, and `finish` measures silence on each workflow's own believed times. Order is
 decided by `seq`, or by arrival when an event has none.
+
+`observe` runs for every event, so its common case is written for speed. The tricks, and the
+benchmark line that shows each (`bench/bench_engine.py` "detection alone" and "memory" unless
+named otherwise):
+- records are tuples built with `tuple.__new__` (`new_record`), not the NamedTuple constructor;
+- a workflow's raw events are a tuple while short and a list from 8 on (`LIST_FROM`);
+- worker ids are interned and lease durations shared, one object each;
+- seen ids are scanned at C speed (`map` + `in`) until a workflow outgrows a scan;
+- cut flags are plain ints on the hot path, not `IntFlag` operations;
+- the current owner's activity and attempts return before the compact state is touched;
+- a finding's lists are bounded, so a revision costs the same at any size
+  (`bench/bench_growth.py`);
+- the `splitbrain` command raises the garbage collector's first threshold
+  (`detector/gc_tuning.py`; the bench prints both settings).
 """
 
 from __future__ import annotations
@@ -25,9 +39,9 @@ from ._clock import believe
 from ._episode import add_condition, verify
 from ._lease import LeaseHealth
 from ._records import (
-    Acq,
-    Cond,
-    Ev,
+    AcquisitionRecord,
+    ConditionRecord,
+    EventRecord,
     acq_print,
     any_after,
     before,
@@ -45,8 +59,8 @@ from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, ev
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
 _ACQUIRED_VALUE: Final = _ACQUIRED.value
-_EV_ID: Final = itemgetter(0)  # Ev.event_id
-_ACQ_ID: Final = itemgetter(3)  # Acq.event_id
+_EV_ID: Final = itemgetter(EventRecord._fields.index("event_id"))
+_ACQ_ID: Final = itemgetter(AcquisitionRecord._fields.index("event_id"))
 _HEARTBEAT: Final = Kind.HEARTBEAT.value
 _RELEASED: Final = Kind.LEASE_RELEASED.value
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
@@ -64,8 +78,9 @@ _IDS_FROM: Final = LIST_FROM  # records a workflow holds before its ids get an i
 _HIDING: Final = int(Cut.ACQUISITIONS | Cut.EFFECT_KEYS)
 # Plain ints on the hot path: an IntFlag operation goes through the enum machinery (1 µs).
 _IDS_CUT: Final = int(Cut.EVENT_IDS)
-# NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast.
-_new_record: Final = tuple.__new__
+# NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast
+# (`new_record(EventRecord, values) == EventRecord(*values)`, pinned by a test).
+new_record: Final = tuple.__new__
 
 
 # Caps and counts below 1, and periods of 0, would make the engine forget or decide at once.
@@ -216,12 +231,12 @@ class Detector:
                 st.last_at = obs if st.last_at is None else max(st.last_at, obs)
             self._clock(st, seq, pos, obs, worker, source)
         if kind == _ACQUIRED_VALUE:
-            acq = _new_record(Acq, (epoch, seq, pos, event.event_id, worker, obs))
+            acq = new_record(AcquisitionRecord, (epoch, seq, pos, event.event_id, worker, obs))
             self._acquire(st, acq, event)
             return self._acquired(key, st, acq, late, at, uncertain)
         trace = event.trace_id
-        ev = _new_record(
-            Ev,
+        ev = new_record(
+            EventRecord,
             (
                 event.event_id,
                 kind,
@@ -256,7 +271,13 @@ class Detector:
         return self._settle_all(key, st, at, touched) if touched else []
 
     def _acquired(
-        self, key: str, st: WorkflowState, acq: Acq, late: bool, at: float | None, uncertain: bool
+        self,
+        key: str,
+        st: WorkflowState,
+        acq: AcquisitionRecord,
+        late: bool,
+        at: float | None,
+        uncertain: bool,
     ) -> list[FindingUpdate]:
         if late:
             self._displace(st, acq, at, uncertain)
@@ -271,7 +292,7 @@ class Detector:
         return [] if ep is None else self._settle_all(key, st, at, [ep])
 
     def _ingest(
-        self, st: WorkflowState, ev: Ev, at: float | None, uncertain: bool
+        self, st: WorkflowState, ev: EventRecord, at: float | None, uncertain: bool
     ) -> list[Episode]:
         """What one event adds to the compact state; the episodes it touched."""
         touched: list[Episode] = []
@@ -307,7 +328,9 @@ class Detector:
                 touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
         return touched
 
-    def _stale(self, st: WorkflowState, ev: Ev, at: float | None, uncertain: bool) -> Episode:
+    def _stale(
+        self, st: WorkflowState, ev: EventRecord, at: float | None, uncertain: bool
+    ) -> Episode:
         """Evidence of a displaced epoch after the takeover: a condition of its episode."""
         ckind = STALE_CONDITION[ev.kind]
         activity = ev.kind in _ACTIVITY_KINDS
@@ -315,8 +338,8 @@ class Detector:
         ep = st.episode((ev.epoch, False))
         if ep.worker is None:
             ep.worker = ev.worker_id
-        cond = _new_record(
-            Cond,
+        cond = new_record(
+            ConditionRecord,
             (ckind, ev.event_id, ev.seq, ev.pos, key, None, None, ev.source, ev.trace, None),
         )
         eff = None if key is None or st.effects is None else st.effects.get(key)
@@ -331,7 +354,9 @@ class Detector:
             ep.truncated = True
         return ep
 
-    def _commit(self, st: WorkflowState, eff: Effect, ev: Ev, uncertain: bool) -> list[Episode]:
+    def _commit(
+        self, st: WorkflowState, eff: Effect, ev: EventRecord, uncertain: bool
+    ) -> list[Episode]:
         """Duplicates: the key committed under two epochs, or twice by one source of one."""
         touched: list[Episode] = []
         key = ev.effect_key
@@ -353,8 +378,8 @@ class Detector:
             # of their commits came first: the same answer in any arrival order.
             both = eff.confirmed is not None and {lo, hi} <= eff.confirmed
             source = _DESTINATION if both else Source.WORKER.value
-            cond = _new_record(
-                Cond,
+            cond = new_record(
+                ConditionRecord,
                 (
                     ConditionKind.DUPLICATE_EFFECT,
                     witness.event_id,
@@ -387,8 +412,8 @@ class Detector:
             del pair[2:]
         if len(pair) == 2:
             second = pair[1]
-            cond = _new_record(
-                Cond,
+            cond = new_record(
+                ConditionRecord,
                 (
                     ConditionKind.DUPLICATE_EFFECT,
                     second.event_id,
@@ -411,7 +436,9 @@ class Detector:
             touched.append(ep)
         return touched
 
-    def _displace(self, st: WorkflowState, acq: Acq, at: float | None, uncertain: bool) -> None:
+    def _displace(
+        self, st: WorkflowState, acq: AcquisitionRecord, at: float | None, uncertain: bool
+    ) -> None:
         """A late acquisition: what it displaces among what the workflow still holds."""
         for ev in list(st.evidence):
             if ev.epoch < acq.epoch and ev.kind in STALE_CONDITION and before(acq, ev):
@@ -483,7 +510,7 @@ class Detector:
         cap = self.config.max_evidence
         excess = len(kept) - (cap - cap // 4)
         activity = 0
-        keep: list[Ev] = []
+        keep: list[EventRecord] = []
         for e in kept:
             if activity < excess and e.kind in _ACTIVITY_KINDS:
                 activity += 1
@@ -496,7 +523,7 @@ class Detector:
         self._remember(st, gone)
         return evidence_of(keep[excess - activity :])
 
-    def _remember(self, st: WorkflowState, gone: Iterable[Ev]) -> None:
+    def _remember(self, st: WorkflowState, gone: Iterable[EventRecord]) -> None:
         """What forgetting raw events leaves: where they were (a late acquisition before any of
         them is blind), and the latest attempt, commit and rejection per key and epoch."""
         if st.forgotten is None:
@@ -544,7 +571,7 @@ class Detector:
             self.counters.workflows_truncated += 1
         st.cut |= int(what)
 
-    def _acquire(self, st: WorkflowState, acq: Acq, event: OwnershipEvent) -> None:
+    def _acquire(self, st: WorkflowState, acq: AcquisitionRecord, event: OwnershipEvent) -> None:
         """Keep the acquisition in epoch order. One forgotten at the cap changes no published
         finding by itself: the next revision of each says its evidence was cut."""
         # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
@@ -759,7 +786,7 @@ class Detector:
         return FindingUpdate(finding, escalated)
 
 
-def _keep_last(eff: Effect, ev: Ev) -> None:
+def _keep_last(eff: Effect, ev: EventRecord) -> None:
     """The latest effect of its kind per epoch (commits also per source: a retry is two commits
     from one source)."""
     kind = ev.kind
@@ -769,9 +796,9 @@ def _keep_last(eff: Effect, ev: Ev) -> None:
         eff.lasts[slot] = ev
 
 
-def _last_commit(eff: Effect, epoch: int) -> Ev:
+def _last_commit(eff: Effect, epoch: int) -> EventRecord:
     """The latest commit of the key under `epoch`, from any source (there is at least one)."""
-    found: Ev | None = None
+    found: EventRecord | None = None
     for (e, kind), ev in eff.lasts.items():
         if e == epoch and kind.startswith(_COMMITTED):
             found = ev if found is None else later(found, ev)

@@ -13,7 +13,7 @@ from typing import Final
 from detector.events import Source
 from detector.findings import ConditionKind
 
-from ._records import Cond, Ev, Marks, any_after, before, later
+from ._records import ConditionRecord, EventRecord, Marks, any_after, before, later
 from ._state import Episode, Point
 
 LISTED: Final = 20  # conditions a revision lists; the rest are counted
@@ -35,7 +35,7 @@ _CONFIRMED_SHIFT: Final = 8
 _DESTINATION: Final = Source.DESTINATION.value
 
 
-def _better(c: Cond, old: Cond) -> bool:
+def _better(c: ConditionRecord, old: ConditionRecord) -> bool:
     """Is `c` the better witness? The earlier event; one commit can witness duplicates with
     several epochs: the lowest epochs win."""
     return before(c, old) or (not before(old, c) and (c.epochs or ()) < (old.epochs or ()))
@@ -46,7 +46,7 @@ def _unanswered(bits: int) -> int:
 
 
 def add_condition(
-    ep: Episode, cond: Cond, occurrence: Ev, verified: Marks | None, cap: int
+    ep: Episode, cond: ConditionRecord, occurrence: EventRecord, verified: Marks | None, cap: int
 ) -> None:
     """Account for one occurrence of a condition (a repeat counts: it can reopen the finding).
 
@@ -134,7 +134,7 @@ def _show(shown: list[str], key: str) -> None:
         del shown[SHOWN_KEYS:]
 
 
-def _list(ep: Episode, cond: Cond) -> None:
+def _list(ep: Episode, cond: ConditionRecord) -> None:
     """Keep the earliest witness of each condition among the candidates for listing: the
     `LISTED` earliest conditions and the earliest of each kind. What falls out can never come
     back (conditions only accumulate and witnesses only get earlier; an earlier witness comes
@@ -164,10 +164,10 @@ def _list(ep: Episode, cond: Cond) -> None:
             del listed[key]
 
 
-def shown(ep: Episode) -> list[Cond]:
+def shown(ep: Episode) -> list[ConditionRecord]:
     """The conditions a revision lists: the earliest of each kind, then the earliest others."""
     ranked = sorted(ep.listed.values(), key=_by_witness)
-    kinds: dict[tuple[str, str | None], Cond] = {}
+    kinds: dict[tuple[str, str | None], ConditionRecord] = {}
     for c in ranked:
         kinds.setdefault((c.kind.value, c.cause), c)
     room = LISTED - len(kinds)
@@ -176,7 +176,7 @@ def shown(ep: Episode) -> list[Cond]:
     return [*kinds.values(), *others]
 
 
-def _compare(a: Cond, b: Cond) -> int:
+def _compare(a: ConditionRecord, b: ConditionRecord) -> int:
     return -1 if _better(a, b) else 1 if _better(b, a) else 0
 
 

@@ -15,7 +15,7 @@ from typing import Final, NamedTuple, TypeVar
 from detector.findings import ConditionKind
 
 
-class Ev(NamedTuple):
+class EventRecord(NamedTuple):
     """An observed event, reduced to what the rules read.
 
     `kind` and `source` hold the enums' plain string values: a tuple of only strings, numbers
@@ -34,7 +34,7 @@ class Ev(NamedTuple):
     trace: str | None = None
 
 
-class Acq(NamedTuple):
+class AcquisitionRecord(NamedTuple):
     """An acquisition: the moment an epoch became authoritative."""
 
     epoch: int
@@ -45,7 +45,7 @@ class Acq(NamedTuple):
     obs: float | None
 
 
-class Cond(NamedTuple):
+class ConditionRecord(NamedTuple):
     """A condition of an episode, with the event that witnesses it.
 
     `workers` names the owners of a duplicate's own commits (in the order of `epochs`).
@@ -63,8 +63,8 @@ class Cond(NamedTuple):
     workers: tuple[str, ...] | None = None
 
 
-Ordered = Ev | Acq | Cond
-OrderedT = TypeVar("OrderedT", Ev, Acq, Cond)
+Ordered = EventRecord | AcquisitionRecord | ConditionRecord
+OrderedT = TypeVar("OrderedT", EventRecord, AcquisitionRecord, ConditionRecord)
 
 
 def before(a: Ordered, b: Ordered) -> bool:
@@ -101,11 +101,11 @@ def fingerprint(kind: str, epoch: int, seq: int | None, worker: str, key: str | 
     return zlib.crc32(f"{kind}\x1f{epoch}\x1f{seq}\x1f{worker}\x1f{key}".encode())
 
 
-def ev_print(e: Ev) -> int:
+def ev_print(e: EventRecord) -> int:
     return fingerprint(e.kind, e.epoch, e.seq, e.worker_id, e.effect_key)
 
 
-def acq_print(a: Acq) -> int:
+def acq_print(a: AcquisitionRecord) -> int:
     return fingerprint("lease_acquired", a.epoch, a.seq, a.worker_id, None)
 
 

@@ -22,7 +22,7 @@ from detector.findings import (
 )
 
 from ._episode import shown
-from ._records import Acq, Cond, Ev, before
+from ._records import AcquisitionRecord, ConditionRecord, EventRecord, before
 from ._rules import acquisition, current_owner_before, displacing, first_higher, worker_of
 from ._state import Cut, Episode, WorkflowState
 
@@ -43,7 +43,7 @@ _KEYS_IN_RESPONSE: Final = 3
 _WORKFLOW_CUTS: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
 
 
-def _compare(a: Cond, b: Cond) -> int:
+def _compare(a: ConditionRecord, b: ConditionRecord) -> int:
     if before(a, b):
         return -1
     if before(b, a):
@@ -54,7 +54,7 @@ def _compare(a: Cond, b: Cond) -> int:
 _in_order: Final = cmp_to_key(_compare)
 
 
-def severity_of(cond: Cond) -> Severity:
+def severity_of(cond: ConditionRecord) -> Severity:
     if cond.kind is ConditionKind.DUPLICATE_EFFECT and cond.cause == "retry":
         return Severity.WARNING
     return SEVERITY_OF[cond.kind]
@@ -66,7 +66,7 @@ def finding_id(workflow_key: str, epoch: int, retry: bool) -> str:
     return "sb-" + hashlib.blake2b(raw, digest_size=10).hexdigest()
 
 
-def _owner(acq: Acq | None, fallback_worker: str | None, epoch: int) -> Owner | None:
+def _owner(acq: AcquisitionRecord | None, fallback_worker: str | None, epoch: int) -> Owner | None:
     if acq is not None:
         return Owner(worker_id=acq.worker_id, owner_epoch=acq.epoch)
     if fallback_worker is not None:
@@ -75,7 +75,7 @@ def _owner(acq: Acq | None, fallback_worker: str | None, epoch: int) -> Owner | 
 
 
 def _sink_outcome(
-    ep: Episode, conds: list[Cond]
+    ep: Episode, conds: list[ConditionRecord]
 ) -> Literal["committed", "attempted", "rejected", "none"]:
     kinds = {c.kind for c in conds}  # every kind the episode has is listed at least once
     if kinds & _COMMITTING:
@@ -103,7 +103,7 @@ def _who(owner: Owner | None, fallback: str) -> str:
 
 
 def _response(
-    top: Cond, displaced: Owner | None, current: Owner | None, keys: list[str], more: int
+    top: ConditionRecord, displaced: Owner | None, current: Owner | None, keys: list[str], more: int
 ) -> str:
     who = _who(displaced, "the worker")
     now = _who(current, "the current owner")
@@ -151,7 +151,9 @@ def _response(
     }[top.kind]
 
 
-def _transition(state: WorkflowState, ep: Episode, conds: list[Cond]) -> Acq | None:
+def _transition(
+    state: WorkflowState, ep: Episode, conds: list[ConditionRecord]
+) -> AcquisitionRecord | None:
     """What displaced the episode's first stale event; with none (a duplicate after a clean
     handoff), the first higher epoch acquired."""
     if ep.first_stale is not None:
@@ -165,7 +167,7 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
     conds = sorted(shown(ep), key=_in_order)
     latest = ep.latest
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
-    transition: Acq | None = None
+    transition: AcquisitionRecord | None = None
     if ep.retry:
         displaced = None
         owner = (None if latest is None else current_owner_before(state, latest)) or acquisition(
@@ -231,7 +233,7 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
     )
 
 
-def _lag(transition: Acq | None, last: Ev | None) -> EvidenceLag | None:
+def _lag(transition: AcquisitionRecord | None, last: EventRecord | None) -> EvidenceLag | None:
     if transition is None or last is None:
         return None
     seq = None if last.seq is None or transition.seq is None else last.seq - transition.seq

@@ -12,7 +12,7 @@ from typing import Final
 from detector.events import Kind
 from detector.findings import ConditionKind
 
-from ._records import Acq, Ev, any_at_or_after, before, earliest
+from ._records import AcquisitionRecord, EventRecord, any_at_or_after, before, earliest
 from ._state import WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
@@ -54,34 +54,34 @@ def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bo
     return min_pos[i] < pos
 
 
-def displacing(state: WorkflowState, ev: Ev) -> Acq | None:
+def displacing(state: WorkflowState, ev: EventRecord) -> AcquisitionRecord | None:
     """The stale event's transition: the earliest acquisition of a higher epoch before it."""
     return earliest(a for a in state.acqs if a.epoch > ev.epoch and before(a, ev))
 
 
-def first_higher(state: WorkflowState, epoch: int) -> Acq | None:
+def first_higher(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:
     """The earliest acquisition of a higher epoch: the handoff of an owner that never acted
     after it."""
     return earliest(a for a in state.acqs if a.epoch > epoch)
 
 
-def fenced_after(state: WorkflowState, epoch: int, last: Ev) -> bool:
+def fenced_after(state: WorkflowState, epoch: int, last: EventRecord) -> bool:
     """Did `epoch` show it knew it lost, or hit a fence, at or after `last`?"""
     fences = state.fences
     m = None if fences is None else fences.get(epoch)
     return m is not None and any_at_or_after(m, last.seq, last.pos)
 
 
-def acquisition(state: WorkflowState, epoch: int) -> Acq | None:
+def acquisition(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:
     for a in state.acqs:
         if a.epoch == epoch:
             return a
     return None
 
 
-def current_owner_before(state: WorkflowState, last: Ev) -> Acq | None:
+def current_owner_before(state: WorkflowState, last: EventRecord) -> AcquisitionRecord | None:
     """The highest epoch acquired before the episode's latest condition."""
-    best: Acq | None = None
+    best: AcquisitionRecord | None = None
     for a in state.acqs:
         if (before(a, last) or a.event_id == last.event_id) and (
             best is None or a.epoch > best.epoch

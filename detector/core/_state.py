@@ -18,7 +18,7 @@ import msgpack
 
 from detector.findings import ConditionKind, Severity, Status
 
-from ._records import Acq, Cond, Ev, Marks, acq_print, ev_print
+from ._records import AcquisitionRecord, ConditionRecord, EventRecord, Marks, acq_print, ev_print
 
 # 3: compact effects, fences and pending verifications. 1 (JSON) and 2 (the retained records
 # only) are read by replaying their records (`detector.core._upgrade`).
@@ -42,12 +42,12 @@ Point = tuple[int | None, int]  # (seq, pos)
 class Effect:
     """One effect key of a workflow, compact: what duplicates and verification need."""
 
-    firsts: dict[int, Ev] = field(default_factory=dict)  # epoch -> its earliest commit
+    firsts: dict[int, EventRecord] = field(default_factory=dict)  # epoch -> its earliest commit
     # (epoch, source) -> the two earliest commits with distinct ids: a retry needs the second
-    twice: dict[tuple[int, str], list[Ev]] = field(default_factory=dict)
+    twice: dict[tuple[int, str], list[EventRecord]] = field(default_factory=dict)
     # (epoch, kind) -> the latest commit (per source), and the latest attempt or rejection
     # once its raw event is forgotten: what a late acquisition can still find stale
-    lasts: dict[tuple[int, str], Ev] = field(default_factory=dict)
+    lasts: dict[tuple[int, str], EventRecord] = field(default_factory=dict)
     confirmed: set[int] | None = None  # epochs a destination confirmed
     verified: Marks | None = None  # verifications of the key
 
@@ -62,7 +62,7 @@ class Episode:
     revision: int = 0
     status: Status = Status.OPEN
     severity: Severity = Severity.INFO
-    listed: dict[tuple[str, str | None, str | None], Cond] = field(default_factory=dict)
+    listed: dict[tuple[str, str | None, str | None], ConditionRecord] = field(default_factory=dict)
     keys: dict[str, int] = field(default_factory=dict)  # effect key -> its conditions' bits
     keys_over: int = 0  # condition occurrences on keys beyond the cap
     total: int = 0  # distinct conditions
@@ -72,9 +72,9 @@ class Episode:
     confirmations: int = 0
     unanswered: int = 0  # keys attempted and never rejected
     unseq: bool = False  # an occurrence without seq: the order is arrival
-    first_stale: Ev | None = None
-    last_stale: Ev | None = None
-    latest: Ev | None = None  # the latest event that triggered any condition
+    first_stale: EventRecord | None = None
+    last_stale: EventRecord | None = None
+    latest: EventRecord | None = None  # the latest event that triggered any condition
     last_stale_at: float | None = None  # the caller's clock (a worker's processing time)
     shown: list[str] = field(default_factory=list)  # the first effect keys, sorted
     digest: int = 0
@@ -89,11 +89,11 @@ class Episode:
 # Retained raw events: a tuple while short, which has no spare capacity (most workflows hold two
 # or three records); a list from `LIST_FROM` records on, so that an append touches one record
 # instead of copying the tuple and re-counting the references of every record in it.
-Evidence = tuple[Ev, ...] | list[Ev]
+Evidence = tuple[EventRecord, ...] | list[EventRecord]
 LIST_FROM: Final = 8
 
 
-def evidence_of(records: Iterable[Ev]) -> Evidence:
+def evidence_of(records: Iterable[EventRecord]) -> Evidence:
     kept = tuple(records)
     return kept if len(kept) < LIST_FROM else list(kept)
 
@@ -109,7 +109,7 @@ class WorkflowState:
 
     pos: int = 0
     max_seq: int = -1
-    acqs: tuple[Acq, ...] = ()  # sorted by epoch
+    acqs: tuple[AcquisitionRecord, ...] = ()  # sorted by epoch
     evidence: Evidence = ()
     # Seen event ids and a fingerprint of their content; built once the workflow outgrows a
     # scan of its few records (most never do).
@@ -156,11 +156,11 @@ class WorkflowState:
 # ---- encoding ------------------------------------------------------------------------------
 
 
-def _ev(row: list[Any] | None) -> Ev | None:
-    return None if row is None else Ev(*row)
+def _ev(row: list[Any] | None) -> EventRecord | None:
+    return None if row is None else EventRecord(*row)
 
 
-def _cond_row(c: Cond) -> list[Any]:
+def _cond_row(c: ConditionRecord) -> list[Any]:
     epochs = None if c.epochs is None else list(c.epochs)
     workers = None if c.workers is None else list(c.workers)
     return [
@@ -177,11 +177,11 @@ def _cond_row(c: Cond) -> list[Any]:
     ]
 
 
-def cond_of(row: list[Any]) -> Cond:
+def cond_of(row: list[Any]) -> ConditionRecord:
     """A condition from its row (version 3; versions 1 and 2 lack the last field)."""
     epochs = None if row[6] is None else tuple(row[6])
     workers = None if len(row) < 10 or row[9] is None else tuple(row[9])
-    return Cond(
+    return ConditionRecord(
         ConditionKind(row[0]),
         row[1],
         row[2],
@@ -206,13 +206,13 @@ def _effect_row(e: Effect) -> list[Any]:
 
 
 def _effect(row: list[Any]) -> Effect:
-    firsts = [Ev(*r) for r in row[0]]
+    firsts = [EventRecord(*r) for r in row[0]]
     return Effect(
         firsts={e.epoch: e for e in firsts},
         confirmed=None if row[1] is None else set(row[1]),
-        twice={(epoch, source): [Ev(*r) for r in evs] for epoch, source, evs in row[2]},
+        twice={(epoch, source): [EventRecord(*r) for r in evs] for epoch, source, evs in row[2]},
         verified=None if row[3] is None else list(row[3]),
-        lasts={(epoch, kind): Ev(*r) for epoch, kind, r in row[4]},
+        lasts={(epoch, kind): EventRecord(*r) for epoch, kind, r in row[4]},
     )
 
 
@@ -316,8 +316,8 @@ def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
 def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dict[str, int]:
     """The ids index again: the forgotten ones (oldest first), then the retained records'."""
     ids = dict(forgotten)
-    ids.update((a.event_id, acq_print(a)) for a in (Acq(*r) for r in acqs))
-    ids.update((e.event_id, ev_print(e)) for e in (Ev(*r) for r in evidence))
+    ids.update((a.event_id, acq_print(a)) for a in (AcquisitionRecord(*r) for r in acqs))
+    ids.update((e.event_id, ev_print(e)) for e in (EventRecord(*r) for r in evidence))
     return ids
 
 
@@ -352,8 +352,8 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
-        acqs=tuple(Acq(*a) for a in acqs),
-        evidence=evidence_of(Ev(*r) for r in evidence),
+        acqs=tuple(AcquisitionRecord(*a) for a in acqs),
+        evidence=evidence_of(EventRecord(*r) for r in evidence),
         ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row) for k, row in effects},
         fences=None if fences is None else {epoch: list(m) for epoch, m in fences},

@@ -16,7 +16,7 @@ from detector.findings import Severity, Status
 
 from ._engine import Config, Detector
 from ._episode import add_condition
-from ._records import Acq, Ev
+from ._records import AcquisitionRecord, EventRecord
 from ._state import STATE_VERSION, WorkflowState, cond_of, decode_v3, evidence_of
 
 _V1_FIELDS: Final = (
@@ -58,14 +58,14 @@ def _replay(fields: list[Any]) -> WorkflowState:
     engine = Detector(Config.for_audit())
     st = WorkflowState(
         max_seq=max_seq,
-        acqs=tuple(sorted((Acq(*a) for a in acqs), key=lambda a: a.epoch)),
+        acqs=tuple(sorted((AcquisitionRecord(*a) for a in acqs), key=lambda a: a.epoch)),
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,
         tool_class=tool,
         lease_s=lease,
     )
-    records = sorted((Ev(*r) for r in evidence), key=lambda e: e.pos)
+    records = sorted((EventRecord(*r) for r in evidence), key=lambda e: e.pos)
     st.evidence = evidence_of(records)
     # Every acquisition is in place first: staleness compares positions, not arrival.
     for ev in records:
@@ -74,7 +74,9 @@ def _replay(fields: list[Any]) -> WorkflowState:
         ep = st.episode((row[0], row[1]))
         for c in row[5]:
             cond = cond_of(c)
-            seen = Ev(cond.event_id, "", row[0], cond.seq, cond.pos, cond.source, None, "", None)
+            seen = EventRecord(
+                cond.event_id, "", row[0], cond.seq, cond.pos, cond.source, None, "", None
+            )
             add_condition(ep, cond, seen, None, engine.config.max_effect_keys)
         ep.revision, ep.digest, ep.worker = row[2], row[8], row[9]
         ep.status = Status(row[3])

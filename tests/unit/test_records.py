@@ -1,0 +1,33 @@
+"""The engine builds its records the fast way; they must equal the named constructor's."""
+
+from __future__ import annotations
+
+from detector.core._engine import new_record
+from detector.core._records import AcquisitionRecord, ConditionRecord, EventRecord
+from detector.findings import ConditionKind
+
+
+def test_the_fast_constructor_builds_the_same_records() -> None:
+    event = ("e1", "heartbeat", 3, 7, 2, "worker", None, "w1", 1.5, None)
+    acquisition = (4, 9, 3, "a4", "w2", None)
+    condition = (
+        ConditionKind.DUPLICATE_EFFECT,
+        "c9",
+        9,
+        5,
+        "k",
+        "failover",
+        (3, 4),
+        "destination",
+        None,
+        ("w1", "w2"),
+    )
+    for record, values in (
+        (EventRecord, event),
+        (AcquisitionRecord, acquisition),
+        (ConditionRecord, condition),
+    ):
+        fast = new_record(record, values)
+        assert fast == record(*values)
+        assert type(fast) is record
+        assert fast._asdict() == record(*values)._asdict()
