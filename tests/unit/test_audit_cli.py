@@ -288,6 +288,20 @@ def test_a_line_that_says_one_thing_twice_is_a_bad_line_naming_it(
 # ---- retention caps, clocks and quiet periods ------------------------------------------------
 
 
+def event_line(seq: int, kind: str, epoch: int, worker: str, **fields: object) -> str:
+    """One JSON event of workflow `wf`, named by its seq; absent fields are left out."""
+    doc = {
+        "event_id": f"e{seq}",
+        "seq": seq,
+        "kind": kind,
+        "workflow_key": "wf",
+        "owner_epoch": epoch,
+        "worker_id": worker,
+        **{k: v for k, v in fields.items() if v is not None},
+    }
+    return json.dumps(doc)
+
+
 def long_workflow(tmp_path: Path) -> Path:
     """Epoch 1 commits K and then 40 other effects; epoch 2 takes over and commits K again."""
     rows = [("lease_acquired", 1, "alpha", None), ("effect_committed", 1, "alpha", "K")]
@@ -296,17 +310,13 @@ def long_workflow(tmp_path: Path) -> Path:
     history = tmp_path / "long.jsonl"
     history.write_text(
         "\n".join(
-            json.dumps(
-                {
-                    "event_id": f"e{seq}",
-                    "seq": seq,
-                    "kind": kind,
-                    "workflow_key": "wf",
-                    "owner_epoch": epoch,
-                    "worker_id": worker,
-                    "effect_key": key,
-                    "source": "coordinator" if key is None else "destination",
-                }
+            event_line(
+                seq,
+                kind,
+                epoch,
+                worker,
+                effect_key=key,
+                source="coordinator" if key is None else "destination",
             )
             for seq, (kind, epoch, worker, key) in enumerate(rows, start=1)
         )
@@ -423,34 +433,12 @@ def quiet_history(tmp_path: Path, *, late: str = "2026-07-26T10:16:40Z") -> Path
         ("outcome_verified", 2, "checker", "verifier", "k", "10:00:30"),
     ]
     lines = [
-        json.dumps(
-            {
-                "event_id": f"e{seq}",
-                "seq": seq,
-                "kind": kind,
-                "workflow_key": "wf",
-                "owner_epoch": epoch,
-                "worker_id": worker,
-                "source": source,
-                "effect_key": key,
-                "observed_at": f"2026-07-26T{at}Z",
-            }
+        event_line(
+            seq, kind, epoch, worker, source=source, effect_key=key, observed_at=f"2026-07-26T{at}Z"
         )
         for seq, (kind, epoch, worker, source, key, at) in enumerate(rows, start=1)
     ]
-    lines.append(
-        json.dumps(
-            {
-                "event_id": "e5",
-                "seq": 5,
-                "kind": "heartbeat",
-                "workflow_key": "wf",
-                "owner_epoch": 2,
-                "worker_id": "beta",
-                "observed_at": late,
-            }
-        )
-    )
+    lines.append(event_line(5, "heartbeat", 2, "beta", observed_at=late))
     history = tmp_path / "quiet.jsonl"
     history.write_text("\n".join(lines))
     return history
