@@ -30,13 +30,13 @@ unit: $(STAMP)
 
 # The integration tests' broker runs from Maven Central jars, cached in .cache/kafka-jars/.
 kafka-jars: $(STAMP)
-	$(BIN)/python -c 'from detector.devkafka import ensure_jars; print(ensure_jars())'
+	$(BIN)/python -c 'from detector.testing.kafka import ensure_jars; print(ensure_jars())'
 
 test: lint typecheck kafka-jars $(STAMP)
 	$(BIN)/pytest -q
 
 schemas: $(STAMP)
-	$(BIN)/python -m detector.schemas topics/schemas
+	$(BIN)/python -m detector.contracts.schemas topics/schemas
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py

@@ -13,8 +13,8 @@ import time
 from bench_engine import _event
 
 from detector import gc_tuning
+from detector.contracts.events import parse_event_json
 from detector.core import Detector
-from detector.events import parse_event_json
 
 
 def main() -> None:

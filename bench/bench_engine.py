@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 
 from detector import gc_tuning
+from detector.contracts.events import OwnershipEvent, parse_event_json
 from detector.core import Detector
-from detector.events import OwnershipEvent, parse_event_json
 
 
 def _event(

@@ -19,8 +19,8 @@ import time
 from collections.abc import Iterator
 
 from detector import gc_tuning
+from detector.contracts.events import OwnershipEvent, parse_event_obj
 from detector.core import Config, Detector
-from detector.events import OwnershipEvent, parse_event_obj
 
 
 def _ev(n: int, kind: str, epoch: int, worker: str, **extra: object) -> OwnershipEvent:

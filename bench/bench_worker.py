@@ -20,7 +20,7 @@ from bench_engine import history
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from stack import broker_with_topics, start_worker, stop_worker
 
-from detector.devkafka import LocalKafka
+from detector.testing.kafka import LocalKafka
 
 
 def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:

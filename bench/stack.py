@@ -14,7 +14,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from detector.devkafka import LocalKafka
+from detector.testing.kafka import LocalKafka
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """splitbrain: detect displaced owners of leased workflows that are still acting."""
 
+from detector.contracts.events import EventError, Kind, OwnershipEvent, Source, parse_event_json
+from detector.contracts.findings import Condition, ConditionKind, Finding, Severity, Status
 from detector.core import Config, Detector, FindingUpdate
-from detector.events import EventError, Kind, OwnershipEvent, Source, parse_event_json
-from detector.findings import Condition, ConditionKind, Finding, Severity, Status
 
 __all__ = [
     "Condition",

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from detector.findings import Finding
+from detector.contracts.findings import Finding
 
 _VERB: Final = {
     "stale_activity": "was still active",

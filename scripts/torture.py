@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detector.devkafka import LocalKafka
+from detector.testing.kafka import LocalKafka
 from tests.torture.harness import Harness, Plan, run
 
 

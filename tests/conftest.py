@@ -1,4 +1,4 @@
-"""Shared fixtures: real local Kafka brokers started by `detector.devkafka`.
+"""Shared fixtures: real local Kafka brokers started by `detector.testing.kafka`.
 
 The brokers are session-scoped (a JVM start costs seconds) and are stopped by PID at the end of
 the session; the SASL_SSL one starts only if some test asks for it. Tests that need a broker
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.devkafka import LocalKafka
+from detector.testing.kafka import LocalKafka
 
 
 def mark_directory(items: list[pytest.Item], directory: Path, *marks: pytest.MarkDecorator) -> None:

@@ -32,8 +32,8 @@ from operator import itemgetter
 from sys import intern
 from typing import Any, Final
 
-from detector.events import Kind, OwnershipEvent, Source
-from detector.findings import ConditionKind, Finding, Severity, Status
+from detector.contracts.events import Kind, OwnershipEvent, Source
+from detector.contracts.findings import ConditionKind, Finding, Severity, Status
 
 from ._clock import believe
 from ._episode import add_condition, verify

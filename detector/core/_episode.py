@@ -10,8 +10,8 @@ from __future__ import annotations
 from functools import cmp_to_key
 from typing import Final
 
-from detector.events import Source
-from detector.findings import ConditionKind
+from detector.contracts.events import Source
+from detector.contracts.findings import ConditionKind
 
 from ._records import ConditionRecord, EventRecord, Marks, any_after, before, later
 from ._state import Episode, Point

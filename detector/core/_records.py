@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Final, NamedTuple, TypeVar
 
-from detector.findings import ConditionKind
+from detector.contracts.findings import ConditionKind
 
 
 class EventRecord(NamedTuple):

@@ -10,7 +10,7 @@ import hashlib
 from functools import cmp_to_key
 from typing import Final, Literal
 
-from detector.findings import (
+from detector.contracts.findings import (
     Condition,
     ConditionKind,
     EventRef,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Final
 
-from detector.events import Kind
-from detector.findings import ConditionKind
+from detector.contracts.events import Kind
+from detector.contracts.findings import ConditionKind
 
 from ._records import AcquisitionRecord, EventRecord, any_at_or_after, before, earliest
 from ._state import WorkflowState

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import msgpack
 
-from detector.findings import ConditionKind, Severity, Status
+from detector.contracts.findings import ConditionKind, Severity, Status
 
 from ._records import AcquisitionRecord, ConditionRecord, EventRecord, Marks, acq_print, ev_print
 

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import msgpack
 
-from detector.findings import Severity, Status
+from detector.contracts.findings import Severity, Status
 
 from ._engine import Config, Detector
 from ._episode import add_condition

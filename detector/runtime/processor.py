@@ -14,8 +14,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Final
 
+from detector.contracts.dead_letters import DeadLetter
 from detector.core import Detector, FindingUpdate
-from detector.runtime.intake import DeadLetter, admit
+from detector.runtime.intake import admit
 from detector.telemetry.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)

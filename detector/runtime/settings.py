@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from detector.contracts.topics import (
+    DLQ_TOPIC,
+    FINDINGS_TOPIC,
+    GROUP_ID,
+    INPUT_TOPIC,
+    changelog_topic,
+)
 from detector.core import Config
-
-INPUT_TOPIC = "agent.ownership.v1"
-FINDINGS_TOPIC = "splitbrain.findings.v1"
-DLQ_TOPIC = "agent.ownership.dlq.v1"
-GROUP_ID = "splitbrain-detector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,7 @@ class WorkerSettings:
 
     @property
     def changelog_topic(self) -> str:
-        """Compacted, co-partitioned with the input: the table's only durable copy."""
-        return f"{self.group_id}-state-changelog"
+        return changelog_topic(self.group_id)
 
     @property
     def transactional_id(self) -> str:

@@ -12,10 +12,10 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from detector.contracts.dead_letters import REASON_CODES
+from detector.contracts.events import OPTIONAL_FIELDS, OwnershipEvent
+from detector.contracts.findings import Severity
 from detector.core import Counters, FindingUpdate
-from detector.events import OPTIONAL_FIELDS, OwnershipEvent
-from detector.findings import Severity
-from detector.runtime.intake import REASON_CODES
 
 # Label of each class of forgotten evidence, and the engine counter that counts it.
 _EVIDENCE_CLASSES: Final = {

@@ -18,8 +18,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.devkafka import LocalKafka
 from detector.kafka.config import env_name
+from detector.testing.kafka import LocalKafka
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS_FILE = REPO / "topics" / "topics.yaml"

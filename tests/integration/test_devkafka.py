@@ -27,7 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.devkafka import ClientConfig, LocalKafka
+from detector.testing.kafka import ClientConfig, LocalKafka
 
 TIMEOUT = 30.0
 

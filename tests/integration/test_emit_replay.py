@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import Message
 from opentelemetry.sdk.trace import TracerProvider
 
-from detector.devkafka import LocalKafka
-from detector.emit import DeliveryError, Emitter
-from detector.events import Kind, OwnershipEvent, Source, parse_event_json
-from detector.history import GoodLine, read_history
+from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_json
+from detector.histories.reader import GoodLine, read_history
+from detector.kafka.emit import DeliveryError, Emitter
+from detector.testing.kafka import LocalKafka
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (

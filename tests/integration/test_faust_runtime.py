@@ -39,10 +39,10 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from detector.audit import audit_lines
-from detector.devkafka import LocalKafka, free_port
-from detector.events import parse_event_json
+from detector.cli.audit import audit_lines
+from detector.contracts.events import parse_event_json
 from detector.kafka.config import env_name
+from detector.testing.kafka import LocalKafka, free_port
 from tests.paths import SEED_FIXTURE
 from tests.torture.harness import Topics
 

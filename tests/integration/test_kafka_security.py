@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from detector.audit import audit_lines
-from detector.devkafka import LocalKafka, make_tls_files
-from detector.emit import Emitter
-from detector.events import parse_event_json
-from detector.findings import Finding
+from detector.cli.audit import audit_lines
+from detector.contracts.events import parse_event_json
+from detector.contracts.findings import Finding
 from detector.kafka.config import KafkaClientError, env_name
+from detector.kafka.emit import Emitter
+from detector.testing.kafka import LocalKafka, make_tls_files
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from detector.devkafka import LocalKafka, free_port
+from detector.testing.kafka import LocalKafka, free_port
 from tests.integration.worker_harness import Running, cli, wait_for
 from tests.paths import ROOT, SEED_FIXTURE
 from tests.tools import program

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from detector.audit import audit_lines
-from detector.devkafka import LocalKafka
-from detector.findings import Finding, Severity
+from detector.cli.audit import audit_lines
+from detector.contracts.findings import Finding, Severity
+from detector.testing.kafka import LocalKafka
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import broker_env, create_topic, delete_topics, splitbrain, unique

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from detector.devkafka import LocalKafka
 from detector.kafka.admin import load_topics
+from detector.testing.kafka import LocalKafka
 
 from .kafka_harness import (
     broker_env,

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from detector.devkafka import LocalKafka
+from detector.testing.kafka import LocalKafka
 from tests.integration.worker_harness import (
     PARTITIONS,
     Running,

@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from detector.devkafka import LocalKafka, free_port
+from detector.testing.kafka import LocalKafka, free_port
 
 PARTITIONS = 3
 

@@ -34,7 +34,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from detector.audit import audit_lines
+from detector.cli.audit import audit_lines
 from detector.core import Config
 from tests.torture.history import generate
 from tests.torture.poison import corpus

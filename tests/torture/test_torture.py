@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.devkafka import LocalKafka
+from detector.testing.kafka import LocalKafka
 from tests.torture.harness import Harness, Plan, run
 
 

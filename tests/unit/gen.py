@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from hypothesis import strategies as st
 
-from detector.events import OwnershipEvent
+from detector.contracts.events import OwnershipEvent
 
 from .histories import ev
 

@@ -59,7 +59,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from detector.events import OwnershipEvent
+from detector.contracts.events import OwnershipEvent
 
 QUIET_PERIOD_S = 600.0
 CLOCK_SKEW_S = 3600.0

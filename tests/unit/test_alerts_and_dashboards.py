@@ -21,8 +21,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from detector.contracts.findings import Severity, Status
 from detector.core import Counters, FindingUpdate
-from detector.findings import Severity, Status
 from detector.telemetry.metrics import WorkerMetrics
 from tests.paths import ROOT
 from tests.tools import program

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from detector.audit import audit_lines
 from detector.cli import main
+from detector.cli.audit import audit_lines
 from tests.paths import PUBLISHED, ROOT, SEED_EXPECTED, SEED_FIXTURE
 
 FIXTURE, EXPECTED = SEED_FIXTURE, SEED_EXPECTED
@@ -525,7 +525,7 @@ def test_control_characters_in_user_strings_are_escaped_in_the_text_report(
 
 
 def test_tail_escapes_what_it_prints_like_audit() -> None:
-    from detector.tail import FindingsView, one_line, summary  # noqa: PLC0415 (Kafka client)
+    from detector.cli.tail import FindingsView, one_line, summary  # noqa: PLC0415 (Kafka client)
 
     history = [
         json.dumps(

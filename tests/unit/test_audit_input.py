@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from detector.audit import KEPT_BAD_LINES, audit_lines
 from detector.cli import main
-from detector.events import MAX_EVENT_BYTES
+from detector.cli.audit import KEPT_BAD_LINES, audit_lines
+from detector.contracts.events import MAX_EVENT_BYTES
 from tests.paths import ROOT, SEED_FIXTURE
 
 SEED = SEED_FIXTURE.read_bytes()

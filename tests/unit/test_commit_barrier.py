@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from faust.types import TP
 
-from detector.runtime.faust_app import CommitBarrier, FaustRuntimeError
+from detector.runtime.faust.barrier import CommitBarrier, FaustRuntimeError
 
 
 def test_it_refuses_to_commit_past_the_last_event_the_agent_finished() -> None:

@@ -2,7 +2,7 @@
 
 import base64
 
-from detector.devkafka import _new_cluster_id
+from detector.testing.kafka import _new_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash() -> None:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from detector.emit import Emitter
-from detector.events import EventError
+from detector.contracts.events import EventError
+from detector.kafka.emit import Emitter
 
 EVENT = {
     "kind": "heartbeat",

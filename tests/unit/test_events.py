@@ -5,7 +5,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from detector.events import EventError, Kind, OwnershipEvent, parse_event_json, parse_event_obj
+from detector.contracts.events import (
+    EventError,
+    Kind,
+    OwnershipEvent,
+    parse_event_json,
+    parse_event_obj,
+)
 
 BASE = {
     "event_id": "e1",

@@ -2,8 +2,9 @@
 
 import json
 
-from detector.events import MAX_EVENT_BYTES, OwnershipEvent
-from detector.runtime.intake import DeadLetter, admit
+from detector.contracts.dead_letters import DeadLetter
+from detector.contracts.events import MAX_EVENT_BYTES, OwnershipEvent
+from detector.runtime.intake import admit
 from tests.torture.poison import corpus, kept_with_a_dropped_field
 
 EVENT = {

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from detector.emit import Emitter
+from detector.contracts.events import EventError
 from detector.errors import ExitCode
-from detector.events import EventError
 from detector.kafka.admin import TopicsFileError, load_topics
 from detector.kafka.config import (
     KafkaClientError,
@@ -19,6 +18,7 @@ from detector.kafka.config import (
     raise_unrecoverable,
     reports_kafka_errors,
 )
+from detector.kafka.emit import Emitter
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = "broker-1:9093,broker-2:9093"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from detector.logfmt import LogfmtError, parse_logfmt_line
+from detector.histories.logfmt import LogfmtError, parse_logfmt_line
 
 
 def test_a_job_queue_line_becomes_an_event_mapping() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from detector.contracts.events import OPTIONAL_FIELDS, parse_event_json
+from detector.contracts.findings import Finding, Severity, Status
 from detector.core import Counters, FindingUpdate
-from detector.events import OPTIONAL_FIELDS, parse_event_json
-from detector.findings import Finding, Severity, Status
 from detector.telemetry.metrics import WorkerMetrics
 
 

@@ -18,9 +18,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from detector.contracts.events import OwnershipEvent
+from detector.contracts.findings import Condition, Finding
 from detector.core import Config, Detector, FindingUpdate, decode_state, encode_state
-from detector.events import OwnershipEvent
-from detector.findings import Condition, Finding
 
 from .gen import (
     Row,
@@ -530,7 +530,7 @@ def _summary(found: dict[FKey, OracleFinding]) -> dict[FKey, tuple[object, ...]]
 
 
 def test_oracle_reproduces_the_published_acceptance_history() -> None:
-    from detector.events import parse_event_json  # noqa: PLC0415
+    from detector.contracts.events import parse_event_json  # noqa: PLC0415
     from tests.paths import SEED_FIXTURE  # noqa: PLC0415
 
     lines = SEED_FIXTURE.read_text().splitlines()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from detector.contracts.findings import ConditionKind
 from detector.core._engine import new_record
 from detector.core._records import AcquisitionRecord, ConditionRecord, EventRecord
-from detector.findings import ConditionKind
 
 
 def test_the_fast_constructor_builds_the_same_records() -> None:

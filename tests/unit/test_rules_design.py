@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from detector.contracts.events import OwnershipEvent
+from detector.contracts.findings import Finding
 from detector.core import Config, Detector, FindingUpdate
-from detector.events import OwnershipEvent
-from detector.findings import Finding
 
 from .histories import BASE_TS, Run, ev
 from .oracle import oracle

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.schemas import SCHEMAS, render
+from detector.contracts.schemas import SCHEMAS, render
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "topics" / "schemas"
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from detector.contracts.events import parse_event_obj
 from detector.core import Detector, WorkflowState, encode_state
-from detector.events import parse_event_obj
 from detector.runtime.store import MemoryStore, RocksStore, Store
 
 

@@ -8,7 +8,7 @@ from ..histories import conds, epochs, logfmt_events, run
 
 
 def test_job_queue_log_with_rejected_result():
-    pytest.importorskip("detector.logfmt")
+    pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
         job_claimed job=8f1b token=41 worker=w1 seq=1 event_id=l1
@@ -38,7 +38,7 @@ def test_job_queue_log_with_rejected_result():
 
 
 def test_job_queue_log_clean_handoff_and_buffered_line():
-    pytest.importorskip("detector.logfmt")
+    pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
         job_claimed job=q7 token=1 worker=w1 seq=1
@@ -55,7 +55,7 @@ def test_job_queue_log_clean_handoff_and_buffered_line():
 
 
 def test_job_queue_log_stale_worker_after_takeover():
-    pytest.importorskip("detector.logfmt")
+    pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
         job_claimed job=q9 token=7 worker=w1 seq=1 attrs.tool_class=llm

@@ -29,8 +29,8 @@ def test_state_survives_encode_decode_mid_episode():
 
 
 def test_open_findings_are_counted_by_severity_and_found_again_after_a_restore():
+    from detector.contracts.findings import Severity  # noqa: PLC0415
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
-    from detector.findings import Severity  # noqa: PLC0415
 
     first = [*takeover(), ev("hb", "heartbeat", W, 17, "alpha", seq=6)]
     r = run([*first, commit("c", 17, "alpha", 7)])

@@ -21,9 +21,9 @@ from uuid import uuid4
 from confluent_kafka import KafkaError, Message, Producer
 from opentelemetry import propagate, trace
 
+from detector.contracts.events import EventError, Kind, OwnershipEvent, Source, parse_event_obj
+from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import SplitbrainError
-from detector.events import EventError, Kind, OwnershipEvent, Source, parse_event_obj
-from detector.kafka import INPUT_TOPIC
 from detector.kafka.config import KafkaClientError, client_config, raise_unrecoverable
 
 PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {

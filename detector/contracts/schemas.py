@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from detector import events, findings
+from detector.contracts import events, findings
 
 SCHEMAS: Final[dict[str, tuple[type[BaseModel], str]]] = {
     "ownership-event.v1.schema.json": (events.OwnershipEvent, events.SCHEMA),

@@ -7,7 +7,7 @@ model is strict about integer fields (a JSON string is not an epoch).
 A line that says one thing twice and differently (a key repeated, `kind=` against the bare
 word, `attrs=` against `attrs.X=`), or whose quote never closes, is refused: picking one of the
 two would be a silent choice (DESIGN §3). Aliases of one field (`job=` and `workflow_key=`) are
-compared by `detector.events`, for JSON and logfmt alike.
+compared by `detector.contracts.events`, for JSON and logfmt alike.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from detector.contracts.events import KIND_ALIASES
 from detector.errors import SplitbrainError
-from detector.events import KIND_ALIASES
 
 _TOKEN: Final = re.compile(r'\s*([^\s=]+)(?:=(?:("(?:[^"\\]|\\.)*")|(\S*)))?')
 _INTEGER_FIELDS: Final = frozenset({"owner_epoch", "token", "fencing_token", "seq"})

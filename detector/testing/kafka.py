@@ -2,8 +2,9 @@
 
 Why this exists: the detector's guarantees (transactions, fencing, read_committed) are Kafka's,
 so they must be tested against a real broker, not a fake. There is no Docker here, so the broker
-runs from the official jars that Maven resolves from `kafka/pom.xml`, in a background JVM that
-this module starts, watches and stops by PID. Everything a broker owns (config, logs, data, TLS
+runs from the official jars that Maven resolves from `pom.xml` beside this module (shipped in the
+wheel, so `splitbrain dev kafka` works from an install too), in a background JVM that this module
+starts, watches and stops by PID. Everything a broker owns (config, logs, data, TLS
 material, pid and state files) lives in one data directory, so a broker can be killed and
 restarted on the same data and ports for fault tests.
 """
@@ -33,8 +34,7 @@ from typing import Any
 
 from detector.errors import SplitbrainError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-POM_PATH = REPO_ROOT / "kafka" / "pom.xml"
+POM_PATH = Path(__file__).resolve().with_name("pom.xml")
 JARS_ENV = "SPLITBRAIN_KAFKA_JARS"
 JARS_MARKER = ".complete"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -81,11 +81,13 @@ def kafka_version(pom: Path = POM_PATH) -> str:
 
 
 def jars_dir() -> Path:
-    """Where the broker's jars are cached: `$SPLITBRAIN_KAFKA_JARS`, else under `.cache/`."""
+    """Where the broker's jars are cached: `$SPLITBRAIN_KAFKA_JARS`, else in the user's cache
+    (`$XDG_CACHE_HOME`, by default `~/.cache`), shared by every checkout and install."""
     override = os.environ.get(JARS_ENV)
     if override:
         return Path(override).expanduser().resolve()
-    return REPO_ROOT / ".cache" / "kafka-jars" / kafka_version()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "splitbrain" / "kafka-jars" / kafka_version()
 
 
 def _pom_digest() -> str:
@@ -628,7 +630,7 @@ class LocalKafka:
             )
         server = self.data_dir / _SERVER_PROPERTIES
         server.write_text(
-            "# Written by detector/devkafka.py; rewritten on every start.\n"
+            "# Written by detector/testing/kafka.py; rewritten on every start.\n"
             + "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
         )
         client = self.data_dir / _CLIENT_PROPERTIES

@@ -1,6 +1,6 @@
-"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.devkafka`, from a shell.
+"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.testing.kafka`.
 
-Kept apart from `detector.devkafka` so that building the `splitbrain` parser imports nothing
+Kept apart from `detector.testing.kafka` so that building the `splitbrain` parser imports nothing
 heavier than argparse; the broker module is imported only when a `dev kafka` command runs.
 """
 
@@ -74,7 +74,7 @@ def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from detector.devkafka import DevKafkaError, LocalKafka  # noqa: PLC0415
+    from detector.testing.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
 
     try:
         broker = LocalKafka(
@@ -102,7 +102,7 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from detector.devkafka import DevKafkaError, LocalKafka  # noqa: PLC0415
+    from detector.testing.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
 
     try:
         broker = LocalKafka(args.data_dir)
@@ -118,7 +118,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from detector.devkafka import LocalKafka  # noqa: PLC0415
+    from detector.testing.kafka import LocalKafka  # noqa: PLC0415
 
     status = LocalKafka(args.data_dir).status()
     mode = "SASL_SSL" if status.sasl_ssl else "PLAINTEXT"

@@ -13,15 +13,15 @@ import time
 
 from tqdm import tqdm
 
-from detector.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
+from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode
-from detector.history import BadLine, open_history, read_history
-from detector.kafka import INPUT_TOPIC
+from detector.histories.reader import BadLine, open_history, read_history
 from detector.kafka.config import (
     add_kafka_arguments,
     client_config,
     reports_kafka_errors,
 )
+from detector.kafka.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
 from detector.report import printable
 
 

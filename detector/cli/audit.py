@@ -11,12 +11,12 @@ from typing import Any, Final, NotRequired, TextIO
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from detector.arguments import positive_int, positive_seconds
-from detector.cli import silence_stdout
+from detector.cli.arguments import positive_int, positive_seconds
+from detector.cli.main import silence_stdout
+from detector.contracts.findings import Finding, Severity
 from detector.core import Config, Detector, LeaseWarning
 from detector.errors import ExitCode, SplitbrainError
-from detector.findings import Finding, Severity
-from detector.history import BadLine, UnusableHistoryError, open_history, read_history
+from detector.histories.reader import BadLine, UnusableHistoryError, open_history, read_history
 from detector.report import count, finding_lines, printable
 
 FAIL_ON_CHOICES: Final = ("info", "warning", "critical", "none")

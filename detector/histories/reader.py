@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from detector.errors import SplitbrainError
-from detector.events import (
+from detector.contracts.events import (
     MAX_EVENT_BYTES,
     EventError,
     OwnershipEvent,
     parse_event_json,
     parse_event_obj,
 )
-from detector.logfmt import LogfmtError, parse_logfmt_line
+from detector.errors import SplitbrainError
+from detector.histories.logfmt import LogfmtError, parse_logfmt_line
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 UTF8_BOM: Final = b"\xef\xbb\xbf"

@@ -11,17 +11,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Final
 
-from detector.arguments import port, positive_int, seconds
+from detector.cli.arguments import port, positive_int, seconds
+from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config
 from detector.errors import ExitCode
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
-from detector.runtime.settings import (
-    DLQ_TOPIC,
-    FINDINGS_TOPIC,
-    GROUP_ID,
-    INPUT_TOPIC,
-    WorkerSettings,
-)
+from detector.runtime.settings import WorkerSettings
 from detector.telemetry.metrics import WorkerMetrics
 
 RUNTIMES = ("kafka", "faust")
@@ -151,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
     if args.runtime == "faust":
-        from detector.runtime.faust_app import run_faust_worker  # noqa: PLC0415
+        from detector.runtime.faust import run_faust_worker  # noqa: PLC0415
 
         return run_faust_worker(settings, metrics)
     from detector.runtime.kafka_loop import run_kafka_loop  # noqa: PLC0415

@@ -18,9 +18,9 @@ from typing import Final
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 from pydantic import ValidationError
 
+from detector.contracts.findings import Finding
+from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
-from detector.findings import Finding
-from detector.kafka import FINDINGS_TOPIC
 from detector.kafka.config import (
     KafkaClientError,
     add_kafka_arguments,

@@ -13,12 +13,12 @@ from detector.errors import ExitCode
 
 # Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
 _COMMAND_MODULES = (
-    "detector.audit",
-    "detector.runtime.worker_cli",
-    "detector.devkafka_cli",
-    "detector.kafka.admin",
-    "detector.replay",
-    "detector.tail",
+    "detector.cli.audit",
+    "detector.cli.worker",
+    "detector.cli.dev",
+    "detector.cli.topics",
+    "detector.cli.replay",
+    "detector.cli.tail",
 )
 
 
@@ -62,6 +62,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     return code
 
-
-if __name__ == "__main__":
-    sys.exit(main())
