@@ -23,12 +23,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check detector tests bench scripts
 
 typecheck: $(STAMP)
-	$(BIN)/mypy detector
+	$(BIN)/mypy detector tests bench scripts
 
 unit: $(STAMP)
 	$(BIN)/pytest -q -m "not kafka"
 
-# The integration tests' broker runs from Maven Central jars, cached in .cache/kafka-jars/.
+# The integration tests' broker runs from Maven Central jars, cached in
+# ~/.cache/splitbrain/kafka-jars/ (detector/testing/kafka.py says where and why).
 kafka-jars: $(STAMP)
 	$(BIN)/python -c 'from detector.testing.kafka import ensure_jars; print(ensure_jars())'
 

@@ -14,7 +14,10 @@ import statistics
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from stack import broker_with_topics, start_worker, stop_worker
+from stack import broker_with_topics, start_worker
+
+from detector.testing.kafka import LocalKafka
+from detector.testing.topics import WorkerTopics
 
 
 def main() -> None:
@@ -22,36 +25,32 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--commit-interval-ms", type=int, default=100)
     args = ap.parse_args()
-    with broker_with_topics("lat") as (broker, tag, topics):
-        run(args, broker.bootstrap, tag, topics)
+    with broker_with_topics("lat") as (broker, topics):
+        run(args, broker, topics)
 
 
-def run(args: argparse.Namespace, bootstrap: str, tag: str, topics: tuple[str, str, str]) -> None:
+def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
+    bootstrap = broker.bootstrap
     worker = None
     try:
-        worker = start_worker(
-            bootstrap,
-            f"lat-{tag}",
-            topics,
-            "--commit-interval-ms",
-            str(args.commit_interval_ms),
-        )
+        worker = start_worker(broker, topics, "--commit-interval-ms", str(args.commit_interval_ms))
+        # a live tail, not a read to the end: it measures when each finding becomes visible
         reader = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"r-{tag}",
+                "group.id": f"r-{topics.group}",
                 "isolation.level": "read_committed",
                 "fetch.wait.max.ms": 10,
             }
         )
-        reader.assign([TopicPartition(topics[1], 0, 0)])
+        reader.assign([TopicPartition(topics.findings, 0, 0)])
         producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0}
         )
 
         def send(doc: dict[str, object]) -> None:
             producer.produce(
-                topics[0], key=str(doc["workflow_key"]).encode(), value=json.dumps(doc).encode()
+                topics.input, key=str(doc["workflow_key"]).encode(), value=json.dumps(doc).encode()
             )
 
         latencies = []
@@ -93,7 +92,7 @@ def run(args: argparse.Namespace, bootstrap: str, tag: str, topics: tuple[str, s
         )
     finally:
         if worker is not None:
-            stop_worker(worker)
+            worker.stop()
 
 
 if __name__ == "__main__":

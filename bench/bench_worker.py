@@ -13,14 +13,16 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import time
 
 from bench_engine import history
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from stack import broker_with_topics, start_worker, stop_worker
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from stack import broker_with_topics, start_worker
 
 from detector.testing.kafka import LocalKafka
+from detector.testing.topics import WorkerTopics, group_offsets
+from detector.testing.worker import WorkerProcess
 
 
 def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
@@ -39,28 +41,28 @@ def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
         raise SystemExit("the history was not fully published")
 
 
-def committed(consumer: Consumer, topic: str, partitions: int) -> int | None:
+def committed(admin: AdminClient, topics: WorkerTopics) -> int | None:
     """Input records the group has committed, summed over the partitions (None: not known yet,
     while the group coordinator starts)."""
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        offsets = group_offsets(admin, topics.group, topics.input)
     except KafkaException:
         return None
-    return sum(max(tp.offset, 0) for tp in tps)
+    return sum(max(offset, 0) for offset in offsets.values())
 
 
 def follow(
-    worker: subprocess.Popen[bytes], reader: Consumer, topic: str, partitions: int, total: int
+    worker: WorkerProcess, admin: AdminClient, topics: WorkerTopics, total: int
 ) -> list[tuple[float, int]]:
     """(monotonic time, records committed) every half second until all `total` are."""
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + 1800
     while not samples or samples[-1][1] < total:
-        if worker.poll() is not None:
-            raise SystemExit(f"the worker exited with {worker.returncode}")
+        if not worker.alive():
+            raise SystemExit(f"the worker exited with {worker.exit_code()}:\n{worker.tail()}")
         if time.monotonic() > deadline:
             raise SystemExit("the worker did not finish within 30 minutes")
-        done = committed(reader, topic, partitions)
+        done = committed(admin, topics)
         if done is not None:
             samples.append((time.monotonic(), done))
         time.sleep(0.5)
@@ -81,19 +83,17 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
     args = ap.parse_args()
-    with broker_with_topics("wb", args.partitions) as (broker, tag, topics):
-        run(args, broker, tag, topics)
+    with broker_with_topics("wb", args.partitions) as (broker, topics):
+        run(args, broker, topics)
 
 
-def run(
-    args: argparse.Namespace, broker: LocalKafka, tag: str, topics: tuple[str, str, str]
-) -> None:
+def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
     worker = None
     try:
         bootstrap = broker.bootstrap
         lines = history(args.events, args.workflows)
         started = time.perf_counter()
-        publish(bootstrap, topics[0], lines)
+        publish(bootstrap, topics.input, lines)
         print(
             f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
             f"{platform.python_version()}; broker on the same machine"
@@ -102,20 +102,8 @@ def run(
             f"published {len(lines):,} events over {args.workflows:,} workflows to "
             f"{args.partitions} partition(s) in {time.perf_counter() - started:.1f} s"
         )
-        worker = start_worker(
-            bootstrap,
-            tag,
-            topics,
-            "--store",
-            args.store,
-            "--state-dir",
-            str(broker.data_dir.parent / "state"),
-        )
-        # reads the worker's committed offsets; never joins the group (no subscribe)
-        group = f"bench-{tag}"
-        reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-        samples = follow(worker, reader, topics[0], args.partitions, len(lines))
-        reader.close()
+        worker = start_worker(broker, topics, "--store", args.store)
+        samples = follow(worker, AdminClient(broker.client_config()), topics, len(lines))
         first = next(i for i, (_, n) in enumerate(samples) if n > 0)
         begin, end = samples[first], samples[-1]
         # the middle: from the first commit to the last sample before the end was reached
@@ -128,16 +116,14 @@ def run(
             f"started ({begin[0] - samples[0][0]:.1f} s to its first commit)"
         )
         print(f"sustained: {rate:,.0f} events/s committed (between the first and last commits)")
-        written = {
-            name: topic_bytes(broker, name) for name in (topics[0], f"{group}-state-changelog")
-        }
         print(
-            f"on the broker's disk: input {written[topics[0]] / 1e6:,.1f} MB, state changelog "
-            f"{written[f'{group}-state-changelog'] / 1e6:,.1f} MB (before compaction)"
+            f"on the broker's disk: input {topic_bytes(broker, topics.input) / 1e6:,.1f} MB, "
+            f"state changelog {topic_bytes(broker, topics.changelog) / 1e6:,.1f} MB "
+            "(before compaction)"
         )
     finally:
         if worker is not None:
-            stop_worker(worker)
+            worker.stop()
 
 
 if __name__ == "__main__":

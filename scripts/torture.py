@@ -13,10 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from detector.testing.kafka import LocalKafka
-from tests.torture.harness import Harness, Plan, run
+from detector.testing.kafka import ClientConfig, LocalKafka
+from detector.testing.torture.harness import Harness, Plan, run
 
 
 def main() -> int:
@@ -54,15 +52,17 @@ def main() -> int:
     if args.bootstrap_servers is None:
         broker = LocalKafka(workdir / "kafka")
         broker.start()
-    bootstrap = args.bootstrap_servers or (broker.bootstrap if broker else "")
+    config: ClientConfig = (
+        broker.client_config() if broker else {"bootstrap.servers": args.bootstrap_servers}
+    )
     try:
         harness = Harness(
-            bootstrap,
+            config,
             workdir / "run",
             runtime=args.runtime,
             store=args.store,
             partitions=args.partitions,
-            tag=f"{args.runtime}-{int(time.time())}",
+            tag=f"torture-{args.runtime}",
         )
         log = lambda line: print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)  # noqa: E731
         report = run(harness, plan, broker=broker, log=log)

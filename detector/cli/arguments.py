@@ -1,39 +1,31 @@
-"""Argument types every command shares: a bad value says the form it expects, naming the flag
-(argparse adds it), whether it came from the command line or a `SPLITBRAIN_` variable."""
+"""Argument types of the flags only the command line sets (`audit`'s), with the forms and bounds
+of the settings in `detector.settings`: a bad value says the form it expects, and argparse names
+the flag."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
-_MAX_INT: Final = 2**31 - 1
-_MAX_SECONDS: Final = 10**12
+from pydantic import TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
-
-def _number(text: str, whole: bool, least: float, most: float, *, above: bool = False) -> float:
-    try:
-        value = int(text) if whole else float(text)
-    except ValueError:
-        value = None
-    low_ok = value is not None and (value > least if above else value >= least)
-    if value is None or not low_ok or not value <= most:  # also refuses nan
-        kind = "a whole number" if whole else "seconds"
-        bound = f"more than {least:g}" if above else f"from {least:g}"
-        raise argparse.ArgumentTypeError(f"expected {kind} {bound} to {most:.0f}, got {text!r}")
-    return value
+from detector.settings import PositiveInt, PositiveSeconds, form_of
 
 
-def positive_int(text: str) -> int:
-    return int(_number(text, True, 1, _MAX_INT))
+def _argument_type(kind: Any) -> Callable[[str], Any]:
+    adapter: TypeAdapter[Any] = TypeAdapter(kind)
+    form = form_of(FieldInfo.from_annotation(kind)).text
+
+    def parse(text: str) -> Any:
+        try:
+            return adapter.validate_python(text)
+        except ValidationError:
+            raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}") from None
+
+    return parse
 
 
-def port(text: str) -> int:
-    return int(_number(text, True, 0, 65535))
-
-
-def seconds(text: str) -> float:
-    return _number(text, False, 0, _MAX_SECONDS)
-
-
-def positive_seconds(text: str) -> float:
-    return _number(text, False, 0, _MAX_SECONDS, above=True)
+positive_int: Final[Callable[[str], int]] = _argument_type(PositiveInt)
+positive_seconds: Final[Callable[[str], float]] = _argument_type(PositiveSeconds)

@@ -61,4 +61,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         silence_stdout()
         return ExitCode.OK
     return code
-

@@ -1,26 +1,25 @@
 """librdkafka settings for every Kafka client of the project, from flags or the environment.
 
-One module builds them so that `topics`, `replay`, `tail` and the emitter reach a cluster the same
-way, and so that secrets have exactly one way in: the environment or a file, never a command-line
-value, which `ps` and shell history would keep.
+One module builds them so that `topics`, `replay`, `tail`, `worker` and the emitter reach a
+cluster the same way, and so that secrets have exactly one way in: the environment or a file, never
+a command-line value, which `ps` and shell history would keep (`detector.settings` reads both).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
+from pydantic import Field, SecretStr, create_model
 
 from detector.errors import ExitCode, SplitbrainError
-
-ENV_PREFIX: Final = "SPLITBRAIN_"
+from detector.settings import ENV_PREFIX as ENV_PREFIX  # noqa: PLC0414 (re-exported)
+from detector.settings import CommandSettings, Secret, SettingsError, Text, env_var
 
 # Each is also a flag (`--security-protocol`) and an environment variable
 # (`SPLITBRAIN_SECURITY_PROTOCOL`); the flag wins.
@@ -53,102 +52,66 @@ class KafkaClientError(SplitbrainError, RuntimeError):
     """A Kafka client cannot be configured or cannot do its job; the message says why."""
 
 
-def env_name(key: str) -> str:
-    return ENV_PREFIX + key.replace(".", "_").upper()
-
-
-def _flag(key: str) -> str:
-    return "--" + key.replace(".", "-")
-
-
-def _dest(key: str) -> str:
+def _field(key: str) -> str:
     return key.replace(".", "_")
 
 
-class _RefuseSecret(argparse.Action):
-    """`--sasl-password VALUE` exists only to say no: without it, argparse would take it as an
-    abbreviation of `--sasl-password-file` and read a file named after the password."""
+def env_name(key: str) -> str:
+    """The variable of a librdkafka setting: `sasl.password` is `SPLITBRAIN_SASL_PASSWORD`."""
+    return env_var(_field(key))
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        key = self.dest.replace("_", ".")
-        parser.error(
-            f"{option_string} is not accepted: a secret on the command line leaks through ps and "
-            f"shell history; set {env_name(key)} or pass {option_string}-file PATH"
-        )
+
+class _Connection(CommandSettings):
+    """The fields, generated below from `SETTINGS` and `SECRETS`, are the librdkafka settings
+    of the same name with dots (`bootstrap_servers` is `bootstrap.servers`)."""
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings, checked for the obvious.
+
+        The result includes an `error_cb` that turns authentication and TLS failures into a
+        `KafkaClientError` raised from the next `poll`/`flush`/`consume`, instead of a silent
+        retry loop that ends in a timeout that says nothing about credentials.
+        """
+        conf: dict[str, Any] = {}
+        for key in (*SETTINGS, *SECRETS):
+            value = getattr(self, _field(key))
+            if value is not None:
+                conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if "bootstrap.servers" not in conf:
+            raise KafkaClientError(
+                "no Kafka cluster given: pass --bootstrap-servers or set "
+                + env_name("bootstrap.servers")
+            )
+        if "sasl.username" in conf and "sasl.password" not in conf:
+            raise KafkaClientError(
+                f"sasl.username is set but no password: set {env_name('sasl.password')} "
+                "or pass --sasl-password-file"
+            )
+        conf["error_cb"] = raise_unrecoverable
+        return conf
+
+
+_FIELDS: Final[dict[str, Any]] = {
+    **{_field(key): (Text, Field(None, description=key)) for key in SETTINGS},
+    **{_field(key): (Secret, Field(None, description=key)) for key in SECRETS},
+}
+KafkaSettings: Final = create_model("KafkaSettings", __base__=_Connection, **_FIELDS)
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     """The connection flags every Kafka command shares."""
-    group = parser.add_argument_group(
-        "Kafka connection",
-        f"each flag can also be set by its environment variable ({ENV_PREFIX}...); the flag wins",
+    KafkaSettings.add_flags(
+        parser.add_argument_group(
+            "Kafka connection",
+            f"each flag can also be set by its environment variable ({ENV_PREFIX}...); "
+            "the flag wins",
+        )
     )
-    for key in SETTINGS:
-        group.add_argument(
-            _flag(key), dest=_dest(key), metavar="VALUE", help=f"{key} (env {env_name(key)})"
-        )
-    for key in SECRETS:
-        group.add_argument(
-            f"{_flag(key)}-file",
-            dest=f"{_dest(key)}_file",
-            metavar="PATH",
-            help=f"read {key} from this file (or set env {env_name(key)})",
-        )
-        group.add_argument(
-            _flag(key), dest=_dest(key), action=_RefuseSecret, help=argparse.SUPPRESS
-        )
 
 
-def client_config(
-    args: argparse.Namespace, environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """librdkafka settings from the parsed flags and the environment, checked for the obvious.
-
-    The result includes an `error_cb` that turns authentication and TLS failures into a
-    `KafkaClientError` raised from the next `poll`/`flush`/`consume`, instead of a silent retry
-    loop that ends in a timeout that says nothing about credentials.
-    """
-    env = os.environ if environ is None else environ
-    conf: dict[str, Any] = {}
-    for key in SETTINGS:
-        value = getattr(args, _dest(key), None) or env.get(env_name(key))
-        if value:
-            conf[key] = value
-    for key in SECRETS:
-        secret = _read_secret(args, key, env)
-        if secret is not None:
-            conf[key] = secret
-    if "bootstrap.servers" not in conf:
-        raise KafkaClientError(
-            "no Kafka cluster given: pass --bootstrap-servers or set "
-            + env_name("bootstrap.servers")
-        )
-    if "sasl.username" in conf and "sasl.password" not in conf:
-        raise KafkaClientError(
-            f"sasl.username is set but no password: set {env_name('sasl.password')} "
-            "or pass --sasl-password-file"
-        )
-    conf["error_cb"] = raise_unrecoverable
-    return conf
-
-
-def _read_secret(args: argparse.Namespace, key: str, env: Mapping[str, str]) -> str | None:
-    path = getattr(args, f"{_dest(key)}_file", None)
-    if path is None:
-        return env.get(env_name(key)) or None
-    try:
-        # A trailing newline is the editor's, not the password's.
-        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
-    except OSError as exc:
-        raise KafkaClientError(
-            f"cannot read {_flag(key)}-file {path}: {exc.strerror or exc}"
-        ) from None
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """librdkafka settings from the flags in `args` and the environment (`SPLITBRAIN_...`)."""
+    return KafkaSettings.from_args(args).client_config()
 
 
 def raise_unrecoverable(err: KafkaError) -> None:
@@ -194,19 +157,20 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def reports_kafka_errors(command: str) -> Callable[[Command], Command]:
-    """Decorate a command's `run`: a Kafka problem becomes one readable line and exit status 2,
-    not a traceback."""
+    """Decorate a Kafka command's `run`: a Kafka problem, or a setting it cannot use, becomes
+    one readable line (one per bad value) and exit status 2, not a traceback."""
 
     def decorate(run: Command) -> Command:
         @functools.wraps(run)
         def wrapped(args: argparse.Namespace) -> int:
             try:
                 return run(args)
-            except KafkaClientError as exc:
+            except (KafkaClientError, SettingsError) as exc:
                 reason = str(exc)
             except KafkaException as exc:
                 reason = describe(exc)
-            print(f"splitbrain {command}: {reason}", file=sys.stderr)
+            for line in reason.splitlines():
+                print(f"splitbrain {command}: {line}", file=sys.stderr)
             return ExitCode.UNUSABLE
 
         return wrapped

@@ -2,40 +2,38 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from detector.contracts.topics import (
-    DLQ_TOPIC,
-    FINDINGS_TOPIC,
-    GROUP_ID,
-    INPUT_TOPIC,
-    changelog_topic,
-)
+from detector.contracts.topics import changelog_topic
 from detector.core import Config
+
+Store = Literal["memory", "rocksdb"]
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    """`kafka` is the librdkafka client config (bootstrap and security) of `detector.kafka.config`.
+    """Every value is given: the worker command's settings (`detector.cli.worker`) own the
+    defaults, the flags and the variables, and check each value before a runtime starts.
 
+    `kafka` is the librdkafka client config (bootstrap and security) of `detector.kafka.config`.
     `instance_id` names this worker's slot: it is part of the transactional id, so a restarted
     worker fences its own previous incarnation at once instead of waiting for a timeout.
     """
 
     kafka: dict[str, Any]
     instance_id: str
-    input_topic: str = INPUT_TOPIC
-    findings_topic: str = FINDINGS_TOPIC
-    dlq_topic: str = DLQ_TOPIC
-    group_id: str = GROUP_ID
-    commit_interval_ms: int = 100
-    commit_max_events: int = 5000
-    state_dir: Path = Path("var/state")
-    store: Literal["memory", "rocksdb"] = "memory"
-    metrics_port: int | None = None
-    engine: Config = field(default_factory=Config)
+    input_topic: str
+    findings_topic: str
+    dlq_topic: str
+    group_id: str
+    commit_interval_ms: int
+    commit_max_events: int
+    state_dir: Path
+    store: Store
+    metrics_port: int | None
+    engine: Config
 
     @property
     def changelog_topic(self) -> str:

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
@@ -25,6 +25,15 @@ REPO = Path(__file__).resolve().parents[2]
 TOPICS_FILE = REPO / "topics" / "topics.yaml"
 
 TIMEOUT = 30.0
+
+
+class OwnerFields(TypedDict):
+    """The owner every `Emitter` helper needs (the required part of `detector.kafka.emit.Fields`),
+    to spread into several calls that each add their own optional fields."""
+
+    workflow_key: str
+    owner_epoch: int
+    worker_id: str
 
 
 def unique(prefix: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Message
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_json
 from detector.histories.reader import GoodLine, read_history
@@ -20,6 +20,7 @@ from detector.testing.kafka import LocalKafka
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
+    OwnerFields,
     broker_env,
     create_topic,
     delete_topics,
@@ -160,7 +161,7 @@ def test_emitter_helpers_carry_trace_context_and_span_attributes(
     kafka_broker: LocalKafka, topic: str
 ) -> None:
     tracer = TracerProvider().get_tracer("test")
-    owner = {"workflow_key": "wf-trace", "owner_epoch": 18, "worker_id": "worker-beta"}
+    owner: OwnerFields = {"workflow_key": "wf-trace", "owner_epoch": 18, "worker_id": "worker-beta"}
     with Emitter(kafka_broker.client_config(), topic=topic) as emitter:
         with tracer.start_as_current_span("lease work") as span:
             sent = [
@@ -183,6 +184,7 @@ def test_emitter_helpers_carry_trace_context_and_span_attributes(
     context = span.get_span_context()
     ids = f"{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     traceparent = f"00-{ids}".encode()
+    assert isinstance(span, ReadableSpan)  # the SDK's span, which keeps what was set on it
     assert dict(span.attributes or {}) == {
         "splitbrain.workflow.key": "wf-trace",
         "splitbrain.owner.epoch": 18,

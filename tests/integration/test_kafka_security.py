@@ -20,6 +20,7 @@ from detector.testing.kafka import LocalKafka, make_tls_files
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
+    OwnerFields,
     broker_env,
     read_topic,
     renamed_topics_file,
@@ -64,7 +65,7 @@ def test_apply_emit_replay_and_tail_over_sasl_ssl(
     assert apply.returncode == 0, apply.stderr
     assert apply.stdout.count("create ") == 3
 
-    owner = {"workflow_key": "wf-secure", "owner_epoch": 4, "worker_id": "w-secure"}
+    owner: OwnerFields = {"workflow_key": "wf-secure", "owner_epoch": 4, "worker_id": "w-secure"}
     with Emitter(kafka_sasl_broker.client_config(), topic=ownership) as emitter:
         sent = [emitter.lease_acquired(**owner, seq=1), emitter.progress(**owner, seq=2)]
     replay = splitbrain(

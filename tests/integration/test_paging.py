@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 from detector.testing.kafka import LocalKafka, free_port
-from tests.integration.worker_harness import Running, cli, wait_for
+from tests.integration.conftest import deploy
+from tests.integration.deployment import wait_for
 from tests.paths import ROOT, SEED_FIXTURE
 from tests.tools import program
 
@@ -67,7 +68,7 @@ def serving(args: list[str], log: Path, port: int) -> Iterator[subprocess.Popen[
             except OSError:
                 return False
 
-        wait_for(ready, 60, f"{Path(args[0]).name} to be ready")
+        wait_for(ready, f"{Path(args[0]).name} to be ready", 60)
         yield proc
     finally:
         proc.terminate()
@@ -105,7 +106,8 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
             "receivers": [{"name": "pager", "webhook_configs": [{"url": hook.url}]}],
         },
     )
-    w = Running(kafka_broker, tmp_path)
+    deployment = deploy(kafka_broker, tmp_path, "kafka")
+    w = deployment.worker()
     prom_config = write_yaml(
         tmp_path / "prometheus.yml",
         {
@@ -155,8 +157,10 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
                     result = json.loads(resp.read())["data"]["result"]
                 return bool(result) and result[0]["value"][1] == "1"
 
-            wait_for(scraped, 60, "Prometheus to scrape the worker")
-            replayed = cli("replay", str(SEED_FIXTURE), "--topic", w.input, bootstrap=w.bootstrap)
+            wait_for(scraped, "Prometheus to scrape the worker", 60, [w])
+            replayed = deployment.cli(
+                "replay", str(SEED_FIXTURE), "--topic", deployment.topics.input
+            )
             assert replayed.returncode == 0, replayed.stderr
 
             def paged() -> list[dict[str, Any]]:
@@ -166,7 +170,7 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
                     if a["labels"]["alertname"] == "SplitbrainCriticalFinding"
                 ]
 
-            wait_for(lambda: bool(paged()), 90, "the critical finding to reach the webhook")
+            wait_for(lambda: bool(paged()), "the critical finding to reach the webhook", 90, [w])
             alert = paged()[0]
             assert alert["status"] == "firing"
             assert alert["labels"] == {
@@ -178,5 +182,5 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
             assert notes["runbook_url"] == "README.md#splitbraincriticalfinding"
             assert "splitbrain.findings.v1" in notes["description"]
     finally:
-        w.stop()
+        deployment.close()
         hook.close()

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported without __all__
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 
 from detector.kafka.admin import load_topics
 from detector.testing.kafka import LocalKafka

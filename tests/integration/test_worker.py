@@ -1,211 +1,378 @@
-"""`splitbrain worker` end to end: replay a history, tail the findings, compare with audit."""
+"""`splitbrain worker`, both runtimes, against a real broker: the published history in, exactly
+the findings `audit` computes out (read_committed); every poison record on the DLQ once; metrics
+that count what was committed; and no revision lost or published twice when a worker is killed,
+stopped or joined by another in the middle of its transactions.
+
+Each test owns fresh topics and a fresh consumer group, runs its workers as subprocesses and
+stops every process it started by PID. The `deployment` fixture runs each test once per runtime;
+tests about restored state also run the kafka runtime on its RocksDB store.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from prometheus_client.parser import text_string_to_metric_families
+from confluent_kafka.admin import AdminClient
 
+from detector.contracts.events import parse_event_json
 from detector.testing.kafka import LocalKafka
-from tests.integration.worker_harness import (
+from detector.testing.topics import TopicReader, quiescent, read_committed
+from detector.testing.torture.poison import corpus
+from detector.testing.worker import WorkerProcess
+from tests.integration.conftest import deploy
+from tests.integration.deployment import (
     PARTITIONS,
-    Running,
-    cli,
-    metrics_or_empty,
-    samples,
+    RUNTIMES,
+    Deployment,
+    Finding,
+    assert_each_revision_once,
+    audited,
+    fixture_lines,
+    keyed,
+    latest,
     wait_for,
 )
-from tests.paths import SEED_FIXTURE as FIXTURE
-from tests.torture.poison import corpus
+from tests.paths import SEED_FIXTURE
+
+WITH_STORES = [*RUNTIMES, "kafka-rocksdb"]
+POISON = b'{"event_id": "poison-1", "kind": "lease_acq'  # truncated JSON
+OPEN_FINDING = "sb-9132f5408be0d876ccd9"  # the fixture's finding that stays open, critical
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
-def worker(
-    kafka_broker: LocalKafka, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[Running]:
-    running = Running(
-        kafka_broker, tmp_path, "--store", request.param, "--state-dir", str(tmp_path / "state")
-    )
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-def test_replay_then_tail_gives_what_audit_gives(worker: Running) -> None:
-    replayed = cli("replay", str(FIXTURE), "--topic", worker.input, bootstrap=worker.bootstrap)
+def test_replay_then_tail_gives_what_audit_gives(deployment: Deployment) -> None:
+    w = deployment.worker()
+    replayed = deployment.cli("replay", str(SEED_FIXTURE), "--topic", deployment.topics.input)
     assert replayed.returncode == 0, replayed.stderr
-    audit = subprocess.run(
-        [sys.executable, "-m", "detector.cli", "audit", str(FIXTURE), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    expected = [json.loads(line) for line in audit.stdout.splitlines()]
+    expected = list(audited(fixture_lines()).values())
 
-    def tail() -> list[dict[str, object]]:
-        out = cli(
+    def tailed() -> list[dict[str, object]]:
+        out = deployment.cli(
             "tail",
-            "--from-beginning",
-            "--format",
-            "json",
-            "--idle-timeout",
-            "2",
-            "--topic",
-            worker.findings,
-            bootstrap=worker.bootstrap,
+            *("--from-beginning", "--format", "json", "--idle-timeout", "2"),
+            *("--topic", deployment.topics.findings),
         )
         return [json.loads(line) for line in out.stdout.splitlines()]
 
-    wait_for(lambda: tail() == expected, 90, "the worker's findings to equal audit's")
-    # The fixture leaves one critical finding open; each partition reports every 5 s.
-    wait_for(
-        lambda: open_by_severity(worker) == {"critical": 1.0, "warning": 0.0, "info": 0.0},
-        30,
-        "the open critical finding on /metrics",
-    )
-    assert worker.stop() == 0  # SIGTERM: commit and leave the group cleanly
-    log = worker.log.read_text()
-    assert "finding sb-9132f5408be0d876ccd9 rev 4 critical open" in log
+    wait_for(lambda: tailed() == expected, "the worker's findings to equal audit's", workers=[w])
+    assert w.stop() == 0  # SIGTERM: commit and leave the group cleanly
+    log = w.log.read_text()
+    assert f"finding {OPEN_FINDING} rev 4 critical open" in log
     assert "export-ledger" not in log  # logs carry ids and hashes, not workflow keys
 
 
-def test_lag_and_last_poll_show_a_worker_that_keeps_up(
-    kafka_broker: LocalKafka, tmp_path: Path
+def test_findings_dead_letters_and_metrics_once(deployment: Deployment) -> None:
+    lines = fixture_lines()
+    expected = audited(lines)
+    w = deployment.worker()
+    deployment.publish([*keyed(lines), (b"export-ledger", POISON)])
+    admin = AdminClient(deployment.config)
+    with deployment.reader(deployment.topics.findings) as findings:
+        wait_for_audit(findings, expected, [w])
+        wait_for(lambda: quiescent(admin, deployment.topics), "the group to commit it all")
+        findings.read_to_end()
+        assert latest(findings.records) == expected
+        assert_each_revision_once(findings.records)
+        assert_metrics_count(w, lines, len(findings.records))
+    assert w.stop() == 0, w.tail()
+
+    dead = read_committed(deployment.config, deployment.topics.dlq)
+    assert [(d.key, d.value) for d in dead] == [(b"export-ledger", POISON)]
+    assert dead[0].headers["error.reason"].startswith(b"invalid"), dead[0].headers
+    assert dead[0].headers["source.topic"] == deployment.topics.input.encode()
+    # Each finding went to the partition of the events it is about (co-partitioned).
+    source = {
+        r.key: r.partition for r in read_committed(deployment.config, deployment.topics.input)
+    }
+    assert all(source[r.key] == r.partition for r in findings.records)
+
+
+def wait_for_audit(
+    findings: TopicReader, expected: dict[str, Finding], workers: list[WorkerProcess]
 ) -> None:
-    w = Running(kafka_broker, tmp_path)
-    try:
-        replayed = cli("replay", str(FIXTURE), "--topic", w.input, bootstrap=w.bootstrap)
-        assert replayed.returncode == 0, replayed.stderr
-        caught_up = {str(p): 0.0 for p in range(PARTITIONS)}
-        wait_for(
-            lambda: samples(w, "splitbrain_consumer_lag_records") == caught_up,
-            60,
-            "every partition's lag to be reported at 0",
-        )
+    def seen() -> bool:
+        findings.poll(0.2)
+        return latest(findings.records) == expected
 
-        def last_poll() -> float:
-            return samples(w, "splitbrain_worker_last_poll_timestamp_seconds")[""]
-
-        first = last_poll()
-        assert abs(time.time() - first) < 5
-        wait_for(lambda: last_poll() > first, 10, "the last-poll time to advance")
-    finally:
-        w.stop()
+    wait_for(seen, "the findings audit gives", workers=workers)
 
 
-def open_by_severity(w: Running) -> dict[str, float]:
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics_or_empty(w)):
-        for sample in family.samples:
-            if sample.name == "splitbrain_findings_open":
-                severity = sample.labels["severity"]
-                totals[severity] = totals.get(severity, 0.0) + sample.value
-    return totals
+def assert_metrics_count(w: WorkerProcess, lines: list[bytes], revisions: int) -> None:
+    """/metrics count what was committed, with bounded labels only."""
+    # A commit is counted just after the broker took it: wait for the last one to be counted.
+    wait_for(lambda: committed_events(w) == len(lines) + 1, "every event to be counted")
+    samples = w.metrics()
+    assert w.samples("splitbrain_events_total", "kind") == Counter(
+        parse_event_json(line).kind.value for line in lines
+    )
+    dead = w.samples("splitbrain_dlq_messages_total", "reason")
+    assert {reason: n for reason, n in dead.items() if n} == {"invalid": 1.0}, dead
+    assert sum(w.samples("splitbrain_finding_revisions_total", "severity").values()) == revisions
+    assert not samples.get(("splitbrain_transactions_total", (("outcome", "aborted"),)))
+    workflows = len({parse_event_json(line).workflow_key for line in lines})
+    wait_for(
+        lambda: sum(w.samples("splitbrain_state_workflows", "partition").values()) == workflows,
+        "the state gauge to count every workflow",
+    )
+    assert samples[("splitbrain_state_restore_seconds_count", ())] >= 1
+    label_values = {v for _, labels in samples for _, v in labels}
+    assert not {v for v in label_values if "export-ledger" in v}, label_values
+    # Liveness and lag: the last poll time advances, every partition with events is at lag 0.
+    first_poll = samples[("splitbrain_worker_last_poll_timestamp_seconds", ())]
+    assert abs(time.time() - first_poll) < 15
+    wait_for(lambda: last_poll(w) > first_poll, "the last-poll time to advance", 15)
+    wait_for(lambda: not any(lags(w).values()) and bool(lags(w)), "every lag to reach 0")
+    open_now = {"critical": 1.0, "warning": 0.0, "info": 0.0}
+    wait_for(lambda: w.samples("splitbrain_findings_open", "severity") == open_now, "open gauge")
 
 
-def test_every_poison_record_lands_on_the_dlq_once(worker: Running) -> None:
+def committed_events(w: WorkerProcess) -> float:
+    counted = w.samples("splitbrain_events_total", "kind")
+    return sum(counted.values()) + sum(w.samples("splitbrain_dlq_messages_total", "").values())
+
+
+def last_poll(w: WorkerProcess) -> float:
+    return w.samples("splitbrain_worker_last_poll_timestamp_seconds", "").get("", 0.0)
+
+
+def lags(w: WorkerProcess) -> dict[str, float]:
+    return w.samples("splitbrain_consumer_lag_records", "partition")
+
+
+def test_every_poison_record_lands_on_the_dlq_once(deployment: Deployment) -> None:
+    w = deployment.worker()
     records = corpus(largest_value=1_000_000)
     producer = Producer(
-        {
-            "bootstrap.servers": worker.bootstrap,
-            "message.max.bytes": 4 << 20,
-            "partitioner": "murmur2_random",
-        }
+        {**deployment.config, "message.max.bytes": 4 << 20, "partitioner": "murmur2_random"}
     )
     for _, key, value in records:
-        producer.produce(worker.input, key=key, value=value)
-    good = FIXTURE.read_bytes().splitlines()[0]
-    producer.produce(worker.input, key=b"export-ledger", value=good)
+        producer.produce(deployment.topics.input, key=key, value=value)
+    producer.produce(deployment.topics.input, key=b"export-ledger", value=fixture_lines()[0])
     assert producer.flush(30) == 0
 
-    wait_for(lambda: len(worker.read_all(worker.dlq)) >= len(records), 90, "all dead letters")
-    dead = worker.read_all(worker.dlq)
-    sources = [(h["source.partition"], h["source.offset"]) for _, _, h in dead]
-    assert len(dead) == len(records) and len(set(sources)) == len(records)
-    assert all(h["source.topic"] == worker.input.encode() for _, _, h in dead)
-    assert all(h["error.reason"] for _, _, h in dead)
-    by_record = {(k, v): h for k, v, h in dead}
+    def dead_letters() -> int:
+        return len(read_committed(deployment.config, deployment.topics.dlq))
+
+    wait_for(lambda: dead_letters() >= len(records), "all dead letters", workers=[w])
+    dead = read_committed(deployment.config, deployment.topics.dlq)
+    sources = {(d.headers["source.partition"], d.headers["source.offset"]) for d in dead}
+    assert len(dead) == len(records) == len(sources)
+    assert all(d.headers["source.topic"] == deployment.topics.input.encode() for d in dead)
+    assert all(d.headers["error.reason"] for d in dead)
+    by_record = {(d.key, d.value): d.headers for d in dead}
     _, key, value = next(r for r in records if r[0] == "key_mismatch")
-    mismatch = by_record[(key, value)]
+    mismatch = by_record[(key, value or b"")]
     assert mismatch["error.reason"].startswith(b"key_mismatch")
     assert mismatch["error.field"] == b"workflow_key"
     wait_for(
-        lambda: 'splitbrain_events_total{kind="lease_acquired"} 1.0' in worker.metrics(),
-        30,
+        lambda: w.samples("splitbrain_events_total", "kind").get("lease_acquired") == 1.0,
         "the valid event to be counted",
     )
-    metrics = worker.metrics()
-    dead_by_reason = {
-        sample.labels["reason"]: sample.value
-        for family in text_string_to_metric_families(metrics)
-        for sample in family.samples
-        if sample.name == "splitbrain_dlq_messages_total"
-    }
+    dead_by_reason = w.samples("splitbrain_dlq_messages_total", "reason")
     assert sum(dead_by_reason.values()) == len(records), dead_by_reason
     assert dead_by_reason["too_large"] >= 1 and dead_by_reason["key_mismatch"] >= 1
-    assert "export-ledger" not in metrics
 
 
+@pytest.mark.parametrize("deployment", WITH_STORES, indirect=True)
 def test_a_finding_resolved_by_silence_is_not_republished_after_a_restart(
-    kafka_broker: LocalKafka, tmp_path: Path
+    deployment: Deployment,
 ) -> None:
-    w = Running(kafka_broker, tmp_path, "--quiet-period-s", "1")
-    try:
-        producer = Producer({"bootstrap.servers": w.bootstrap, "partitioner": "murmur2_random"})
-        for seq, epoch, kind in [
-            (1, 1, "lease_acquired"),
-            (2, 2, "lease_acquired"),
-            (3, 1, "progress"),
-        ]:
-            doc = {
-                "event_id": f"q{seq}",
-                "kind": kind,
-                "workflow_key": "quiet-wf",
-                "owner_epoch": epoch,
-                "worker_id": f"w{epoch}",
-                "seq": seq,
-            }
-            producer.produce(w.input, key=b"quiet-wf", value=json.dumps(doc).encode())
-        assert producer.flush(30) == 0
+    w = deployment.worker("w1", "--quiet-period-s", "1")
+    events = [(1, 1, "lease_acquired"), (2, 2, "lease_acquired"), (3, 1, "progress")]
+    deployment.publish(
+        (b"quiet-wf", event(f"q{seq}", kind, "quiet-wf", epoch, seq)) for seq, epoch, kind in events
+    )
 
-        def revisions() -> list[tuple[int, str]]:
-            docs = [json.loads(v) for _, v, _ in w.read_all(w.findings)]
-            return sorted((d["revision"], d["status"]) for d in docs)
+    def revisions() -> list[tuple[int, str]]:
+        nudge(deployment)
+        docs = [json.loads(r.value) for r in read_committed(deployment.config, findings_topic)]
+        return sorted((d["revision"], d["status"]) for d in docs)
 
-        # the worker lets time pass every few seconds: the silent zombie counts as fenced
-        wait_for(lambda: revisions() == [(1, "open"), (2, "resolved")], 60, "quiet resolution")
-        assert w.stop() == 0
-        w.start()  # restores from the changelog, then lets time pass again
-        # the state gauge is first set by the restarted worker's first pass of time
-        wait_for(lambda: "splitbrain_state_workflows{" in metrics_or_empty(w), 60, "a tick")
-        assert revisions() == [(1, "open"), (2, "resolved")]
-    finally:
-        w.stop()
+    findings_topic = deployment.topics.findings
+    # the worker lets time pass every few seconds: the silent zombie counts as fenced
+    resolved = [(1, "open"), (2, "resolved")]
+    wait_for(lambda: revisions() == resolved, "quiet resolution", workers=[w])
+    assert w.stop() == 0
+    w.start()  # restores from the changelog, then lets time pass again
+    wait_for(lambda: "restored partitions" in w.log.read_text(), "the restart", workers=[w])
+    nudge(deployment)
+    # the state gauge is first set by the restarted worker's first pass of time
+    wait_for(lambda: bool(w.samples("splitbrain_state_workflows", "partition")), "a tick")
+    assert revisions() == resolved
 
 
-def test_sigterm_stops_the_worker_even_with_the_broker_down(tmp_path: Path) -> None:
+def nudge(deployment: Deployment) -> None:
+    """The faust runtime lets time pass in a partition only when an event of it arrives (ADR
+    0003, known limits): give each partition an event of its own workflow."""
+    if deployment.runtime == "faust":
+        for p in range(PARTITIONS):
+            key = f"nudge-{p}"
+            doc = event(f"n-{time.monotonic_ns()}", "heartbeat", key, 1, None)
+            deployment.publish([(key.encode(), doc)], partition=p)
+
+
+def event(event_id: str, kind: str, key: str, epoch: int, seq: int | None) -> bytes:
+    doc = {"event_id": event_id, "kind": kind, "workflow_key": key, "owner_epoch": epoch}
+    doc |= {"worker_id": f"w{epoch}"} | ({} if seq is None else {"seq": seq})
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_sigterm_stops_the_worker_even_with_the_broker_down(runtime: str, tmp_path: Path) -> None:
     broker = LocalKafka(tmp_path / "kafka")  # its own: this test kills it
     broker.start()
+    d = deploy(broker, tmp_path, runtime)
     try:
-        w = Running(broker, tmp_path)
-        try:
-            wait_for(lambda: "restored partitions" in w.log.read_text(), 60, "the worker to start")
-            broker.kill()
-            os.kill(w.proc.pid, signal.SIGTERM)
-            # bounded by the transaction timeout and the group leave, not by the broker's return
-            wait_for(lambda: w.proc.poll() is not None, 90, "the worker to exit on SIGTERM")
-            assert w.proc.returncode in (0, 1), w.log.read_text()[-2000:]
-        finally:
-            w.stop()
+        w = d.worker()
+        wait_for(lambda: "restored partitions" in w.log.read_text(), "the start", workers=[w])
+        broker.kill()
+        # bounded by the transaction timeout and the group leave, not by the broker's return
+        code = w.stop(timeout=90)
+        assert code in (0, 1), w.tail()
     finally:
+        d.close()
         broker.stop()
+
+
+# ---- in the middle of the stream -----------------------------------------------------------
+
+
+def many_workflows(copies: int) -> list[bytes]:
+    """The fixture's workflows, `copies` times over under distinct keys and event ids."""
+    base = [json.loads(line) for line in fixture_lines()]
+    return [
+        json.dumps(
+            ev | {"workflow_key": f"{ev['workflow_key']}#{n}", "event_id": f"{ev['event_id']}-{n}"}
+        ).encode()
+        for n in range(copies)
+        for ev in base
+    ]
+
+
+def trickle(deployment: Deployment, lines: list[bytes]) -> threading.Thread:
+    """Publish in small batches from a thread, so workers are mid-stream when a test acts."""
+
+    def send() -> None:
+        records = keyed(lines)
+        for i in range(0, len(records), 100):
+            deployment.publish(records[i : i + 100])
+            time.sleep(0.05)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    return sender
+
+
+def assert_exactly_once(
+    deployment: Deployment,
+    findings: TopicReader,
+    expected: dict[str, Finding],
+    workers: list[WorkerProcess],
+) -> None:
+    """Once the input is done: the latest revisions equal audit's, and each revision was
+    published once."""
+    admin = AdminClient(deployment.config)
+    wait_for_audit(findings, expected, workers)
+    wait_for(lambda: quiescent(admin, deployment.topics), "the group to commit it all")
+    findings.read_to_end()
+    assert latest(findings.records) == expected
+    assert_each_revision_once(findings.records)
+
+
+def wait_for_findings(findings: TopicReader, count: int, w: WorkerProcess) -> None:
+    def enough() -> bool:
+        findings.poll(0.2)
+        return len(findings.records) >= count
+
+    wait_for(enough, f"{count} finding revisions", workers=[w])
+
+
+def through_a_fault(
+    deployment: Deployment, first: WorkerProcess, fault: Callable[[], list[WorkerProcess]]
+) -> tuple[int, int]:
+    """Publish many workflows in the background; once `first` published some revisions, run
+    `fault`, which returns the workers that finish the stream. Then the latest revisions must
+    equal audit's, each published once, and every finishing worker must stop cleanly. The
+    revisions published before the fault and in all."""
+    lines = many_workflows(150)
+    expected = audited(lines)
+    sender = trickle(deployment, lines)
+    with deployment.reader(deployment.topics.findings) as findings:
+        wait_for_findings(findings, 60, first)
+        before = len(findings.records)
+        finishing = fault()
+        sender.join(timeout=60)
+        assert not sender.is_alive()
+        assert_exactly_once(deployment, findings, expected, finishing)
+        for w in reversed(finishing):
+            assert w.stop() == 0, w.tail()
+    return before, len(findings.records)
+
+
+@pytest.mark.parametrize("deployment", WITH_STORES, indirect=True)
+def test_sigkill_mid_stream_loses_and_duplicates_nothing(deployment: Deployment) -> None:
+    """kill -9 while transactions are open, restart: read_committed readers see each revision
+    once and the final revisions equal the offline audit."""
+    w = deployment.worker()
+
+    def kill_and_restart() -> list[WorkerProcess]:
+        w.kill()  # open transactions stay open until the restart fences them
+        return [w.start()]
+
+    before, after = through_a_fault(deployment, w, kill_and_restart)
+    assert before < after, "the kill came after all the work"
+
+
+def test_scale_out_moves_state_with_partitions(deployment: Deployment) -> None:
+    """A second worker joins mid-stream: partitions and their state move to it through the
+    changelog, the first worker's producers for them are fenced, and readers still see every
+    revision exactly once."""
+    a = deployment.worker("a")
+    joined: list[WorkerProcess] = []
+
+    def scale_out() -> list[WorkerProcess]:
+        joined.append(deployment.worker("b"))
+        return [a, *joined]
+
+    through_a_fault(deployment, a, scale_out)
+    assert "finding " in joined[0].log.read_text(), "the second worker never got a partition"
+
+
+def test_sigterm_mid_stream_commits_what_it_did_and_resumes(deployment: Deployment) -> None:
+    """A deploy: SIGTERM while events are flowing exits 0 after committing the events it
+    finished; the next worker resumes from there without repeating a revision."""
+    old = deployment.worker("old")
+    new: list[WorkerProcess] = []
+
+    def redeploy() -> list[WorkerProcess]:
+        assert old.stop() == 0, old.tail()
+        new.append(deployment.worker("new"))
+        return new
+
+    through_a_fault(deployment, old, redeploy)
+    assert "finding " in new[0].log.read_text(), "the old worker finished everything first"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_sasl_ssl_scram_connection(
+    runtime: str, kafka_sasl_broker: LocalKafka, tmp_path: Path
+) -> None:
+    """librdkafka's SASL_SSL + SCRAM-SHA-512 + CA settings reach the runtime's client intact."""
+    d = deploy(kafka_sasl_broker, tmp_path, runtime)
+    try:
+        lines = fixture_lines()
+        expected = audited(lines)
+        w = d.worker()
+        d.publish(keyed(lines))
+        with d.reader(d.topics.findings) as findings:
+            wait_for_audit(findings, expected, [w])
+            assert_each_revision_once(findings.records)
+        assert w.stop() == 0, w.tail()
+    finally:
+        d.close()

@@ -1,4 +1,4 @@
-"""The shortened torture run of CI: every fault against the default runtime, judged by audit.
+"""The shortened torture run of CI: every fault against each runtime, judged by audit.
 
 The long run (100k+ events, 20+ kills) is `scripts/torture.py`; its output is recorded in
 docs/decisions/.
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from detector.testing.kafka import LocalKafka
-from tests.torture.harness import Harness, Plan, run
+from detector.testing.torture.harness import Harness, Plan, run
 
 
 @pytest.fixture
@@ -26,8 +26,11 @@ def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
 
 # Faults for a few minutes, then up to `Plan.quiescence_s` (300 s) to settle: above the default.
 @pytest.mark.timeout(1800)
-def test_default_runtime_survives_every_fault(own_broker: LocalKafka, tmp_path: Path) -> None:
-    harness = Harness(own_broker.bootstrap, tmp_path / "run", runtime="kafka", tag="ci")
+@pytest.mark.parametrize("runtime", ["kafka", "faust"])
+def test_every_fault_is_survived(runtime: str, own_broker: LocalKafka, tmp_path: Path) -> None:
+    if runtime == "faust":
+        pytest.importorskip("faust", reason="the faust extra is not installed (.[faust])")
+    harness = Harness(own_broker.client_config(), tmp_path / "run", runtime=runtime)
     report = run(harness, Plan(events=20_000, kills=5), broker=own_broker)
     print(report.render())
     assert report.faults.keys() >= {

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from detector.contracts.events import OwnershipEvent, parse_event_json, parse_event_obj
 from detector.contracts.findings import Finding
@@ -22,6 +22,20 @@ from tests.paths import SEED_FIXTURE
 
 BASE = datetime(2026, 7, 26, 10, 0, 0, tzinfo=UTC)
 BASE_TS = BASE.timestamp()
+
+
+class EventFields(TypedDict, total=False):
+    """The optional event fields the builders pass on as they are, in their JSON form."""
+
+    destination: str
+    lease_until: str  # ISO 8601, with its offset
+    lease_duration_s: float
+    heartbeat_interval_s: float
+    attrs: dict[str, str]
+    detail: dict[str, Any]
+    trace_id: str
+    span_id: str
+    job_queue_name: str
 
 
 def ev(
@@ -35,7 +49,7 @@ def ev(
     source: str | None = None,
     key: str | None = None,
     t: float | None = None,
-    **extra: Any,
+    **extra: Unpack[EventFields],
 ) -> OwnershipEvent:
     """One event. `key` is the effect key; `t` seconds after BASE become `observed_at`."""
     obj: dict[str, Any] = {
@@ -62,9 +76,16 @@ K = "release-index/2026-07-26"
 
 
 def acq(
-    event_id: str, epoch: int, worker: str, seq: int | None = None, wf: str = W, **kw: Any
+    event_id: str,
+    epoch: int,
+    worker: str,
+    seq: int | None = None,
+    wf: str = W,
+    *,
+    t: float | None = None,
+    **kw: Unpack[EventFields],
 ) -> OwnershipEvent:
-    return ev(event_id, "lease_acquired", wf, epoch, worker, seq=seq, **kw)
+    return ev(event_id, "lease_acquired", wf, epoch, worker, seq=seq, t=t, **kw)
 
 
 def takeover(wf: str = W, seq: bool = True) -> list[OwnershipEvent]:
@@ -83,10 +104,12 @@ def commit(
     key: str = K,
     source: str = "destination",
     wf: str = W,
-    **kw: Any,
+    *,
+    t: float | None = None,
+    **kw: Unpack[EventFields],
 ) -> OwnershipEvent:
     return ev(
-        event_id, "effect_committed", wf, epoch, worker, seq=seq, key=key, source=source, **kw
+        event_id, "effect_committed", wf, epoch, worker, seq=seq, key=key, source=source, t=t, **kw
     )
 
 

@@ -5,7 +5,7 @@ import json
 from detector.contracts.dead_letters import DeadLetter
 from detector.contracts.events import MAX_EVENT_BYTES, OwnershipEvent
 from detector.runtime.intake import admit
-from tests.torture.poison import corpus, kept_with_a_dropped_field
+from detector.testing.torture.poison import corpus, kept_with_a_dropped_field
 
 EVENT = {
     "event_id": "e8",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,18 @@ from detector.kafka.config import (
     reports_kafka_errors,
 )
 from detector.kafka.emit import Emitter
+from detector.settings import ENV_PREFIX, SettingsError
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = "broker-1:9093,broker-2:9093"
+
+
+@pytest.fixture(autouse=True)
+def _only_the_tests_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the `SPLITBRAIN_` variables a test sets, not those of the shell running it."""
+    for name in os.environ:
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -31,7 +41,10 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def config(*argv: str, **env: str) -> dict[str, object]:
-    conf = client_config(parse(*argv), environ=env)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        conf = client_config(parse(*argv))
     assert conf.pop("error_cb") is raise_unrecoverable
     return conf
 
@@ -88,7 +101,7 @@ def test_environment_fills_in_and_flags_win() -> None:
 
 def test_no_bootstrap_servers_is_a_clear_error() -> None:
     with pytest.raises(KafkaClientError, match="SPLITBRAIN_BOOTSTRAP_SERVERS"):
-        client_config(parse(), environ={})
+        client_config(parse())
 
 
 def test_username_without_password_is_refused_before_connecting() -> None:
@@ -133,8 +146,39 @@ def test_password_file_wins_over_env_and_loses_its_newline(tmp_path: Path) -> No
 
 def test_unreadable_password_file_names_the_flag_and_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
-    with pytest.raises(KafkaClientError, match=f"--sasl-password-file {missing}"):
+    with pytest.raises(SettingsError, match=f"cannot read --sasl-password-file {missing}: "):
         config("--bootstrap-servers", BOOTSTRAP, "--sasl-password-file", str(missing))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "problem"),
+    [
+        (
+            (),
+            {"SPLITBRAIN_SSL_CA_LOCATION": ""},
+            "SPLITBRAIN_SSL_CA_LOCATION='': expected a non-empty value; "
+            "unset the variable to use the default",
+        ),
+        (("--sasl-username", ""), {}, "--sasl-username='': expected a non-empty value"),
+        (
+            (),
+            {"SPLITBRAIN_SASL_PASSWORD": ""},
+            "SPLITBRAIN_SASL_PASSWORD: expected a non-empty secret; "
+            "unset the variable to use the default",
+        ),
+        (
+            ("--sasl-password-file", "/dev/null"),
+            {"SPLITBRAIN_SASL_PASSWORD": "not-empty"},
+            "--sasl-password-file: expected a non-empty secret",
+        ),
+    ],
+)
+def test_an_empty_value_is_refused_by_the_name_it_came_from(
+    argv: tuple[str, ...], env: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        config("--bootstrap-servers", BOOTSTRAP, *argv, **env)
+    assert str(refused.value) == problem
 
 
 def test_error_callback_raises_only_what_retrying_cannot_fix() -> None:
@@ -153,8 +197,16 @@ def test_commands_report_kafka_errors_in_one_line(capsys: pytest.CaptureFixture[
     def broken(args: argparse.Namespace) -> int:
         raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "No such property: x"))
 
+    @reports_kafka_errors("demo")
+    def misconfigured(args: argparse.Namespace) -> int:
+        raise SettingsError("SPLITBRAIN_A='': expected a\n--b='x': expected b")
+
     assert broken(argparse.Namespace()) == ExitCode.UNUSABLE
     assert capsys.readouterr().err == "splitbrain demo: No such property: x\n"
+    assert misconfigured(argparse.Namespace()) == ExitCode.UNUSABLE
+    assert capsys.readouterr().err == (
+        "splitbrain demo: SPLITBRAIN_A='': expected a\nsplitbrain demo: --b='x': expected b\n"
+    )
 
 
 def test_emitter_validates_before_sending() -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 from ..histories import K, W, conds, epochs, run, seed_history
 
 
-def test_seed_fixture_one_critical_finding_and_two_clean_workflows():
+def test_seed_fixture_one_critical_finding_and_two_clean_workflows() -> None:
     r = run(seed_history())
     (f,) = r.findings()
     assert f.workflow_key == W
     assert (f.severity.value, f.status.value, f.revision) == ("critical", "open", 4)
     assert epochs(f) == (17, 18)
+    assert f.displaced is not None and f.current is not None
     assert (f.displaced.worker_id, f.current.worker_id) == ("worker-alpha", "worker-beta")
-    assert (f.transition.event_id, f.transition.seq) == ("e05", 5)
+    assert f.transition is not None and (f.transition.event_id, f.transition.seq) == ("e05", 5)
     assert conds(f) == [
         ("stale_activity", 6, None),
         ("stale_effect_attempt", 7, None),
@@ -21,11 +22,12 @@ def test_seed_fixture_one_critical_finding_and_two_clean_workflows():
     ]
     dup = next(c for c in f.conditions if c.kind.value == "duplicate_effect")
     assert (dup.event_id, dup.effect_key, dup.epochs) == ("e09", K, [17, 18])
-    assert (f.last_stale_event.event_id, f.last_stale_event.kind) == ("e08", "effect_committed")
+    stale = f.last_stale_event
+    assert stale is not None and (stale.event_id, stale.kind) == ("e08", "effect_committed")
     assert f.effect_keys == [K]
     assert (f.sink_outcome, f.ordering, f.confidence) == ("committed", "authoritative_seq", "high")
     # latest stale evidence (e08, seq 8, 10:00:24) after the takeover (e05, seq 5, 10:00:15)
-    assert (f.evidence_lag.seq, f.evidence_lag.seconds) == (3, 9.0)
+    assert f.evidence_lag is not None and (f.evidence_lag.seq, f.evidence_lag.seconds) == (3, 9.0)
     # guidance for the highest condition: the duplicate across owners
     assert "do not auto-retry worker-beta" in f.response
     assert r.detector.counters.findings_opened == 1

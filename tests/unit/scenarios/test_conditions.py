@@ -9,7 +9,7 @@ from ..histories import K, W, commit, conds, epochs, ev, run, takeover, verify
 # --- each condition alone --------------------------------------------------------------------
 
 
-def test_stale_progress_is_info_stale_activity():
+def test_stale_progress_is_info_stale_activity() -> None:
     r = run([*takeover(), ev("p", "progress", W, 17, "alpha", seq=6, detail={"rows": 600})])
     f = r.finding(W, 17)
     assert (f.severity.value, f.status.value) == ("info", "open")
@@ -21,18 +21,19 @@ def test_stale_progress_is_info_stale_activity():
     assert "Stop or quarantine alpha" in f.response
 
 
-def test_many_stale_heartbeats_give_one_condition_with_earliest_witness_and_latest_event():
+def test_many_stale_heartbeats_give_one_condition_with_earliest_witness_and_latest_event() -> None:
     hbs = [ev(f"h{s}", "heartbeat", W, 17, "alpha", seq=s) for s in (9, 6, 7, 8)]
     r = run([*takeover(), *hbs])
     f = r.finding(W, 17)
     assert conds(f) == [("stale_activity", 6, None)]
     assert f.conditions[0].event_id == "h6"
-    assert (f.last_stale_event.event_id, f.last_stale_event.kind) == ("h9", "heartbeat")
+    stale = f.last_stale_event
+    assert stale is not None and (stale.event_id, stale.kind) == ("h9", "heartbeat")
     assert f.severity.value == "info"
-    assert f.evidence_lag.seq == 4
+    assert f.evidence_lag is not None and f.evidence_lag.seq == 4
 
 
-def test_destination_rejection_of_displaced_epoch_is_warning_with_high_confidence():
+def test_destination_rejection_of_displaced_epoch_is_warning_with_high_confidence() -> None:
     r = run(
         [
             *takeover(),
@@ -46,7 +47,7 @@ def test_destination_rejection_of_displaced_epoch_is_warning_with_high_confidenc
     assert "rejection receipt" in f.response
 
 
-def test_stale_attempt_is_warning_attempted():
+def test_stale_attempt_is_warning_attempted() -> None:
     r = run([*takeover(), ev("x", "effect_attempted", W, 17, "alpha", seq=6, key=K)])
     f = r.finding(W, 17)
     assert f.severity.value == "warning"
@@ -57,7 +58,9 @@ def test_stale_attempt_is_warning_attempted():
 
 
 @pytest.mark.parametrize(("source", "confidence"), [("destination", "high"), ("worker", "medium")])
-def test_stale_commit_is_critical_and_confidence_depends_on_who_confirms(source, confidence):
+def test_stale_commit_is_critical_and_confidence_depends_on_who_confirms(
+    source: str, confidence: str
+) -> None:
     r = run([*takeover(), commit("c", 17, "alpha", 6, source=source)])
     f = r.finding(W, 17)
     assert (f.severity.value, f.status.value) == ("critical", "open")
@@ -66,7 +69,7 @@ def test_stale_commit_is_critical_and_confidence_depends_on_who_confirms(source,
     assert "compensation" in f.response
 
 
-def test_worker_claim_then_destination_receipt_of_a_stale_commit_has_one_condition():
+def test_worker_claim_then_destination_receipt_of_a_stale_commit_has_one_condition() -> None:
     r = run(
         [
             *takeover(),
@@ -77,10 +80,10 @@ def test_worker_claim_then_destination_receipt_of_a_stale_commit_has_one_conditi
     f = r.finding(W, 17)
     assert conds(f) == [("stale_effect_committed", 6, None)]
     assert r.findings(W) == [f]  # not a retry
-    assert f.last_stale_event.event_id == "receipt"
+    assert f.last_stale_event is not None and f.last_stale_event.event_id == "receipt"
 
 
-def test_destination_receipt_gives_high_confidence_even_after_a_worker_claim():
+def test_destination_receipt_gives_high_confidence_even_after_a_worker_claim() -> None:
     r = run(
         [
             *takeover(),
@@ -91,7 +94,7 @@ def test_destination_receipt_gives_high_confidence_even_after_a_worker_claim():
     assert r.finding(W, 17).confidence == "high"
 
 
-def test_effect_rejected_without_key_takes_key_result():
+def test_effect_rejected_without_key_takes_key_result() -> None:
     r = run([*takeover(), ev("rj", "effect_rejected", W, 17, "alpha", seq=6, source="destination")])
     f = r.finding(W, 17)
     assert f.conditions[0].effect_key == "result"
@@ -102,11 +105,11 @@ def test_effect_rejected_without_key_takes_key_result():
 
 
 @pytest.mark.parametrize("kind", ["lease_lost", "lease_released", "ownership_uncertain"])
-def test_displaced_epoch_knowing_it_lost_is_not_a_condition(kind):
+def test_displaced_epoch_knowing_it_lost_is_not_a_condition(kind: str) -> None:
     r = run([*takeover(), ev("x", kind, W, 17, "alpha", seq=6)])
     assert r.findings() == []
 
 
-def test_verifier_outcome_verified_from_displaced_epoch_is_never_stale():
+def test_verifier_outcome_verified_from_displaced_epoch_is_never_stale() -> None:
     r = run([*takeover(), verify("v", 6, epoch=17)])
     assert r.findings() == []

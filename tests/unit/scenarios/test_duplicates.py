@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..histories import W, acq, commit, conds, epochs, ev, run, takeover
 
 
-def test_failover_duplicate_after_a_clean_handoff():
+def test_failover_duplicate_after_a_clean_handoff() -> None:
     # epoch 5 commits K and releases; epoch 6 takes over cleanly and commits K again.
     wf = "report-index"
     r = run(
@@ -27,7 +27,7 @@ def test_failover_duplicate_after_a_clean_handoff():
     assert "do not auto-retry" in f.response
 
 
-def test_failover_duplicate_witness_is_later_commit_even_when_it_arrives_first():
+def test_failover_duplicate_witness_is_later_commit_even_when_it_arrives_first() -> None:
     r = run([*takeover(), commit("c18", 18, "beta", 7), commit("c17", 17, "alpha", 3)])
     f = r.finding(W, 17)
     # c17 (seq 3) predates the takeover: not stale, but the effect happened twice
@@ -36,7 +36,7 @@ def test_failover_duplicate_witness_is_later_commit_even_when_it_arrives_first()
     assert f.severity.value == "critical"
 
 
-def test_failover_epochs_do_not_depend_on_arrival_order():
+def test_failover_epochs_do_not_depend_on_arrival_order() -> None:
     a17, a18, a19 = (
         acq("a17", 17, "alpha", 1),
         acq("a18", 18, "beta", 2),
@@ -49,7 +49,7 @@ def test_failover_epochs_do_not_depend_on_arrival_order():
     assert one.model_dump(exclude={"revision"}) == other.model_dump(exclude={"revision"})
 
 
-def test_failover_confidence_does_not_depend_on_arrival_order():
+def test_failover_confidence_does_not_depend_on_arrival_order() -> None:
     # alpha's commit of K is confirmed by the destination before the takeover; beta redoes K:
     # its worker logs the commit (seq 8) and the destination confirms it (seq 9).
     a17, c17 = acq("a17", 17, "alpha", 1), commit("c17", 17, "alpha", 4)
@@ -62,7 +62,7 @@ def test_failover_confidence_does_not_depend_on_arrival_order():
     assert (in_order.confidence, receipt_first.confidence) == ("high", "high")
 
 
-def test_retry_duplicate_is_its_own_finding_without_displaced_owner():
+def test_retry_duplicate_is_its_own_finding_without_displaced_owner() -> None:
     wf = "checkout-sync"
     r = run(
         [
@@ -73,7 +73,7 @@ def test_retry_duplicate_is_its_own_finding_without_displaced_owner():
     )
     (f,) = r.findings()
     assert f.displaced is None
-    assert f.current.owner_epoch == 3
+    assert f.current is not None and f.current.owner_epoch == 3
     assert (f.severity.value, f.status.value) == ("warning", "open")
     assert conds(f) == [("duplicate_effect", 3, "retry")]
     assert f.conditions[0].event_id == "c2"
@@ -81,7 +81,7 @@ def test_retry_duplicate_is_its_own_finding_without_displaced_owner():
     assert "committed twice" in f.response
 
 
-def test_worker_claim_plus_destination_confirmation_is_not_a_retry():
+def test_worker_claim_plus_destination_confirmation_is_not_a_retry() -> None:
     r = run(
         [
             acq("a1", 1, "w", 1),
@@ -94,7 +94,7 @@ def test_worker_claim_plus_destination_confirmation_is_not_a_retry():
     assert r.updates == []
 
 
-def test_stale_retry_gives_a_retry_finding_and_a_displaced_finding():
+def test_stale_retry_gives_a_retry_finding_and_a_displaced_finding() -> None:
     r = run([*takeover(), commit("c1", 17, "alpha", 6), commit("c2", 17, "alpha", 7)])
     displaced = r.finding(W, 17)
     retry = r.finding(W, None)

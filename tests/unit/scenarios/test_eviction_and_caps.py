@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from detector.contracts.findings import Finding
 from detector.core import Config
 
 from ..histories import (
@@ -18,7 +19,7 @@ from ..histories import (
 )
 
 
-def test_eviction_after_release_and_quiet_period():
+def test_eviction_after_release_and_quiet_period() -> None:
     cfg = Config(quiet_period_s=600)
     r = run([acq("a1", 1, "w", 1), ev("rel", "lease_released", W, 1, "w", seq=2)], cfg, at(0))
     r.advance(at(599))
@@ -28,7 +29,7 @@ def test_eviction_after_release_and_quiet_period():
     assert (r.detector.counters.evicted_released, r.detector.counters.evicted_idle) == (1, 0)
 
 
-def test_release_does_not_evict_an_open_finding():
+def test_release_does_not_evict_an_open_finding() -> None:
     cfg = Config(quiet_period_s=600, idle_ttl_s=10**9)
     r = run([*stale_commit(), ev("rel", "lease_released", W, 18, "beta", seq=9)], cfg, at(0))
     r.advance(at(5000))
@@ -36,7 +37,7 @@ def test_release_does_not_evict_an_open_finding():
     assert r.detector.counters.evicted_released == 0
 
 
-def test_released_workflow_with_a_finding_keeps_its_revisions_going():
+def test_released_workflow_with_a_finding_keeps_its_revisions_going() -> None:
     # beta finishes the workflow, but alpha's episode is on record: when alpha acts again under
     # a later owner, the same finding continues at the next revision (never revision 1 again)
     cfg = Config(quiet_period_s=600)
@@ -61,7 +62,7 @@ def test_released_workflow_with_a_finding_keeps_its_revisions_going():
     assert r.updates[-1].finding.severity.value == "critical"
 
 
-def test_idle_eviction_never_republishes_a_finding_revision():
+def test_idle_eviction_never_republishes_a_finding_revision() -> None:
     r = run(
         [*takeover(), ev("p", "progress", W, 17, "alpha", seq=6)],
         Config(idle_ttl_s=3600, quiet_period_s=600),
@@ -72,7 +73,7 @@ def test_idle_eviction_never_republishes_a_finding_revision():
     r.feed([acq("a19", 19, "gamma", 9), commit("c", 17, "alpha", 10)], now=at(3700))
     pairs = [(u.finding.finding_id, u.finding.revision) for u in r.updates]
     assert len(pairs) == len(set(pairs))
-    latest: dict[str, object] = {}
+    latest: dict[str, Finding] = {}
     for u in r.updates:  # a reader keeping the highest revision per finding_id
         old = latest.get(u.finding.finding_id)
         if old is None or u.finding.revision > old.revision:
@@ -80,7 +81,7 @@ def test_idle_eviction_never_republishes_a_finding_revision():
     assert any(f.severity.value == "critical" for f in latest.values())
 
 
-def test_compaction_keeps_the_displaced_owner_of_a_finding():
+def test_compaction_keeps_the_displaced_owner_of_a_finding() -> None:
     # the detector never saw epoch 0's acquisition (older than its retention); alpha (epoch 0)
     # heartbeats after gamma's takeover, then learns it lost; gamma finishes the workflow
     r = run(
@@ -93,14 +94,18 @@ def test_compaction_keeps_the_displaced_owner_of_a_finding():
         Config(quiet_period_s=600),
         at(0),
     )
-    assert r.finding(W, 0).displaced.worker_id == "alpha"
+    displaced = r.finding(W, 0).displaced
+    assert displaced is not None and displaced.worker_id == "alpha"
     r.advance(at(600))  # released and quiet: compacted
     r.feed([acq("a1", 1, "beta", 8)], now=at(700))  # a late acquisition forces a re-render
     assert all(u.finding.displaced is not None for u in r.updates)
-    assert all(u.finding.displaced.worker_id == "alpha" for u in r.updates)
+    assert all(
+        u.finding.displaced is not None and u.finding.displaced.worker_id == "alpha"
+        for u in r.updates
+    )
 
 
-def test_idle_workflow_is_evicted_after_ttl():
+def test_idle_workflow_is_evicted_after_ttl() -> None:
     cfg = Config(idle_ttl_s=3600, idle_sweep_s=0)
     r = run([acq("a1", 1, "w", 1, t=0)], cfg)
     r.feed([acq("b1", 1, "w", 1, wf="other", t=1000)])
@@ -112,7 +117,7 @@ def test_idle_workflow_is_evicted_after_ttl():
     assert r.changed == {W}  # for the worker to write the tombstone
 
 
-def test_idle_workflows_are_found_by_a_sweep_every_idle_sweep_s():
+def test_idle_workflows_are_found_by_a_sweep_every_idle_sweep_s() -> None:
     r = run([acq("a1", 1, "w", 1, t=0)], Config(idle_ttl_s=3600, idle_sweep_s=600))
     r.advance(at(3599))  # the first advance sweeps: not idle yet
     r.advance(at(3600))  # idle now, but no sweep is due
@@ -122,7 +127,7 @@ def test_idle_workflows_are_found_by_a_sweep_every_idle_sweep_s():
     assert set(r.detector.states) == set()
 
 
-def test_between_sweeps_advance_still_resolves_and_evicts_what_it_watches():
+def test_between_sweeps_advance_still_resolves_and_evicts_what_it_watches() -> None:
     # An open finding resolved by the quiet period, and a released workflow evicted after it,
     # both between sweeps (the sweep interval is longer than the whole test).
     cfg = Config(quiet_period_s=600, idle_sweep_s=10**9)
@@ -137,7 +142,7 @@ def test_between_sweeps_advance_still_resolves_and_evicts_what_it_watches():
     assert {W, "done"} <= r.changed
 
 
-def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded():
+def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded() -> None:
     cfg = evidence_cap(8)
     hbs = [ev(f"h{i}", "heartbeat", W, 1, "w", seq=i + 2) for i in range(10)]
     r = run([acq("a1", 1, "w", 1), *hbs], cfg)
@@ -150,7 +155,7 @@ def test_activity_evidence_cap_is_counted_and_redelivery_window_is_bounded():
     assert r.detector.counters.redelivered == 1
 
 
-def test_raw_effects_over_the_evidence_cap_are_counted_and_keys_are_kept():
+def test_raw_effects_over_the_evidence_cap_are_counted_and_keys_are_kept() -> None:
     r = run([acq("a1", 1, "w", 1)], evidence_cap(4))
     r.feed([commit(f"c{i}", 1, "w", i + 2, key=f"k{i}") for i in range(6)])
     c = r.detector.counters
@@ -163,7 +168,7 @@ def test_raw_effects_over_the_evidence_cap_are_counted_and_keys_are_kept():
     assert not f.evidence_truncated
 
 
-def test_effect_keys_over_their_cap_truncate_the_workflow():
+def test_effect_keys_over_their_cap_truncate_the_workflow() -> None:
     r = run([acq("a1", 1, "w", 1)], Config(max_effect_keys=4))
     r.feed([commit(f"c{i}", 1, "w", i + 2, key=f"k{i}") for i in range(6)])
     assert r.detector.counters.effects_dropped == 2  # the oldest of five, then of five again
@@ -174,14 +179,14 @@ def test_effect_keys_over_their_cap_truncate_the_workflow():
     assert f.evidence_truncated and f.confidence != "high"
 
 
-def test_acquisitions_over_their_cap_are_counted():
+def test_acquisitions_over_their_cap_are_counted() -> None:
     cfg = Config(max_acquisitions=3)
     r = run([acq(f"a{i}", i, f"w{i}", i) for i in range(1, 6)], cfg)
     assert len(r.detector.states[W].acqs) == 3
     assert r.detector.counters.acquisitions_dropped == 2
 
 
-def test_counters_count_events_findings_and_revisions():
+def test_counters_count_events_findings_and_revisions() -> None:
     r = run([*takeover(), ev("hb", "heartbeat", W, 17, "alpha", seq=6), commit("c", 17, "a", 7)])
     c = r.detector.counters
     assert (c.events, c.findings_opened, c.revisions) == (4, 1, 2)

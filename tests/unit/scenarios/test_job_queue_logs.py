@@ -7,7 +7,7 @@ import pytest
 from ..histories import conds, epochs, logfmt_events, run
 
 
-def test_job_queue_log_with_rejected_result():
+def test_job_queue_log_with_rejected_result() -> None:
     pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
@@ -23,6 +23,7 @@ def test_job_queue_log_with_rejected_result():
     r = run(events)
     f = r.finding("8f1b", 41)
     assert epochs(f) == (41, 42)
+    assert f.displaced is not None and f.current is not None
     assert (f.displaced.worker_id, f.current.worker_id) == ("w1", "w2")
     assert conds(f) == [
         ("stale_activity", 4, None),
@@ -37,7 +38,7 @@ def test_job_queue_log_with_rejected_result():
     assert f.status.value == "open"
 
 
-def test_job_queue_log_clean_handoff_and_buffered_line():
+def test_job_queue_log_clean_handoff_and_buffered_line() -> None:
     pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
@@ -54,7 +55,7 @@ def test_job_queue_log_clean_handoff_and_buffered_line():
     assert r.findings() == []
 
 
-def test_job_queue_log_stale_worker_after_takeover():
+def test_job_queue_log_stale_worker_after_takeover() -> None:
     pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """

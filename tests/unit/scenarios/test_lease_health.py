@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ..histories import W, acq, ev, run
+from ..histories import EventFields, W, acq, ev, run
 
 
 @pytest.mark.parametrize(
     ("lease", "hb", "warned"), [(60, 30, True), (65, 30, True), (65.5, 30, False), (90, 30, False)]
 )
 def test_lease_policy_warning_when_lease_not_longer_than_two_heartbeats_plus_jitter(
-    lease, hb, warned
-):
+    lease: float, hb: float, warned: bool
+) -> None:
     r = run(
         [
             acq(
@@ -31,11 +31,11 @@ def test_lease_policy_warning_when_lease_not_longer_than_two_heartbeats_plus_jit
     assert r.findings() == []
 
 
-def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class():
-    common = {"attrs": {"tool_class": "export"}}
+def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class() -> None:
+    export = {"tool_class": "export"}
     r = run(
         [
-            acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=30, **common),
+            acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=30, attrs=export),
             ev("h1", "heartbeat", W, 1, "w", seq=2, t=30),
             ev("h2", "heartbeat", W, 1, "w", seq=3, t=60),
             ev("h3", "heartbeat", W, 1, "w", seq=4, t=140),  # gap 80 s: 5 s jitter short of 90
@@ -51,8 +51,12 @@ def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class():
     assert r.detector.lease_health.classes["export"].near_expiry == 2  # each gap is counted
 
 
-def test_displaced_heartbeats_do_not_count_as_gaps_of_the_current_owner():
-    lease = {"lease_duration_s": 90, "heartbeat_interval_s": 30, "attrs": {"tool_class": "x"}}
+def test_displaced_heartbeats_do_not_count_as_gaps_of_the_current_owner() -> None:
+    lease: EventFields = {
+        "lease_duration_s": 90,
+        "heartbeat_interval_s": 30,
+        "attrs": {"tool_class": "x"},
+    }
     r = run(
         [
             acq("a1", 1, "alpha", 1, t=0, **lease),

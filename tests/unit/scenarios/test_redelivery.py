@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..histories import K, W, acq, commit, cond_keys, conds, epochs, ev, run, takeover
 
 
-def test_redelivered_event_id_changes_nothing():
+def test_redelivered_event_id_changes_nothing() -> None:
     hist = [*takeover(), commit("c", 17, "alpha", 6), ev("hb", "heartbeat", W, 17, "alpha", seq=7)]
     r = run(hist)
     before = r.findings()
@@ -17,7 +17,7 @@ def test_redelivered_event_id_changes_nothing():
     assert r.finding(W, 17).revision == 2
 
 
-def test_clean_handoff_and_single_owner_give_nothing():
+def test_clean_handoff_and_single_owner_give_nothing() -> None:
     r = run(
         [
             acq("a5", 5, "delta", 1, "report-index"),
@@ -40,7 +40,7 @@ def test_clean_handoff_and_single_owner_give_nothing():
     assert r.detector.counters.findings_opened == 0
 
 
-def test_three_epochs_each_displaced_owner_has_its_own_finding():
+def test_three_epochs_each_displaced_owner_has_its_own_finding() -> None:
     r = run(
         [
             acq("a17", 17, "alpha", 1),
@@ -54,17 +54,17 @@ def test_three_epochs_each_displaced_owner_has_its_own_finding():
     f17, f18 = r.finding(W, 17), r.finding(W, 18)
     assert f17.finding_id != f18.finding_id
     assert epochs(f17) == (17, 19)
-    assert f17.transition.event_id == "a18"
+    assert f17.transition is not None and f17.transition.event_id == "a18"
     assert conds(f17) == [("stale_activity", 4, None)]
     assert f17.severity.value == "info"
     assert epochs(f18) == (18, 19)
-    assert f18.transition.event_id == "a19"
+    assert f18.transition is not None and f18.transition.event_id == "a19"
     assert conds(f18) == [("stale_effect_committed", 5, None), ("duplicate_effect", 6, "failover")]
     assert f18.conditions[-1].epochs == [18, 19]
     assert f18.severity.value == "critical"
 
 
-def test_current_is_highest_epoch_acquired_before_latest_condition():
+def test_current_is_highest_epoch_acquired_before_latest_condition() -> None:
     r = run(
         [
             acq("a17", 17, "alpha", 1),
@@ -78,7 +78,7 @@ def test_current_is_highest_epoch_acquired_before_latest_condition():
     assert epochs(r.finding(W, 17)) == (17, 19)
 
 
-def test_interleaved_workflows_are_kept_apart():
+def test_interleaved_workflows_are_kept_apart() -> None:
     a, b, c = "tenant-1/a", "tenant-2/b", "tenant-3/c"
     r = run(
         [

@@ -21,24 +21,24 @@ from ..histories import (
 )
 
 
-def test_fenced_alone_does_not_resolve():
+def test_fenced_alone_does_not_resolve() -> None:
     r = run([*stale_commit(), ev("lost", "lease_lost", W, 17, "alpha", seq=7)])
     assert r.finding(W, 17).status.value == "open"
 
 
-def test_verified_alone_does_not_resolve():
+def test_verified_alone_does_not_resolve() -> None:
     r = run([*stale_commit(), verify("v", 7)])
     assert r.finding(W, 17).status.value == "open"
 
 
 @pytest.mark.parametrize("fence", ["lease_lost", "lease_released"])
-def test_fenced_and_verified_resolves_keeping_severity(fence):
+def test_fenced_and_verified_resolves_keeping_severity(fence: str) -> None:
     r = run([*stale_commit(), ev("f", fence, W, 17, "alpha", seq=7), verify("v", 8)])
     f = r.finding(W, 17)
     assert (f.status.value, f.severity.value, f.revision) == ("resolved", "critical", 2)
 
 
-def test_stale_activity_only_resolves_on_fence_alone():
+def test_stale_activity_only_resolves_on_fence_alone() -> None:
     r = run(
         [
             *takeover(),
@@ -49,7 +49,7 @@ def test_stale_activity_only_resolves_on_fence_alone():
     assert r.finding(W, 17).status.value == "resolved"
 
 
-def test_resolution_evidence_must_come_after_the_stale_evidence():
+def test_resolution_evidence_must_come_after_the_stale_evidence() -> None:
     # lease_lost and the verification both predate the last stale event
     r = run(
         [
@@ -73,7 +73,7 @@ def test_resolution_evidence_must_come_after_the_stale_evidence():
     assert r.finding(W, 17).status.value == "open"
 
 
-def test_ownership_uncertain_is_not_fence_evidence_and_worker_verification_does_not_count():
+def test_ownership_uncertain_is_not_fence_evidence_and_worker_verification_does_not_count() -> None:
     r = run(
         [
             *stale_commit(),
@@ -95,7 +95,7 @@ def test_ownership_uncertain_is_not_fence_evidence_and_worker_verification_does_
     assert r2.finding(W, 17).status.value == "open"
 
 
-def test_every_effect_key_must_be_verified():
+def test_every_effect_key_must_be_verified() -> None:
     r = run(
         [
             *takeover(),
@@ -110,12 +110,12 @@ def test_every_effect_key_must_be_verified():
     assert r.finding(W, 17).status.value == "resolved"
 
 
-def test_verification_arriving_before_the_evidence_it_follows_still_resolves():
+def test_verification_arriving_before_the_evidence_it_follows_still_resolves() -> None:
     r = run([verify("v", 8), ev("f", "lease_lost", W, 17, "alpha", seq=7), *stale_commit()])
     assert r.finding(W, 17).status.value == "resolved"
 
 
-def test_destination_rejection_after_a_stale_commit_fences():
+def test_destination_rejection_after_a_stale_commit_fences() -> None:
     # alpha commits K at a destination that ignores the fence; its next write to K is rejected
     # by a destination that enforces it; a verifier then confirms K: fenced and verified.
     r = run(
@@ -131,7 +131,7 @@ def test_destination_rejection_after_a_stale_commit_fences():
     assert (f.status.value, f.severity.value) == ("resolved", "critical")
 
 
-def test_destination_rejection_of_the_only_attempt_fences():
+def test_destination_rejection_of_the_only_attempt_fences() -> None:
     r = run(
         [
             *takeover(),
@@ -143,7 +143,7 @@ def test_destination_rejection_of_the_only_attempt_fences():
     assert r.finding(W, 17).status.value == "resolved"
 
 
-def test_rejection_fences_only_what_came_before_it():
+def test_rejection_fences_only_what_came_before_it() -> None:
     r = run(
         [
             *takeover(),
@@ -157,7 +157,7 @@ def test_rejection_fences_only_what_came_before_it():
     assert r.finding(W, 17).status.value == "resolved"
 
 
-def test_worker_reported_rejection_is_not_fence_evidence():
+def test_worker_reported_rejection_is_not_fence_evidence() -> None:
     r = run(
         [
             *stale_commit(),
@@ -169,7 +169,7 @@ def test_worker_reported_rejection_is_not_fence_evidence():
     assert r.finding(W, 17).status.value == "open"
 
 
-def test_failover_duplicate_after_clean_handoff_resolves_when_verified():
+def test_failover_duplicate_after_clean_handoff_resolves_when_verified() -> None:
     wf = "report-index"
     r = run(
         [
@@ -184,14 +184,14 @@ def test_failover_duplicate_after_clean_handoff_resolves_when_verified():
     assert r.finding(wf, 5).status.value == "resolved"
 
 
-def test_retry_finding_resolves_when_verified():
+def test_retry_finding_resolves_when_verified() -> None:
     r = run([acq("a1", 1, "w", 1), commit("c1", 1, "w", 2), commit("c2", 1, "w", 3)])
     assert r.finding(W, None).status.value == "open"
     r.feed([verify("v", 4, epoch=1)])
     assert r.finding(W, None).status.value == "resolved"
 
 
-def test_quiet_period_resolves_via_advance_and_new_stale_evidence_reopens():
+def test_quiet_period_resolves_via_advance_and_new_stale_evidence_reopens() -> None:
     cfg = Config(quiet_period_s=600)
     r = run(takeover(), cfg, now=at(0))
     r.feed([commit("c", 17, "alpha", 6)], now=at(10))
@@ -209,13 +209,13 @@ def test_quiet_period_resolves_via_advance_and_new_stale_evidence_reopens():
     assert r.advance(at(1300))[0].finding.status.value == "resolved"
 
 
-def test_quiet_period_without_verification_stays_open():
+def test_quiet_period_without_verification_stays_open() -> None:
     r = run([*stale_commit()], Config(quiet_period_s=60), now=at(0))
     assert r.advance(at(10_000)) == []
     assert r.finding(W, 17).status.value == "open"
 
 
-def test_reopening_after_fenced_resolution():
+def test_reopening_after_fenced_resolution() -> None:
     r = run([*stale_commit(), ev("f", "lease_lost", W, 17, "alpha", seq=7), verify("v", 8)])
     assert r.finding(W, 17).status.value == "resolved"
     r.feed([ev("x", "effect_attempted", W, 17, "alpha", seq=9, key="next-key")])

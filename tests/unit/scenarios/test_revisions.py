@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..histories import K, W, commit, ev, run, takeover
 
 
-def test_escalation_publishes_one_revision_per_change_and_never_lowers_severity():
+def test_escalation_publishes_one_revision_per_change_and_never_lowers_severity() -> None:
     r = run([*takeover(), ev("hb", "heartbeat", W, 17, "alpha", seq=7)])
     r.feed([ev("x", "effect_attempted", W, 17, "alpha", seq=8, key=K)])
     r.feed([commit("c", 17, "alpha", 9)])
@@ -19,11 +19,12 @@ def test_escalation_publishes_one_revision_per_change_and_never_lowers_severity(
         (4, "critical"),
     ]
     assert revs[-1].conditions[0].event_id == "p"
-    assert revs[-1].last_stale_event.event_id == "c"
+    stale = revs[-1].last_stale_event
+    assert stale is not None and stale.event_id == "c"
     assert len({f.finding_id for f in revs}) == 1
 
 
-def test_nothing_new_publishes_no_revision():
+def test_nothing_new_publishes_no_revision() -> None:
     r = run([*takeover(), commit("c", 17, "alpha", 8)])
     before = len(r.updates)
     # the current owner's routine work and a pre-takeover checkpoint change nothing

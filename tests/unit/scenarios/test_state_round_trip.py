@@ -11,7 +11,7 @@ from detector.core import Config
 from ..histories import W, acq, at, commit, ev, run, seed_history, takeover, verify
 
 
-def test_state_survives_encode_decode_mid_episode():
+def test_state_survives_encode_decode_mid_episode() -> None:
     from detector.core import decode_state, encode_state  # noqa: PLC0415
 
     first = [*takeover(), ev("hb", "heartbeat", W, 17, "alpha", seq=6)]
@@ -28,7 +28,7 @@ def test_state_survives_encode_decode_mid_episode():
     assert r.finding(W, 17).status.value == "resolved"
 
 
-def test_open_findings_are_counted_by_severity_and_found_again_after_a_restore():
+def test_open_findings_are_counted_by_severity_and_found_again_after_a_restore() -> None:
     from detector.contracts.findings import Severity  # noqa: PLC0415
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
@@ -48,7 +48,7 @@ def test_open_findings_are_counted_by_severity_and_found_again_after_a_restore()
     assert sum(r.detector.open_findings().values()) == 0
 
 
-def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
+def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> None:
     """Short evidence is held as a tuple, long as a list: both come back as they were."""
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
@@ -62,7 +62,7 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence():
 
 
 @pytest.mark.parametrize("name", ["state-v1-export-ledger.json", "state-v2-export-ledger.msgpack"])
-def test_state_written_by_earlier_versions_still_decodes(name: str):
+def test_state_written_by_earlier_versions_still_decodes(name: str) -> None:
     """Changelogs written by versions 1 (JSON) and 2 (the records only) restore by replay: the
     same finding, and the next event continues it at its next revision, never republishing one."""
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
@@ -74,7 +74,8 @@ def test_state_written_by_earlier_versions_still_decodes(name: str):
     assert decode_state(encode_state(r.detector.states[W])) == r.detector.states[W]
     later = ev("e99", "heartbeat", W, 17, "worker-alpha", seq=99)
     (up,) = restored.observe(later)
-    assert (up.finding.revision, up.finding.last_stale_event.event_id) == (5, "e99")
+    stale = up.finding.last_stale_event
+    assert stale is not None and (up.finding.revision, stale.event_id) == (5, "e99")
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_state_written_by_earlier_versions_still_decodes(name: str):
         (b"\x91\x02", "damaged workflow state: 1 fields"),  # msgpack [2]
     ],
 )
-def test_a_state_of_an_unknown_version_or_damaged_is_refused(raw: bytes, problem: str):
+def test_a_state_of_an_unknown_version_or_damaged_is_refused(raw: bytes, problem: str) -> None:
     from detector.core import decode_state  # noqa: PLC0415
 
     with pytest.raises(ValueError, match=problem):

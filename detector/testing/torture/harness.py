@@ -10,138 +10,35 @@ end; no transaction left open; every poison record on the DLQ exactly once.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    IsolationLevel,
-    KafkaError,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from detector.cli.audit import audit_lines
 from detector.core import Config
-from tests.torture.history import generate
-from tests.torture.poison import corpus
+from detector.testing.topics import (
+    WorkerTopics,
+    lagging_partitions,
+    open_transactions,
+    quiescent,
+    read_committed,
+)
+from detector.testing.torture.history import generate
+from detector.testing.torture.poison import corpus
+from detector.testing.worker import WorkerGroup, WorkerProcess
 
 QUIET_S = 86_400.0  # the quiet period never elapses during a run: oracle and stream agree on time
 SESSION_TIMEOUT_S = 10.0  # the worker's consumer session timeout (see kafka_loop)
-
-
-@dataclass
-class Topics:
-    input: str
-    findings: str
-    dlq: str
-    group: str
-
-    @classmethod
-    def fresh(cls, tag: str) -> Topics:
-        return cls(
-            f"torture-{tag}.in", f"torture-{tag}.findings", f"torture-{tag}.dlq", f"torture-{tag}"
-        )
-
-
-@dataclass
-class Worker:
-    """One `splitbrain worker` process; stopped by its PID."""
-
-    instance: str
-    runtime: str
-    store: str
-    bootstrap: str
-    topics: Topics
-    workdir: Path
-    proc: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    @property
-    def state_dir(self) -> Path:
-        return self.workdir / f"state-{self.instance}"
-
-    def start(self) -> None:
-        self.starts += 1
-        log = (self.workdir / f"worker-{self.instance}.log").open("ab")
-        cmd = [
-            sys.executable,
-            "-m",
-            "detector.cli",
-            "worker",
-            "--runtime",
-            self.runtime,
-            "--store",
-            self.store,
-            "--bootstrap-servers",
-            self.bootstrap,
-            "--instance-id",
-            self.instance,
-            "--group-id",
-            self.topics.group,
-            "--input-topic",
-            self.topics.input,
-            "--findings-topic",
-            self.topics.findings,
-            "--dlq-topic",
-            self.topics.dlq,
-            "--state-dir",
-            str(self.state_dir),
-            "--quiet-period-s",
-            str(QUIET_S),
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            assert self.proc is not None
-            os.kill(self.proc.pid, sig)
-
-    def stop(self, timeout: float = 60.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.alive():
-            self.signal(signal.SIGCONT)
-            self.signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-                self.proc.wait(10)
-        code = self.proc.returncode
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.signal(signal.SIGKILL)
-            self.proc.wait(10)
-            self.proc = None
-
-    def wipe_state(self) -> None:
-        shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 @dataclass
@@ -194,44 +91,40 @@ class Report:
 class Harness:
     def __init__(
         self,
-        bootstrap: str,
+        config: Mapping[str, Any],
         workdir: Path,
         runtime: str = "kafka",
         partitions: int = 6,
-        tag: str | None = None,
+        tag: str = "torture",
         seed: int = 7,
         store: str = "memory",
     ) -> None:
-        self.bootstrap = bootstrap
+        self.config = dict(config)  # librdkafka client settings: bootstrap servers, security
         self.workdir = workdir
         self.runtime = runtime
         self.store = store
         self.partitions = partitions
         self.rng = random.Random(seed)
-        self.topics = Topics.fresh(tag or f"{os.getpid()}-{int(time.time())}")
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
-        self.workers: dict[str, Worker] = {}
+        self.topics = WorkerTopics.fresh(tag)
+        self.admin = AdminClient(self.config)
+        self.group = WorkerGroup(
+            self.config,
+            self.topics,
+            workdir,
+            runtime,
+            store,
+            extra=("--quiet-period-s", str(QUIET_S)),
+        )
         self.report = Report()
         workdir.mkdir(parents=True, exist_ok=True)
 
     # ---- setup ---------------------------------------------------------------------------------
 
     def create_topics(self) -> None:
-        big = str(4 * 1024 * 1024)
-        specs = [
-            NewTopic(self.topics.input, self.partitions, 1),
-            NewTopic(self.topics.findings, self.partitions, 1),
-            NewTopic(self.topics.dlq, self.partitions, 1, config={"max.message.bytes": big}),
-        ]
-        for future in self.admin.create_topics(specs).values():
-            future.result(30)
+        self.topics.create(self.config, self.partitions)
 
-    def worker(self, instance: str) -> Worker:
-        if instance not in self.workers:
-            self.workers[instance] = Worker(
-                instance, self.runtime, self.store, self.bootstrap, self.topics, self.workdir
-            )
-        return self.workers[instance]
+    def worker(self, instance: str) -> WorkerProcess:
+        return self.group.worker(instance)
 
     # ---- publishing ----------------------------------------------------------------------------
 
@@ -244,7 +137,7 @@ class Harness:
         """Produce the history in order (per-key order kept), poison interleaved."""
         producer = Producer(
             {
-                "bootstrap.servers": self.bootstrap,
+                **self.config,
                 "enable.idempotence": True,
                 "acks": "all",
                 "partitioner": "murmur2_random",
@@ -277,42 +170,14 @@ class Harness:
 
     # ---- waiting and judging -------------------------------------------------------------------
 
-    def end_offsets(self, topic: str, isolation: IsolationLevel) -> dict[int, int]:
-        request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(self.partitions)}
-        futures = self.admin.list_offsets(request, isolation_level=isolation)
-        return {tp.partition: f.result(30).offset for tp, f in futures.items()}
-
-    def committed_offsets(self) -> dict[int, int]:
-        futures = self.admin.list_consumer_group_offsets(
-            [_group_request(self.topics.group, self.topics.input, self.partitions)]
-        )
-        result = next(iter(futures.values())).result(30)
-        return {tp.partition: tp.offset for tp in result.topic_partitions}
-
     def wait_quiescent(self, deadline_s: float, supervise: Callable[[], None]) -> None:
         """Until the group has committed the whole input and no transaction is open."""
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
             supervise()
-            ends = self.end_offsets(self.topics.input, IsolationLevel.READ_UNCOMMITTED)
-            committed = self.committed_offsets()
-            if all(committed.get(p, -1) >= end for p, end in ends.items()) and not (
-                self._open_transactions()
-            ):
+            if quiescent(self.admin, self.topics):
                 return
             time.sleep(1.0)
-
-    def _open_transactions(self) -> list[str]:
-        found = []
-        changelog = f"{self.topics.group}-state-changelog"
-        topics = [self.topics.findings, self.topics.dlq]
-        if changelog in self.admin.list_topics(timeout=10).topics:
-            topics.append(changelog)
-        for topic in topics:
-            stable = self.end_offsets(topic, IsolationLevel.READ_COMMITTED)
-            high = self.end_offsets(topic, IsolationLevel.READ_UNCOMMITTED)
-            found += [f"{topic}[{p}]" for p in high if stable[p] < high[p]]
-        return found
 
     def judge(self, lines: list[bytes]) -> Report:
         r = self.report
@@ -320,8 +185,8 @@ class Harness:
         r.oracle_findings = len(oracle)
         latest: dict[str, dict[str, Any]] = {}
         seen: set[tuple[str, int]] = set()
-        for record in self.read_committed(self.topics.findings):
-            doc = json.loads(record[1])
+        for record in read_committed(self.config, self.topics.findings, timeout=300):
+            doc = json.loads(record.value)
             pair = (doc["finding_id"], doc["revision"])
             if pair in seen:
                 r.duplicate_revisions.append(pair)
@@ -339,18 +204,16 @@ class Harness:
             for fid in set(oracle) & set(latest)
             if json.loads(oracle[fid].to_json()) != latest[fid]
         )
-        ends = self.end_offsets(self.topics.input, IsolationLevel.READ_UNCOMMITTED)
-        committed = self.committed_offsets()
-        r.lagging_partitions = sorted(p for p, end in ends.items() if committed.get(p, -1) < end)
-        r.open_transactions = self._open_transactions()
+        r.lagging_partitions = lagging_partitions(self.admin, self.topics)
+        outputs = (self.topics.findings, self.topics.dlq, self.topics.changelog)
+        r.open_transactions = open_transactions(self.admin, outputs)
         self._judge_dlq()
         return r
 
     def _judge_dlq(self) -> None:
         r = self.report
         sources: Counter[tuple[str, str]] = Counter()
-        for headers in (rec[2] for rec in self.read_committed(self.topics.dlq)):
-            h = dict(headers)
+        for h in (rec.headers for rec in read_committed(self.config, self.topics.dlq)):
             if h.get("error.reason", b"") == b"":
                 r.dlq_problems.append("a dead letter without error.reason")
             sources[(h["source.partition"].decode(), h["source.offset"].decode())] += 1
@@ -360,43 +223,8 @@ class Harness:
         if sum(sources.values()) - len(twice) != r.poison:
             r.dlq_problems.append(f"{len(sources)} distinct dead letters for {r.poison} poison")
 
-    def read_committed(self, topic: str) -> Iterator[tuple[bytes | None, bytes, list[Any]]]:
-        stable = self.end_offsets(topic, IsolationLevel.READ_COMMITTED)
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"judge-{time.time_ns()}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in stable])
-        pending = {p for p, end in stable.items() if end > 0}
-        try:
-            while pending:
-                for msg in consumer.consume(500, timeout=1.0):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(msg.partition() or 0)
-                            continue
-                        raise RuntimeError(err.str())
-                    yield msg.key(), msg.value() or b"", list(msg.headers() or [])
-        finally:
-            consumer.close()
-
     def stop_all(self) -> None:
-        for w in self.workers.values():
-            w.stop()
-
-
-def _group_request(group: str, topic: str, partitions: int) -> Any:
-    from confluent_kafka import ConsumerGroupTopicPartitions  # noqa: PLC0415
-
-    return ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(partitions)]
-    )
+        self.group.stop_all()
 
 
 # ---- fault plans ----------------------------------------------------------------------------
@@ -439,9 +267,9 @@ class FaultRun:
     def pause(self, lo: float, hi: float) -> None:
         time.sleep(self.h.rng.uniform(lo, hi))
 
-    def restart(self, w: Worker) -> None:
+    def restart(self, w: WorkerProcess) -> None:
         if self.plan.wipe_state:
-            w.wipe_state()
+            shutil.rmtree(w.state_dir, ignore_errors=True)
             self.r.faults["F9 state wiped"] += 1
         w.start()
 

@@ -1,0 +1,227 @@
+"""Typed settings of a command: its flags win, then its `SPLITBRAIN_` variables, then defaults.
+
+pydantic-settings reads the variables and validates every value. This module adds what a command
+line needs on top: one flag per field, generated from the model so that a flag and its variable
+cannot drift apart, and one line per bad value naming where the value came from (the flag or the
+variable) and the form expected.
+
+A command builds its settings when it runs, from its own models only, so it reads only its own
+variables: a bad worker variable never breaks `audit`, and building the parser reads none.
+
+An empty variable is refused like any other bad value, not taken as unset: it is most often the
+substitution of something unset (`SPLITBRAIN_GROUP_ID=$GROUP`), and quietly falling back to the
+default would hide that. Unset the variable to get the default. Names match regardless of case,
+as pydantic-settings reads them.
+
+A secret is never a flag's value, which `ps` and shell history keep: it comes from its variable
+or from the file `--<name>-file` names, and `--<name> VALUE` is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, Self, get_args, get_origin
+
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, PydanticUndefined
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from detector.errors import SplitbrainError
+
+ENV_PREFIX: Final = "SPLITBRAIN_"
+MAX_INT: Final = 2**31 - 1
+MAX_SECONDS: Final = 10**12
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """How a value is written: said by an error about it, and shown as the flag's metavar."""
+
+    text: str
+    metavar: str
+
+
+PositiveInt = Annotated[
+    int, Field(ge=1, le=MAX_INT), Form(f"a whole number from 1 to {MAX_INT}", "N")
+]
+Port = Annotated[int, Field(ge=0, le=65535), Form("a port number from 0 to 65535", "PORT")]
+Seconds = Annotated[
+    float,
+    Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False),
+    Form(f"seconds from 0 to {MAX_SECONDS}", "S"),
+]
+PositiveSeconds = Annotated[
+    float,
+    Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
+    Form(f"seconds more than 0 to {MAX_SECONDS}", "S"),
+]
+Name = Annotated[str, Form("a non-empty name", "NAME")]
+Directory = Annotated[Path, Form("a directory path", "DIR")]
+Text = Annotated[str | None, Form("a non-empty value", "VALUE")]
+Secret = Annotated[SecretStr | None, Form("a non-empty secret", "PATH")]
+
+
+class SettingsError(SplitbrainError):
+    """A flag's or variable's value cannot be used: one line per value, naming its source."""
+
+
+def env_var(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def form_of(field: FieldInfo) -> Form:
+    """A choice lists its choices; any other field says its form by its type's `Form`."""
+    if get_origin(field.annotation) is Literal:
+        choices = [str(choice) for choice in get_args(field.annotation)]
+        return Form("one of " + ", ".join(choices), "{" + ",".join(choices) + "}")
+    (form,) = (m for m in field.metadata if isinstance(m, Form))
+    return form
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    return SecretStr in get_args(field.annotation)
+
+
+def _secret_flag(name: str) -> str:
+    return flag(name) + "-file"
+
+
+class _RefuseSecret(argparse.Action):
+    """`--sasl-password VALUE` exists only to say no: without it, argparse would take it as an
+    abbreviation of `--sasl-password-file` and read a file named after the password."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            f"{option_string} is not accepted: a secret on the command line leaks through ps and "
+            f"shell history; set {env_var(self.dest)} or pass {option_string}-file PATH"
+        )
+
+
+def _read_secret(name: str, path: str) -> str:
+    try:
+        # A trailing newline is the editor's, not the password's.
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot read {_secret_flag(name)} {path}: {exc.strerror or exc}"
+        ) from None
+
+
+def _shown(default: object) -> str:
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+class CommandSettings(BaseSettings):
+    """Frozen settings of one command, each field a flag (`--commit-interval-ms`) and a variable
+    (`SPLITBRAIN_COMMIT_INTERVAL_MS`). A field's `description` is its flag's help; its type's
+    `Form` says how to write it."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    _flags: frozenset[str] = PrivateAttr(frozenset())
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if value == "":
+            raise ValueError("empty")
+        return value
+
+    @classmethod
+    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
+        """One flag per field, without an argparse default: an absent flag leaves its field to
+        the variable, then to the model's default."""
+        for name, field in cls.model_fields.items():
+            var = env_var(name)
+            if _is_secret(field):
+                parser.add_argument(
+                    _secret_flag(name),
+                    dest=f"{name}_file",
+                    default=argparse.SUPPRESS,
+                    metavar=form_of(field).metavar,
+                    help=f"read {field.description} from this file (or set env {var})",
+                )
+                parser.add_argument(
+                    flag(name),
+                    dest=name,
+                    action=_RefuseSecret,
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                )
+                continue
+            default = field.default
+            shown = "" if default in (None, PydanticUndefined) else f", default {_shown(default)}"
+            parser.add_argument(
+                flag(name),
+                dest=name,
+                default=argparse.SUPPRESS,
+                metavar=form_of(field).metavar,
+                help=f"{field.description} (env {var}{shown})",
+            )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        """The settings from the flags given in `args`, then the environment, then defaults;
+        a `SettingsError` with one line per bad value."""
+        given: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            if _is_secret(field):
+                path = getattr(args, f"{name}_file", None)
+                if path is not None:
+                    given[name] = _read_secret(name, path)
+            elif hasattr(args, name):
+                given[name] = getattr(args, name)
+        try:
+            settings = cls(**given)
+        except ValidationError as exc:
+            raise SettingsError(cls._problems(exc.errors(), given)) from None
+        settings._flags = frozenset(given)
+        return settings
+
+    @classmethod
+    def _problems(cls, errors: list[ErrorDetails], given: Mapping[str, Any]) -> str:
+        problems: dict[str, str] = {}
+        for error in errors:
+            name = str(error["loc"][0])
+            if name in problems:
+                continue  # a union reports each of its branches
+            from_flag = name in given
+            value = given[name] if from_flag else error["input"]
+            line = f"{cls._named(name, value, from_flag=from_flag)}: expected "
+            line += form_of(cls.model_fields[name]).text
+            if value == "" and not from_flag:
+                line += "; unset the variable to use the default"
+            problems[name] = line
+        return "\n".join(problems.values())
+
+    @classmethod
+    def _named(cls, name: str, value: object, *, from_flag: bool) -> str:
+        """A field's source, its flag or else its variable, with the value as written there (a
+        secret's is never shown). A default is named by the flag that changes it."""
+        secret = _is_secret(cls.model_fields[name])
+        where = _secret_flag(name) if secret else flag(name)
+        if not from_flag:
+            # pydantic-settings matches names regardless of case, and so does this.
+            for variable, text in os.environ.items():
+                if variable.upper() == env_var(name):
+                    where, value = variable, text
+        return where if secret else f"{where}={str(value)!r}"
+
+    def named(self, name: str) -> str:
+        """A field and its value as the user gave it, to name it in an error found later."""
+        return self._named(name, getattr(self, name), from_flag=name in self._flags)
