@@ -92,7 +92,15 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     `last_stable_offset(tp)` in exactly-once mode; that is None for a partition not fetched yet,
     which recovery turns into "empty changelog" and skips restoring the table (faust #158). With
     `isolation_level=read_committed`, ListOffsets(latest) answers with the LSO itself.
+
+    It is also a daemon thread: mode makes it a non-daemon one, which after a crash (a fenced
+    producer, say) outlives the closed event loop and keeps the process from exiting, so no
+    supervisor ever restarts it. A graceful stop still stops and joins it first.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.daemon = True
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         consumer = self._ensure_consumer()
