@@ -26,21 +26,7 @@ def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
 
 # Faults for a few minutes, then up to `Plan.quiescence_s` (300 s) to settle: above the default.
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize(
-    "runtime",
-    [
-        "kafka",
-        pytest.param(
-            "faust",
-            marks=pytest.mark.xfail(
-                reason="known defect (ADR 0003, known limits): in this run the faust runtime "
-                "commits the input offsets of some partitions without their findings; "
-                "`scripts/torture.py` with the same plan passes",
-                strict=False,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("runtime", ["kafka", "faust"])
 def test_every_fault_is_survived(runtime: str, own_broker: LocalKafka, tmp_path: Path) -> None:
     if runtime == "faust":
         pytest.importorskip("faust", reason="the faust extra is not installed (.[faust])")

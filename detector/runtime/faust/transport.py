@@ -106,6 +106,26 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = self._ensure_consumer()
         return cast(Mapping[TP, int], await consumer.end_offsets(partitions))
 
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        """After recovery, every input partition starts where the group committed, or at its
+        beginning when the group committed nothing there.
+
+        aiokafka seeks only the partitions whose committed offset is above 0 and leaves the
+        others where its fetcher got to. faust drops what is fetched for a partition it holds
+        paused during recovery, so those records were never processed, and the next commit
+        (past later records) skipped them: the torture run lost the findings of every input
+        partition that had changed owner before anything of it was committed."""
+        committed = await super().seek_to_committed()
+        input_topic = cast(SplitbrainApp, self.app).input_topic
+        fresh = [
+            tp
+            for tp, offset in committed.items()
+            if tp.topic == input_topic and (offset is None or offset <= 0)
+        ]
+        if fresh:
+            await self.seek_to_beginning(*fresh)
+        return committed
+
 
 class EosConsumer(faust_aiokafka.Consumer):
     """Commits only at event boundaries, only what was processed, only after it was delivered."""
@@ -145,6 +165,7 @@ class SplitbrainApp(faust.App):
     """A faust App on `EosTransport`, carrying the state the subclasses above share."""
 
     barrier: CommitBarrier
+    input_topic: str
     copartitioned_outputs: dict[str, str]
     metrics: WorkerMetrics
 

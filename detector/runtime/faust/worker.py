@@ -96,6 +96,7 @@ class FaustWorker:
         )
         app.barrier = CommitBarrier()
         app.metrics = metrics
+        app.input_topic = settings.input_topic
         app.copartitioned_outputs = {
             settings.findings_topic: settings.input_topic,
             settings.dlq_topic: settings.input_topic,
