@@ -19,6 +19,7 @@ _COMMAND_MODULES = (
     "detector.cli.topics",
     "detector.cli.replay",
     "detector.cli.tail",
+    "detector.cli.leases",
 )
 
 

@@ -28,6 +28,15 @@ from detector.testing.topics import WorkerTopics
 Labels = tuple[tuple[str, str], ...]
 
 
+def connection_env(config: Mapping[str, Any], **more: str) -> dict[str, str]:
+    """This process's environment without its `SPLITBRAIN_*` variables, plus `config` (librdkafka
+    settings) as the `SPLITBRAIN_*` variables a command reads, plus `more`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update({env_name(k): str(v) for k, v in config.items()})
+    env.update(more)
+    return env
+
+
 @dataclass
 class WorkerProcess:
     """One worker instance; `start` again after `stop` or `kill` to restart it on the same state
@@ -69,8 +78,7 @@ class WorkerProcess:
         if self.alive():
             raise RuntimeError(f"worker {self.instance} is running already")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-        env.update({env_name(k): str(v) for k, v in self.config.items()})
+        env = connection_env(self.config)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv(), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True

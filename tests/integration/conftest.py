@@ -1,11 +1,13 @@
 """Every test in this directory talks to a real local broker: mark them `kafka`."""
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from detector.testing.kafka import LocalKafka
+from detector.testing.postgres import LocalPostgres
 from tests.conftest import mark_directory
 from tests.integration.deployment import RUNTIMES, Deployment
 
@@ -33,3 +35,22 @@ def deployment(
         yield d
     finally:
         d.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    """One PostgreSQL server for the session (`.dsn`, `.restart()`), stopped by PID at the end;
+    a test that restarts it leaves it running."""
+    with LocalPostgres() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_dsn(postgres: LocalPostgres) -> Iterator[str]:
+    """A new, empty database of the session's server for this test alone, dropped after it."""
+    name = f"test_{uuid.uuid4().hex}"
+    dsn = postgres.create_database(name)
+    try:
+        yield dsn
+    finally:
+        postgres.drop_database(name)

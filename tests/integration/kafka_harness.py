@@ -4,22 +4,21 @@ a reader that waits for a count rather than for a while, and Java's partitioner.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.kafka.config import env_name
 from detector.testing.kafka import LocalKafka
+from detector.testing.topics import Record, TopicReader
+from detector.testing.worker import connection_env
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS_FILE = REPO / "topics" / "topics.yaml"
@@ -42,10 +41,7 @@ def unique(prefix: str) -> str:
 
 def broker_env(broker: LocalKafka, **overrides: str) -> dict[str, str]:
     """The broker's client settings as the SPLITBRAIN_* environment the commands read."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLITBRAIN_")}
-    env.update({env_name(k): str(v) for k, v in broker.client_config().items()})
-    env.update(overrides)
-    return env
+    return connection_env(broker.client_config(), **overrides)
 
 
 def splitbrain(
@@ -95,44 +91,14 @@ def renamed_topics_file(
         delete_topics(broker, created)
 
 
-def read_topic(
-    broker: LocalKafka, topic: str, count: int, *, extra: Mapping[str, Any] | None = None
-) -> list[Message]:
-    """Exactly `count` records from every partition of `topic`: waits for them, then checks
-    that nothing more is there (a duplicate would otherwise go unnoticed)."""
-    consumer = Consumer(
-        {
-            **broker.client_config(),
-            "group.id": unique("test-reader"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            **(extra or {}),
-        }
-    )
-    try:
-        partitions = consumer.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        records: list[Message] = []
-        at_end: set[int] = set()
-        deadline = time.monotonic() + TIMEOUT
-        while (len(records) < count or len(at_end) < len(partitions)) and (
-            time.monotonic() < deadline
-        ):
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is None:
-                records.append(msg)
-                at_end.discard(msg.partition() or 0)
-            elif err.code() == err._PARTITION_EOF:
-                at_end.add(msg.partition() or 0)
-            else:
-                raise AssertionError(f"reading {topic}: {err.str()}")
-        assert len(records) == count, f"{topic}: {len(records)} records, expected {count}"
-        return records
-    finally:
-        consumer.close()
+def read_topic(broker: LocalKafka, topic: str, count: int) -> list[Record]:
+    """Every record of `topic`, which must be exactly `count` (a duplicate would otherwise go
+    unnoticed). Read uncommitted: the emitter and replay do not write in transactions."""
+    config = broker.client_config()
+    with TopicReader(config, topic, isolation=IsolationLevel.READ_UNCOMMITTED) as reader:
+        records = reader.read_to_end(TIMEOUT)
+    assert len(records) == count, f"{topic}: {len(records)} records, expected {count}"
+    return records
 
 
 def murmur2(data: bytes) -> int:

@@ -17,17 +17,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from detector.testing.kafka import ClientConfig, LocalKafka
+from detector.testing.topics import TopicReader
 
 TIMEOUT = 30.0
 
@@ -40,37 +39,12 @@ def _create_topic(conf: ClientConfig, partitions: int = 1) -> str:
     return topic
 
 
-def _read_all(conf: ClientConfig, topic: str, isolation: str = "read_committed") -> list[bytes]:
-    """Everything readable in a single-partition topic, read until the end-of-partition event."""
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": f"g-{uuid.uuid4().hex[:10]}",
-            "isolation.level": isolation,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group rebalance
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return values
-                raise KafkaException(err)
-            value = msg.value()
-            assert value is not None
-            values.append(value)
-        raise AssertionError(f"no end of partition on {topic} within {TIMEOUT}s; got {values}")
-    finally:
-        consumer.close()
+def _read_all(
+    conf: ClientConfig, topic: str, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
+) -> list[bytes]:
+    """Every value readable in `topic` now, in log order (single-partition topics here)."""
+    with TopicReader(conf, topic, isolation=isolation) as reader:
+        return [record.value for record in reader.read_to_end(TIMEOUT)]
 
 
 def _transactional_producer(conf: ClientConfig) -> Producer:
@@ -117,7 +91,7 @@ def test_read_committed_sees_committed_not_aborted(kafka_broker: LocalKafka) -> 
 
     assert _read_all(conf, topic) == [b"committed-1", b"committed-2"]
     # The aborted record did reach the log: read_uncommitted shows it.
-    assert b"aborted" in _read_all(conf, topic, isolation="read_uncommitted")
+    assert b"aborted" in _read_all(conf, topic, IsolationLevel.READ_UNCOMMITTED)
 
 
 def test_kill_and_restart_keeps_committed_data(kafka_broker: LocalKafka) -> None:

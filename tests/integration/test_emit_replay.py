@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_json
 from detector.histories.reader import GoodLine, read_history
 from detector.kafka.emit import DeliveryError, Emitter
 from detector.testing.kafka import LocalKafka
+from detector.testing.topics import Record
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
@@ -64,10 +64,10 @@ def generated_history(keys: int) -> list[str]:
     return lines
 
 
-def by_key_in_log_order(records: list[Message]) -> dict[bytes, list[Message]]:
-    grouped: dict[bytes, list[Message]] = defaultdict(list)
-    for msg in sorted(records, key=lambda m: (m.partition() or 0, m.offset() or 0)):
-        grouped[msg.key() or b""].append(msg)
+def by_key_in_log_order(records: list[Record]) -> dict[bytes, list[Record]]:
+    grouped: dict[bytes, list[Record]] = defaultdict(list)
+    for msg in sorted(records, key=lambda m: (m.partition, m.offset)):
+        grouped[msg.key or b""].append(msg)
     return grouped
 
 
@@ -96,15 +96,15 @@ def test_replay_lands_every_event_on_its_java_partition_in_order(
 
     records = read_topic(kafka_broker, topic, len(sent))
     for msg in records:
-        key = msg.key() or b""
-        assert msg.partition() == java_partition(key, PARTITIONS), key
-        event = parse_event_json(msg.value() or b"")
+        key = msg.key or b""
+        assert msg.partition == java_partition(key, PARTITIONS), key
+        event = parse_event_json(msg.value)
         assert key == event.workflow_key.encode("utf-8")
     expected: dict[bytes, list[OwnershipEvent]] = defaultdict(list)
     for event in sent:
         expected[event.workflow_key.encode("utf-8")].append(event)
     got = {
-        key: [parse_event_json(m.value() or b"") for m in msgs]
+        key: [parse_event_json(m.value) for m in msgs]
         for key, msgs in by_key_in_log_order(records).items()
     }
     assert got == expected  # same events, unchanged, in file order per workflow, none twice
@@ -112,7 +112,7 @@ def test_replay_lands_every_event_on_its_java_partition_in_order(
         n for n, line in enumerate(lines, 1) if line.startswith("heartbeat_ok job=legacy-10 ")
     ]
     assert [e.event_id for e in got[b"legacy-10"]] == [f"line-{n}" for n in legacy]
-    assert {m.partition() for m in records} == set(range(PARTITIONS))
+    assert {m.partition for m in records} == set(range(PARTITIONS))
 
 
 def test_replay_reports_bad_lines_with_their_number_and_sends_the_rest(
@@ -153,7 +153,7 @@ def test_replay_reports_bad_lines_with_their_number_and_sends_the_rest(
     assert "replayed 4 event(s)" in result.stderr
 
     records = read_topic(kafka_broker, topic, len(good))
-    ids = {parse_event_json(m.value() or b"").event_id for m in records}
+    ids = {parse_event_json(m.value).event_id for m in records}
     assert ids == {"b1", "b2", "line-6", "b4"}
 
 
@@ -191,8 +191,8 @@ def test_emitter_helpers_carry_trace_context_and_span_attributes(
     }
 
     records = read_topic(kafka_broker, topic, len(sent) + 1)
-    assert {m.partition() for m in records} == {java_partition(b"wf-trace", PARTITIONS)}
-    got = [parse_event_json(m.value() or b"") for m in records]
+    assert {m.partition for m in records} == {java_partition(b"wf-trace", PARTITIONS)}
+    got = [parse_event_json(m.value) for m in records]
     assert got == [*sent, untraced]
     assert {e.kind for e in got[:10]} == set(Kind)
     assert got[0].source is Source.COORDINATOR
@@ -200,8 +200,8 @@ def test_emitter_helpers_carry_trace_context_and_span_attributes(
     assert got[9].event_id == "last"
     assert all(e.observed_at is not None for e in got)
     for msg in records[:-1]:
-        assert dict(msg.headers() or [])["traceparent"] == traceparent
-    assert "traceparent" not in dict(records[-1].headers() or [])
+        assert msg.headers["traceparent"] == traceparent
+    assert "traceparent" not in records[-1].headers
 
 
 def test_undeliverable_events_surface_from_flush(kafka_broker: LocalKafka) -> None:

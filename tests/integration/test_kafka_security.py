@@ -78,7 +78,7 @@ def test_apply_emit_replay_and_tail_over_sasl_ssl(
         stdin="job_claimed job=wf-legacy token=9 worker=w1 seq=3\n",
     )
     assert replay.returncode == 0, replay.stderr
-    got = [parse_event_json(m.value() or b"") for m in read_topic(kafka_sasl_broker, ownership, 3)]
+    got = [parse_event_json(m.value) for m in read_topic(kafka_sasl_broker, ownership, 3)]
     assert sorted(e.event_id for e in got) == sorted([*(e.event_id for e in sent), "line-1"])
 
     (finding,) = audit_lines(SEED_FIXTURE.read_bytes().splitlines()).findings.values()

@@ -1,0 +1,30 @@
+"""The lease store's errors. A lost lease or a refused result is not one of them: those are
+answers (`LeaseLost`, `Outcome.REJECTED`), which a worker acts on rather than retries."""
+
+from __future__ import annotations
+
+from detector.errors import SplitbrainError
+
+
+class LeaseError(SplitbrainError):
+    """Every error the lease store raises on purpose."""
+
+
+class LeaseInputError(LeaseError, ValueError):
+    """A caller's value the store refuses, naming the field: an unknown job class, an oversized
+    payload, an idempotency key or owner id out of bounds. Nothing was written."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class StoreUnavailableError(LeaseError):
+    """The database did not answer, or the connection broke mid-call. For a transition, whether
+    it committed is unknown: the caller's ownership is uncertain, not lost."""
+
+
+class MigrationError(LeaseError):
+    """The database's schema is not one this version can migrate: it was migrated by a newer
+    version, or a step it recorded differs from this version's."""

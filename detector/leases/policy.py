@@ -1,0 +1,67 @@
+"""Job classes and their lease policy, and the bounded labels a job carries.
+
+A job's lease and retries come from its class, never from the caller: a worker, or a model
+choosing a tool, cannot ask for a longer lease or more attempts than the class allows. A class
+whose numbers would let a live worker lose its lease to a few late heartbeats is refused when it
+is defined (DESIGN §4, lease health: L > R x H + J).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Final, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from detector.contracts.events import ShortLabel
+from detector.settings import PositiveInt, PositiveSeconds, Seconds
+
+MAX_NAME_CHARS: Final = 128
+
+Label = Annotated[ShortLabel, Field(min_length=1)]
+
+
+class JobClass(BaseModel):
+    """The policy of one class of jobs (a tool such as `web_search` or `ocr`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    lease_s: PositiveSeconds = Field(description="L: how long a claim or a heartbeat holds")
+    heartbeat_s: PositiveSeconds = Field(description="H: how often the owner extends")
+    missed_heartbeats: PositiveInt = Field(description="R: heartbeats that may fail in a row")
+    reserve_s: Seconds = Field(description="J: reserve for jitter, pauses and the database")
+    max_attempts: PositiveInt = Field(description="claims before the job fails for good")
+    tool_timeout_s: PositiveSeconds = Field(description="the client timeout of one tool call")
+    stage_time_limit_s: PositiveSeconds = Field(
+        description="how long one attempt may take, whatever its lease says"
+    )
+
+    @model_validator(mode="after")
+    def _lease_outlasts_missed_heartbeats(self) -> Self:
+        floor = self.missed_heartbeats * self.heartbeat_s + self.reserve_s
+        if self.lease_s <= floor:
+            raise ValueError(
+                f"job class {self.name!r}: lease_s={self.lease_s:g} must be more than "
+                f"missed_heartbeats x heartbeat_s + reserve_s = {self.missed_heartbeats} x "
+                f"{self.heartbeat_s:g} + {self.reserve_s:g} = {floor:g} (L > R x H + J), or "
+                f"{self.missed_heartbeats} missed heartbeats lose a live worker's lease"
+            )
+        return self
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.lease_s)
+
+
+class Labels(BaseModel):
+    """A job's bounded labels, carried as the events' `attrs` and split on by lease metrics."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool_class: Label | None = None
+    model: Label | None = None
+    provider: Label | None = None
+
+    def attrs(self) -> dict[str, str]:
+        return self.model_dump(exclude_none=True)

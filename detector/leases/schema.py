@@ -1,0 +1,122 @@
+"""The lease store's schema, as ordered migration steps recorded in `splitbrain_migrations`.
+
+Each step runs once, in order, in one transaction with the others of its run, under an advisory
+lock so that two `migrate` runs never interleave. A step is recorded with the checksum of its SQL:
+a database whose recorded step differs from this version's, or that holds a step this version
+does not know (a newer version migrated it), is refused rather than guessed at. The SQL lives
+here, not in `.sql` files, so that a wheel cannot ship without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+from psycopg.rows import DictRow
+
+from detector.leases.errors import MigrationError
+
+# Any constant: it only has to be the same for every run of `migrate`.
+_MIGRATION_LOCK: Final = 0x73706C697462
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+_TOOL_JOBS: Final = """
+CREATE TABLE tool_jobs (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    job_class       text NOT NULL CHECK (char_length(job_class) BETWEEN 1 AND 128),
+    state           text NOT NULL DEFAULT 'queued'
+                    CHECK (state IN ('queued', 'running', 'succeeded', 'failed')),
+    owner_id        text CHECK (char_length(owner_id) BETWEEN 1 AND 256),
+    lease_until     timestamptz,
+    fencing_token   bigint NOT NULL DEFAULT 0 CHECK (fencing_token >= 0),
+    heartbeat_at    timestamptz,
+    attempt         integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    idempotency_key text NOT NULL UNIQUE CHECK (char_length(idempotency_key) BETWEEN 1 AND 512),
+    payload         jsonb NOT NULL,
+    result          jsonb,
+    error           jsonb,
+    tool_class      text CHECK (char_length(tool_class) BETWEEN 1 AND 128),
+    model           text CHECK (char_length(model) BETWEEN 1 AND 128),
+    provider        text CHECK (char_length(provider) BETWEEN 1 AND 128),
+    -- The last seq taken for this job's outbox, in the transaction of each transition.
+    event_seq       bigint NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT tool_jobs_running_is_leased
+        CHECK (state <> 'running' OR (owner_id IS NOT NULL AND lease_until IS NOT NULL))
+);
+-- What claim scans: the jobs of one class that are, or may become, claimable, oldest first.
+CREATE INDEX tool_jobs_claimable ON tool_jobs (job_class, created_at)
+    WHERE state IN ('queued', 'running');
+
+-- One ownership event per transition, written in the transition's transaction; the relay
+-- publishes the rows whose relayed_at is null, per job in seq order.
+CREATE TABLE tool_job_outbox (
+    job_id     uuid NOT NULL REFERENCES tool_jobs (id),
+    seq        bigint NOT NULL CHECK (seq >= 1),
+    event      jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    relayed_at timestamptz,
+    PRIMARY KEY (job_id, seq)
+);
+CREATE INDEX tool_job_outbox_unrelayed ON tool_job_outbox (created_at) WHERE relayed_at IS NULL;
+"""
+
+MIGRATIONS: Final = (Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),)
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRun:
+    """What one `migrate` did: the steps it applied (none when the schema was current)."""
+
+    applied: tuple[Migration, ...]
+    version: int
+
+
+def migrate(conn: psycopg.Connection[DictRow]) -> MigrationRun:
+    """Apply the steps the database lacks, in one transaction; a second run applies none."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS splitbrain_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        recorded = conn.execute(
+            "SELECT version, name, checksum FROM splitbrain_migrations ORDER BY version"
+        ).fetchall()
+        known = {m.version: m for m in MIGRATIONS}
+        for row in recorded:
+            step = known.get(row["version"])
+            if step is None:
+                raise MigrationError(
+                    f"the database has migration {row['version']} ({row['name']}), which this "
+                    f"version does not know: a newer splitbrain migrated it"
+                )
+            if step.checksum != row["checksum"]:
+                raise MigrationError(
+                    f"migration {step.version} ({step.name}) was applied from different SQL "
+                    f"(checksum {row['checksum'][:12]}, this version's {step.checksum[:12]})"
+                )
+        done = {row["version"] for row in recorded}
+        pending = tuple(m for m in MIGRATIONS if m.version not in done)
+        for step in pending:
+            conn.execute(step.sql)
+            conn.execute(
+                "INSERT INTO splitbrain_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                (step.version, step.name, step.checksum),
+            )
+    return MigrationRun(applied=pending, version=max(m.version for m in MIGRATIONS))

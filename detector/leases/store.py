@@ -1,0 +1,593 @@
+"""The fenced lease store: jobs in PostgreSQL, claimed under a lease and a fencing token.
+
+Every decision about time is the database's: leases start and are checked with its `now()`, so no
+worker's clock can stretch a lease. Every write an owner makes (extend, complete, fail) is
+conditional on its owner id, its token and an unexpired lease, so a displaced owner cannot move
+the job, and is told so by an answer (`LeaseLost`, `Outcome.REJECTED`) rather than an error.
+
+Each transition, and each refusal, appends one ownership event to `tool_job_outbox` in its own
+transaction, with the job's next `seq` taken there from the job row (which that transaction holds
+locked). So the outbox has exactly the transitions that committed, in the order they committed:
+anything a displaced owner does after a takeover is recorded after it, whatever the owner
+believes, and an event recorded before it keeps its place however late it is relayed.
+
+Synchronous psycopg: the heartbeat of a worker must keep going when the tool call blocks its
+event loop, so it runs on a thread of its own, and a blocking connection per thread is the
+simplest thing that does that. A store holds one connection: use one store per thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import DictRow
+
+from detector.contracts.events import MAX_KEY_CHARS, Source
+from detector.leases.db import connect, one_line
+from detector.leases.errors import LeaseInputError, StoreUnavailableError
+from detector.leases.policy import JobClass, Labels
+
+log = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES: Final = 64 * 1024
+MAX_OWNER_CHARS: Final = 256  # an event's worker_id
+# The job table is where a job's result goes: refusing a stale owner's result is a destination
+# enforcing the fence, which the detector counts as the fence holding.
+RESULT_DESTINATION: Final = "tool_jobs"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Outcome(StrEnum):
+    """The answer to `complete` or `fail`."""
+
+    SUCCEEDED = "succeeded"
+    REQUEUED = "requeued"  # failed with attempts left: queued for another claim
+    FAILED = "failed"  # failed for good; the job's `error` says why
+    REJECTED = "rejected"  # not the owner, not its token, or its lease expired: nothing changed
+
+
+class FailureReason(StrEnum):
+    RETRYING = "retrying"
+    NOT_RETRYABLE = "not_retryable"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claimed job, as its owner holds it: what every later write of the owner presents."""
+
+    job_id: UUID
+    job_class: str
+    owner_id: str
+    fencing_token: int
+    attempt: int
+    lease_until: datetime
+    idempotency_key: str
+    payload: Any
+    labels: Labels
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLost:
+    """`extend` found the lease gone: expired, or taken by a newer token. Stop; commit nothing."""
+
+    job_id: UUID
+    fencing_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: UUID
+    job_class: str
+    state: JobState
+    owner_id: str | None
+    fencing_token: int
+    attempt: int
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+    idempotency_key: str
+    payload: Any
+    result: Any
+    error: Any
+    labels: Labels
+    created_at: datetime
+    updated_at: datetime
+
+
+_JOB_COLUMNS: Final = (
+    "id, job_class, state, owner_id, fencing_token, attempt, lease_until, heartbeat_at, "
+    "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at"
+)
+# The job-queue kinds of DESIGN §3 that the store records.
+EventKind = Literal[
+    "job_claimed", "heartbeat_ok", "heartbeat_lost", "result_rejected", "lease_released"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """The event of an owner's write refused because its lease no longer holds."""
+
+    kind: EventKind
+    source: Source
+    destination: str | None = None
+
+
+_LEASE_LOST: Final = _Refusal("heartbeat_lost", Source.WORKER)
+_RESULT_REJECTED: Final = _Refusal("result_rejected", Source.DESTINATION, RESULT_DESTINATION)
+
+
+def _event_columns(table: str = "") -> str:
+    """What an event of a transition needs from the job row, `at` being the database's now()."""
+    names = (
+        "id",
+        "job_class",
+        "owner_id",
+        "fencing_token",
+        "attempt",
+        "lease_until",
+        "event_seq",
+        "tool_class",
+        "model",
+        "provider",
+    )
+    return ", ".join(f"{table}{name}" for name in names) + ", now() AS at"
+
+
+# Claimable, or about to be failed for good when its attempts are used up.
+_AVAILABLE: Final = "(state = 'queued' OR (state = 'running' AND lease_until <= now()))"
+# The owner's write is allowed only while its lease holds.
+_HELD: Final = (
+    "id = %(job_id)s AND job_class = %(job_class)s AND owner_id = %(owner_id)s"
+    " AND fencing_token = %(fencing_token)s AND state = 'running' AND lease_until > now()"
+)
+_FAILURE: Final = "%(error)s::jsonb || jsonb_build_object('attempt', attempt)"
+
+_ENQUEUE: Final = f"""
+INSERT INTO tool_jobs (job_class, idempotency_key, payload, tool_class, model, provider)
+VALUES (%(job_class)s, %(idempotency_key)s, %(payload)s::jsonb, %(tool_class)s, %(model)s,
+        %(provider)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING {_JOB_COLUMNS}, true AS created
+"""
+_JOB_BY_KEY: Final = (
+    f"SELECT {_JOB_COLUMNS}, false AS created FROM tool_jobs WHERE idempotency_key = %s"
+)
+_JOB_BY_ID: Final = f"SELECT {_JOB_COLUMNS} FROM tool_jobs WHERE id = %s"
+# Jobs whose last attempt ended without an answer (or whose class now allows fewer attempts):
+# nobody may claim them again, so they fail for good.
+_REAP: Final = f"""
+UPDATE tool_jobs AS j
+   SET state = 'failed', error = {_FAILURE}, event_seq = j.event_seq + 1, updated_at = now()
+  FROM (SELECT id FROM tool_jobs
+         WHERE job_class = %(job_class)s AND attempt >= %(max_attempts)s AND {_AVAILABLE}
+           FOR UPDATE SKIP LOCKED) AS spent
+ WHERE j.id = spent.id
+RETURNING {_event_columns("j.")}
+"""
+# The claim: one statement picks the oldest available job of the class, skipping rows another
+# claimer holds, and takes it under the next token.
+_CLAIM: Final = f"""
+UPDATE tool_jobs AS j
+   SET state = 'running',
+       owner_id = %(owner_id)s,
+       fencing_token = j.fencing_token + 1,
+       attempt = j.attempt + 1,
+       lease_until = now() + %(lease)s,
+       heartbeat_at = now(),
+       event_seq = j.event_seq + 1,
+       updated_at = now()
+  FROM (SELECT id FROM tool_jobs
+         WHERE job_class = %(job_class)s AND attempt < %(max_attempts)s AND {_AVAILABLE}
+         ORDER BY created_at
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED) AS next
+ WHERE j.id = next.id
+RETURNING j.idempotency_key, j.payload, {_event_columns("j.")}
+"""
+_EXTEND: Final = f"""
+UPDATE tool_jobs
+   SET lease_until = now() + %(lease)s, heartbeat_at = now(), event_seq = event_seq + 1,
+       updated_at = now()
+ WHERE {_HELD}
+RETURNING {_event_columns()}
+"""
+_COMPLETE: Final = f"""
+UPDATE tool_jobs
+   SET state = 'succeeded', result = %(result)s::jsonb, event_seq = event_seq + 1,
+       updated_at = now()
+ WHERE {_HELD}
+RETURNING {_event_columns()}
+"""
+_FAIL: Final = f"""
+UPDATE tool_jobs
+   SET state = %(state)s, error = {_FAILURE}, event_seq = event_seq + 1, updated_at = now()
+ WHERE {_HELD}
+RETURNING {_event_columns()}
+"""
+# A refused write changes nothing of the job but is still one of its events: it takes a seq.
+_NEXT_SEQ: Final = f"""
+UPDATE tool_jobs SET event_seq = event_seq + 1 WHERE id = %(job_id)s RETURNING {_event_columns()}
+"""
+_RECORD: Final = "INSERT INTO tool_job_outbox (job_id, seq, event) VALUES (%s, %s, %s::jsonb)"
+
+
+class LeaseStore:
+    """Jobs of the given classes in the database at `dsn` (migrated by `splitbrain leases
+    migrate`). A broken connection is replaced on the next call."""
+
+    def __init__(
+        self,
+        dsn: str,
+        classes: Iterable[JobClass],
+        *,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self._classes: dict[str, JobClass] = {}
+        for job_class in classes:
+            if job_class.name in self._classes:
+                raise LeaseInputError("job_class", f"{job_class.name!r} is defined twice")
+            self._classes[job_class.name] = job_class
+        self._dsn = dsn
+        self._max_payload_bytes = max_payload_bytes
+        self._conn = connect(dsn)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- the job's life ---------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        job_class: str,
+        idempotency_key: str,
+        payload: Any,
+        labels: Labels | None = None,
+    ) -> Job:
+        """A new queued job, or the job this idempotency key already names (as it is now)."""
+        self._class(job_class)
+        _check_text("idempotency_key", idempotency_key, MAX_KEY_CHARS)
+        body = self._json("payload", payload)
+        labels = labels or Labels()
+        params = {
+            "job_class": job_class,
+            "idempotency_key": idempotency_key,
+            "payload": body,
+            **labels.model_dump(),
+        }
+        with self._transaction() as conn:
+            row = conn.execute(_ENQUEUE, params).fetchone()
+            if row is None:
+                # The key's job committed before our insert, so this newer snapshot sees it.
+                row = conn.execute(_JOB_BY_KEY, (idempotency_key,)).fetchone()
+        assert row is not None  # jobs are never deleted
+        job = _job(row)
+        log.info(
+            "%s job=%s class=%s payload_sha256=%s",
+            "enqueued" if row["created"] else "enqueue repeated",
+            job.id,
+            job_class,
+            _digest(body),
+        )
+        return job
+
+    def claim(self, job_class: str, owner_id: str) -> Lease | None:
+        """The oldest queued job of the class, or one whose lease expired, under a new token
+        and a lease of the class's length; None when there is none. Jobs of the class whose
+        attempts are used up fail for good here, in the same transaction."""
+        policy = self._class(job_class)
+        _check_text("owner_id", owner_id, MAX_OWNER_CHARS)
+        params = {
+            "job_class": job_class,
+            "owner_id": owner_id,
+            "lease": policy.lease,
+            "max_attempts": policy.max_attempts,
+            "error": _failure(FailureReason.ATTEMPTS_EXHAUSTED, {"code": "lease_expired"}),
+        }
+        with self._transaction() as conn:
+            for spent in conn.execute(_REAP, params).fetchall():
+                self._record(
+                    conn,
+                    spent,
+                    "lease_released",
+                    source=Source.COORDINATOR,
+                    detail={
+                        "outcome": Outcome.FAILED,
+                        "reason": FailureReason.ATTEMPTS_EXHAUSTED,
+                    },
+                )
+                log.warning(
+                    "failed job=%s class=%s token=%d attempt=%d reason=%s",
+                    spent["id"],
+                    job_class,
+                    spent["fencing_token"],
+                    spent["attempt"],
+                    FailureReason.ATTEMPTS_EXHAUSTED,
+                )
+            row = conn.execute(_CLAIM, params).fetchone()
+            if row is None:
+                return None
+            self._record(
+                conn,
+                row,
+                "job_claimed",
+                source=Source.COORDINATOR,
+                lease_until=row["lease_until"],
+                lease_duration_s=policy.lease_s,
+                heartbeat_interval_s=policy.heartbeat_s,
+            )
+        lease = Lease(
+            job_id=row["id"],
+            job_class=job_class,
+            owner_id=owner_id,
+            fencing_token=row["fencing_token"],
+            attempt=row["attempt"],
+            lease_until=row["lease_until"],
+            idempotency_key=row["idempotency_key"],
+            payload=row["payload"],
+            labels=_labels(row),
+        )
+        log.info(
+            "claimed job=%s class=%s token=%d attempt=%d owner=%s",
+            lease.job_id,
+            job_class,
+            lease.fencing_token,
+            lease.attempt,
+            owner_id,
+        )
+        return lease
+
+    def extend(self, lease: Lease) -> Lease | LeaseLost:
+        """The heartbeat: the lease again for the class's length from the database's now, or
+        `LeaseLost` when this owner no longer holds it (an answer, not an error to retry)."""
+        policy = self._class(lease.job_class)
+        with self._transaction() as conn:
+            row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _LEASE_LOST)
+            if row is not None:
+                self._record(conn, row, "heartbeat_ok", lease_until=row["lease_until"])
+        if row is None:
+            log.warning(
+                "lease lost job=%s token=%d owner=%s",
+                lease.job_id,
+                lease.fencing_token,
+                lease.owner_id,
+            )
+            return LeaseLost(lease.job_id, lease.fencing_token)
+        log.debug("extended job=%s token=%d", lease.job_id, lease.fencing_token)
+        return dataclasses.replace(lease, lease_until=row["lease_until"])
+
+    def complete(self, lease: Lease, result: Any) -> Outcome:
+        """Record the result, only while the lease holds; otherwise REJECTED and the job is
+        left as it is (never shown as succeeded)."""
+        body = self._json("result", result)
+        with self._transaction() as conn:
+            row = self._while_held(
+                conn,
+                _COMPLETE,
+                {"result": body},
+                lease,
+                _RESULT_REJECTED,
+                {"attempted": "complete", "result_sha256": _digest(body)},
+            )
+            if row is not None:
+                self._record(conn, row, "lease_released", detail={"outcome": Outcome.SUCCEEDED})
+        return self._answer(lease, Outcome.SUCCEEDED if row else Outcome.REJECTED, body)
+
+    def fail(self, lease: Lease, error: Any, *, retryable: bool) -> Outcome:
+        """Record a failed attempt, only while the lease holds: REQUEUED if the error is
+        retryable and the class allows another attempt, else FAILED for good with the reason;
+        REJECTED (nothing changed) when the lease no longer holds."""
+        self._json("error", error)
+        if not retryable:
+            outcome, reason = Outcome.FAILED, FailureReason.NOT_RETRYABLE
+        elif lease.attempt >= self._class(lease.job_class).max_attempts:
+            outcome, reason = Outcome.FAILED, FailureReason.ATTEMPTS_EXHAUSTED
+        else:
+            outcome, reason = Outcome.REQUEUED, FailureReason.RETRYING
+        record = _failure(reason, error)
+        state = JobState.QUEUED if outcome is Outcome.REQUEUED else JobState.FAILED
+        with self._transaction() as conn:
+            row = self._while_held(
+                conn,
+                _FAIL,
+                {"state": state, "error": record},
+                lease,
+                _RESULT_REJECTED,
+                {"attempted": "fail"},
+            )
+            if row is not None:
+                self._record(
+                    conn, row, "lease_released", detail={"outcome": outcome, "reason": reason}
+                )
+        return self._answer(lease, outcome if row else Outcome.REJECTED, record)
+
+    def job(self, job_id: UUID) -> Job | None:
+        with self._transaction() as conn:
+            row = conn.execute(_JOB_BY_ID, (job_id,)).fetchone()
+        return None if row is None else _job(row)
+
+    # -- internals --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """One database transaction. A connection that broke is replaced first; a database
+        that does not answer, or a connection lost mid-call, is `StoreUnavailableError`."""
+        try:
+            if self._conn.broken:
+                self._conn = connect(self._dsn)
+            with self._conn.transaction():
+                yield self._conn
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
+
+    def _while_held(
+        self,
+        conn: psycopg.Connection[DictRow],
+        statement: str,
+        params: dict[str, Any],
+        lease: Lease,
+        refusal: _Refusal,
+        detail: dict[str, Any] | None = None,
+    ) -> DictRow | None:
+        """Run a transition of the owner of `lease`, if its lease still holds; otherwise record
+        the refusal as the job's next event and return None."""
+        held = {
+            "job_id": lease.job_id,
+            "job_class": lease.job_class,
+            "owner_id": lease.owner_id,
+            "fencing_token": lease.fencing_token,
+        }
+        row = conn.execute(statement, {**held, **params}).fetchone()
+        if row is None:
+            job = conn.execute(_NEXT_SEQ, held).fetchone()
+            if job is not None:
+                self._record(
+                    conn,
+                    job,
+                    refusal.kind,
+                    holder=lease,
+                    source=refusal.source,
+                    detail=detail,
+                    destination=refusal.destination,
+                )
+        return row
+
+    def _record(
+        self,
+        conn: psycopg.Connection[DictRow],
+        row: DictRow,
+        kind: EventKind,
+        *,
+        holder: Lease | None = None,
+        source: Source = Source.WORKER,
+        detail: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Append the job's event `kind` at the seq its row just took. The event is the owner's
+        (`holder`, else the row's owner) and uses the job-queue vocabulary of DESIGN §3."""
+        owner_id, token, attempt = (
+            (row["owner_id"], row["fencing_token"], row["attempt"])
+            if holder is None
+            else (holder.owner_id, holder.fencing_token, holder.attempt)
+        )
+        event: dict[str, Any] = {
+            "event_id": f"{row['id']}:{row['event_seq']}",
+            "kind": kind,
+            "job": str(row["id"]),
+            "fencing_token": token,
+            "owner_id": owner_id,
+            "seq": row["event_seq"],
+            "source": source,
+            "observed_at": row["at"].isoformat(),
+            "detail": {"job_class": row["job_class"], "attempt": attempt, **(detail or {})},
+        }
+        for name, value in fields.items():
+            if value is not None:
+                event[name] = value.isoformat() if isinstance(value, datetime) else value
+        attrs = _labels(row).attrs()
+        if attrs:
+            event["attrs"] = attrs
+        conn.execute(_RECORD, (row["id"], row["event_seq"], json.dumps(event)))
+
+    def _answer(self, lease: Lease, outcome: Outcome, body: str) -> Outcome:
+        """Log a write's outcome: a refused one as a warning, with the hash of what was sent."""
+        log.log(
+            logging.WARNING if outcome is Outcome.REJECTED else logging.INFO,
+            "%s job=%s token=%d attempt=%d owner=%s sha256=%s",
+            outcome,
+            lease.job_id,
+            lease.fencing_token,
+            lease.attempt,
+            lease.owner_id,
+            _digest(body),
+        )
+        return outcome
+
+    def _class(self, name: str) -> JobClass:
+        try:
+            return self._classes[name]
+        except KeyError:
+            known = ", ".join(sorted(self._classes)) or "none"
+            raise LeaseInputError(
+                "job_class", f"unknown job class {name!r} (known: {known})"
+            ) from None
+
+    def _json(self, field: str, value: Any) -> str:
+        """`value` as the JSON the database will store, if it is JSON and within the limit."""
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise LeaseInputError(field, f"not JSON: {exc}") from None
+        size = len(text.encode())
+        if size > self._max_payload_bytes:
+            raise LeaseInputError(
+                field, f"{size} bytes as JSON; the limit is {self._max_payload_bytes}"
+            )
+        return text
+
+
+def _check_text(field: str, value: str, limit: int) -> None:
+    if not isinstance(value, str) or not 0 < len(value) <= limit:
+        raise LeaseInputError(field, f"expected a string of 1 to {limit} characters")
+
+
+def _failure(reason: FailureReason, error: Any) -> str:
+    """A job's `error`: why the attempt ended and the caller's error (the SQL adds `attempt`)."""
+    return json.dumps({"reason": reason, "error": error}, ensure_ascii=False)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _labels(row: DictRow) -> Labels:
+    return Labels(tool_class=row["tool_class"], model=row["model"], provider=row["provider"])
+
+
+def _job(row: DictRow) -> Job:
+    return Job(
+        id=row["id"],
+        job_class=row["job_class"],
+        state=JobState(row["state"]),
+        owner_id=row["owner_id"],
+        fencing_token=row["fencing_token"],
+        attempt=row["attempt"],
+        lease_until=row["lease_until"],
+        heartbeat_at=row["heartbeat_at"],
+        idempotency_key=row["idempotency_key"],
+        payload=row["payload"],
+        result=row["result"],
+        error=row["error"],
+        labels=_labels(row),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )

@@ -1,0 +1,519 @@
+"""The fenced lease store against a real PostgreSQL (issue 10, part 1): exclusive claims, fenced
+writes, the outbox in each transition's transaction, migrations, and a server restart mid-run.
+
+Each test has a fresh database of the session's server (`postgres_dsn`). Leases are one second
+long, so a lapse is a short sleep, measured on the database's clock as the store's leases are.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg.rows import DictRow
+
+from detector.cli.main import main
+from detector.contracts.events import Kind, Source, parse_event_obj
+from detector.errors import ExitCode
+from detector.leases import (
+    FailureReason,
+    JobClass,
+    JobState,
+    Labels,
+    Lease,
+    LeaseInputError,
+    LeaseLost,
+    LeaseStore,
+    Outcome,
+    StoreUnavailableError,
+    migrate,
+)
+from detector.leases.db import connect
+from detector.testing.kafka import free_port
+from detector.testing.postgres import LocalPostgres
+
+
+def job_class(name: str = "ocr", *, max_attempts: int = 3) -> JobClass:
+    return JobClass(
+        name=name,
+        lease_s=1.0,
+        heartbeat_s=0.2,
+        missed_heartbeats=2,
+        reserve_s=0.3,
+        max_attempts=max_attempts,
+        tool_timeout_s=5,
+        stage_time_limit_s=60,
+    )
+
+
+CLASSES = (job_class(), job_class("once", max_attempts=1))
+LABELS = Labels(tool_class="ocr", model="tesseract-5", provider="local")
+
+
+@pytest.fixture
+def db(postgres_dsn: str) -> Iterator[psycopg.Connection[DictRow]]:
+    """The migrated test database, for the test's own reads."""
+    with connect(postgres_dsn) as conn:
+        migrate(conn)
+        yield conn
+
+
+@pytest.fixture
+def store(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[LeaseStore]:
+    with LeaseStore(postgres_dsn, CLASSES) as s:
+        yield s
+
+
+def outbox(db: psycopg.Connection[DictRow], job_id: UUID) -> list[dict[str, Any]]:
+    """The job's outbox events, in seq order."""
+    rows = db.execute(
+        "SELECT seq, event FROM tool_job_outbox WHERE job_id = %s ORDER BY seq", (job_id,)
+    ).fetchall()
+    assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+    return [r["event"] for r in rows]
+
+
+def sleep_past(db: psycopg.Connection[DictRow], lease: Lease) -> None:
+    """Until the database's clock is past the lease (the client's clock decides nothing)."""
+    row = db.execute("SELECT extract(epoch FROM %s - now()) AS left", (lease.lease_until,))
+    left = row.fetchone()
+    assert left is not None
+    time.sleep(max(0.0, float(left["left"])) + 0.05)
+
+
+def claimed(lease: Lease | None) -> Lease:
+    assert lease is not None
+    return lease
+
+
+# -- claims ---------------------------------------------------------------------------------
+
+
+def test_each_job_is_claimed_once_by_concurrent_claimers(
+    postgres_dsn: str, store: LeaseStore
+) -> None:
+    jobs = {store.enqueue("ocr", f"doc:{i}:ocr", {"doc": i}).id for i in range(60)}
+    start = threading.Barrier(8)
+    taken: list[Lease] = []
+    lock = threading.Lock()
+
+    def claimer(n: int) -> None:
+        with LeaseStore(postgres_dsn, CLASSES) as own:
+            start.wait()
+            while (lease := own.claim("ocr", f"w{n}")) is not None:
+                with lock:
+                    taken.append(lease)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(lease.job_id for lease in taken) == sorted(jobs)
+    assert {(lease.fencing_token, lease.attempt) for lease in taken} == {(1, 1)}
+    assert len({lease.owner_id for lease in taken}) > 1  # they did compete
+
+
+def test_a_lapsed_lease_is_claimed_again_under_a_higher_token(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    job = store.enqueue("ocr", "doc:1:ocr", {"doc": 1}, LABELS)
+    first = claimed(store.claim("ocr", "w1"))
+    assert (first.job_id, first.fencing_token, first.attempt) == (job.id, 1, 1)
+    assert first.payload == {"doc": 1} and first.labels == LABELS
+    assert store.claim("ocr", "w2") is None  # the lease holds
+    sleep_past(db, first)
+    second = claimed(store.claim("ocr", "w2"))
+    assert (second.job_id, second.fencing_token, second.attempt) == (job.id, 2, 2)
+    assert second.lease_until > first.lease_until
+
+
+def test_a_claim_takes_its_lease_from_the_class_and_the_database_clock(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    row = db.execute(
+        "SELECT lease_until - heartbeat_at AS length FROM tool_jobs WHERE id = %s",
+        (lease.job_id,),
+    ).fetchone()
+    assert row is not None and row["length"].total_seconds() == job_class().lease_s
+
+
+# -- fenced writes ----------------------------------------------------------------------------
+
+
+def test_a_displaced_owner_learns_it_lost_the_lease_and_cannot_write(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {"doc": 1})
+    zombie = claimed(store.claim("ocr", "w1"))
+    sleep_past(db, zombie)
+    owner = claimed(store.claim("ocr", "w2"))
+
+    assert store.extend(zombie) == LeaseLost(zombie.job_id, 1)
+    assert store.complete(zombie, {"text": "late"}) is Outcome.REJECTED
+    assert store.fail(zombie, {"code": "timeout"}, retryable=True) is Outcome.REJECTED
+    job = store.job(zombie.job_id)
+    assert job is not None
+    assert (job.state, job.owner_id, job.fencing_token) == (JobState.RUNNING, "w2", 2)
+    assert job.result is None and job.error is None
+
+    extended = store.extend(owner)
+    assert isinstance(extended, Lease) and extended.lease_until >= owner.lease_until
+    assert store.complete(extended, {"text": "ok"}) is Outcome.SUCCEEDED
+    done = store.job(owner.job_id)
+    assert done is not None
+    assert (done.state, done.result) == (JobState.SUCCEEDED, {"text": "ok"})
+
+
+def test_an_expired_lease_refuses_its_owner_even_before_anyone_takes_over(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    sleep_past(db, lease)
+    assert store.complete(lease, {"text": "too late"}) is Outcome.REJECTED
+    assert isinstance(store.extend(lease), LeaseLost)
+    job = store.job(lease.job_id)
+    assert job is not None and job.state is JobState.RUNNING and job.result is None
+
+
+def test_a_failed_attempt_is_retried_until_the_class_allows_no_more(store: LeaseStore) -> None:
+    job = store.enqueue("ocr", "doc:1:ocr", {})
+    for attempt in (1, 2):
+        lease = claimed(store.claim("ocr", "w1"))
+        assert lease.attempt == attempt
+        assert store.fail(lease, {"code": "http_503"}, retryable=True) is Outcome.REQUEUED
+        requeued = store.job(job.id)
+        assert requeued is not None and requeued.state is JobState.QUEUED
+    last = claimed(store.claim("ocr", "w1"))
+    assert store.fail(last, {"code": "http_503"}, retryable=True) is Outcome.FAILED
+    failed = store.job(job.id)
+    assert failed is not None and failed.state is JobState.FAILED
+    assert failed.error == {
+        "reason": FailureReason.ATTEMPTS_EXHAUSTED,
+        "attempt": 3,
+        "error": {"code": "http_503"},
+    }
+    assert store.claim("ocr", "w1") is None
+
+
+def test_an_error_that_is_not_retryable_fails_the_job_at_once(store: LeaseStore) -> None:
+    job = store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    assert store.fail(lease, {"code": "bad_document"}, retryable=False) is Outcome.FAILED
+    failed = store.job(job.id)
+    assert failed is not None and failed.state is JobState.FAILED
+    assert failed.error["reason"] == FailureReason.NOT_RETRYABLE
+
+
+def test_a_last_attempt_that_never_answered_fails_for_good(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    job = store.enqueue("once", "doc:1:once", {})
+    lease = claimed(store.claim("once", "w1"))
+    sleep_past(db, lease)
+    assert store.claim("once", "w2") is None
+    failed = store.job(job.id)
+    assert failed is not None and failed.state is JobState.FAILED
+    assert failed.error["reason"] == FailureReason.ATTEMPTS_EXHAUSTED
+    assert failed.error["error"] == {"code": "lease_expired"}
+    last = outbox(db, job.id)[-1]
+    assert (last["kind"], last["source"], last["fencing_token"]) == (
+        "lease_released",
+        "coordinator",
+        1,
+    )
+
+
+# -- the outbox -------------------------------------------------------------------------------
+
+
+def test_the_outbox_has_each_transition_in_order_and_a_zombie_after_its_takeover(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """DESIGN §3-§4: `seq` is the job's authoritative order, so what the displaced owner does
+    after the takeover must carry a higher seq than the takeover, whatever it believes."""
+    job = store.enqueue("ocr", "doc:1:ocr", {"doc": 1}, LABELS)
+    zombie = claimed(store.claim("ocr", "w1"))
+    store.extend(zombie)
+    sleep_past(db, zombie)
+    owner = claimed(store.claim("ocr", "w2"))
+    store.extend(zombie)
+    store.complete(zombie, {"text": "late"})
+    store.extend(owner)
+    store.complete(owner, {"text": "ok"})
+
+    events = outbox(db, job.id)
+    assert [(e["kind"], e["fencing_token"], e["owner_id"]) for e in events] == [
+        ("job_claimed", 1, "w1"),
+        ("heartbeat_ok", 1, "w1"),
+        ("job_claimed", 2, "w2"),
+        ("heartbeat_lost", 1, "w1"),
+        ("result_rejected", 1, "w1"),
+        ("heartbeat_ok", 2, "w2"),
+        ("lease_released", 2, "w2"),
+    ]
+    parsed = [parse_event_obj(e) for e in events]
+    assert [p.kind for p in parsed] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.HEARTBEAT,
+        Kind.LEASE_ACQUIRED,
+        Kind.LEASE_LOST,
+        Kind.EFFECT_REJECTED,
+        Kind.HEARTBEAT,
+        Kind.LEASE_RELEASED,
+    ]
+    for seq, (raw, event) in enumerate(zip(events, parsed, strict=True), start=1):
+        assert event.dropped_fields == ()
+        assert (event.workflow_key, event.seq) == (str(job.id), seq)
+        assert event.event_id == f"{job.id}:{seq}"
+        assert event.attrs == {"tool_class": "ocr", "model": "tesseract-5", "provider": "local"}
+        assert event.observed_at is not None
+        assert raw["detail"]["job_class"] == "ocr"
+    takeover = parsed[2]
+    assert takeover.source is Source.COORDINATOR
+    assert (takeover.lease_duration_s, takeover.heartbeat_interval_s) == (1.0, 0.2)
+    assert takeover.lease_until == owner.lease_until
+    rejected = parsed[4]
+    assert (rejected.source, rejected.effect_key, rejected.destination) == (
+        Source.DESTINATION,
+        "result",
+        "tool_jobs",
+    )
+    # The displaced owner's lost heartbeat and refused result come after the takeover.
+    assert (takeover.seq, parsed[3].seq, parsed[4].seq) == (3, 4, 5)
+
+
+def test_a_refused_write_on_an_unknown_job_records_nothing(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {})
+    real = claimed(store.claim("ocr", "w1"))
+    ghost = Lease(
+        job_id=UUID(int=1),
+        job_class="ocr",
+        owner_id="w1",
+        fencing_token=1,
+        attempt=1,
+        lease_until=real.lease_until,
+        idempotency_key="ghost",
+        payload={},
+        labels=Labels(),
+    )
+    assert isinstance(store.extend(ghost), LeaseLost)
+    assert store.complete(ghost, {}) is Outcome.REJECTED
+    row = db.execute("SELECT count(*) AS n FROM tool_job_outbox").fetchone()
+    assert row is not None and row["n"] == 1  # the real claim only
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+def test_bad_input_is_refused_naming_the_field(postgres_dsn: str, store: LeaseStore) -> None:
+    with pytest.raises(LeaseInputError, match=r"job_class: unknown job class 'pdf' \(known: "):
+        store.enqueue("pdf", "doc:1:pdf", {})
+    with pytest.raises(LeaseInputError, match="job_class: unknown job class 'pdf'"):
+        store.claim("pdf", "w1")
+    with pytest.raises(LeaseInputError, match="idempotency_key: expected a string of 1 to 512"):
+        store.enqueue("ocr", "", {})
+    with pytest.raises(LeaseInputError, match="owner_id: expected a string of 1 to 256"):
+        store.claim("ocr", "w" * 257)
+    with pytest.raises(LeaseInputError, match="payload: not JSON"):
+        store.enqueue("ocr", "doc:1:ocr", {"at": object()})
+    with pytest.raises(LeaseInputError, match="job_class: 'ocr' is defined twice"):
+        LeaseStore(postgres_dsn, [job_class(), job_class()])
+
+    with LeaseStore(postgres_dsn, CLASSES, max_payload_bytes=1024) as small:
+        with pytest.raises(
+            LeaseInputError, match=r"payload: 1032 bytes as JSON; the limit is 1024"
+        ):
+            small.enqueue("ocr", "doc:1:ocr", {"text": "x" * 1021})
+        small.enqueue("ocr", "doc:1:ocr", {"text": "x" * 1011})
+        lease = claimed(small.claim("ocr", "w1"))
+        with pytest.raises(LeaseInputError, match="result: 2032 bytes as JSON"):
+            small.complete(lease, {"text": "x" * 2021})
+        job = small.job(lease.job_id)
+        assert job is not None and job.state is JobState.RUNNING
+
+
+def test_a_repeated_idempotency_key_returns_the_existing_job(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    first = store.enqueue("ocr", "invoice:7:ocr", {"page": 1}, LABELS)
+    again = store.enqueue("ocr", "invoice:7:ocr", {"page": 2})
+    assert again == first
+    row = db.execute("SELECT count(*) AS n FROM tool_jobs").fetchone()
+    assert row is not None and row["n"] == 1
+
+
+# -- migrations and the command ---------------------------------------------------------------
+
+
+def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
+    with connect(postgres_dsn) as conn:
+        first = migrate(conn)
+        recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
+        second = migrate(conn)
+        assert [m.version for m in first.applied] == [1]
+        assert (second.applied, second.version) == ((), 1)
+        assert conn.execute("SELECT * FROM splitbrain_migrations").fetchall() == recorded
+
+
+def migrate_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SPLITBRAIN_")}
+    return subprocess.run(
+        [sys.executable, "-m", "detector.cli", "leases", "migrate", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: str) -> None:
+    first = migrate_cli("--dsn", postgres_dsn)
+    assert (first.returncode, first.stderr) == (0, "")
+    assert first.stdout.splitlines() == [
+        "applied migration 1: tool_jobs and tool_job_outbox",
+        "schema at version 1",
+    ]
+    second = migrate_cli("--dsn", postgres_dsn)
+    assert (second.returncode, second.stdout) == (
+        0,
+        "schema at version 1: already current, nothing changed\n",
+    )
+
+    bad = migrate_cli("--dsn", "not a dsn")
+    assert bad.returncode == ExitCode.UNUSABLE and bad.stdout == ""
+    assert bad.stderr.splitlines() == [
+        "splitbrain leases migrate: --leases-dsn='not a dsn': expected a libpq connection "
+        "string (host=H port=P dbname=D, or postgresql://H:P/D)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "said"),
+    [
+        ([], None, "no database given: pass --dsn or set SPLITBRAIN_LEASES_DSN"),
+        ([], "", "SPLITBRAIN_LEASES_DSN='': expected a libpq connection string"),
+        (
+            ["--dsn", "postgresql://alice:hunter2@127.0.0.1/x"],
+            None,
+            "--dsn holds a password, which ps and shell history keep",
+        ),
+        (["--dsn", "host=127.0.0.1 port={port} connect_timeout=5"], None, "cannot connect"),
+    ],
+)
+def test_the_migrate_command_says_why_it_cannot_run_in_one_line(
+    argv: list[str],
+    env: str | None,
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if env is None:
+        monkeypatch.delenv("SPLITBRAIN_LEASES_DSN", raising=False)
+    else:
+        monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", env)
+    port = str(free_port())  # nothing listens there
+    assert main(["leases", "migrate", *(a.replace("{port}", port) for a in argv)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("splitbrain leases migrate: ") and said in line
+    assert "hunter2" not in err
+
+
+def test_the_migrate_command_reads_its_variable(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
+    assert main(["leases", "migrate"]) == 0
+    assert capsys.readouterr().out.endswith("schema at version 1\n")
+
+
+# -- a restart mid-run ------------------------------------------------------------------------
+
+
+class Traffic(threading.Thread):
+    """Jobs enqueued, claimed, extended and completed one after another until stopped, through
+    an outage: what the store acknowledged, and how often it was unavailable."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.enqueued: list[UUID] = []
+        self.succeeded: list[UUID] = []
+        self.unavailable = 0
+        self.crashed: list[BaseException] = []
+
+    def run(self) -> None:
+        try:
+            with LeaseStore(self.dsn, CLASSES) as store:
+                n = 0
+                while not self.stop.is_set():
+                    n += 1
+                    try:
+                        self.one_job(store, n)
+                    except StoreUnavailableError:
+                        self.unavailable += 1
+                        time.sleep(0.05)
+        except BaseException as exc:
+            self.crashed.append(exc)
+
+    def one_job(self, store: LeaseStore, n: int) -> None:
+        self.enqueued.append(store.enqueue("ocr", f"doc:{n}:ocr", {"doc": n}).id)
+        lease = store.claim("ocr", "w1")
+        if lease is not None:
+            extended = store.extend(lease)
+            done = isinstance(extended, Lease) and store.complete(extended, {"n": n})
+            if done is Outcome.SUCCEEDED:
+                self.succeeded.append(lease.job_id)
+
+
+def test_a_database_restart_mid_run_loses_no_job_and_no_outbox_row(
+    postgres: LocalPostgres, postgres_dsn: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """Transitions run on while the server crashes and restarts: every call the store
+    acknowledged is there afterwards, and every job's outbox is exactly seq 1..n."""
+    traffic = Traffic(postgres_dsn)
+    traffic.start()
+    try:
+        time.sleep(0.5)
+        before = db.execute("SELECT job_id, seq, event FROM tool_job_outbox").fetchall()
+        assert before
+        postgres.restart(crash=True)
+        time.sleep(0.5)
+        postgres.restart()
+        time.sleep(0.5)
+    finally:
+        traffic.stop.set()
+        traffic.join()
+
+    assert traffic.crashed == [] and traffic.unavailable > 0 and len(traffic.succeeded) > 10
+    with connect(postgres_dsn) as conn:
+        jobs = {r["id"]: r for r in conn.execute("SELECT id, state, event_seq FROM tool_jobs")}
+        rows = conn.execute("SELECT job_id, seq, event FROM tool_job_outbox").fetchall()
+    assert set(traffic.enqueued) <= set(jobs)
+    assert all(jobs[job_id]["state"] == JobState.SUCCEEDED for job_id in traffic.succeeded)
+    events = {(r["job_id"], r["seq"]): r["event"] for r in rows}
+    assert all(events.get((r["job_id"], r["seq"])) == r["event"] for r in before)
+    seqs: dict[UUID, list[int]] = {}
+    for job_id, seq in events:
+        seqs.setdefault(job_id, []).append(seq)
+    for job_id, job in jobs.items():
+        assert sorted(seqs.get(job_id, [])) == list(range(1, job["event_seq"] + 1))
+    for event in events.values():
+        parse_event_obj(event)

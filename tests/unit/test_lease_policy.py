@@ -1,0 +1,85 @@
+"""A job class's lease policy (issue 10; DESIGN §4, lease health): L > R x H + J, checked when
+the class is defined, and no way for a caller to choose its own lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from detector.leases import JobClass, Labels
+
+POLICY: dict[str, Any] = {
+    "name": "web_search",
+    "lease_s": 30,
+    "heartbeat_s": 5,
+    "missed_heartbeats": 3,
+    "reserve_s": 10,
+    "max_attempts": 3,
+    "tool_timeout_s": 20,
+    "stage_time_limit_s": 600,
+}
+
+
+def test_a_lease_that_outlasts_its_missed_heartbeats_is_accepted() -> None:
+    web = JobClass(**POLICY)
+    assert web.lease.total_seconds() == 30
+
+
+@pytest.mark.parametrize("lease_s", [25, 24.5, 1])
+def test_a_lease_no_longer_than_its_missed_heartbeats_is_refused_with_the_numbers(
+    lease_s: float,
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobClass(**{**POLICY, "lease_s": lease_s})
+    assert (
+        f"job class 'web_search': lease_s={lease_s:g} must be more than "
+        "missed_heartbeats x heartbeat_s + reserve_s = 3 x 5 + 10 = 25 (L > R x H + J)"
+    ) in str(refused.value)
+
+
+def test_the_rule_is_strict_where_floating_point_rounds() -> None:
+    """3 x 0.1 + 0.2 is 0.5000000000000001 in floating point: a lease of 0.5 is refused (it is
+    not more than the floor), and the message shows the floor as written."""
+    tight = {**POLICY, "heartbeat_s": 0.1, "reserve_s": 0.2}
+    with pytest.raises(ValidationError, match=r"3 x 0.1 \+ 0.2 = 0.5 "):
+        JobClass(**{**tight, "lease_s": 0.5})
+    assert JobClass(**{**tight, "lease_s": 0.51}).lease_s == 0.51
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("heartbeat_s", 0),
+        ("lease_s", -1),
+        ("missed_heartbeats", 0),
+        ("reserve_s", -0.1),
+        ("max_attempts", 0),
+        ("tool_timeout_s", 0),
+        ("stage_time_limit_s", float("inf")),
+        ("name", ""),
+    ],
+)
+def test_a_value_out_of_range_is_refused_naming_it(field: str, value: object) -> None:
+    with pytest.raises(ValidationError, match=field):
+        JobClass(**{**POLICY, field: value})
+
+
+def test_a_caller_cannot_choose_its_own_lease() -> None:
+    with pytest.raises(ValidationError, match="ttl_s"):
+        JobClass.model_validate({**POLICY, "ttl_s": 3600})
+    web = JobClass(**POLICY)
+    with pytest.raises(ValidationError, match="frozen"):
+        web.lease_s = 3600  # type: ignore[misc]
+
+
+def test_labels_are_bounded_and_only_the_given_ones_are_attrs() -> None:
+    assert Labels(tool_class="ocr", provider="local").attrs() == {
+        "tool_class": "ocr",
+        "provider": "local",
+    }
+    with pytest.raises(ValidationError, match="model"):
+        Labels(model="m" * 129)
+    with pytest.raises(ValidationError, match="tool_class"):
+        Labels(tool_class="")
