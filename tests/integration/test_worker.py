@@ -100,7 +100,26 @@ def wait_for_audit(
         findings.poll(0.2)
         return latest(findings.records) == expected
 
-    wait_for(seen, "the findings audit gives", workers=workers)
+    try:
+        wait_for(seen, "the findings audit gives", workers=workers)
+    except AssertionError as exc:
+        raise AssertionError(f"{difference(latest(findings.records), expected)}\n{exc}") from None
+
+
+def difference(seen: dict[str, Finding], expected: dict[str, Finding]) -> str:
+    """What a reader saw against what audit gives: missing and extra findings, and the fields
+    of the first finding whose latest revision differs."""
+    missing, extra = sorted(expected.keys() - seen.keys()), sorted(seen.keys() - expected.keys())
+    lines = [f"missing {len(missing)} {missing[:3]}, extra {len(extra)} {extra[:3]}"]
+    for fid in sorted(expected.keys() & seen.keys()):
+        if seen[fid] != expected[fid]:
+            fields = expected[fid].keys() | seen[fid].keys()
+            differ = {k: (seen[fid].get(k), expected[fid].get(k)) for k in sorted(fields)}
+            lines.append(
+                f"{fid} (seen, audit): " + repr({k: v for k, v in differ.items() if v[0] != v[1]})
+            )
+            break
+    return "\n".join(lines)
 
 
 def assert_metrics_count(w: WorkerProcess, lines: list[bytes], revisions: int) -> None:
