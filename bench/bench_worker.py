@@ -16,12 +16,11 @@ import platform
 import time
 
 from bench_engine import history
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from stack import broker_with_topics, start_worker
 
 from detector.testing.kafka import LocalKafka
-from detector.testing.topics import WorkerTopics, group_offsets
+from detector.testing.topics import WorkerTopics
 from detector.testing.worker import WorkerProcess
 
 
@@ -41,18 +40,21 @@ def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
         raise SystemExit("the history was not fully published")
 
 
-def committed(admin: AdminClient, topics: WorkerTopics) -> int | None:
+def committed(reader: Consumer, topics: WorkerTopics, partitions: int) -> int | None:
     """Input records the group has committed, summed over the partitions (None: not known yet,
-    while the group coordinator starts)."""
+    while the group coordinator starts). A consumer of the group that never joins it (no
+    subscribe): the admin client's group-offsets call crashed this process before the group
+    existed."""
     try:
-        offsets = group_offsets(admin, topics.group, topics.input)
+        parts = [TopicPartition(topics.input, p) for p in range(partitions)]
+        tps = reader.committed(parts, 10)
     except KafkaException:
         return None
-    return sum(max(offset, 0) for offset in offsets.values())
+    return sum(max(tp.offset, 0) for tp in tps)
 
 
 def follow(
-    worker: WorkerProcess, admin: AdminClient, topics: WorkerTopics, total: int
+    worker: WorkerProcess, reader: Consumer, topics: WorkerTopics, partitions: int, total: int
 ) -> list[tuple[float, int]]:
     """(monotonic time, records committed) every half second until all `total` are."""
     samples: list[tuple[float, int]] = []
@@ -62,7 +64,7 @@ def follow(
             raise SystemExit(f"the worker exited with {worker.exit_code()}:\n{worker.tail()}")
         if time.monotonic() > deadline:
             raise SystemExit("the worker did not finish within 30 minutes")
-        done = committed(admin, topics)
+        done = committed(reader, topics, partitions)
         if done is not None:
             samples.append((time.monotonic(), done))
         time.sleep(0.5)
@@ -103,7 +105,9 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
             f"{args.partitions} partition(s) in {time.perf_counter() - started:.1f} s"
         )
         worker = start_worker(broker, topics, "--store", args.store)
-        samples = follow(worker, AdminClient(broker.client_config()), topics, len(lines))
+        reader = Consumer({**broker.client_config(), "group.id": topics.group})
+        samples = follow(worker, reader, topics, args.partitions, len(lines))
+        reader.close()
         first = next(i for i, (_, n) in enumerate(samples) if n > 0)
         begin, end = samples[first], samples[-1]
         # the middle: from the first commit to the last sample before the end was reached
