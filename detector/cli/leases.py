@@ -1,7 +1,8 @@
 """`splitbrain leases`: the fenced PostgreSQL lease store of the job-queue practice.
 
-`migrate` creates or updates its tables. The database is named by `--dsn` (also `--leases-dsn`)
-or `SPLITBRAIN_LEASES_DSN`, a libpq connection string. A password never goes into a DSN given
+`migrate` creates or updates its tables; `inspect` shows who owns which running job and flags
+the leases that expired. The database is named by `--dsn` (also `--leases-dsn`) or
+`SPLITBRAIN_LEASES_DSN`, a libpq connection string. A password never goes into a DSN given
 on the command line, which `ps` and shell history keep: libpq reads it from PGPASSWORD or
 ~/.pgpass, or the whole DSN can come from the variable.
 """
@@ -10,14 +11,25 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import logging
 import sys
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Sequence
+from datetime import UTC
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from pydantic import AfterValidator, Field
 
+from detector.cli.arguments import positive_int
+from detector.cli.main import silence_stdout
+from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode
+from detector.kafka.config import add_kafka_arguments
+from detector.report import count, printable
 from detector.settings import CommandSettings, Form, SettingsError, env_var, flag
+
+if TYPE_CHECKING:
+    from detector.leases.inspect import ClassView, Inspection, RunningJob
 
 # psycopg, and the lease store with it, is imported where it is used: importing it costs every
 # `splitbrain` command 0.1 s.
@@ -73,12 +85,13 @@ def _reports_errors(command: str) -> Callable[[Command], Command]:
         def wrapped(args: argparse.Namespace) -> int:
             import psycopg  # noqa: PLC0415
 
+            from detector.kafka.config import KafkaClientError  # noqa: PLC0415
             from detector.leases.db import one_line  # noqa: PLC0415
             from detector.leases.errors import LeaseError  # noqa: PLC0415
 
             try:
                 return run(args)
-            except (SettingsError, LeaseError) as exc:
+            except (SettingsError, LeaseError, KafkaClientError) as exc:
                 lines = str(exc).splitlines()
             except psycopg.Error as exc:
                 lines = [one_line(exc)]
@@ -108,6 +121,191 @@ def run_migrate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@_reports_errors("relay")
+def run_relay(args: argparse.Namespace) -> int:
+    """Relay until SIGTERM or SIGINT; what is published and not yet marked goes out again on
+    the next start, under the same event ids."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    from datetime import timedelta  # noqa: PLC0415
+
+    from detector.kafka.config import client_config  # noqa: PLC0415
+    from detector.leases.relay import OutboxRelay  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    relay = OutboxRelay(
+        dsn,
+        client_config(args),
+        topic=args.topic,
+        batch=args.batch,
+        retention=timedelta(hours=args.retention_h),
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        relay.run(stop)
+    finally:
+        relay.close()
+    print(f"relayed {relay.published} event(s) to {args.topic}", file=sys.stderr)
+    return ExitCode.OK
+
+
+# The contract of `inspect --format json`: a new field may be added, none renamed or removed.
+INSPECT_SCHEMA: Final = "splitbrain.leases-inspect/v1"
+
+
+@_reports_errors("inspect")
+def run_inspect(args: argparse.Namespace) -> int:
+    from detector.leases.db import connect  # noqa: PLC0415
+    from detector.leases.inspect import inspect_leases  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    with connect(dsn) as conn:
+        view = inspect_leases(conn, job_class=args.job_class, limit=args.limit)
+    # 1 when any running lease expired, so that a cron or CI check can act on the exit status.
+    status = ExitCode.FAILED if view.expired else ExitCode.OK
+    try:
+        if args.format == "json":
+            print(json.dumps(inspection_json(view), separators=(",", ":")))
+        else:
+            for line in inspection_lines(view):
+                print(printable(line))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    return status
+
+
+def inspection_json(view: Inspection) -> dict[str, Any]:
+    """The document `--format json` prints (README: `splitbrain leases inspect`)."""
+    return {
+        "schema": INSPECT_SCHEMA,
+        "observed_at": view.observed_at.astimezone(UTC).isoformat(timespec="microseconds"),
+        "job_class": view.job_class,
+        "limit": view.limit,
+        "expired": view.expired,
+        "classes": [
+            {
+                "job_class": c.job_class,
+                "queued": c.queued,
+                "running": c.running,
+                "expired": c.expired,
+                "succeeded": c.succeeded,
+                "failed": c.failed,
+                "oldest_queued_age_s": _seconds(c.oldest_queued_age_s),
+                "running_jobs": [
+                    {
+                        "job_id": str(j.job_id),
+                        "owner_id": j.owner_id,
+                        "fencing_token": j.fencing_token,
+                        "attempt": j.attempt,
+                        "lease_remaining_s": _seconds(j.lease_remaining_s),
+                        "heartbeat_age_s": _seconds(j.heartbeat_age_s),
+                        "expired": j.expired,
+                        "tool_class": j.tool_class,
+                    }
+                    for j in c.running_jobs
+                ],
+                "running_omitted": c.running_omitted,
+            }
+            for c in view.classes
+        ],
+    }
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+_HEADER: Final = ("JOB", "OWNER", "TOKEN", "ATTEMPT", "LEASE_LEFT", "HEARTBEAT_AGE", "TOOL_CLASS")
+_RIGHT: Final = frozenset({"TOKEN", "ATTEMPT"})
+
+
+def inspection_lines(view: Inspection) -> list[str]:
+    """The text report: a head line on the database's clock, then per class a summary line and
+    its running jobs in aligned columns. The cells are escaped; the caller escapes each line."""
+    at = view.observed_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    expired = f"{count(view.expired, 'running lease')} EXPIRED" if view.expired else "none expired"
+    lines = [f"lease store at {at} (database clock): {expired}"]
+    if not view.classes:
+        lines.append("no jobs")
+    tables = [[_row(j) for j in c.running_jobs] for c in view.classes]
+    widths = [
+        max(len(cell) for cell in column)
+        for column in zip(_HEADER, *(row for rows in tables for row in rows), strict=True)
+    ]
+    for c, rows in zip(view.classes, tables, strict=True):
+        lines += ["", _summary(c)]
+        if rows:
+            lines += [_aligned(_HEADER, widths)] + [_aligned(row, widths) for row in rows]
+        if c.running_omitted:
+            lines.append(
+                f"  ({c.running_omitted} more running not shown: --limit {view.limit}, "
+                "expired and least lease left first)"
+            )
+    return lines
+
+
+def _summary(c: ClassView) -> str:
+    oldest = ""
+    if c.oldest_queued_age_s is not None:
+        oldest = f" (oldest {_duration(c.oldest_queued_age_s)})"
+    expired = f" ({c.expired} EXPIRED)" if c.expired else ""
+    return (
+        f"{c.job_class}: queued {c.queued}{oldest}, running {c.running}{expired}, "
+        f"succeeded {c.succeeded}, failed {c.failed}"
+    )
+
+
+def _row(j: RunningJob) -> tuple[str, ...]:
+    lease = _duration(j.lease_remaining_s) + (" EXPIRED" if j.expired else "")
+    heartbeat = "-" if j.heartbeat_age_s is None else _duration(j.heartbeat_age_s)
+    return (
+        str(j.job_id),
+        printable(j.owner_id),  # escaped before the columns are measured
+        str(j.fencing_token),
+        str(j.attempt),
+        lease,
+        heartbeat,
+        printable(j.tool_class or "-"),
+    )
+
+
+def _aligned(cells: Sequence[str], widths: Sequence[int]) -> str:
+    parts = [
+        cell.rjust(width) if name in _RIGHT else cell.ljust(width)
+        for name, cell, width in zip(_HEADER, cells, widths, strict=True)
+    ]
+    return ("  " + "  ".join(parts)).rstrip()
+
+
+def _duration(seconds: float) -> str:
+    """`12.3s`, `4m05s`, `3h07m`, `2d04h`; negative for a lease past its end."""
+    sign = "-" if seconds < 0 else ""
+    tenths = round(abs(seconds) * 10)
+    if tenths < 600:
+        return f"{sign}{tenths / 10:.1f}s"
+    whole = tenths // 10
+    if whole < 3600:
+        return f"{sign}{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{sign}{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{sign}{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def _add_dsn(p: argparse.ArgumentParser) -> None:
+    LeasesSettings.add_flags(p)
+    p.add_argument(
+        "--dsn",
+        dest="leases_dsn",
+        default=argparse.SUPPRESS,
+        metavar="DSN",
+        help=f"the same as {flag('leases_dsn')}",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     leases = subparsers.add_parser(
         "leases", help="the fenced PostgreSQL lease store of the job-queue practice"
@@ -119,12 +317,65 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Apply the schema steps the database lacks, in one transaction. Exit 0: "
         "the schema is current (or now is); 2: the DSN or the database cannot be used.",
     )
-    LeasesSettings.add_flags(p)
-    p.add_argument(
-        "--dsn",
-        dest="leases_dsn",
-        default=argparse.SUPPRESS,
-        metavar="DSN",
-        help=f"the same as {flag('leases_dsn')}",
-    )
+    _add_dsn(p)
     p.set_defaults(run=run_migrate)
+
+    p = actions.add_parser(
+        "inspect",
+        help="who owns each running job, and which running leases expired",
+        description="Per job class: the count of each state, the age of the oldest queued "
+        "job, and the running jobs (owner, token, attempt, lease left, heartbeat age), expired "
+        "leases first. Times are the database's. Exit 0: no running lease expired; 1: at least "
+        "one did (its owner may no longer write, and no worker has claimed it again); 2: the "
+        "DSN or the database cannot be used (not migrated, unreachable).",
+    )
+    _add_dsn(p)
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help=f"aligned text for a person (default) or one JSON document ({INSPECT_SCHEMA})",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="running jobs shown per class, expired and least lease left first; the others "
+        "are counted (default: 50)",
+    )
+    p.add_argument(
+        "--class",
+        dest="job_class",
+        metavar="NAME",
+        help="only this job class (shown with zero counts if it has no jobs)",
+    )
+    p.set_defaults(run=run_inspect)
+
+    p = actions.add_parser(
+        "relay",
+        help="publish the lease store's outbox to the input topic (at least once, in seq order)",
+        description="Publish every transition recorded in tool_job_outbox to Kafka, keyed by "
+        "job, and mark it relayed once Kafka acknowledged it; relayed rows older than the "
+        "retention are deleted. Runs until SIGTERM or SIGINT; an unreachable database or broker "
+        "pauses it, and it resumes where it stopped. Exit 0 on a signal; 2: the DSN, the "
+        "database or the Kafka settings cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument("--topic", default=INPUT_TOPIC, help=f"default: {INPUT_TOPIC}")
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        default=500,
+        metavar="N",
+        help="rows published per transaction (default: 500)",
+    )
+    p.add_argument(
+        "--retention-h",
+        type=positive_int,
+        default=24,
+        metavar="HOURS",
+        help="delete relayed rows older than this (default: 24)",
+    )
+    add_kafka_arguments(p)
+    p.set_defaults(run=run_relay)

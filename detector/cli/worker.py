@@ -55,6 +55,11 @@ _ENGINE: Final[dict[str, tuple[Any, str]]] = {
     "idle_sweep_s": (Seconds, "how often every workflow is checked for idleness, in seconds"),
     "missed_heartbeats": (PositiveInt, "R of the lease rule L > R x H + J"),
     "jitter_reserve_s": (Seconds, "J of the lease rule L > R x H + J, in seconds"),
+    "max_label_values": (
+        PositiveInt,
+        "distinct values kept per lease-health metric label (tool_class, model, provider); "
+        "the rest are counted as other",
+    ),
 }
 
 
@@ -140,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         raise SettingsError(
             f"{options.named('state_dir')}: cannot create the directory: {exc.strerror}"
         ) from None
-    metrics = WorkerMetrics()
+    metrics = WorkerMetrics(max_label_values=settings.engine.max_label_values)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
     if options.runtime == "faust":

@@ -1,7 +1,7 @@
 """The detection rules: pure, deterministic, no I/O. The same engine runs everywhere."""
 
 from ._engine import Advanced, Config, Counters, Detector, FindingUpdate
-from ._lease import LeaseHealth, LeaseWarning, ToolClassHealth
+from ._lease import LabelBounds, LeaseHealth, LeaseStats, LeaseWarning, ToolClassHealth
 from ._state import WorkflowState, encode_state
 from ._upgrade import decode_state
 
@@ -11,7 +11,9 @@ __all__ = [
     "Counters",
     "Detector",
     "FindingUpdate",
+    "LabelBounds",
     "LeaseHealth",
+    "LeaseStats",
     "LeaseWarning",
     "ToolClassHealth",
     "WorkflowState",

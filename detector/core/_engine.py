@@ -21,9 +21,9 @@ named otherwise):
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-from collections.abc import Iterable, MutableMapping
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
@@ -37,7 +37,14 @@ from detector.contracts.findings import ConditionKind, Finding, Severity, Status
 
 from ._clock import believe
 from ._episode import add_condition, verify
-from ._lease import LeaseHealth
+from ._lease import (
+    HEARTBEAT_AGE_BOUNDS,
+    LEASE_REMAINING_BOUNDS,
+    MAX_LABEL_VALUES,
+    LabelBounds,
+    LeaseHealth,
+    LeaseStats,
+)
 from ._records import (
     AcquisitionRecord,
     ConditionRecord,
@@ -54,7 +61,16 @@ from ._records import (
 )
 from ._render import render, severity_of
 from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, displaced, fenced_after
-from ._state import LIST_FROM, Cut, Effect, Episode, Evidence, WorkflowState, evidence_of
+from ._state import (
+    LEASE_RELEASED,
+    LIST_FROM,
+    Cut,
+    Effect,
+    Episode,
+    Evidence,
+    WorkflowState,
+    evidence_of,
+)
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
@@ -65,7 +81,10 @@ _HEARTBEAT: Final = Kind.HEARTBEAT.value
 _RELEASED: Final = Kind.LEASE_RELEASED.value
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
 _VERIFIED: Final = Kind.OUTCOME_VERIFIED.value
-_FENCES: Final = frozenset({Kind.LEASE_LOST.value, _RELEASED})
+_LOST: Final = Kind.LEASE_LOST.value
+_FENCES: Final = frozenset({_LOST, _RELEASED})
+# Kinds lease health looks at (acquisitions apart).
+_LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, Kind.OWNERSHIP_UNCERTAIN.value})
 _REJECTED: Final = Kind.EFFECT_REJECTED.value
 _DESTINATION: Final = Source.DESTINATION.value
 _VERIFIER: Final = Source.VERIFIER.value
@@ -85,7 +104,14 @@ new_record: Final = tuple.__new__
 
 # Caps and counts below 1, and periods of 0, would make the engine forget or decide at once.
 _AT_LEAST_ONE: Final = frozenset(
-    {"max_evidence", "max_acquisitions", "max_effect_keys", "max_event_ids", "missed_heartbeats"}
+    {
+        "max_evidence",
+        "max_acquisitions",
+        "max_effect_keys",
+        "max_event_ids",
+        "missed_heartbeats",
+        "max_label_values",
+    }
 )
 _POSITIVE: Final = frozenset({"quiet_period_s", "clock_skew_s", "idle_ttl_s"})
 
@@ -107,6 +133,8 @@ class Config:
     idle_sweep_s: float = 3600.0
     missed_heartbeats: int = 2
     jitter_reserve_s: float = 5.0
+    # Distinct values each lease-health label (tool_class, model, provider) keeps; then `other`.
+    max_label_values: int = MAX_LABEL_VALUES
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -192,7 +220,11 @@ class Detector:
     _swept_at: float | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.lease_health = LeaseHealth(self.config.missed_heartbeats, self.config.jitter_reserve_s)
+        self.lease_health = LeaseHealth(
+            self.config.missed_heartbeats,
+            self.config.jitter_reserve_s,
+            LabelBounds(self.config.max_label_values),
+        )
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -259,12 +291,12 @@ class Detector:
             kept = st.evidence = [*kept, ev]
         if len(kept) > self.config.max_evidence:
             st.evidence = self._forget(st, kept)
-        if kind == _HEARTBEAT and obs is not None and epoch >= st.top:
-            self._heartbeat(st, obs)  # a displaced owner's heartbeats are no gaps of the lease
-        if kind == _RELEASED and epoch >= st.top:
-            st.released_at = st.last_at
-            self._watched.add(key)
         acqs = st.acqs
+        if kind in _LEASE_KINDS:
+            if kind == _HEARTBEAT:
+                self._heartbeat(st, epoch, obs, event)
+            else:
+                self._lease_event(key, st, kind, epoch, event)
         if kind not in _COMPACT_KINDS and not (acqs and epoch < acqs[-1].epoch):
             return []  # the usual case: the current owner's activity or attempt
         touched = self._ingest(st, ev, at, uncertain)
@@ -576,12 +608,15 @@ class Detector:
         finding by itself: the next revision of each says its evidence was cut."""
         # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
         acqs = st.acqs
-        if not acqs or acq.epoch > acqs[-1].epoch:
+        top = acqs[-1].epoch if acqs else -1
+        new_epoch = True
+        if acq.epoch > top:
             acqs = (*acqs, acq)  # the usual case: a takeover by a new, higher epoch
         else:
             listed = list(acqs)
-            i = bisect.bisect_left([a.epoch for a in listed], acq.epoch)
+            i = bisect_left([a.epoch for a in listed], acq.epoch)
             if i < len(listed) and listed[i].epoch == acq.epoch:
+                new_epoch = False
                 if before(acq, listed[i]):
                     listed[i] = acq
             else:
@@ -594,28 +629,90 @@ class Detector:
             self._cut(st, Cut.ACQUISITIONS)
         st.acqs = acqs
         st.index = None
+        stats = self.lease_health.stats_of_attrs(event.attrs)
+        if new_epoch and top >= 0:
+            stats.reclaimed += 1
+            # A takeover while the previous epoch held its lease: it expired, or was broken.
+            # Known only when the takeover arrives after that epoch's events.
+            if acq.epoch > top and st.lease_until != LEASE_RELEASED:
+                stats.expired += 1
         if acq.epoch >= st.top:
-            tool_class = (event.attrs or {}).get("tool_class")
-            tool_class = None if tool_class is None else intern(tool_class)
-            st.tool_class = tool_class
+            st.labels = stats.labels
             st.lease_s = self._shared_lease(event.lease_duration_s)
             st.hb_obs = acq.obs
             st.released_at = None
+            until = event.lease_until
+            st.lease_until = None if until is None else until.timestamp()
             self.lease_health.acquired(
-                tool_class, event.lease_duration_s, event.heartbeat_interval_s
+                stats.labels[0], event.lease_duration_s, event.heartbeat_interval_s
             )
 
-    def _heartbeat(self, st: WorkflowState, obs: float) -> None:
-        last = st.hb_obs
-        st.hb_obs = obs
-        lease = st.lease_s
-        if (
-            last is not None
-            and lease is not None
-            and obs > last
-            and obs - last + self.config.jitter_reserve_s >= lease
-        ):
-            self.lease_health.near_expiry(st.tool_class, obs - last, lease)
+    def _lease_event(
+        self, key: str, st: WorkflowState, kind: str, epoch: int, event: OwnershipEvent
+    ) -> None:
+        """Lease health of a release, lease loss or uncertain ownership (heartbeats:
+        `_heartbeat`). Observations only: they decide no verdict."""
+        if kind == _RELEASED:
+            if epoch >= st.top:
+                st.released_at = st.last_at
+                st.lease_until = LEASE_RELEASED
+                self._watched.add(key)
+        elif kind == _LOST:
+            self._lease_stats(st, event.attrs).lost += 1
+        else:
+            self._lease_stats(st, event.attrs).uncertain += 1
+
+    def _heartbeat(
+        self, st: WorkflowState, epoch: int, obs: float | None, event: OwnershipEvent
+    ) -> None:
+        """Heartbeat age and lease time remaining, on the emitters' clocks: for lease health
+        only, never for a verdict (DESIGN §4: clocks never decide)."""
+        acqs = st.acqs
+        top = acqs[-1].epoch if acqs else -1
+        if epoch < top:
+            return  # a displaced owner's heartbeats are no gaps of the lease
+        until = st.lease_until  # of the current epoch (`top`)
+        if obs is not None:
+            labels = st.labels
+            stats = None if labels is None else self.lease_health.stats.get(labels)
+            if stats is None or stats.labels is not labels:
+                stats = self._lease_stats(st, event.attrs)
+            last = st.hb_obs
+            st.hb_obs = obs
+            if last is not None and obs >= last:
+                gap = obs - last
+                stats.heartbeat_age[bisect_left(HEARTBEAT_AGE_BOUNDS, gap)] += 1
+                stats.heartbeat_age_sum += gap
+                lease = st.lease_s
+                if lease is not None and gap > 0 and gap + self.config.jitter_reserve_s >= lease:
+                    self.lease_health.near_expiry(stats.labels[0], gap, lease)
+            if until is not None and epoch == top and until != LEASE_RELEASED:
+                left = until - obs
+                stats.remaining[bisect_left(LEASE_REMAINING_BOUNDS, left)] += 1
+                stats.remaining_sum += left
+        extended = event.lease_until
+        if extended is not None:
+            if epoch == top and until != LEASE_RELEASED:
+                st.lease_until = extended.timestamp()
+        elif until is not None and epoch == top and until != LEASE_RELEASED:
+            st.lease_until = None  # extended, until when is not known
+
+    def _lease_stats(self, st: WorkflowState, attrs: Mapping[str, str] | None) -> LeaseStats:
+        """The lease-health observations of the workflow's labels: its acquisition's, else
+        those of this event's `attrs` (kept until an acquisition brings its own)."""
+        labels = st.labels
+        health = self.lease_health
+        if labels is not None:
+            stats = health.stats.get(labels)
+            if stats is not None:
+                if stats.labels is not labels:
+                    st.labels = stats.labels  # restored: share the one tuple again
+                return stats
+            stats = health.stats_of(labels)  # restored, or by another engine: bound them
+        else:
+            stats = health.stats_of_attrs(attrs)
+        st.labels = stats.labels
+        return stats
 
     def _shared_lease(self, lease_s: float | None) -> float | None:
         """Deployments use a handful of lease durations: one float object each, not one per

@@ -7,10 +7,26 @@ about before it happens.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from sys import intern
+from typing import ClassVar, Final, Literal
 
-UNLABELLED = "unlabelled"
+UNLABELLED: Final = "unlabelled"  # an event without the label
+OTHER: Final = "other"  # a value that is no short label, or one beyond the cap
+
+Labels = tuple[str, str, str]  # tool_class, model, provider: `LabelBounds.NAMES`
+RawLabels = tuple[str | None, str | None, str | None]
+_NO_LABELS: Final[RawLabels] = (None, None, None)
+# Distinct values kept per label; later ones are counted as `other`.
+MAX_LABEL_VALUES: Final = 32
+_SHORT_LABEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+@-]{0,63}")
+
+# Histogram bounds, in seconds (the last bucket, +Inf, is implied). A heartbeat that arrives
+# after its lease ran out counts in the `0` bucket of the time remaining.
+HEARTBEAT_AGE_BOUNDS: Final = (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
+LEASE_REMAINING_BOUNDS: Final = (0, 1, 2, 5, 10, 15, 20, 30, 60, 120, 300)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +46,117 @@ class ToolClassHealth:
     near_expiry: int = 0
 
 
+class LabelBounds:
+    """Label values fit for metrics: bounded, never a workflow key, worker id or effect key.
+
+    Each label keeps at most `max_values` distinct values: a value that is no short label (1 to
+    64 letters, digits and `_.:/+@-`), or one beyond the cap, becomes `other`; a missing one
+    `unlabelled`. Equal labels come back as one tuple object, which many workflows can share.
+    """
+
+    NAMES: ClassVar = ("tool_class", "model", "provider")
+    __slots__ = ("_known", "_values", "max_values")
+
+    def __init__(self, max_values: int = MAX_LABEL_VALUES) -> None:
+        self.max_values = max_values
+        self._values: tuple[dict[str, str], ...] = tuple({} for _ in self.NAMES)
+        # Labels as events give them, when bounding keeps them (or only fills in
+        # `unlabelled`): bounded by the caps too, and found again in one lookup.
+        self._known: dict[RawLabels, Labels] = {}
+
+    def bound(self, raw: RawLabels) -> Labels:
+        labels = self._known.get(raw)
+        if labels is None:
+            labels = (self._value(0, raw[0]), self._value(1, raw[1]), self._value(2, raw[2]))
+            labels = self._known.setdefault(labels, labels)
+            if all(r is None or r == b for r, b in zip(raw, labels, strict=True)):
+                self._known[raw] = labels
+        return labels
+
+    def of_attrs(self, attrs: Mapping[str, str] | None) -> Labels:
+        """The labels of an event's `attrs`."""
+        if not attrs:
+            return self.bound(_NO_LABELS)
+        return self.bound((attrs.get("tool_class"), attrs.get("model"), attrs.get("provider")))
+
+    def _value(self, i: int, raw: str | None) -> str:
+        if not raw:
+            return UNLABELLED
+        admitted = self._values[i]
+        value = admitted.get(raw)
+        if value is not None:
+            return value
+        if raw in (UNLABELLED, OTHER):
+            return UNLABELLED if raw == UNLABELLED else OTHER
+        if len(admitted) >= self.max_values or not _SHORT_LABEL.fullmatch(raw):
+            return OTHER
+        value = admitted[raw] = intern(raw)
+        return value
+
+
+@dataclass(slots=True)
+class LeaseStats:
+    """Cumulative lease-health observations of one set of labels, for a worker to export as
+    metrics (`detector.telemetry.metrics`); they decide nothing.
+
+    The two histograms count per bucket, not cumulatively: index i counts the values above
+    bound i-1 and at most bound i; the last index counts the values above every bound.
+
+    Their values subtract emitters' times (`observed_at`, and `lease_until` from the
+    coordination store's clock): clocks serve lease health only here, never a verdict.
+    """
+
+    HEARTBEAT_AGE_BOUNDS: ClassVar = HEARTBEAT_AGE_BOUNDS
+    REMAINING_BOUNDS: ClassVar = LEASE_REMAINING_BOUNDS
+
+    labels: Labels
+    # Time since the workflow's previous heartbeat (or its acquisition), when a heartbeat of
+    # its current owner arrives.
+    heartbeat_age: list[int] = field(default_factory=lambda: [0] * (len(HEARTBEAT_AGE_BOUNDS) + 1))
+    heartbeat_age_sum: float = 0.0
+    # The previous `lease_until` of the current epoch minus a heartbeat's `observed_at`.
+    remaining: list[int] = field(default_factory=lambda: [0] * (len(LEASE_REMAINING_BOUNDS) + 1))
+    remaining_sum: float = 0.0
+    # A takeover (an acquisition of an epoch above every epoch acquired before) while the
+    # previous epoch had not released its lease.
+    expired: int = 0
+    # Acquisitions of a new epoch of a workflow that had been acquired before.
+    reclaimed: int = 0
+    lost: int = 0  # `lease_lost` (`heartbeat_lost`): an extension returned no row
+    uncertain: int = 0  # `ownership_uncertain`: the coordination store did not answer
+
+
 @dataclass(slots=True)
 class LeaseHealth:
-    """Per tool class (a bounded label) counts; each kind of warning is raised once per class."""
+    """Per tool class (a bounded label) counts; each kind of warning is raised once per class.
+
+    `stats` holds the lease-health observations per set of labels, bounded by `bounds`.
+    """
 
     missed_heartbeats: int
     jitter_reserve_s: float
+    bounds: LabelBounds = field(default_factory=LabelBounds)
     classes: dict[str, ToolClassHealth] = field(default_factory=dict)
     warnings: list[LeaseWarning] = field(default_factory=list)
+    stats: dict[Labels, LeaseStats] = field(default_factory=dict)
     _warned: set[tuple[str, str]] = field(default_factory=set)
+
+    def stats_of(self, raw: RawLabels) -> LeaseStats:
+        """The observations of these labels, once bounded: one object per set of labels, whose
+        `labels` is the one tuple the workflows with them keep."""
+        labels = self.bounds.bound(raw)
+        stats = self.stats.get(labels)
+        if stats is None:
+            stats = self.stats[labels] = LeaseStats(labels)
+        return stats
+
+    def stats_of_attrs(self, attrs: Mapping[str, str] | None) -> LeaseStats:
+        """The observations of the labels of an event's `attrs`."""
+        labels = self.bounds.of_attrs(attrs)
+        stats = self.stats.get(labels)
+        if stats is None:
+            stats = self.stats[labels] = LeaseStats(labels)
+        return stats
 
     def _cls(self, tool_class: str | None) -> ToolClassHealth:
         name = tool_class or UNLABELLED

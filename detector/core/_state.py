@@ -8,9 +8,11 @@ finding what still waits for verification (`Episode.pending`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from enum import IntFlag
+from sys import intern
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -18,6 +20,7 @@ import msgpack
 
 from detector.contracts.findings import ConditionKind, Severity, Status
 
+from ._lease import UNLABELLED, Labels
 from ._records import AcquisitionRecord, ConditionRecord, EventRecord, Marks, acq_print, ev_print
 
 # 3: compact effects, fences and pending verifications. 1 (JSON) and 2 (the retained records
@@ -101,6 +104,8 @@ def evidence_of(records: Iterable[EventRecord]) -> Evidence:
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
 ClockEntry = tuple[int | None, int, float | None, str, str]  # seq, pos, time, worker, source
+# `WorkflowState.lease_until` once the current epoch released its lease.
+LEASE_RELEASED: Final = -math.inf
 
 
 @dataclass(slots=True)
@@ -127,12 +132,24 @@ class WorkflowState:
     last_at: float | None = None
     released_at: float | None = None
     hb_obs: float | None = None
-    tool_class: str | None = None
+    # The tool class alone, as versions 1 and 2 kept it (`detector.core._upgrade`): `labels`.
+    tool_class: InitVar[str | None] = None
     lease_s: float | None = None
+    # The bounded labels (tool_class, model, provider) of the current epoch's acquisition: one
+    # tuple shared by every workflow with the same labels (`LeaseHealth.stats_of`). A restored
+    # state's are bounded again by the engine at their first use.
+    labels: Labels | None = None
+    # Lease health only, never a verdict: the `lease_until` (the coordination store's clock) of
+    # the current epoch's latest acquisition or heartbeat, or `LEASE_RELEASED`.
+    lease_until: float | None = None
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
         default=None, compare=False, repr=False
     )
+
+    def __post_init__(self, tool_class: str | None) -> None:
+        if tool_class is not None:
+            self.labels = (tool_class, UNLABELLED, UNLABELLED)
 
     @property
     def episodes(self) -> Mapping[EpisodeKey, Episode]:
@@ -296,8 +313,9 @@ def encode_state(state: WorkflowState) -> bytes:
             state.last_at,
             state.released_at,
             state.hb_obs,
-            state.tool_class,
+            state.labels,
             state.lease_s,
+            state.lease_until,
         ]
     )
     return packed
@@ -321,12 +339,23 @@ def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dic
     return ids
 
 
-V3_FIELDS: Final = 18
+# Version 3 states written before `lease_until` have one field less, and a tool class alone
+# where `labels` are now.
+V3_FIELDS: Final = 19
+
+
+def _labels(value: list[str] | str | None) -> Labels | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (intern(value), UNLABELLED, UNLABELLED)
+    tool_class, model, provider = value
+    return (intern(tool_class), intern(model), intern(provider))
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
     """A version 3 state from its unpacked fields (`detector.core.decode_state` reads any)."""
-    if len(fields) != V3_FIELDS:
+    if len(fields) not in (V3_FIELDS - 1, V3_FIELDS):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
     (
         _,
@@ -345,9 +374,13 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         last_at,
         released_at,
         hb_obs,
-        tool_class,
+        labels,
         lease_s,
-    ) = fields
+    ) = fields[:18]
+    if len(fields) == V3_FIELDS:
+        lease_until = fields[18]
+    else:  # written before `lease_until`: a release since the acquisition is all it tells
+        lease_until = None if released_at is None else LEASE_RELEASED
     found = {ep.key: ep for ep in (_episode(r) for r in episodes)}
     return WorkflowState(
         pos=pos,
@@ -365,6 +398,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,
-        tool_class=tool_class,
         lease_s=lease_s,
+        labels=_labels(labels),
+        lease_until=lease_until,
     )

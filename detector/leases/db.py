@@ -10,8 +10,20 @@ from psycopg.rows import DictRow, dict_row
 
 from detector.leases.errors import StoreUnavailableError
 
-# libpq waits for a connection forever unless told; a DSN that says otherwise wins.
-_DEFAULTS: Final = {"connect_timeout": "10", "application_name": "splitbrain-leases"}
+# libpq waits forever unless told: for a connection, for an answer on a network that went
+# silent (no RST, as in a partition), for a statement behind a lock. Each is bounded, so that a
+# worker learns "the store did not answer" in seconds and can say ownership is uncertain. A DSN
+# that sets one of these wins.
+_DEFAULTS: Final = {
+    "connect_timeout": "10",
+    "application_name": "splitbrain-leases",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",  # ms: unacknowledged data is given up on after this
+    "options": "-c statement_timeout=10000 -c idle_in_transaction_session_timeout=60000",
+}
 
 
 def one_line(exc: BaseException) -> str:

@@ -75,7 +75,68 @@ CREATE TABLE tool_job_outbox (
 CREATE INDEX tool_job_outbox_unrelayed ON tool_job_outbox (created_at) WHERE relayed_at IS NULL;
 """
 
-MIGRATIONS: Final = (Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),)
+# The fenced destination (detector/leases/destination.py), in the lease store's database so that
+# its receipts take their seq in the job's order.
+_FENCED_DESTINATION: Final = """
+-- Per destination and entity, the highest fence seen: what a lower fence is refused against.
+CREATE TABLE fenced_entities (
+    destination text NOT NULL CHECK (char_length(destination) BETWEEN 1 AND 256),
+    entity      text NOT NULL CHECK (char_length(entity) BETWEEN 1 AND 256),
+    fence       bigint NOT NULL CHECK (fence >= 0),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (destination, entity)
+);
+
+-- One row per decision. An idempotency key has at most one accepted receipt (its one effect);
+-- a refusal does not use the key up, so a key can also have refusals, one per fence presented.
+CREATE TABLE fenced_receipts (
+    destination     text NOT NULL,
+    idempotency_key text NOT NULL CHECK (char_length(idempotency_key) BETWEEN 1 AND 512),
+    fence           bigint NOT NULL CHECK (fence >= 0),
+    accepted        boolean NOT NULL,
+    entity          text NOT NULL,
+    effect_key      text NOT NULL CHECK (char_length(effect_key) BETWEEN 1 AND 512),
+    job_id          uuid NOT NULL REFERENCES tool_jobs (id),
+    worker_id       text NOT NULL CHECK (char_length(worker_id) BETWEEN 1 AND 256),
+    fence_held      bigint NOT NULL CHECK (fence_held >= 0),
+    seq             bigint NOT NULL CHECK (seq >= 1),
+    result          jsonb,
+    fenced          boolean NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (destination, idempotency_key, fence),
+    FOREIGN KEY (destination, entity) REFERENCES fenced_entities (destination, entity)
+);
+-- A fenced destination makes one effect per key; the unfenced mode only one per key and fence.
+CREATE UNIQUE INDEX fenced_receipts_one_effect ON fenced_receipts (destination, idempotency_key)
+    WHERE accepted AND fenced;
+
+-- The effect of a request that brings a payload rather than its own effect: one row per effect.
+CREATE TABLE fenced_effects (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    destination     text NOT NULL,
+    entity          text NOT NULL,
+    idempotency_key text NOT NULL,
+    fence           bigint NOT NULL,
+    payload         jsonb NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (destination, idempotency_key, fence)
+);
+"""
+
+# What the relay's pruning reads (relayed rows by age), and what a claim's reaping reads (jobs of
+# a class whose attempts are used up) without scanning every open job of the class: measured, a
+# claim took 13.9 ms with 50,000 queued jobs without it, 3.6 ms with it (docs/benchmarks.md).
+_INDEXES: Final = """
+CREATE INDEX tool_job_outbox_relayed ON tool_job_outbox (relayed_at) WHERE relayed_at IS NOT NULL;
+CREATE INDEX tool_jobs_attempts ON tool_jobs (job_class, attempt)
+    WHERE state IN ('queued', 'running');
+"""
+
+MIGRATIONS: Final = (
+    Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),
+    Migration(2, "fenced destination", _FENCED_DESTINATION),
+    Migration(3, "indexes for relay pruning and claim reaping", _INDEXES),
+)
 
 
 @dataclass(frozen=True, slots=True)

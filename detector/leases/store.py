@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Self
 from uuid import UUID
 
 import psycopg
@@ -37,6 +37,7 @@ from psycopg.rows import DictRow
 from detector.contracts.events import MAX_KEY_CHARS, Source
 from detector.leases.db import connect, one_line
 from detector.leases.errors import LeaseInputError, StoreUnavailableError
+from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
 
 log = logging.getLogger(__name__)
@@ -116,10 +117,6 @@ _JOB_COLUMNS: Final = (
     "id, job_class, state, owner_id, fencing_token, attempt, lease_until, heartbeat_at, "
     "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at"
 )
-# The job-queue kinds of DESIGN §3 that the store records.
-EventKind = Literal[
-    "job_claimed", "heartbeat_ok", "heartbeat_lost", "result_rejected", "lease_released"
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,23 +130,6 @@ class _Refusal:
 
 _LEASE_LOST: Final = _Refusal("heartbeat_lost", Source.WORKER)
 _RESULT_REJECTED: Final = _Refusal("result_rejected", Source.DESTINATION, RESULT_DESTINATION)
-
-
-def _event_columns(table: str = "") -> str:
-    """What an event of a transition needs from the job row, `at` being the database's now()."""
-    names = (
-        "id",
-        "job_class",
-        "owner_id",
-        "fencing_token",
-        "attempt",
-        "lease_until",
-        "event_seq",
-        "tool_class",
-        "model",
-        "provider",
-    )
-    return ", ".join(f"{table}{name}" for name in names) + ", now() AS at"
 
 
 # Claimable, or about to be failed for good when its attempts are used up.
@@ -181,7 +161,7 @@ UPDATE tool_jobs AS j
          WHERE job_class = %(job_class)s AND attempt >= %(max_attempts)s AND {_AVAILABLE}
            FOR UPDATE SKIP LOCKED) AS spent
  WHERE j.id = spent.id
-RETURNING {_event_columns("j.")}
+RETURNING {event_columns("j.")}
 """
 # The claim: one statement picks the oldest available job of the class, skipping rows another
 # claimer holds, and takes it under the next token.
@@ -201,33 +181,34 @@ UPDATE tool_jobs AS j
          LIMIT 1
            FOR UPDATE SKIP LOCKED) AS next
  WHERE j.id = next.id
-RETURNING j.idempotency_key, j.payload, {_event_columns("j.")}
+RETURNING j.idempotency_key, j.payload, {event_columns("j.")}
 """
 _EXTEND: Final = f"""
 UPDATE tool_jobs
    SET lease_until = now() + %(lease)s, heartbeat_at = now(), event_seq = event_seq + 1,
        updated_at = now()
  WHERE {_HELD}
-RETURNING {_event_columns()}
+RETURNING {event_columns()}
+"""
+# Starting a tool request changes nothing of the job; it is allowed only while the lease holds.
+_REQUEST: Final = f"""
+UPDATE tool_jobs SET event_seq = event_seq + 1, updated_at = now()
+ WHERE {_HELD}
+RETURNING {event_columns()}
 """
 _COMPLETE: Final = f"""
 UPDATE tool_jobs
    SET state = 'succeeded', result = %(result)s::jsonb, event_seq = event_seq + 1,
        updated_at = now()
  WHERE {_HELD}
-RETURNING {_event_columns()}
+RETURNING {event_columns()}
 """
 _FAIL: Final = f"""
 UPDATE tool_jobs
    SET state = %(state)s, error = {_FAILURE}, event_seq = event_seq + 1, updated_at = now()
  WHERE {_HELD}
-RETURNING {_event_columns()}
+RETURNING {event_columns()}
 """
-# A refused write changes nothing of the job but is still one of its events: it takes a seq.
-_NEXT_SEQ: Final = f"""
-UPDATE tool_jobs SET event_seq = event_seq + 1 WHERE id = %(job_id)s RETURNING {_event_columns()}
-"""
-_RECORD: Final = "INSERT INTO tool_job_outbox (job_id, seq, event) VALUES (%s, %s, %s::jsonb)"
 
 
 class LeaseStore:
@@ -274,7 +255,7 @@ class LeaseStore:
         labels: Labels | None = None,
     ) -> Job:
         """A new queued job, or the job this idempotency key already names (as it is now)."""
-        self._class(job_class)
+        self.policy(job_class)
         _check_text("idempotency_key", idempotency_key, MAX_KEY_CHARS)
         body = self._json("payload", payload)
         labels = labels or Labels()
@@ -304,7 +285,7 @@ class LeaseStore:
         """The oldest queued job of the class, or one whose lease expired, under a new token
         and a lease of the class's length; None when there is none. Jobs of the class whose
         attempts are used up fail for good here, in the same transaction."""
-        policy = self._class(job_class)
+        policy = self.policy(job_class)
         _check_text("owner_id", owner_id, MAX_OWNER_CHARS)
         params = {
             "job_class": job_class,
@@ -315,7 +296,7 @@ class LeaseStore:
         }
         with self._transaction() as conn:
             for spent in conn.execute(_REAP, params).fetchall():
-                self._record(
+                append(
                     conn,
                     spent,
                     "lease_released",
@@ -336,7 +317,7 @@ class LeaseStore:
             row = conn.execute(_CLAIM, params).fetchone()
             if row is None:
                 return None
-            self._record(
+            append(
                 conn,
                 row,
                 "job_claimed",
@@ -354,7 +335,7 @@ class LeaseStore:
             lease_until=row["lease_until"],
             idempotency_key=row["idempotency_key"],
             payload=row["payload"],
-            labels=_labels(row),
+            labels=row_labels(row),
         )
         log.info(
             "claimed job=%s class=%s token=%d attempt=%d owner=%s",
@@ -369,11 +350,11 @@ class LeaseStore:
     def extend(self, lease: Lease) -> Lease | LeaseLost:
         """The heartbeat: the lease again for the class's length from the database's now, or
         `LeaseLost` when this owner no longer holds it (an answer, not an error to retry)."""
-        policy = self._class(lease.job_class)
+        policy = self.policy(lease.job_class)
         with self._transaction() as conn:
             row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _LEASE_LOST)
             if row is not None:
-                self._record(conn, row, "heartbeat_ok", lease_until=row["lease_until"])
+                append(conn, row, "heartbeat_ok", lease_until=row["lease_until"])
         if row is None:
             log.warning(
                 "lease lost job=%s token=%d owner=%s",
@@ -384,6 +365,52 @@ class LeaseStore:
             return LeaseLost(lease.job_id, lease.fencing_token)
         log.debug("extended job=%s token=%d", lease.job_id, lease.fencing_token)
         return dataclasses.replace(lease, lease_until=row["lease_until"])
+
+    def request_started(
+        self,
+        lease: Lease,
+        *,
+        request_id: str,
+        effect_key: str | None = None,
+        destination: str | None = None,
+    ) -> Lease | LeaseLost:
+        """Record `tool_request_started` before the request is sent, while the lease holds.
+
+        `LeaseLost` means the lease no longer holds: do not send. `StoreUnavailableError` means
+        it could not be recorded: do not send either. The event takes the job's next seq, so a
+        request recorded before a takeover stays before it however late it is relayed.
+        """
+        _check_text("request_id", request_id, MAX_KEY_CHARS)
+        if effect_key is not None:
+            _check_text("effect_key", effect_key, MAX_KEY_CHARS)
+        with self._transaction() as conn:
+            row = self._while_held(conn, _REQUEST, {}, lease, _LEASE_LOST)
+            if row is not None:
+                append(
+                    conn,
+                    row,
+                    "tool_request_started",
+                    detail={"request": request_id},
+                    request=request_id,
+                    effect_key=effect_key,
+                    destination=destination,
+                )
+        if row is None:
+            log.warning(
+                "request refused job=%s token=%d owner=%s request=%s",
+                lease.job_id,
+                lease.fencing_token,
+                lease.owner_id,
+                request_id,
+            )
+            return LeaseLost(lease.job_id, lease.fencing_token)
+        log.info(
+            "request started job=%s token=%d request=%s",
+            lease.job_id,
+            lease.fencing_token,
+            request_id,
+        )
+        return lease
 
     def complete(self, lease: Lease, result: Any) -> Outcome:
         """Record the result, only while the lease holds; otherwise REJECTED and the job is
@@ -399,7 +426,7 @@ class LeaseStore:
                 {"attempted": "complete", "result_sha256": _digest(body)},
             )
             if row is not None:
-                self._record(conn, row, "lease_released", detail={"outcome": Outcome.SUCCEEDED})
+                append(conn, row, "lease_released", detail={"outcome": Outcome.SUCCEEDED})
         return self._answer(lease, Outcome.SUCCEEDED if row else Outcome.REJECTED, body)
 
     def fail(self, lease: Lease, error: Any, *, retryable: bool) -> Outcome:
@@ -409,7 +436,7 @@ class LeaseStore:
         self._json("error", error)
         if not retryable:
             outcome, reason = Outcome.FAILED, FailureReason.NOT_RETRYABLE
-        elif lease.attempt >= self._class(lease.job_class).max_attempts:
+        elif lease.attempt >= self.policy(lease.job_class).max_attempts:
             outcome, reason = Outcome.FAILED, FailureReason.ATTEMPTS_EXHAUSTED
         else:
             outcome, reason = Outcome.REQUEUED, FailureReason.RETRYING
@@ -425,9 +452,7 @@ class LeaseStore:
                 {"attempted": "fail"},
             )
             if row is not None:
-                self._record(
-                    conn, row, "lease_released", detail={"outcome": outcome, "reason": reason}
-                )
+                append(conn, row, "lease_released", detail={"outcome": outcome, "reason": reason})
         return self._answer(lease, outcome if row else Outcome.REJECTED, record)
 
     def job(self, job_id: UUID) -> Job | None:
@@ -468,55 +493,18 @@ class LeaseStore:
         }
         row = conn.execute(statement, {**held, **params}).fetchone()
         if row is None:
-            job = conn.execute(_NEXT_SEQ, held).fetchone()
+            job = next_seq(conn, lease.job_id)
             if job is not None:
-                self._record(
+                append(
                     conn,
                     job,
                     refusal.kind,
-                    holder=lease,
+                    owner=(lease.owner_id, lease.fencing_token, lease.attempt),
                     source=refusal.source,
                     detail=detail,
                     destination=refusal.destination,
                 )
         return row
-
-    def _record(
-        self,
-        conn: psycopg.Connection[DictRow],
-        row: DictRow,
-        kind: EventKind,
-        *,
-        holder: Lease | None = None,
-        source: Source = Source.WORKER,
-        detail: dict[str, Any] | None = None,
-        **fields: Any,
-    ) -> None:
-        """Append the job's event `kind` at the seq its row just took. The event is the owner's
-        (`holder`, else the row's owner) and uses the job-queue vocabulary of DESIGN §3."""
-        owner_id, token, attempt = (
-            (row["owner_id"], row["fencing_token"], row["attempt"])
-            if holder is None
-            else (holder.owner_id, holder.fencing_token, holder.attempt)
-        )
-        event: dict[str, Any] = {
-            "event_id": f"{row['id']}:{row['event_seq']}",
-            "kind": kind,
-            "job": str(row["id"]),
-            "fencing_token": token,
-            "owner_id": owner_id,
-            "seq": row["event_seq"],
-            "source": source,
-            "observed_at": row["at"].isoformat(),
-            "detail": {"job_class": row["job_class"], "attempt": attempt, **(detail or {})},
-        }
-        for name, value in fields.items():
-            if value is not None:
-                event[name] = value.isoformat() if isinstance(value, datetime) else value
-        attrs = _labels(row).attrs()
-        if attrs:
-            event["attrs"] = attrs
-        conn.execute(_RECORD, (row["id"], row["event_seq"], json.dumps(event)))
 
     def _answer(self, lease: Lease, outcome: Outcome, body: str) -> Outcome:
         """Log a write's outcome: a refused one as a warning, with the hash of what was sent."""
@@ -532,7 +520,8 @@ class LeaseStore:
         )
         return outcome
 
-    def _class(self, name: str) -> JobClass:
+    def policy(self, name: str) -> JobClass:
+        """The class `name`; `LeaseInputError` naming the known ones if there is none."""
         try:
             return self._classes[name]
         except KeyError:
@@ -569,10 +558,6 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _labels(row: DictRow) -> Labels:
-    return Labels(tool_class=row["tool_class"], model=row["model"], provider=row["provider"])
-
-
 def _job(row: DictRow) -> Job:
     return Job(
         id=row["id"],
@@ -587,7 +572,7 @@ def _job(row: DictRow) -> Job:
         payload=row["payload"],
         result=row["result"],
         error=row["error"],
-        labels=_labels(row),
+        labels=row_labels(row),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )

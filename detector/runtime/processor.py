@@ -79,6 +79,7 @@ class PartitionProcessor:
         partition = self.partition
         self.metrics.state(partition, len(self.detector.states))
         self.metrics.engine(partition, self.detector.counters)
+        self.metrics.lease_health(partition, self.detector.lease_health)
         self.metrics.findings_open(partition, self.detector.open_findings())
         # A resolved finding's new revision lives in its state: persist it with the revision,
         # or a restore would publish the same (finding_id, revision) again.

@@ -1,21 +1,25 @@
 """Prometheus metrics of a detector worker.
 
 Every label is bounded (event kind, severity, status, reason code, optional field name,
-eviction cause, partition number); workflow keys, worker ids and effect keys never become labels.
+eviction cause, partition number, and the lease-health labels tool_class, model and provider,
+capped by `LabelBounds`); workflow keys, worker ids and effect keys never become labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from itertools import accumulate
+from threading import Lock
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 from detector.contracts.dead_letters import REASON_CODES
 from detector.contracts.events import OPTIONAL_FIELDS, OwnershipEvent
 from detector.contracts.findings import Severity
-from detector.core import Counters, FindingUpdate
+from detector.core import Counters, FindingUpdate, LabelBounds, LeaseHealth, LeaseStats
 
 # Label of each class of forgotten evidence, and the engine counter that counts it.
 _EVIDENCE_CLASSES: Final = {
@@ -27,8 +31,106 @@ _EVIDENCE_CLASSES: Final = {
 }
 
 
+_LEASE_LABELS: Final = list(LabelBounds.NAMES)
+Labels = tuple[str, ...]
+
+
+class _EngineHistogram:
+    """A histogram of observations an engine made and counted per bucket (`LeaseStats`): the
+    counts are added here a tick at a time, where prometheus_client's Histogram only observes."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        bounds: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, list(labelnames)
+        self._les = [repr(float(b)) for b in bounds] + ["+Inf"]  # as Histogram writes them
+        # labels -> (count per bucket, sum)
+        self._series: dict[Labels, tuple[list[int], list[float]]] = {}
+        self._lock = Lock()  # collect() runs in the /metrics server's thread
+        registry.register(self)
+
+    def add(self, labels: Labels, counts: Sequence[int], total: float) -> None:
+        with self._lock:
+            series = self._series.get(labels)
+            if series is None:
+                series = self._series[labels] = ([0] * len(self._les), [0.0])
+            buckets, sums = series
+            for i, count in enumerate(counts):
+                buckets[i] += count
+            sums[0] += total
+
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            rows = [
+                (labels, list(accumulate(buckets)), sums[0])
+                for labels, (buckets, sums) in self._series.items()
+            ]
+        family = self._family()
+        for labels, cumulative, total in sorted(rows):
+            family.add_metric(list(labels), list(zip(self._les, cumulative, strict=True)), total)
+        yield family
+
+
+@dataclass(frozen=True, slots=True)
+class _LeaseSeen:
+    """One label set's cumulative lease-health counts, as a partition's engine last had them."""
+
+    heartbeat_age: tuple[int, ...]
+    heartbeat_age_sum: float
+    remaining: tuple[int, ...]
+    remaining_sum: float
+    expired: int
+    reclaimed: int
+    lost: int
+    uncertain: int
+
+    @classmethod
+    def of(cls, stats: LeaseStats) -> _LeaseSeen:
+        return cls(
+            tuple(stats.heartbeat_age),
+            stats.heartbeat_age_sum,
+            tuple(stats.remaining),
+            stats.remaining_sum,
+            stats.expired,
+            stats.reclaimed,
+            stats.lost,
+            stats.uncertain,
+        )
+
+
+_NOTHING_SEEN: Final = _LeaseSeen(
+    (0,) * (len(LeaseStats.HEARTBEAT_AGE_BOUNDS) + 1),
+    0.0,
+    (0,) * (len(LeaseStats.REMAINING_BOUNDS) + 1),
+    0.0,
+    0,
+    0,
+    0,
+    0,
+)
+
+
+def _minus(now: Sequence[int], then: Sequence[int]) -> list[int]:
+    return [a - b for a, b in zip(now, then, strict=True)]
+
+
 class WorkerMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, max_label_values: int | None = None
+    ) -> None:
+        """`max_label_values` caps the distinct values of each lease-health label across the
+        worker's partitions (each engine caps its own too); default `LabelBounds`'s."""
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.events = Counter(
@@ -136,6 +238,50 @@ class WorkerMetrics:
             "Time to restore partitions from the changelog",
             registry=r,
         )
+        # Lease health, from the ownership events of any emitter (`LeaseStats`): observed by
+        # the engines, which subtract emitters' clocks for health only, and exported every 5 s.
+        self.heartbeat_age = _EngineHistogram(
+            "splitbrain_lease_heartbeat_age_seconds",
+            "Age of a workflow's last heartbeat (or of its acquisition) when the next heartbeat "
+            "of its current owner arrives: the heartbeat gap, on the emitter's observed_at",
+            _LEASE_LABELS,
+            LeaseStats.HEARTBEAT_AGE_BOUNDS,
+            r,
+        )
+        self.lease_remaining = _EngineHistogram(
+            "splitbrain_lease_remaining_seconds",
+            "Lease time left when a heartbeat of the current owner arrives: the lease_until of "
+            "its epoch's previous acquisition or heartbeat minus this heartbeat's observed_at "
+            "(0 and below: the heartbeat came after the lease ran out)",
+            _LEASE_LABELS,
+            LeaseStats.REMAINING_BOUNDS,
+            r,
+        )
+        self.leases_expired = Counter(
+            "splitbrain_leases_expired_total",
+            "Takeovers of a workflow whose previous epoch had not released its lease: the "
+            "lease expired (or was broken) while its owner held it",
+            _LEASE_LABELS,
+            registry=r,
+        )
+        self.extension_failures = Counter(
+            "splitbrain_lease_extension_failures_total",
+            "Lease extensions that failed, by reason: lost (lease_lost or heartbeat_lost: the "
+            "owner knows it is displaced) or uncertain (ownership_uncertain: the coordination "
+            "store did not answer)",
+            [*_LEASE_LABELS, "reason"],
+            registry=r,
+        )
+        self.jobs_reclaimed = Counter(
+            "splitbrain_jobs_reclaimed_total",
+            "Acquisitions of a workflow by a new epoch after an earlier one (not its first)",
+            _LEASE_LABELS,
+            registry=r,
+        )
+        self._lease_labels = (
+            LabelBounds() if max_label_values is None else LabelBounds(max_label_values)
+        )
+        self._lease_seen: dict[int, dict[tuple[str, str, str], _LeaseSeen]] = {}
         # Known label values start at 0: a series that first appears at 1 shows no increase(),
         # so an alert on it would miss the first critical finding after every start.
         for severity in Severity:
@@ -217,6 +363,35 @@ class WorkerMetrics:
             **{f.name: getattr(counters, f.name) for f in fields(Counters)}
         )
 
+    def lease_health(self, partition: int, health: LeaseHealth) -> None:
+        """Turn one partition engine's cumulative lease-health counts into increments, under
+        labels bounded again across the worker's partitions. A label set appears at 0."""
+        seen = self._lease_seen.setdefault(partition, {})
+        for labels, stats in health.stats.items():
+            now = _LeaseSeen.of(stats)
+            last = seen.get(labels)
+            if last == now:
+                continue
+            then = _NOTHING_SEEN if last is None else last
+            seen[labels] = now
+            exported = self._lease_labels.bound(labels)
+            self.heartbeat_age.add(
+                exported,
+                _minus(now.heartbeat_age, then.heartbeat_age),
+                now.heartbeat_age_sum - then.heartbeat_age_sum,
+            )
+            self.lease_remaining.add(
+                exported,
+                _minus(now.remaining, then.remaining),
+                now.remaining_sum - then.remaining_sum,
+            )
+            self.leases_expired.labels(*exported).inc(now.expired - then.expired)
+            self.jobs_reclaimed.labels(*exported).inc(now.reclaimed - then.reclaimed)
+            self.extension_failures.labels(*exported, "lost").inc(now.lost - then.lost)
+            self.extension_failures.labels(*exported, "uncertain").inc(
+                now.uncertain - then.uncertain
+            )
+
     def partition_gone(self, partition: int) -> None:
         """The partition went to another worker: no workflows here, and no lag or open findings
         frozen at their last values (an alert would go on reading them)."""
@@ -228,6 +403,7 @@ class WorkerMetrics:
     def engine_replaced(self, partition: int) -> None:
         """A partition got a fresh engine (restore): its counts start again from zero."""
         self._seen.pop(partition, None)
+        self._lease_seen.pop(partition, None)
 
     def committed(
         self, seconds: float, events: int, partitions: Iterable[int] | None = None

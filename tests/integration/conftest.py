@@ -4,8 +4,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg.rows import DictRow
 
+from detector.leases import migrate
+from detector.leases.db import connect
 from detector.testing.kafka import LocalKafka
 from detector.testing.postgres import LocalPostgres
 from tests.conftest import mark_directory
@@ -43,6 +47,14 @@ def postgres() -> Iterator[LocalPostgres]:
     a test that restarts it leaves it running."""
     with LocalPostgres() as server:
         yield server
+
+
+@pytest.fixture
+def db(postgres_dsn: str) -> Iterator[psycopg.Connection[DictRow]]:
+    """The test's database, migrated to the lease store's schema, for the test's own reads."""
+    with connect(postgres_dsn) as conn:
+        migrate(conn)
+        yield conn
 
 
 @pytest.fixture

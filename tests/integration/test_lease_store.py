@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -39,6 +38,7 @@ from detector.leases import (
 from detector.leases.db import connect
 from detector.testing.kafka import free_port
 from detector.testing.postgres import LocalPostgres
+from tests.integration.leases import claimed, outbox, wait_lapsed
 
 
 def job_class(name: str = "ocr", *, max_attempts: int = 3) -> JobClass:
@@ -59,39 +59,9 @@ LABELS = Labels(tool_class="ocr", model="tesseract-5", provider="local")
 
 
 @pytest.fixture
-def db(postgres_dsn: str) -> Iterator[psycopg.Connection[DictRow]]:
-    """The migrated test database, for the test's own reads."""
-    with connect(postgres_dsn) as conn:
-        migrate(conn)
-        yield conn
-
-
-@pytest.fixture
 def store(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[LeaseStore]:
     with LeaseStore(postgres_dsn, CLASSES) as s:
         yield s
-
-
-def outbox(db: psycopg.Connection[DictRow], job_id: UUID) -> list[dict[str, Any]]:
-    """The job's outbox events, in seq order."""
-    rows = db.execute(
-        "SELECT seq, event FROM tool_job_outbox WHERE job_id = %s ORDER BY seq", (job_id,)
-    ).fetchall()
-    assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
-    return [r["event"] for r in rows]
-
-
-def sleep_past(db: psycopg.Connection[DictRow], lease: Lease) -> None:
-    """Until the database's clock is past the lease (the client's clock decides nothing)."""
-    row = db.execute("SELECT extract(epoch FROM %s - now()) AS left", (lease.lease_until,))
-    left = row.fetchone()
-    assert left is not None
-    time.sleep(max(0.0, float(left["left"])) + 0.05)
-
-
-def claimed(lease: Lease | None) -> Lease:
-    assert lease is not None
-    return lease
 
 
 # -- claims ---------------------------------------------------------------------------------
@@ -130,7 +100,7 @@ def test_a_lapsed_lease_is_claimed_again_under_a_higher_token(
     assert (first.job_id, first.fencing_token, first.attempt) == (job.id, 1, 1)
     assert first.payload == {"doc": 1} and first.labels == LABELS
     assert store.claim("ocr", "w2") is None  # the lease holds
-    sleep_past(db, first)
+    wait_lapsed(db, first)
     second = claimed(store.claim("ocr", "w2"))
     assert (second.job_id, second.fencing_token, second.attempt) == (job.id, 2, 2)
     assert second.lease_until > first.lease_until
@@ -156,7 +126,7 @@ def test_a_displaced_owner_learns_it_lost_the_lease_and_cannot_write(
 ) -> None:
     store.enqueue("ocr", "doc:1:ocr", {"doc": 1})
     zombie = claimed(store.claim("ocr", "w1"))
-    sleep_past(db, zombie)
+    wait_lapsed(db, zombie)
     owner = claimed(store.claim("ocr", "w2"))
 
     assert store.extend(zombie) == LeaseLost(zombie.job_id, 1)
@@ -180,7 +150,7 @@ def test_an_expired_lease_refuses_its_owner_even_before_anyone_takes_over(
 ) -> None:
     store.enqueue("ocr", "doc:1:ocr", {})
     lease = claimed(store.claim("ocr", "w1"))
-    sleep_past(db, lease)
+    wait_lapsed(db, lease)
     assert store.complete(lease, {"text": "too late"}) is Outcome.REJECTED
     assert isinstance(store.extend(lease), LeaseLost)
     job = store.job(lease.job_id)
@@ -221,7 +191,7 @@ def test_a_last_attempt_that_never_answered_fails_for_good(
 ) -> None:
     job = store.enqueue("once", "doc:1:once", {})
     lease = claimed(store.claim("once", "w1"))
-    sleep_past(db, lease)
+    wait_lapsed(db, lease)
     assert store.claim("once", "w2") is None
     failed = store.job(job.id)
     assert failed is not None and failed.state is JobState.FAILED
@@ -246,7 +216,7 @@ def test_the_outbox_has_each_transition_in_order_and_a_zombie_after_its_takeover
     job = store.enqueue("ocr", "doc:1:ocr", {"doc": 1}, LABELS)
     zombie = claimed(store.claim("ocr", "w1"))
     store.extend(zombie)
-    sleep_past(db, zombie)
+    wait_lapsed(db, zombie)
     owner = claimed(store.claim("ocr", "w2"))
     store.extend(zombie)
     store.complete(zombie, {"text": "late"})
@@ -364,8 +334,8 @@ def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
-        assert [m.version for m in first.applied] == [1]
-        assert (second.applied, second.version) == ((), 1)
+        assert [m.version for m in first.applied] == [1, 2, 3]
+        assert (second.applied, second.version) == ((), 3)
         assert conn.execute("SELECT * FROM splitbrain_migrations").fetchall() == recorded
 
 
@@ -386,12 +356,14 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: s
     assert (first.returncode, first.stderr) == (0, "")
     assert first.stdout.splitlines() == [
         "applied migration 1: tool_jobs and tool_job_outbox",
-        "schema at version 1",
+        "applied migration 2: fenced destination",
+        "applied migration 3: indexes for relay pruning and claim reaping",
+        "schema at version 3",
     ]
     second = migrate_cli("--dsn", postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
-        "schema at version 1: already current, nothing changed\n",
+        "schema at version 3: already current, nothing changed\n",
     )
 
     bad = migrate_cli("--dsn", "not a dsn")
@@ -440,7 +412,7 @@ def test_the_migrate_command_reads_its_variable(
 ) -> None:
     monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
     assert main(["leases", "migrate"]) == 0
-    assert capsys.readouterr().out.endswith("schema at version 1\n")
+    assert capsys.readouterr().out.endswith("schema at version 3\n")
 
 
 # -- a restart mid-run ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from detector.contracts.findings import Severity, Status
-from detector.core import Counters, FindingUpdate
+from detector.core import Counters, FindingUpdate, LeaseHealth
 from detector.telemetry.metrics import WorkerMetrics
 from tests.paths import ROOT
 from tests.tools import program
@@ -90,6 +90,13 @@ def test_rules_pass_their_promtool_unit_tests(promtool: str) -> None:
         (RULES, "> 120", "> 1200", "SplitbrainWorkerStalled"),
         (RULES, "< 120", "< 1200", "SplitbrainDetectionStalled"),
         (RULES, "lag_records[15m])) > 0", "lag_records[15m])) >= 0", "SplitbrainFallingBehind"),
+        (RULES, "> 0.01", "> 0.1", "SplitbrainLeaseNearExpiry"),
+        (
+            RULES,
+            'seconds_bucket{le="5.0"}',
+            'seconds_bucket{le="+Inf"}',
+            "SplitbrainLeaseNearExpiry",
+        ),
     ],
 )
 def test_rule_tests_fail_when_a_rule_or_an_expectation_is_wrong(
@@ -145,6 +152,9 @@ def exported_samples() -> dict[str, set[str]]:
     )
     metrics.state(0, 1)
     metrics.engine(0, Counters(effects_dropped=1, redelivered=1, evicted_idle=1))
+    health = LeaseHealth(missed_heartbeats=2, jitter_reserve_s=5.0)
+    health.stats_of(("ocr", "tesseract-5", "local")).lost = 1
+    metrics.lease_health(0, health)
     metrics.committed(0.01, 10)
     metrics.aborted()
     metrics.restored(1.5)
@@ -369,4 +379,10 @@ def test_dashboard_has_the_panels_on_call_needs() -> None:
         "Evidence dropped",
         "Evictions by cause",
         "State restore time",
+        "Lease health",
+        "Heartbeat age by tool class",
+        "Lease time remaining at heartbeat by tool class",
+        "Expired leases by tool class",
+        "Lease extension failures by tool class",
+        "Jobs reclaimed by tool class",
     } <= titles

@@ -1,7 +1,8 @@
 """The public API, pinned: a name added to or removed from `__all__` is a decision, made here too.
 
 `detector` is what a library user imports (README "The engine as a library"); `detector.core` is
-the engine's facade, the only way into the rules. Change these lists with the API, and say so in
+the engine's facade, the only way into the rules; `detector.leases` is the job-queue practice a
+team adopts (README "Adopting the lease store"). Change these lists with the API, and say so in
 CHANGELOG.md.
 """
 
@@ -33,12 +34,43 @@ PUBLIC = {
         "Counters",
         "Detector",
         "FindingUpdate",
+        "LabelBounds",
         "LeaseHealth",
+        "LeaseStats",
         "LeaseWarning",
         "ToolClassHealth",
         "WorkflowState",
         "decode_state",
         "encode_state",
+    ],
+    "detector.leases": [
+        "Decision",
+        "EffectRequest",
+        "Execution",
+        "FailureReason",
+        "FencedDestination",
+        "IdempotencyKeyReusedError",
+        "Job",
+        "JobClass",
+        "JobState",
+        "Labels",
+        "Lease",
+        "LeaseError",
+        "LeaseInputError",
+        "LeaseLost",
+        "LeaseStore",
+        "MigrationError",
+        "OutboxRelay",
+        "OutboxRowError",
+        "Outcome",
+        "Receipt",
+        "Runner",
+        "Status",
+        "StoreUnavailableError",
+        "ToolCall",
+        "ToolFailed",
+        "UnknownJobError",
+        "migrate",
     ],
 }
 

@@ -1,0 +1,174 @@
+"""The outbox relay: publishes `tool_job_outbox` to `agent.ownership.v1`, at least once.
+
+A batch is published and acknowledged by Kafka before its rows are marked relayed, in the same
+database transaction that locked them (`FOR UPDATE SKIP LOCKED`, so several relays share the
+work and never publish one row at the same time). A crash, a broker that does not acknowledge,
+or a database that goes away between the two leaves the rows unmarked: they are published again,
+with the event id they were written with, which the detector ignores as a redelivery. Relayed
+rows are deleted once they are older than the retention, so the table holds the recent past for
+`leases inspect` and investigations, not the whole history.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+import psycopg
+from psycopg.rows import DictRow
+
+from detector.contracts.events import EventError
+from detector.contracts.topics import INPUT_TOPIC
+from detector.kafka.config import KafkaClientError
+from detector.kafka.emit import DeliveryError, Emitter
+from detector.leases.db import connect, one_line
+from detector.leases.errors import OutboxRowError, StoreUnavailableError
+
+log = logging.getLogger(__name__)
+
+_BATCH: Final = 500
+DEFAULT_RETENTION: Final = timedelta(hours=24)
+# How long a batch may wait for Kafka's acknowledgements before it is left for the next try.
+DEFAULT_ACK_TIMEOUT_S: Final = 30.0
+
+# Oldest first; within a job, in seq order, so a partition holds a job's events in its order.
+_PENDING: Final = """
+SELECT job_id, seq, event FROM tool_job_outbox
+ WHERE relayed_at IS NULL
+ ORDER BY created_at, job_id, seq
+ LIMIT %s
+   FOR UPDATE SKIP LOCKED
+"""
+_MARK: Final = """
+UPDATE tool_job_outbox AS o SET relayed_at = now()
+  FROM unnest(%s::uuid[], %s::bigint[]) AS done(job_id, seq)
+ WHERE o.job_id = done.job_id AND o.seq = done.seq
+"""
+_PRUNE: Final = "DELETE FROM tool_job_outbox WHERE relayed_at < now() - %s"
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One relay step: the rows published and marked, and the relayed rows pruned."""
+
+    published: int
+    pruned: int
+
+
+class OutboxRelay:
+    """Relays the outbox of the lease store at `dsn` through an `Emitter` of `kafka_config`."""
+
+    def __init__(
+        self,
+        dsn: str,
+        kafka_config: Mapping[str, Any],
+        *,
+        topic: str = INPUT_TOPIC,
+        batch: int = _BATCH,
+        retention: timedelta = DEFAULT_RETENTION,
+        ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
+    ) -> None:
+        self._dsn = dsn
+        self._batch = batch
+        self._retention = retention
+        self._ack_timeout_s = ack_timeout_s
+        self._kafka = (kafka_config, topic)
+        self._emitter = Emitter(kafka_config, topic=topic)
+        self._conn: psycopg.Connection[DictRow] | None = None
+        self.published = 0
+
+    def close(self) -> None:
+        self._emitter.close()
+        if self._conn is not None:
+            self._conn.close()
+
+    def step(self, *, prune: bool = True) -> Batch:
+        """Publish one batch of unrelayed rows, then mark them relayed; with `prune`, delete
+        the relayed rows older than the retention.
+
+        Raises `StoreUnavailableError` when the database does not answer and `DeliveryError`
+        when Kafka did not acknowledge the batch: either way nothing was marked, and the rows
+        go out again on the next step.
+        """
+        try:
+            conn = self._connection()
+            with conn.transaction():
+                rows = conn.execute(_PENDING, (self._batch,)).fetchall()
+                for row in rows:
+                    try:
+                        self._emitter.emit(row["event"])
+                    except EventError as exc:
+                        raise OutboxRowError(
+                            f"outbox row job={row['job_id']} seq={row['seq']}: {exc}"
+                        ) from exc
+                if rows:
+                    self._emitter.flush(self._ack_timeout_s)
+                    conn.execute(_MARK, ([r["job_id"] for r in rows], [r["seq"] for r in rows]))
+                pruned = conn.execute(_PRUNE, (self._retention,)).rowcount if prune else 0
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
+        except DeliveryError:
+            # What librdkafka still holds would be delivered behind the next step's copy of it:
+            # drop it, so that a broker that is down does not grow the queue by a batch a try.
+            self._emitter.close()
+            self._emitter = Emitter(self._kafka[0], topic=self._kafka[1])
+            raise
+        self.published += len(rows)
+        return Batch(len(rows), max(pruned, 0))
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        idle_s: float = 0.2,
+        retry_s: float = 1.0,
+        prune_every_s: float = 60.0,
+    ) -> None:
+        """Relay until `stop` is set: at once while there is a backlog, every `idle_s` when
+        there is none, and every `retry_s` while the database or Kafka does not answer;
+        pruning every `prune_every_s`."""
+        failing = False
+        pruned_at = -prune_every_s
+        while not stop.is_set():
+            prune = time.monotonic() - pruned_at >= prune_every_s
+            try:
+                batch = self.step(prune=prune)
+            except (StoreUnavailableError, DeliveryError) as exc:
+                if not failing:
+                    log.warning("relay paused: %s", exc)
+                failing = True
+                stop.wait(retry_s)
+                continue
+            except KafkaClientError:
+                raise  # a wrong password or a missing topic: retrying cannot help
+            if prune:
+                pruned_at = time.monotonic()
+            if failing:
+                log.info("relay resumed")
+                failing = False
+            if batch.published:
+                log.debug("relayed %d event(s), pruned %d", batch.published, batch.pruned)
+            else:
+                stop.wait(idle_s)
+
+    def _connection(self) -> psycopg.Connection[DictRow]:
+        if self._conn is None or self._conn.broken:
+            self._conn = connect(self._dsn)
+        return self._conn
+
+
+def relay_until_empty(relay: OutboxRelay, timeout_s: float = 60.0) -> int:
+    """Step until a step finds nothing to publish; the number published. For tools and tests
+    that need the outbox drained now (the long-running form is `OutboxRelay.run`)."""
+    deadline = time.monotonic() + timeout_s
+    total = 0
+    while (batch := relay.step()).published:
+        total += batch.published
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the outbox was not drained within {timeout_s:g}s")
+    return total

@@ -1,0 +1,737 @@
+"""The fenced destination against a real PostgreSQL (issue 10, item 4): a lower fence refused
+with a receipt, one effect per idempotency key, the unfenced mode, concurrent requests, the HTTP
+service, and the receipt's place in the job's order.
+
+Each test has a fresh database of the session's server (`postgres_dsn`). A takeover is a real
+one: the first owner's one-second lease lapses on the database's clock, and another owner
+claims the job under the next token.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from psycopg.rows import DictRow
+
+from detector.cli.audit import audit_lines
+from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_obj
+from detector.errors import ExitCode
+from detector.leases import (
+    Decision,
+    EffectRequest,
+    FencedDestination,
+    IdempotencyKeyReusedError,
+    JobClass,
+    Labels,
+    Lease,
+    LeaseInputError,
+    LeaseStore,
+    Receipt,
+    UnknownJobError,
+    migrate,
+)
+from detector.leases.db import connect
+from detector.leases.http_destination import DestinationServer
+from detector.leases.inspect import NotMigratedError
+from detector.leases.schema import MIGRATIONS
+from tests.integration.leases import claimed, outbox, wait_lapsed
+
+OCR = JobClass(
+    name="ocr",
+    lease_s=1.0,
+    heartbeat_s=0.2,
+    missed_heartbeats=2,
+    reserve_s=0.3,
+    max_attempts=3,
+    tool_timeout_s=5,
+    stage_time_limit_s=60,
+)
+NAME = "invoices"
+ENTITY = "invoice-42"
+
+
+@pytest.fixture
+def store(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[LeaseStore]:
+    with LeaseStore(postgres_dsn, [OCR]) as s:
+        yield s
+
+
+@pytest.fixture
+def destination(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[FencedDestination]:
+    with FencedDestination(postgres_dsn, NAME) as d:
+        yield d
+
+
+def takeover(store: LeaseStore, db: psycopg.Connection[DictRow]) -> tuple[Lease, Lease]:
+    """W1 claims the job (token 1), its lease lapses, W2 claims it (token 2)."""
+    store.enqueue("ocr", "invoice:42:capture", {"invoice": 42}, Labels(tool_class="ocr"))
+    w1 = claimed(store.claim("ocr", "w1"))
+    wait_lapsed(db, w1)
+    w2 = claimed(store.claim("ocr", "w2"))
+    assert (w1.fencing_token, w2.fencing_token) == (1, 2)
+    return w1, w2
+
+
+def effect(
+    lease: Lease,
+    key: str,
+    *,
+    entity: str = ENTITY,
+    fence: int | None = None,
+    effect_key: str | None = None,
+) -> EffectRequest:
+    """What `lease`'s owner presents (its token, unless `fence` says otherwise)."""
+    return EffectRequest(
+        job_id=lease.job_id,
+        worker_id=lease.owner_id,
+        fence=lease.fencing_token if fence is None else fence,
+        idempotency_key=key,
+        entity=entity,
+        effect_key=effect_key,
+    )
+
+
+def last_event(db: psycopg.Connection[DictRow], job_id: UUID) -> OwnershipEvent:
+    return parse_event_obj(outbox(db, job_id)[-1])
+
+
+def effects(db: psycopg.Connection[DictRow]) -> list[dict[str, Any]]:
+    return db.execute(
+        "SELECT id, entity, idempotency_key, fence, payload FROM fenced_effects ORDER BY id"
+    ).fetchall()
+
+
+def entity_fence(db: psycopg.Connection[DictRow], entity: str = ENTITY) -> int:
+    row = db.execute(
+        "SELECT fence FROM fenced_entities WHERE destination = %s AND entity = %s",
+        (NAME, entity),
+    ).fetchone()
+    assert row is not None
+    return int(row["fence"])
+
+
+def count(db: psycopg.Connection[DictRow], table: str) -> int:
+    row = db.execute(f"SELECT count(*) AS n FROM {table}").fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def findings(db: psycopg.Connection[DictRow], job_id: UUID) -> set[tuple[str, int]]:
+    """What the detector finds in the job's outbox: each condition with the epoch displaced."""
+    result = audit_lines(json.dumps(e).encode() for e in outbox(db, job_id))
+    found = [json.loads(f.to_json()) for f in result.findings.values()]
+    return {(c["kind"], f["displaced"]["owner_epoch"]) for f in found for c in f["conditions"]}
+
+
+# -- the fence ----------------------------------------------------------------------------------
+
+
+def test_a_lower_fence_is_rejected_with_a_receipt_and_an_effect_rejected_event(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    w1, w2 = takeover(store, db)
+    done = destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
+    assert (done.decision, done.fence_held) == (Decision.ACCEPTED, 2)
+
+    refused = destination.apply(effect(w1, "invoice:42:refund"), {"amount": -100})
+    assert isinstance(refused, Receipt) and not refused.accepted
+    assert (refused.status, refused.repeated, refused.result) == ("rejected", False, None)
+    # What was refused, the fence presented, the fence held.
+    assert (refused.entity, refused.effect_key, refused.idempotency_key) == (
+        ENTITY,
+        "invoice:42:refund",
+        "invoice:42:refund",
+    )
+    assert (refused.worker_id, refused.fence, refused.fence_held) == ("w1", 1, 2)
+    assert (refused.job_id, refused.seq) == (w1.job_id, 4)  # claim, claim, commit, this
+
+    event = last_event(db, w1.job_id)
+    assert (event.kind, event.source, event.seq) == (Kind.EFFECT_REJECTED, Source.DESTINATION, 4)
+    assert (event.owner_epoch, event.worker_id, event.workflow_key) == (1, "w1", str(w1.job_id))
+    assert (event.effect_key, event.destination) == ("invoice:42:refund", NAME)
+    assert event.event_id == f"{w1.job_id}:4" and event.attrs == {"tool_class": "ocr"}
+    raw = outbox(db, w1.job_id)[-1]
+    assert raw["detail"] == {
+        "job_class": "ocr",
+        "attempt": None,  # a displaced owner's: not the job's current attempt
+        "entity": ENTITY,
+        "idempotency_key": "invoice:42:refund",
+        "fence_held": 2,
+        "fenced": True,
+        "payload_sha256": raw["detail"]["payload_sha256"],
+    }
+    assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:capture"]
+    assert entity_fence(db) == 2
+    assert ("stale_effect_rejected", 1) in findings(db, w1.job_id)
+
+
+def test_an_equal_or_higher_fence_is_accepted_with_effect_committed(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "invoice:42:ocr", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    first = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    second = destination.apply(
+        effect(w1, "invoice:42:email", effect_key="mail:invoice-42"), {"to": "billing"}
+    )
+    assert [(r.status, r.fence, r.fence_held, r.seq) for r in (first, second)] == [
+        ("accepted", 1, 1, 2),
+        ("accepted", 1, 1, 3),  # the same owner may make several effects on one entity
+    ]
+    assert first.result == {"effect_id": effects(db)[0]["id"]}
+
+    wait_lapsed(db, w1)
+    w2 = claimed(store.claim("ocr", "w2"))
+    third = destination.apply(effect(w2, "invoice:42:void"), {"reason": "duplicate"})
+    assert (third.status, third.fence, third.fence_held, third.seq) == ("accepted", 2, 2, 5)
+    assert entity_fence(db) == 2
+
+    events = outbox(db, w1.job_id)
+    committed = [parse_event_obj(e) for e in events if e["kind"] == "effect_committed"]
+    assert [(e.owner_epoch, e.worker_id, e.effect_key, e.seq) for e in committed] == [
+        (1, "w1", "invoice:42:capture", 2),
+        (1, "w1", "mail:invoice-42", 3),
+        (2, "w2", "invoice:42:void", 5),
+    ]
+    assert {(e.source, e.destination, e.kind) for e in committed} == {
+        (Source.DESTINATION, NAME, Kind.EFFECT_COMMITTED)
+    }
+    # The current owner's attempt is the job's.
+    assert [e["detail"]["attempt"] for e in events if e["kind"] == "effect_committed"] == [1, 1, 2]
+    assert [(e["fence"], e["payload"]) for e in effects(db)] == [
+        (1, {"amount": 100}),
+        (1, {"to": "billing"}),
+        (2, {"reason": "duplicate"}),
+    ]
+    assert findings(db, w1.job_id) == set()
+
+
+# -- one effect per idempotency key -------------------------------------------------------------
+
+
+def test_a_repeated_key_returns_the_earlier_receipt_and_makes_no_second_effect_or_event(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    calls: list[int] = []
+
+    def capture(conn: psycopg.Connection[DictRow]) -> Any:
+        calls.append(1)
+        conn.execute(
+            "INSERT INTO fenced_effects (destination, entity, idempotency_key, fence, payload)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (NAME, ENTITY, "invoice:42:capture", 1, json.dumps({"amount": 100})),
+        )
+        return {"captured": 100, "at": "psp-ref-7"}
+
+    store.enqueue("ocr", "invoice:42:ocr", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    first = destination.apply(effect(w1, "invoice:42:capture"), capture)
+    assert (first.status, first.result) == ("accepted", {"captured": 100, "at": "psp-ref-7"})
+    before = (outbox(db, w1.job_id), effects(db), count(db, "fenced_receipts"))
+
+    again = destination.apply(effect(w1, "invoice:42:capture"), capture)
+    assert (again.status, again.repeated, again.decision) == ("repeated", True, Decision.ACCEPTED)
+    assert again == Receipt(**{**_fields(first), "repeated": True})
+    # At the accepted fence or above, after a takeover too: the stored receipt, nothing done.
+    wait_lapsed(db, w1)
+    w2 = claimed(store.claim("ocr", "w2"))
+    for fence in (2, 7):
+        redo = destination.apply(effect(w2, "invoice:42:capture", fence=fence), {"amount": 1})
+        assert redo == again
+    assert calls == [1]
+    after = (outbox(db, w1.job_id), effects(db), count(db, "fenced_receipts"))
+    assert after[1:] == before[1:]
+    assert after[0][: len(before[0])] == before[0] and len(after[0]) == len(before[0]) + 1
+    assert after[0][-1]["kind"] == "job_claimed"  # w2's claim: no event of the repeats
+    # Below it, the key is a stale owner's: refused, never handed the accepted receipt.
+    stale = destination.apply(effect(w2, "invoice:42:capture", fence=0), {"amount": 1})
+    assert (stale.status, stale.fence, stale.fence_held) == ("rejected", 0, 1)
+    assert calls == [1] and effects(db) == before[1]
+    assert outbox(db, w1.job_id)[-1]["kind"] == "effect_rejected"
+    after = (outbox(db, w1.job_id), effects(db), count(db, "fenced_receipts"))
+
+    # A key names one operation: another entity or effect key under it is refused.
+    with pytest.raises(IdempotencyKeyReusedError, match="idempotency_key: already used for"):
+        destination.apply(effect(w2, "invoice:42:capture", entity="invoice-43"), {})
+    with pytest.raises(IdempotencyKeyReusedError):
+        destination.apply(effect(w2, "invoice:42:capture", effect_key="other"), {})
+    assert (outbox(db, w1.job_id), effects(db)) == (after[0], after[1])
+
+
+def _fields(receipt: Receipt) -> dict[str, Any]:
+    return {name: getattr(receipt, name) for name in Receipt.__slots__}
+
+
+def test_a_rejection_does_not_use_up_the_key_for_the_newer_owner(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """The job's key names its operation, not an attempt: the owner that displaced a refused one
+    sends the same key and must be able to make the effect. The refused owner's retries get the
+    stored refusal."""
+    w1, w2 = takeover(store, db)
+    destination.apply(effect(w2, "invoice:42:lock"), {})
+    refused = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert (refused.status, refused.seq) == ("rejected", 4)
+    retried = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert (retried.status, retried.decision, retried.seq) == ("repeated", Decision.REJECTED, 4)
+    done = destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
+    assert (done.status, done.fence, done.seq) == ("accepted", 2, 5)
+    late = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert (late.status, late.decision, late.fence, late.seq) == ("repeated", "rejected", 1, 4)
+    assert [e["kind"] for e in outbox(db, w1.job_id)] == [
+        "job_claimed",
+        "job_claimed",
+        "effect_committed",
+        "effect_rejected",
+        "effect_committed",
+    ]
+    assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:lock", "invoice:42:capture"]
+
+
+def test_an_effect_that_fails_leaves_no_receipt_no_event_and_the_key_free(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """The effect, its receipt and its event are one transaction: all or nothing."""
+
+    class PaymentDeclinedError(Exception):
+        pass
+
+    def declined(conn: psycopg.Connection[DictRow]) -> Any:
+        conn.execute(
+            "INSERT INTO fenced_effects (destination, entity, idempotency_key, fence, payload)"
+            " VALUES (%s, %s, 'half-done', 1, '{}')",
+            (NAME, ENTITY),
+        )
+        raise PaymentDeclinedError
+
+    store.enqueue("ocr", "invoice:42:ocr", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    with pytest.raises(PaymentDeclinedError):
+        destination.apply(effect(w1, "invoice:42:capture", fence=5), declined)
+    with pytest.raises(LeaseInputError, match="result: not JSON"):
+        destination.apply(effect(w1, "invoice:42:capture", fence=5), lambda conn: object())
+    assert [e["kind"] for e in outbox(db, w1.job_id)] == ["job_claimed"]
+    tables = ("fenced_entities", "fenced_receipts", "fenced_effects")
+    assert [count(db, t) for t in tables] == [0, 0, 0]
+    done = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert (done.status, done.fence_held, done.seq) == ("accepted", 1, 2)
+
+
+# -- the unfenced mode --------------------------------------------------------------------------
+
+
+def test_the_unfenced_mode_accepts_a_stale_fence_and_records_it(
+    postgres_dsn: str,
+    store: LeaseStore,
+    destination: FencedDestination,
+    db: psycopg.Connection[DictRow],
+) -> None:
+    w1, w2 = takeover(store, db)
+    destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
+    with FencedDestination(postgres_dsn, NAME, fenced=False) as unfenced:
+        stale = unfenced.apply(effect(w1, "invoice:42:refund"), {"amount": -100})
+        assert (stale.status, stale.fence, stale.fence_held, stale.seq) == ("accepted", 1, 2, 4)
+        # One owner's retry (same key, same fence) is answered from its receipt.
+        again = unfenced.apply(effect(w1, "invoice:42:refund"), {"amount": -100})
+        assert again.status == "repeated" and again.seq == 4
+    event = last_event(db, w1.job_id)
+    assert (event.kind, event.source, event.owner_epoch, event.worker_id, event.seq) == (
+        Kind.EFFECT_COMMITTED,
+        Source.DESTINATION,
+        1,
+        "w1",
+        4,
+    )
+    assert outbox(db, w1.job_id)[-1]["detail"]["fenced"] is False
+    assert [(e["idempotency_key"], e["fence"]) for e in effects(db)] == [
+        ("invoice:42:capture", 2),
+        ("invoice:42:refund", 1),
+    ]
+    # But a displaced owner's request under a key its successor used makes the effect again:
+    # what an unfenced destination does, and what the detector calls a failover duplicate.
+    with FencedDestination(postgres_dsn, NAME, fenced=False) as unfenced:
+        twice = unfenced.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert (twice.status, twice.fence) == ("accepted", 1)
+    captures = [e["fence"] for e in effects(db) if e["idempotency_key"] == "invoice:42:capture"]
+    assert captures == [2, 1]
+    assert entity_fence(db) == 2  # the highest fence seen
+    assert ("stale_effect_committed", 1) in findings(db, w1.job_id)
+
+
+# -- concurrency ----------------------------------------------------------------------------------
+
+
+def race(dsn: str, jobs: list[UUID], entity: str, fences: list[int]) -> list[Receipt]:
+    """One request per fence, each under its own job and on its own connection, released at
+    once; each effect holds its transaction open a little while."""
+    start = threading.Barrier(len(fences))
+    receipts: list[Receipt] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def request(job_id: UUID, fence: int) -> None:
+        def slow(conn: psycopg.Connection[DictRow]) -> Any:
+            conn.execute("SELECT pg_sleep(0.02)")
+            row = conn.execute(
+                "INSERT INTO fenced_effects (destination, entity, idempotency_key, fence, payload)"
+                " VALUES (%s, %s, %s, %s, '{}') RETURNING id",
+                (NAME, entity, f"{entity}:{fence}", fence),
+            ).fetchone()
+            assert row is not None
+            return {"effect_id": row["id"]}
+
+        asked = EffectRequest(
+            job_id=job_id,
+            worker_id=f"w{fence}",
+            fence=fence,
+            idempotency_key=f"{entity}:{fence}",
+            entity=entity,
+        )
+        try:
+            with FencedDestination(dsn, NAME) as own:
+                start.wait()
+                got = own.apply(asked, slow)
+            with lock:
+                receipts.append(got)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=request, args=(job_id, fence))
+        for job_id, fence in zip(jobs, fences, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    return receipts
+
+
+def test_concurrent_requests_for_one_entity_are_decided_one_after_another(
+    postgres_dsn: str,
+    store: LeaseStore,
+    destination: FencedDestination,
+    db: psycopg.Connection[DictRow],
+) -> None:
+    """Requests with different fences race for one entity: the decisions are those of some
+    serial order. Accepted effects never go back in fence, each refusal was below a fence
+    accepted before it, and the entity holds the highest accepted fence."""
+    rng = random.Random(7)
+    jobs = [store.enqueue("ocr", f"job:{n}", {}).id for n in range(8)]
+    for round_ in range(3):
+        entity = f"invoice-{round_}"
+        held = EffectRequest(
+            job_id=jobs[0], worker_id="w0", fence=4, idempotency_key=f"{entity}:0", entity=entity
+        )
+        assert destination.apply(held, {}).accepted
+        fences = list(range(1, 9))
+        rng.shuffle(fences)
+        receipts = race(postgres_dsn, jobs, entity, fences)
+
+        accepted = sorted((r for r in receipts if r.accepted), key=lambda r: r.result["effect_id"])
+        in_order = [4] + [r.fence for r in accepted]
+        assert in_order == sorted(in_order), in_order
+        assert all(r.fence_held == r.fence for r in accepted)  # it holds what it presented
+        refused = [r for r in receipts if not r.accepted]
+        assert {r.fence for r in refused} >= {1, 2, 3}
+        for r in refused:
+            assert r.fence < r.fence_held and r.fence_held in in_order
+        assert entity_fence(db, entity) == max(in_order)
+    # Each request is one event in its job's outbox, and each meets the contract.
+    assert sum(len(outbox(db, job)) for job in jobs) == 3 * 9
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def test_an_unknown_job_or_bad_input_is_refused_and_writes_nothing(
+    postgres_dsn: str, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    ghost = EffectRequest(
+        job_id=uuid4(), worker_id="w1", fence=1, idempotency_key="k", entity=ENTITY
+    )
+    with pytest.raises(UnknownJobError, match=r"job_id: no job .* in the lease store"):
+        destination.apply(ghost, {})
+    with pytest.raises(ValueError, match="fence"):
+        EffectRequest(job_id=uuid4(), worker_id="w1", fence=-1, idempotency_key="k", entity="e")
+    with pytest.raises(ValueError, match="entity"):
+        EffectRequest(job_id=uuid4(), worker_id="w1", fence=1, idempotency_key="k", entity="a\n")
+    assert [count(db, t) for t in ("fenced_entities", "fenced_receipts", "fenced_effects")] == [
+        0,
+        0,
+        0,
+    ]
+    with connect(postgres_dsn) as conn:
+        conn.execute("DROP TABLE fenced_effects, fenced_receipts, fenced_entities")
+    with pytest.raises(NotMigratedError, match="run `splitbrain leases migrate`"):
+        FencedDestination(postgres_dsn, NAME)
+
+
+# -- the schema ----------------------------------------------------------------------------------
+
+
+def test_migrate_adds_the_destination_to_a_version_1_store_once(postgres_dsn: str) -> None:
+    """A database migrated by the version before this one (step 1 only) gets the later steps,
+    and step 1's SQL is unchanged (its recorded checksum still matches)."""
+    one, *later = MIGRATIONS
+    latest = later[-1].version
+    with connect(postgres_dsn) as conn:
+        with conn.transaction():
+            conn.execute(
+                "CREATE TABLE splitbrain_migrations (version integer PRIMARY KEY, name text NOT"
+                " NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            conn.execute(one.sql)
+            conn.execute(
+                "INSERT INTO splitbrain_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                (one.version, one.name, one.checksum),
+            )
+        first = migrate(conn)
+        assert first.applied == tuple(later) and first.version == latest
+        recorded = conn.execute(
+            "SELECT version, name, checksum FROM splitbrain_migrations ORDER BY version"
+        ).fetchall()
+        assert [(r["version"], r["checksum"]) for r in recorded] == [
+            (m.version, m.checksum) for m in MIGRATIONS
+        ]
+        second = migrate(conn)
+        assert (second.applied, second.version) == ((), latest)
+        assert (
+            conn.execute(
+                "SELECT version, name, checksum FROM splitbrain_migrations ORDER BY version"
+            ).fetchall()
+            == recorded
+        )
+
+
+# -- the order of a receipt ----------------------------------------------------------------------
+
+
+def test_a_receipt_after_a_newer_claim_is_ordered_after_it(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """The displaced owner believes it still owns the job; its receipt takes the job's next seq
+    under the job row's lock all the same, after the newer claim's."""
+    w1, w2 = takeover(store, db)
+    claims = [e for e in outbox(db, w1.job_id) if e["kind"] == "job_claimed"]
+    assert [(c["fencing_token"], c["seq"]) for c in claims] == [(1, 1), (2, 2)]
+    destination.apply(effect(w2, "invoice:42:capture"), {})
+    store.extend(w2)
+    stale = destination.apply(effect(w1, "invoice:42:refund"), {})
+    assert not stale.accepted and stale.seq > claims[1]["seq"]
+    event = last_event(db, w1.job_id)
+    assert (event.kind, event.owner_epoch, event.seq) == (Kind.EFFECT_REJECTED, 1, stale.seq)
+    # The events, read in any order, say the same: the refusal is after the takeover.
+    events = outbox(db, w1.job_id)
+    assert findings(db, w1.job_id) == {("stale_effect_rejected", 1)}
+    early = [events[-1], *events[:-1]]
+    result = audit_lines(json.dumps(e).encode() for e in early)
+    assert len(result.findings) == 1
+
+
+# -- the HTTP service -----------------------------------------------------------------------------
+
+
+class Client:
+    """POSTs to the service, one connection per request unless `keep` says otherwise."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def post(
+        self,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | dict[str, Any] = b"{}",
+        method: str = "POST",
+    ) -> tuple[int, dict[str, Any]]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            return _exchange(conn, method, path, headers, body)
+        finally:
+            conn.close()
+
+
+def _exchange(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    headers: dict[str, str],
+    body: bytes | dict[str, Any],
+) -> tuple[int, dict[str, Any]]:
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **headers})
+    answer = conn.getresponse()
+    return answer.status, json.loads(answer.read())
+
+
+def headers_of(lease: Lease, key: str, fence: int | None = None) -> dict[str, str]:
+    return {
+        "X-Execution-Fence": str(lease.fencing_token if fence is None else fence),
+        "Idempotency-Key": key,
+        "X-Execution-Job": str(lease.job_id),
+        "X-Execution-Worker": lease.owner_id,
+    }
+
+
+def test_the_http_service_answers_each_request_with_its_status(
+    postgres_dsn: str,
+    store: LeaseStore,
+    db: psycopg.Connection[DictRow],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    w1, w2 = takeover(store, db)
+    secret = {"card": "4111-SECRET-1111"}
+    with DestinationServer(postgres_dsn, NAME) as server:
+        client = Client(server.port)
+        path = f"/effects/{ENTITY}"
+
+        status, body = client.post(path, headers_of(w2, "invoice:42:capture"), secret)
+        assert (status, body["status"], body["fence"], body["fence_held"]) == (
+            200,
+            "accepted",
+            2,
+            2,
+        )
+        assert (body["entity"], body["job"], body["seq"]) == (ENTITY, str(w2.job_id), 3)
+        assert body["result"] == {"effect_id": effects(db)[0]["id"]}
+        status, again = client.post(path, headers_of(w2, "invoice:42:capture"), secret)
+        assert (status, again["status"], again["seq"]) == (200, "repeated", 3)
+        status, stale = client.post(path, headers_of(w1, "invoice:42:refund"), {"x": 1})
+        assert (status, stale["status"], stale["decision"]) == (409, "rejected", "rejected")
+        assert (stale["fence"], stale["fence_held"], stale["worker_id"]) == (1, 2, "w1")
+        status, retried = client.post(path, headers_of(w1, "invoice:42:refund"), {"x": 1})
+        assert (status, retried["status"], retried["decision"]) == (409, "repeated", "rejected")
+
+        # The effect key defaults to the idempotency key; a header names another.
+        named = {**headers_of(w2, "invoice:42:void"), "X-Effect-Key": "void:invoice-42"}
+        status, body = client.post(path, named, {})
+        assert (status, body["effect_key"], body["idempotency_key"]) == (
+            200,
+            "void:invoice-42",
+            "invoice:42:void",
+        )
+
+    assert [e["payload"] for e in effects(db)] == [secret, {}]
+    assert "SECRET" not in caplog.text and "4111" not in caplog.text
+    assert "rejected destination=invoices job=" in caplog.text
+
+
+def test_the_http_service_names_what_it_refuses(
+    postgres_dsn: str, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "invoice:42:ocr", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    path = f"/effects/{ENTITY}"
+    with DestinationServer(postgres_dsn, NAME) as server:
+        client = Client(server.port)
+        assert client.post(path, headers_of(w1, "invoice:42:capture"), {})[0] == 200
+        good = headers_of(w1, "invoice:42:other")
+        refusals: list[tuple[dict[str, str | None], str, str]] = [
+            ({"X-Execution-Fence": None}, "X-Execution-Fence", "missing"),
+            ({"X-Execution-Fence": "two"}, "X-Execution-Fence", "valid integer"),
+            ({"X-Execution-Fence": "-1"}, "X-Execution-Fence", "greater than or equal to 0"),
+            ({"X-Execution-Job": "job-42"}, "X-Execution-Job", "UUID"),
+            ({"X-Execution-Worker": None}, "X-Execution-Worker", "missing"),
+            ({"Idempotency-Key": "k" * 513}, "Idempotency-Key", "at most 512"),
+            ({"X-Execution-Attempt": "0"}, "X-Execution-Attempt", "greater than or equal"),
+        ]
+        for change, field, reason in refusals:
+            sent = {k: v for k, v in {**good, **change}.items() if v is not None}
+            status, body = client.post(path, sent, {})
+            assert (status, body["error"], body["field"]) == (400, "bad_request", field), change
+            assert reason in body["reason"]
+        status, body = client.post("/effects/a%0Ab", good, {})
+        assert (status, body["field"], body["reason"]) == (
+            400,
+            "entity",
+            "must not contain control characters",
+        )
+        status, body = client.post(path, good, b"[1, 2]")
+        assert (status, body["field"]) == (400, "body")
+        status, body = client.post(path, good, b"{not json")
+        assert (status, body["field"]) == (400, "body")
+        status, body = client.post(path, good, {"text": "x" * (16 * 1024)})
+        assert (status, body["error"], body["field"]) == (413, "too_large", "body")
+
+        ghost = {**good, "X-Execution-Job": str(uuid4())}
+        status, body = client.post(path, ghost, {})
+        assert (status, body["error"], body["field"]) == (404, "unknown_job", "X-Execution-Job")
+        status, body = client.post("/payments/1", good, {})
+        assert (status, body["error"]) == (404, "not_found")
+        status, body = client.post(path, good, b"", method="GET")
+        assert (status, body["error"]) == (405, "method_not_allowed")
+        status, body = client.post("/effects/invoice-43", headers_of(w1, "invoice:42:capture"), {})
+        assert (status, body["error"], body["field"]) == (
+            422,
+            "idempotency_key_reused",
+            "Idempotency-Key",
+        )
+
+        # A refused request leaves its connection usable: its body was read.
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        try:
+            bad = {k: v for k, v in good.items() if k != "X-Execution-Fence"}
+            assert _exchange(conn, "POST", path, bad, {"a": 1})[0] == 400
+            status, body = _exchange(conn, "POST", path, good, {"a": 1})
+            assert (status, body["status"]) == (200, "accepted")
+        finally:
+            conn.close()
+
+    assert [e["payload"] for e in effects(db)] == [{}, {"a": 1}]
+
+
+def test_the_command_serves_until_sigterm_and_refuses_a_missing_dsn(
+    postgres_dsn: str, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    w1, w2 = takeover(store, db)
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SPLITBRAIN_")}
+    command = [sys.executable, "-m", "detector.leases.http_destination"]
+    missing = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+    assert (missing.returncode, missing.stdout) == (ExitCode.UNUSABLE, "")
+    assert "no database given: pass --dsn or set SPLITBRAIN_LEASES_DSN" in missing.stderr
+
+    service = subprocess.Popen(
+        [*command, "--listen", "127.0.0.1:0", "--unfenced", "--name", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "SPLITBRAIN_LEASES_DSN": postgres_dsn},
+    )
+    try:
+        assert service.stdout is not None
+        line = service.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:") and "UNFENCED" in line
+        port = int(line.split()[2].rsplit(":", 1)[1])
+        client = Client(port)
+        status, body = client.post(f"/effects/{ENTITY}", headers_of(w2, "invoice:42:a"), {})
+        assert (status, body["destination"]) == (200, "demo")
+        status, body = client.post(f"/effects/{ENTITY}", headers_of(w1, "invoice:42:b"), {})
+        assert (status, body["status"], body["fence"], body["fence_held"]) == (
+            200,
+            "accepted",
+            1,
+            2,
+        )
+    finally:
+        service.send_signal(signal.SIGTERM)
+        _, err = service.communicate(timeout=30)
+    assert service.returncode == ExitCode.OK, err
+    assert last_event(db, w1.job_id).kind is Kind.EFFECT_COMMITTED

@@ -1,0 +1,270 @@
+"""The worker loop against a real PostgreSQL: the heartbeat outlives a blocked event loop but not
+a stuck executor, a lost lease cancels the tool and commits nothing, a timeout is retried under
+the same idempotency key, and a store that stops answering makes ownership uncertain and stops
+new requests.
+
+Leases are one second long; a partition between the worker and the database is a loopback proxy
+the test cuts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow
+
+from detector.leases import JobClass, LeaseStore
+from detector.leases.db import connect
+from detector.leases.runner import (
+    FENCE_HEADER,
+    IDEMPOTENCY_HEADER,
+    Runner,
+    Status,
+    ToolCall,
+    ToolFailed,
+)
+from detector.testing.proxy import TcpProxy
+
+OCR = JobClass(
+    name="ocr",
+    lease_s=1.0,
+    heartbeat_s=0.2,
+    missed_heartbeats=2,
+    reserve_s=0.3,
+    max_attempts=3,
+    tool_timeout_s=1.5,
+    stage_time_limit_s=30,
+)
+CLASSES = (OCR,)
+
+
+@pytest.fixture
+def store(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[LeaseStore]:
+    with LeaseStore(postgres_dsn, CLASSES) as s:
+        yield s
+
+
+@pytest.fixture
+def runner(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[Runner]:
+    r = Runner(postgres_dsn, CLASSES, "w1", destination="ocr-api")
+    yield r
+    r.close()
+
+
+def kinds(db: psycopg.Connection[DictRow]) -> list[tuple[str, int]]:
+    """Every outbox event as (kind, token), in seq order, heartbeats left out."""
+    rows = db.execute("SELECT event FROM tool_job_outbox ORDER BY job_id, seq").fetchall()
+    return [
+        (r["event"]["kind"], r["event"]["fencing_token"])
+        for r in rows
+        if r["event"]["kind"] != "heartbeat_ok"
+    ]
+
+
+def heartbeats(db: psycopg.Connection[DictRow]) -> int:
+    row = db.execute(
+        "SELECT count(*) AS n FROM tool_job_outbox WHERE event->>'kind' = 'heartbeat_ok'"
+    ).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
+def wait_until(condition: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_job_runs_with_its_fence_and_idempotency_key_and_succeeds(
+    runner: Runner, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    job = store.enqueue("ocr", "doc:7:ocr", {"doc": 7})
+    seen: list[dict[str, str]] = []
+
+    async def tool(call: ToolCall) -> dict[str, int]:
+        seen.append(call.headers())
+        return {"pages": 3}
+
+    execution = asyncio.run(runner.run_one("ocr", tool))
+    assert execution is not None and execution.status is Status.SUCCEEDED
+    assert seen == [
+        {
+            FENCE_HEADER: "1",
+            IDEMPOTENCY_HEADER: "doc:7:ocr",
+            "X-Execution-Job": str(job.id),
+            "X-Execution-Worker": "w1",
+        }
+    ]
+    assert kinds(db) == [("job_claimed", 1), ("tool_request_started", 1), ("lease_released", 1)]
+    finished = store.job(job.id)
+    assert finished is not None and finished.result == {"pages": 3}
+    assert asyncio.run(runner.run_one("ocr", tool)) is None  # nothing left to claim
+
+
+def test_the_heartbeat_keeps_the_lease_while_the_tool_blocks_the_event_loop(
+    runner: Runner, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """A tool that blocks the loop for longer than the lease (but less than its timeout) keeps
+    its job: the heartbeat is a thread of its own."""
+    store.enqueue("ocr", "doc:8:ocr", {"doc": 8})
+
+    async def blocking(call: ToolCall) -> str:
+        time.sleep(1.3)  # the loop is blocked: no await, for 1.3 leases
+        return "ok"
+
+    execution = asyncio.run(runner.run_one("ocr", blocking))
+    assert execution is not None and execution.status is Status.SUCCEEDED
+    assert heartbeats(db) >= 3
+
+
+def test_a_stuck_executor_does_not_keep_its_lease_alive(
+    runner: Runner, store: LeaseStore, postgres_dsn: str
+) -> None:
+    """The loop blocked past the tool timeout: the heartbeat stops extending, the lease lapses,
+    another worker claims, and the stuck worker's late result is refused."""
+    job = store.enqueue("ocr", "doc:9:ocr", {"doc": 9})
+    taken = threading.Event()
+    started = threading.Event()
+
+    def second_worker() -> None:
+        assert started.wait(20)
+        with LeaseStore(postgres_dsn, CLASSES) as other:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                if other.claim("ocr", "w2") is not None:
+                    taken.set()
+                    return
+                time.sleep(0.05)
+
+    thief = threading.Thread(target=second_worker)
+    thief.start()
+
+    async def stuck(call: ToolCall) -> str:
+        # Blocks the loop until the other worker has the job (bounded, so a failure ends).
+        started.set()
+        taken.wait(20)
+        return "late"
+
+    execution = asyncio.run(runner.run_one("ocr", stuck))
+    thief.join()
+    assert taken.is_set()
+    assert execution is not None
+    assert execution.status in {Status.REJECTED, Status.LEASE_LOST}
+    now = store.job(job.id)
+    assert now is not None and now.fencing_token == 2 and now.result is None
+
+
+def test_a_lost_lease_cancels_the_tool_and_commits_nothing(
+    runner: Runner, store: LeaseStore, db: psycopg.Connection[DictRow], postgres_dsn: str
+) -> None:
+    job = store.enqueue("ocr", "doc:10:ocr", {"doc": 10})
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    async def slow(call: ToolCall) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(1.0)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    def displace() -> None:
+        started.wait(10)
+        # An operator (or a clock gone wrong) ends the lease; another worker claims.
+        with connect(postgres_dsn) as conn:
+            conn.execute("UPDATE tool_jobs SET lease_until = now() WHERE id = %s", (job.id,))
+        with LeaseStore(postgres_dsn, CLASSES) as other:
+            assert other.claim("ocr", "w2") is not None
+
+    thief = threading.Thread(target=displace)
+    thief.start()
+    execution = asyncio.run(runner.run_one("ocr", slow))
+    thief.join()
+    assert execution is not None and execution.status is Status.LEASE_LOST
+    assert cancelled.is_set()
+    assert kinds(db) == [
+        ("job_claimed", 1),
+        ("tool_request_started", 1),
+        ("job_claimed", 2),
+        ("heartbeat_lost", 1),
+    ]
+    now = store.job(job.id)
+    assert now is not None and now.owner_id == "w2" and now.result is None
+
+
+def test_a_tool_timeout_is_retried_with_the_same_idempotency_key(
+    runner: Runner, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "payment:inv-42:capture", {"invoice": 42})
+    keys: list[tuple[str, str, int]] = []
+
+    async def flaky(call: ToolCall) -> str:
+        keys.append(
+            (call.headers()[IDEMPOTENCY_HEADER], call.headers()[FENCE_HEADER], call.try_number)
+        )
+        if call.try_number == 1:
+            await asyncio.sleep(10)  # past the 1.5 s client timeout
+        return "captured"
+
+    execution = asyncio.run(runner.run_one("ocr", flaky))
+    assert execution is not None and execution.status is Status.SUCCEEDED
+    assert keys == [("payment:inv-42:capture", "1", 1), ("payment:inv-42:capture", "1", 2)]
+    assert [k for k, _ in kinds(db)].count("tool_request_started") == 2
+
+
+def test_a_tool_error_that_is_not_retryable_fails_the_job_for_good(
+    runner: Runner, store: LeaseStore
+) -> None:
+    job = store.enqueue("ocr", "doc:11:ocr", {"doc": 11})
+
+    async def refusing(call: ToolCall) -> str:
+        raise ToolFailed("unsupported_format", retryable=False)
+
+    execution = asyncio.run(runner.run_one("ocr", refusing))
+    assert execution is not None
+    assert (execution.status, execution.reason) == (Status.FAILED, "unsupported_format")
+    now = store.job(job.id)
+    assert now is not None and now.error["reason"] == "not_retryable"
+
+
+def test_a_store_that_stops_answering_makes_ownership_uncertain_and_stops_new_requests(
+    postgres_dsn: str,
+    store: LeaseStore,
+    db: psycopg.Connection[DictRow],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database is cut off during a tool call that then times out: the retry is not sent,
+    because its `tool_request_started` cannot be recorded."""
+    job = store.enqueue("ocr", "doc:12:ocr", {"doc": 12})
+    params = conninfo_to_dict(postgres_dsn)
+    with TcpProxy(str(params.get("host", "127.0.0.1")), int(str(params["port"]))) as proxy:
+        cut_dsn = make_conninfo(postgres_dsn, port=str(proxy.port), connect_timeout="2")
+        runner = Runner(cut_dsn, CLASSES, "w1")
+        calls: list[int] = []
+
+        async def hanging(call: ToolCall) -> str:
+            calls.append(call.try_number)
+            proxy.cut()
+            await asyncio.sleep(10)  # past the 1.5 s client timeout
+            return "never"
+
+        with caplog.at_level(logging.WARNING, logger="detector.leases"):
+            try:
+                execution = asyncio.run(runner.run_one("ocr", hanging))
+            finally:
+                runner.close()
+    assert execution is not None and execution.status is Status.OWNERSHIP_UNCERTAIN
+    assert calls == [1]
+    assert any(f"ownership uncertain job={job.id} token=1" in r.message for r in caplog.records)
+    assert [k for k, _ in kinds(db)] == ["job_claimed", "tool_request_started"]

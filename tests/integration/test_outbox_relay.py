@@ -1,0 +1,258 @@
+"""The outbox relay against a real PostgreSQL and a real broker: every transition reaches the
+topic keyed by its job and in its seq order, relayed rows are marked and pruned, and neither a
+broker restart nor a database restart loses a row or publishes one under a second event id."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import DictRow
+
+from detector.contracts.events import parse_event_obj
+from detector.leases import JobClass, LeaseLost, LeaseStore, StoreUnavailableError
+from detector.leases.db import connect
+from detector.leases.relay import OutboxRelay, relay_until_empty
+from detector.testing.kafka import LocalKafka
+from detector.testing.postgres import LocalPostgres
+from detector.testing.topics import Record, TopicReader, WorkerTopics, read_committed
+from detector.testing.worker import connection_env
+
+OCR = JobClass(
+    name="ocr",
+    lease_s=5.0,
+    heartbeat_s=1.0,
+    missed_heartbeats=2,
+    reserve_s=1.0,
+    max_attempts=3,
+    tool_timeout_s=5,
+    stage_time_limit_s=60,
+)
+
+
+@pytest.fixture
+def topic(kafka_broker: LocalKafka) -> str:
+    return WorkerTopics.fresh("relay").create(kafka_broker.client_config(), 3).input
+
+
+def one_job(store: LeaseStore, n: int) -> None:
+    """A job's whole life: enqueued, claimed, extended twice, completed (four events).
+
+    When an outage broke a claim's commit, that claim may have committed: then this claim finds
+    nothing to take (the earlier job's lease still holds), and the job's life ends there."""
+    store.enqueue("ocr", f"doc:{n}:ocr", {"doc": n})
+    lease = store.claim("ocr", "w1")
+    if lease is None:
+        return
+    for _ in range(2):
+        assert not isinstance(store.extend(lease), LeaseLost)
+    store.complete(lease, {"n": n})
+
+
+def outbox_rows(dsn: str) -> list[dict[str, Any]]:
+    """On a connection of its own: a test's connection would not survive a server restart."""
+    with connect(dsn) as conn:
+        return conn.execute("SELECT job_id, seq, event, relayed_at FROM tool_job_outbox").fetchall()
+
+
+def by_job(records: list[Record]) -> dict[str, list[dict[str, Any]]]:
+    """The events read, per key, in the order their partition holds them."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        assert record.key is not None
+        event = json.loads(record.value)
+        parse_event_obj(event)  # the input contract, as the detector reads it
+        assert event["workflow_key"] == record.key.decode()
+        out.setdefault(record.key.decode(), []).append(event)
+    return out
+
+
+def test_every_transition_is_published_keyed_by_its_job_in_seq_order_and_marked(
+    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
+) -> None:
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        for n in range(25):
+            one_job(store, n)
+    relay = OutboxRelay(postgres_dsn, kafka_broker.client_config(), topic=topic, batch=40)
+    try:
+        assert relay_until_empty(relay) == 25 * 4
+        assert relay.step().published == 0
+    finally:
+        relay.close()
+    events = by_job(read_committed(kafka_broker.client_config(), topic))
+    assert len(events) == 25
+    for job, seen in events.items():
+        assert [e["seq"] for e in seen] == [1, 2, 3, 4], job
+        assert [e["kind"] for e in seen] == [
+            "lease_acquired",
+            "heartbeat",
+            "heartbeat",
+            "lease_released",
+        ]
+        assert [e["event_id"] for e in seen] == [f"{job}:{s}" for s in range(1, 5)]
+    assert all(row["relayed_at"] is not None for row in outbox_rows(postgres_dsn))
+
+
+def test_relayed_rows_are_pruned_after_the_retention(
+    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
+) -> None:
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        one_job(store, 1)
+    relay = OutboxRelay(
+        postgres_dsn, kafka_broker.client_config(), topic=topic, retention=timedelta(0)
+    )
+    try:
+        assert relay.step().published == 4
+        assert relay.step().pruned == 4
+    finally:
+        relay.close()
+    assert outbox_rows(postgres_dsn) == []
+
+
+class Traffic(threading.Thread):
+    """Whole job lives one after another until stopped, through outages of either server."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.jobs = 0
+        self.tries = 0
+        self.crashed: list[BaseException] = []
+
+    def run(self) -> None:
+        try:
+            with LeaseStore(self.dsn, [OCR]) as store:
+                while not self.stop.is_set():
+                    self.tries += 1
+                    try:
+                        one_job(store, self.tries)
+                        self.jobs += 1
+                    except StoreUnavailableError:
+                        time.sleep(0.05)
+        except BaseException as exc:
+            self.crashed.append(exc)
+
+
+def relay_through(
+    postgres_dsn: str,
+    kafka_broker: LocalKafka,
+    topic: str,
+    outage: Any,
+) -> None:
+    """Traffic and a running relay, an `outage()` in the middle; then every outbox row is on
+    the topic exactly under its own event id."""
+    relay = OutboxRelay(postgres_dsn, kafka_broker.client_config(), topic=topic, ack_timeout_s=5)
+    stop = threading.Event()
+    relaying = threading.Thread(target=relay.run, args=(stop,), kwargs={"retry_s": 0.2})
+    traffic = Traffic(postgres_dsn)
+    relaying.start()
+    traffic.start()
+    reader = TopicReader(kafka_broker.client_config(), topic)
+    try:
+        deadline = time.monotonic() + 60
+        while traffic.jobs < 20:
+            assert time.monotonic() < deadline and not traffic.crashed, traffic.crashed
+            time.sleep(0.05)
+        outage()
+        done_before = traffic.jobs
+        while traffic.jobs < done_before + 20:
+            assert time.monotonic() < deadline + 60 and not traffic.crashed, traffic.crashed
+            time.sleep(0.05)
+        traffic.stop.set()
+        traffic.join()
+        assert not traffic.crashed, traffic.crashed
+
+        def unrelayed() -> int:
+            try:
+                return sum(1 for row in outbox_rows(postgres_dsn) if row["relayed_at"] is None)
+            except StoreUnavailableError:
+                return -1  # the server is still restarting
+
+        while unrelayed() != 0:
+            assert time.monotonic() < deadline + 120, f"{unrelayed()} rows never relayed"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        relaying.join()
+        relay.close()
+    rows = {(str(r["job_id"]), r["seq"]): r["event"]["event_id"] for r in outbox_rows(postgres_dsn)}
+    published: dict[tuple[str, int], set[str]] = {}
+    for job, events in by_job(reader.read_to_end()).items():
+        for event in events:
+            published.setdefault((job, event["seq"]), set()).add(event["event_id"])
+    reader.close()
+    assert set(published) == set(rows)
+    assert all(ids == {rows[where]} for where, ids in published.items())
+
+
+def test_the_relay_resumes_after_a_broker_restart_and_publishes_nothing_under_a_second_id(
+    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
+) -> None:
+    relay_through(postgres_dsn, kafka_broker, topic, kafka_broker.kill_and_restart)
+
+
+def test_the_relay_resumes_after_a_database_restart_and_loses_no_row(
+    postgres_dsn: str,
+    db: psycopg.Connection[DictRow],
+    kafka_broker: LocalKafka,
+    topic: str,
+    postgres: LocalPostgres,
+) -> None:
+    def crash_database() -> None:
+        postgres.restart(crash=True)
+
+    relay_through(postgres_dsn, kafka_broker, topic, crash_database)
+
+
+def relay_command(postgres_dsn: str, kafka_broker: LocalKafka, topic: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "detector.cli", "leases", "relay", "--topic", topic],
+        env=connection_env(kafka_broker.client_config(), SPLITBRAIN_LEASES_DSN=postgres_dsn),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_relay_command_runs_until_sigterm_and_exits_0(
+    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
+) -> None:
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        for n in range(5):
+            one_job(store, n)
+    proc = relay_command(postgres_dsn, kafka_broker, topic)
+    deadline = time.monotonic() + 60
+    while any(row["relayed_at"] is None for row in outbox_rows(postgres_dsn)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the relay command relayed nothing"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"relayed 20 event(s) to {topic}" in err
+    assert len(read_committed(kafka_broker.client_config(), topic)) == 20
+
+
+def test_an_outbox_row_that_is_not_an_event_stops_the_relay_naming_it(
+    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
+) -> None:
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        job = store.enqueue("ocr", "doc:1:ocr", {"doc": 1})
+    db.execute(
+        "INSERT INTO tool_job_outbox (job_id, seq, event) VALUES (%s, 1, %s)",
+        (job.id, json.dumps({"kind": "job_claimed", "job": str(job.id)})),
+    )
+    proc = relay_command(postgres_dsn, kafka_broker, topic)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"splitbrain leases relay: outbox row job={job.id} seq=1: " in err
+    assert outbox_rows(postgres_dsn)[0]["relayed_at"] is None
