@@ -20,13 +20,21 @@ or from the file `--<name>-file` names, and `--<name> VALUE` is refused.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self, get_args, get_origin
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticUndefined
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,6 +58,17 @@ PositiveInt = Annotated[
     int, Field(ge=1, le=MAX_INT), Form(f"a whole number from 1 to {MAX_INT}", "N")
 ]
 Port = Annotated[int, Field(ge=0, le=65535), Form("a port number from 0 to 65535", "PORT")]
+
+
+def _ip_address(text: str) -> str:
+    return str(ipaddress.ip_address(text))
+
+
+IpAddress = Annotated[
+    str,
+    AfterValidator(_ip_address),
+    Form("an IP address to listen on (127.0.0.1, 0.0.0.0, ::)", "ADDRESS"),
+]
 Seconds = Annotated[
     float,
     Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False),

@@ -17,6 +17,7 @@ from detector.runtime.settings import Store, WorkerSettings
 from detector.settings import (
     CommandSettings,
     Directory,
+    IpAddress,
     Name,
     Port,
     PositiveInt,
@@ -88,7 +89,12 @@ class _Worker(CommandSettings):
         description="local store of workflow states: memory, or rocksdb on --state-dir (needs "
         "the rocksdb extra); both are rebuilt from the changelog",
     )
-    metrics_port: Port = Field(0, description="serve /metrics on 127.0.0.1:PORT (0: off)")
+    metrics_port: Port = Field(0, description="serve /metrics on this port (0: off)")
+    metrics_address: IpAddress = Field(
+        "127.0.0.1",
+        description="the address /metrics listens on; 0.0.0.0 (or ::) for a scraper in another "
+        "container or host, behind a network policy or firewall",
+    )
     log_level: LogLevel = Field("INFO", description="log level")
 
     def worker_settings(self, kafka: dict[str, Any]) -> WorkerSettings:
@@ -147,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     metrics = WorkerMetrics(max_label_values=settings.engine.max_label_values)
     if settings.metrics_port:
-        metrics.serve(settings.metrics_port)
+        metrics.serve(settings.metrics_port, options.metrics_address)
     if options.runtime == "faust":
         from detector.runtime.faust import run_faust_worker  # noqa: PLC0415
 

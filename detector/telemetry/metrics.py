@@ -301,9 +301,9 @@ class WorkerMetrics:
         # (an aborted batch is processed again, and would otherwise be counted twice).
         self._pending: dict[int, dict[tuple[Counter, tuple[str, ...]], int]] = {}
 
-    def serve(self, port: int) -> None:
-        """Expose /metrics on loopback; put a proxy in front to publish it further."""
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        """Expose /metrics on `address` (loopback unless told otherwise)."""
+        start_http_server(port, addr=address, registry=self.registry)
 
     def _count(self, partition: int, counter: Counter, *labels: str) -> None:
         pending = self._pending.setdefault(partition, {})

@@ -77,6 +77,11 @@ def test_a_flag_beats_its_variable_which_beats_the_default(
         ("SPLITBRAIN_QUIET_PERIOD_S", "0", "seconds more than 0 to 1000000000000"),
         ("SPLITBRAIN_IDLE_SWEEP_S", "nan", "seconds from 0 to 1000000000000"),
         ("SPLITBRAIN_METRICS_PORT", "70000", "a port number from 0 to 65535"),
+        (
+            "SPLITBRAIN_METRICS_ADDRESS",
+            "localhost",
+            "an IP address to listen on (127.0.0.1, 0.0.0.0, ::)",
+        ),
         ("SPLITBRAIN_RUNTIME", "spark", "one of kafka, faust"),
         ("SPLITBRAIN_LOG_LEVEL", "loud", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
     ],
