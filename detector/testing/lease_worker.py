@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -23,6 +24,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from detector.leases.errors import StoreUnavailableError
 from detector.leases.policy import JobClass
 from detector.leases.runner import Runner, ToolCall, ToolFailed
 
@@ -34,14 +36,21 @@ def _work(text: str) -> tuple[float, float]:
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m detector.testing.lease_worker")
-    parser.add_argument("--dsn", required=True)
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("SPLITBRAIN_LEASES_DSN"),
+        help="the lease store (default: SPLITBRAIN_LEASES_DSN, which keeps it out of ps)",
+    )
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--job-class", required=True, type=JobClass.model_validate_json)
     parser.add_argument("--work-s", type=_work, default=(0.1, 0.5), metavar="MIN:MAX")
     parser.add_argument("--destination-url")
     parser.add_argument("--until-idle-s", type=float, help="exit after this long with no job")
     parser.add_argument("--seed", type=int)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not args.dsn:
+        parser.error("no database given: pass --dsn or set SPLITBRAIN_LEASES_DSN")
+    return args
 
 
 class StandInTool:
@@ -87,7 +96,12 @@ async def _main(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     try:
         while not stop.is_set():
-            execution = await runner.run_one(job_class.name, tool)
+            try:
+                execution = await runner.run_one(job_class.name, tool)
+            except StoreUnavailableError as exc:
+                logging.getLogger(__name__).warning("claim failed: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
             if execution is not None:
                 idle_since = None
                 print(
