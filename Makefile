@@ -1,10 +1,11 @@
 # The two commands of the README: `make demo` and `make test`. Both set up what they need.
+# `make audit-examples` is the offline demo: `splitbrain audit` on every history in examples/.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit kafka-jars schemas bench clean
+.PHONY: demo audit-examples test lint typecheck unit kafka-jars schemas bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,7 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,faust,rocksdb]'
 	touch $(STAMP)
 
+# The live product (README "The two commands"): Kafka from Maven Central, PostgreSQL, Prometheus
+# and Alertmanager from Debian's packages, on loopback; a real split-brain, detected and paged.
 demo: $(STAMP)
+	$(BIN)/splitbrain demo
+
+audit-examples: $(STAMP)
 	@for f in examples/*.jsonl examples/*.log; do \
 	  echo "== splitbrain audit $$f"; \
 	  $(BIN)/splitbrain audit $$f --fail-on none || exit $$?; \

@@ -1,22 +1,30 @@
-"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.testing.kafka`.
+"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.testing.kafka`;
+`splitbrain dev up|down|status`: the whole stack of `detector.testing.stack` (the one `splitbrain
+demo` runs), left running for your own workers, its state in `var/dev/stack.json`.
 
 Kept apart from `detector.testing.kafka` so that building the `splitbrain` parser imports nothing
-heavier than argparse; the broker module is imported only when a `dev kafka` command runs.
+heavier than argparse; the broker and stack modules are imported only when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
 
 from detector.errors import ExitCode
 
 DEFAULT_DATA_DIR = Path("var") / "kafka"
+DEFAULT_STACK_DIR = Path("var") / "dev"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `dev kafka ...`, sharing the `dev` group if another module already created it."""
-    kafka = _dev_group(subparsers).add_parser(
+    """Add `dev kafka ...` and `dev up|down|status`, sharing the `dev` group if another module
+    already created it."""
+    group = _dev_group(subparsers)
+    _register_stack(group)
+    kafka = group.add_parser(
         "kafka",
         help="run a local single-node Kafka broker (KRaft) for development and tests",
         description="A real Apache Kafka broker from Maven Central jars, in the background.",
@@ -128,3 +136,136 @@ def _status(args: argparse.Namespace) -> int:
     print(f"running pid={status.pid} {mode} data_dir={status.data_dir}")
     print(f"bootstrap.servers={status.bootstrap}")
     return ExitCode.OK
+
+
+# ---------------------------------------------------------------------------- the whole stack
+
+
+def _register_stack(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = group.add_parser(
+        "up",
+        help="start the demo's stack and leave it running (stop it with `dev down`)",
+        description="Start on loopback, each on a free port: Kafka (with the product's topics), "
+        "PostgreSQL with the lease store, the example destination (unfenced unless --fenced), "
+        "the outbox relay, two detector workers with /metrics, Alertmanager, Prometheus with "
+        "the shipped rules, and the pager bridge; record them in STATE_DIR/stack.json and "
+        "exit, leaving them running. A part whose Debian package is missing is skipped with "
+        "one line. Exit 0: up; 1: a component failed (what started is stopped again); 2: "
+        "cannot run here (no Java, a busy port, a stack already up); 130: interrupted.",
+    )
+    _stack_dir_arg(up)
+    for name in ("prometheus", "alertmanager", "destination"):
+        up.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=0,
+            metavar="PORT",
+            help=f"{name}'s port on 127.0.0.1 (default 0: a free one)",
+        )
+    up.add_argument(
+        "--fenced", action="store_true", help="the example destination enforces the fence"
+    )
+    up.add_argument("--timeout", type=float, default=180.0, help="seconds to start everything")
+    up.set_defaults(run=_up)
+
+    down = group.add_parser(
+        "down", help="stop, by PID, everything `dev up` started (exit 0 also if nothing ran)"
+    )
+    _stack_dir_arg(down)
+    down.set_defaults(run=_down)
+
+    status = group.add_parser(
+        "status", help="what of the stack runs, and where (exit 0 if every component runs)"
+    )
+    _stack_dir_arg(status)
+    status.set_defaults(run=_stack_status)
+
+
+def _stack_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STACK_DIR,
+        help=f"the stack's configs, data, logs and stack.json (default: ./{DEFAULT_STACK_DIR})",
+    )
+
+
+def _up(args: argparse.Namespace) -> int:
+    from detector.testing import stack as st  # noqa: PLC0415
+
+    st.interrupts.install()
+    options = st.Options(
+        prometheus_port=args.prometheus_port,
+        alertmanager_port=args.alertmanager_port,
+        destination_port=args.destination_port,
+        fenced=args.fenced,
+    )
+    try:
+        with st.locked(args.state_dir, "splitbrain dev up"):
+            record = st.load_record(args.state_dir)
+            if record is not None and any(st.record_alive(record).values()):
+                raise st.UnusableError(
+                    f"a stack already runs in {args.state_dir}: `splitbrain dev status` shows "
+                    "it, `splitbrain dev down` stops it"
+                )
+            tools = st.preflight(options, print)
+            stack = st.Stack(
+                args.state_dir, options, tools, mode="dev", say=print, timeout=args.timeout
+            )
+            stack.prepare()
+            for skipped in stack.skipped:
+                print(f"skipped {skipped.name}: {skipped.reason}")
+            stack.start()
+    except st.UnusableError as exc:
+        print(f"splitbrain dev up: {exc}", file=sys.stderr)
+        return ExitCode.UNUSABLE
+    except st.StackError as exc:
+        print(f"splitbrain dev up: {exc}", file=sys.stderr)
+        print("splitbrain dev up: stopped what had started", file=sys.stderr)
+        return ExitCode.FAILED
+    except KeyboardInterrupt:
+        print("splitbrain dev up: interrupted; stopped what had started", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    print(f"up: {len(stack.components)} components, recorded in {stack.dir / st.STATE_FILE}")
+    print("point your own workers and commands at it:")
+    for name, value in stack.env().items():
+        print(f"  export {name}={shlex.quote(value)}")
+    print("`splitbrain dev status` shows it, `splitbrain dev down` stops it")
+    return ExitCode.OK
+
+
+def _down(args: argparse.Namespace) -> int:
+    from detector.testing import stack as st  # noqa: PLC0415
+
+    st.interrupts.install()
+    try:
+        with st.locked(args.state_dir, "splitbrain dev down"), st.interrupts.ignored():
+            stopped = st.stop_recorded(args.state_dir, print)
+    except st.StackError as exc:
+        print(f"splitbrain dev down: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    if stopped:
+        print(f"stopped {stopped} component(s) of {args.state_dir}")
+    else:
+        print(f"nothing runs in {args.state_dir}")
+    return ExitCode.OK
+
+
+def _stack_status(args: argparse.Namespace) -> int:
+    from detector.testing import stack as st  # noqa: PLC0415
+
+    record = st.load_record(args.state_dir)
+    if record is None:
+        print(f"no stack in {args.state_dir} (start one with `splitbrain dev up`)")
+        return ExitCode.FAILED
+    alive = st.record_alive(record)
+    for comp in record.get("components", []):
+        pids = ",".join(str(p["pid"]) for p in comp.get("pids") or []) or "-"
+        where = " ".join(f"{k}={v}" for k, v in (comp.get("urls") or {}).items())
+        state = "running" if alive.get(comp["name"]) else "stopped"
+        print(f"{comp['name']:<13} {state:<8} pid {pids:<8} {where}")
+    for skipped in record.get("skipped", []):
+        print(f"{skipped['name']:<13} skipped  {skipped['reason']}")
+    running = sum(alive.values())
+    print(f"{running} of {len(alive)} component(s) running in {args.state_dir}")
+    return ExitCode.OK if alive and all(alive.values()) else ExitCode.FAILED

@@ -20,6 +20,8 @@ _COMMAND_MODULES = (
     "detector.cli.replay",
     "detector.cli.tail",
     "detector.cli.leases",
+    "detector.cli.page",
+    "detector.cli.demo",
 )
 
 

@@ -1,6 +1,14 @@
 """The detection rules: pure, deterministic, no I/O. The same engine runs everywhere."""
 
-from ._engine import Advanced, Config, Counters, Detector, FindingUpdate
+from ._engine import (
+    Advanced,
+    Config,
+    Counters,
+    Detector,
+    FindingStats,
+    FindingUpdate,
+    Observations,
+)
 from ._lease import LabelBounds, LeaseHealth, LeaseStats, LeaseWarning, ToolClassHealth
 from ._state import WorkflowState, encode_state
 from ._upgrade import decode_state
@@ -10,11 +18,13 @@ __all__ = [
     "Config",
     "Counters",
     "Detector",
+    "FindingStats",
     "FindingUpdate",
     "LabelBounds",
     "LeaseHealth",
     "LeaseStats",
     "LeaseWarning",
+    "Observations",
     "ToolClassHealth",
     "WorkflowState",
     "decode_state",

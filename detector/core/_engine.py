@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
 from math import isnan
 from operator import itemgetter
 from sys import intern
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from detector.contracts.events import Kind, OwnershipEvent, Source
 from detector.contracts.findings import ConditionKind, Finding, Severity, Status
@@ -41,6 +41,7 @@ from ._lease import (
     HEARTBEAT_AGE_BOUNDS,
     LEASE_REMAINING_BOUNDS,
     MAX_LABEL_VALUES,
+    TAKEOVER_DELAY_BOUNDS,
     LabelBounds,
     LeaseHealth,
     LeaseStats,
@@ -205,6 +206,70 @@ class Counters:
     findings_opened: int = 0
 
 
+# Histogram bounds of `FindingStats` (the last bucket, +Inf, is implied).
+ZOMBIE_SECONDS_BOUNDS: Final = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+ZOMBIE_SEQ_BOUNDS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000)
+RESOLUTION_BOUNDS: Final = (
+    *(1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600),
+    *(7200, 14400, 43200, 86400, 259200, 604800),
+)
+
+
+@dataclass(slots=True)
+class Observations:
+    """One histogram's observations: `counts[i]` counts the values above bound i-1 and at most
+    bound i (not cumulatively), the last index those above every bound; `total` their sum."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(init=False)
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def add(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+def _by_severity(bounds: tuple[float, ...]) -> dict[Severity, Observations]:
+    return {severity: Observations(bounds) for severity in Severity}
+
+
+@dataclass(slots=True)
+class FindingStats:
+    """Cumulative observations of findings by the severity of the revision that made them, for
+    a worker to export as metrics (`detector.telemetry.metrics`); they decide nothing. Each is
+    made once per change of status, so a revision that changes nothing else costs nothing here.
+
+    When a finding resolves (its first resolved revision, or again after a reopening):
+    - `zombie_seconds` and `zombie_seq`: how long its displaced owner went on acting after the
+      takeover, as the resolving revision's `evidence_lag` says: its last stale event minus the
+      transition, in `observed_at` seconds (none when a time is missing or the difference is
+      negative: emitters' clocks, for a metric only) and in `seq` (only with `ordering:
+      authoritative_seq`). A finding without a displaced owner's stale event (a retry, a
+      duplicate after a clean handoff) has none;
+    - `resolution`: the caller's time (`at`, a worker's processing clock) from the revision that
+      opened the finding, or reopened it, to the one that resolved it. None without `at`
+      (`audit`), for a finding published resolved at once, or opened before a worker kept the
+      time (a state restored from an older version).
+    """
+
+    ZOMBIE_SECONDS_BOUNDS: ClassVar = ZOMBIE_SECONDS_BOUNDS
+    ZOMBIE_SEQ_BOUNDS: ClassVar = ZOMBIE_SEQ_BOUNDS
+    RESOLUTION_BOUNDS: ClassVar = RESOLUTION_BOUNDS
+
+    zombie_seconds: dict[Severity, Observations] = field(
+        default_factory=lambda: _by_severity(ZOMBIE_SECONDS_BOUNDS)
+    )
+    zombie_seq: dict[Severity, Observations] = field(
+        default_factory=lambda: _by_severity(ZOMBIE_SEQ_BOUNDS)
+    )
+    resolution: dict[Severity, Observations] = field(
+        default_factory=lambda: _by_severity(RESOLUTION_BOUNDS)
+    )
+
+
 @dataclass(slots=True)
 class Detector:
     """Per-workflow state lives in `states`: a dict here, a changelog-backed table in a worker."""
@@ -212,6 +277,7 @@ class Detector:
     config: Config = field(default_factory=Config)
     states: MutableMapping[str, WorkflowState] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
+    finding_stats: FindingStats = field(default_factory=FindingStats)
     lease_health: LeaseHealth = field(init=False)
     _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
     # Workflows `advance` must look at between sweeps: an open finding, or a release. Not
@@ -636,6 +702,14 @@ class Detector:
             # Known only when the takeover arrives after that epoch's events.
             if acq.epoch > top and st.lease_until != LEASE_RELEASED:
                 stats.expired += 1
+                expiry = st.lease_until  # of the displaced epoch `top`, if known
+                if expiry is not None and acq.obs is not None:
+                    delay = acq.obs - expiry
+                    if delay >= 0:
+                        stats.takeover_delay[bisect_left(TAKEOVER_DELAY_BOUNDS, delay)] += 1
+                        stats.takeover_delay_sum += delay
+                    else:
+                        stats.early += 1
         if acq.epoch >= st.top:
             st.labels = stats.labels
             st.lease_s = self._shared_lease(event.lease_duration_s)
@@ -802,7 +876,7 @@ class Detector:
                 quiet = now is not None and then is not None and now - then >= q
                 if st.cut & Cut.CLOCK and _hinges_on_silence(st, ep):
                     ep.truncated = True  # the times it is measured on were partly forgotten
-                update = self._settle(key, st, ep, quiet)
+                update = self._settle(key, st, ep, quiet, None)
                 if update is not None:
                     updates.append(update)
         return updates
@@ -826,12 +900,29 @@ class Detector:
         """Published findings still open, by severity. Exact once `advance` has run: its first
         pass finds every open finding, and it watches them from then on."""
         counts = dict.fromkeys(Severity, 0)
+        for ep in self._open_published():
+            counts[ep.severity] += 1
+        return counts
+
+    def oldest_open_findings(self) -> dict[Severity, float]:
+        """When the oldest published finding still open went open, by severity, on the clock
+        the caller passed as `at`. A severity is left out when no finding of it is open, or
+        none whose opening time is known (see `FindingStats`). As exact as `open_findings`."""
+        oldest: dict[Severity, float] = {}
+        for ep in self._open_published():
+            at = ep.opened_at
+            if at is not None:
+                then = oldest.get(ep.severity)
+                if then is None or at < then:
+                    oldest[ep.severity] = at
+        return oldest
+
+    def _open_published(self) -> Iterator[Episode]:
         for key in self._watched:
             st = self.states.get(key)
             for ep in () if st is None else st.episodes.values():
                 if ep.revision and ep.status is Status.OPEN:
-                    counts[ep.severity] += 1
-        return counts
+                    yield ep
 
     def _watch(self, key: str, st: WorkflowState) -> None:
         if st.released_at is not None or any(
@@ -848,7 +939,7 @@ class Detector:
         q = self.config.quiet_period_s
         for ep in {id(ep): ep for ep in episodes}.values():  # once each, in order
             quiet = at is not None and ep.last_stale_at is not None and at - ep.last_stale_at >= q
-            update = self._settle(key, st, ep, quiet)
+            update = self._settle(key, st, ep, quiet, at)
             if update is not None:
                 updates.append(update)
         if updates:  # an episode opens only with a revision; `advance` drops what is settled
@@ -856,12 +947,14 @@ class Detector:
         return updates
 
     def _settle(
-        self, key: str, st: WorkflowState, ep: Episode, quiet: bool
+        self, key: str, st: WorkflowState, ep: Episode, quiet: bool, at: float | None
     ) -> FindingUpdate | None:
-        """Recompute status and severity; publish a revision only when the document changed."""
+        """Recompute status and severity; publish a revision only when the document changed.
+        `at` is the caller's clock, for `FindingStats` only."""
         if not ep.total and not ep.keys_over:
             return None
         published = ep.severity if ep.revision else None
+        was = ep.status if ep.revision else None  # the published status
         worst = max(
             (severity_of(c) for c in ep.listed.values()),
             key=lambda s: s.rank,
@@ -879,8 +972,29 @@ class Detector:
         ep.digest = digest
         ep.revision += 1
         self.counters.revisions += 1
+        if ep.status is not was:
+            self._observe(ep, finding, at)
         escalated = published is None or ep.severity.rank > published.rank
         return FindingUpdate(finding, escalated)
+
+    def _observe(self, ep: Episode, finding: Finding, at: float | None) -> None:
+        """A revision that opens, reopens or resolves a finding: what `FindingStats` and the age
+        of open findings need. Once per change of status, never per event."""
+        if ep.status is Status.OPEN:
+            ep.opened_at = at
+            return
+        stats = self.finding_stats
+        severity = ep.severity
+        opened = ep.opened_at
+        if opened is not None and at is not None:
+            stats.resolution[severity].add(max(at - opened, 0.0))
+        ep.opened_at = None  # while resolved: one float less in the state
+        lag = finding.evidence_lag
+        if lag is not None:
+            if lag.seconds is not None:
+                stats.zombie_seconds[severity].add(lag.seconds)
+            if lag.seq is not None and finding.ordering == "authoritative_seq":
+                stats.zombie_seq[severity].add(lag.seq)
 
 
 def _keep_last(eff: Effect, ev: EventRecord) -> None:

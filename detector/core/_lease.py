@@ -27,6 +27,9 @@ _SHORT_LABEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+@-]{0,63}")
 # after its lease ran out counts in the `0` bucket of the time remaining.
 HEARTBEAT_AGE_BOUNDS: Final = (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
 LEASE_REMAINING_BOUNDS: Final = (0, 1, 2, 5, 10, 15, 20, 30, 60, 120, 300)
+# From the displaced epoch's last known `lease_until` to the takeover's `observed_at`: how long
+# a workflow stayed without a live owner before the coordination store handed it on.
+TAKEOVER_DELAY_BOUNDS: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class LeaseStats:
 
     HEARTBEAT_AGE_BOUNDS: ClassVar = HEARTBEAT_AGE_BOUNDS
     REMAINING_BOUNDS: ClassVar = LEASE_REMAINING_BOUNDS
+    TAKEOVER_DELAY_BOUNDS: ClassVar = TAKEOVER_DELAY_BOUNDS
 
     labels: Labels
     # Time since the workflow's previous heartbeat (or its acquisition), when a heartbeat of
@@ -122,6 +126,16 @@ class LeaseStats:
     expired: int = 0
     # Acquisitions of a new epoch of a workflow that had been acquired before.
     reclaimed: int = 0
+    # Of those takeovers (`expired`) whose previous epoch's `lease_until` is known: the
+    # takeover's `observed_at` minus it, when not negative ...
+    takeover_delay: list[int] = field(
+        default_factory=lambda: [0] * (len(TAKEOVER_DELAY_BOUNDS) + 1)
+    )
+    takeover_delay_sum: float = 0.0
+    # ... and the takeovers before it: a lease broken while still valid (or the coordination
+    # store's clock and the acquisition's disagree). Kept out of the histogram, whose low
+    # buckets would otherwise read as prompt reclaims.
+    early: int = 0
     lost: int = 0  # `lease_lost` (`heartbeat_lost`): an extension returned no row
     uncertain: int = 0  # `ownership_uncertain`: the coordination store did not answer
 

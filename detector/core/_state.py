@@ -79,6 +79,9 @@ class Episode:
     last_stale: EventRecord | None = None
     latest: EventRecord | None = None  # the latest event that triggered any condition
     last_stale_at: float | None = None  # the caller's clock (a worker's processing time)
+    # The caller's clock when the finding last went open (its first revision, or a reopening):
+    # metrics only (the age of open findings, their time to resolution), never a verdict.
+    opened_at: float | None = None
     shown: list[str] = field(default_factory=list)  # the first effect keys, sorted
     digest: int = 0
     worker: str | None = None
@@ -258,10 +261,17 @@ def _episode_row(ep: Episode) -> list[Any]:
         ep.digest,
         ep.worker,
         ep.truncated,
+        ep.opened_at,
     ]
 
 
+# Episodes written before `opened_at` have one field less (and read as not knowing it).
+EPISODE_FIELDS: Final = 24
+
+
 def _episode(row: list[Any]) -> Episode:
+    if len(row) not in (EPISODE_FIELDS - 1, EPISODE_FIELDS):
+        raise ValueError(f"damaged finding state: {len(row)} fields, not {EPISODE_FIELDS}")
     listed = [cond_of(c) for c in row[5]]
     return Episode(
         displaced_epoch=row[0],
@@ -287,6 +297,7 @@ def _episode(row: list[Any]) -> Episode:
         digest=row[20],
         worker=row[21],
         truncated=row[22],
+        opened_at=row[23] if len(row) == EPISODE_FIELDS else None,
     )
 
 

@@ -35,6 +35,7 @@ from detector.runtime.settings import WorkerSettings
 from detector.runtime.store import Store, open_store
 from detector.runtime.topology import TopologyError, inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
+from detector.telemetry.tracing import ProcessingSpans, WorkerTracing
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,15 @@ class PartitionState:
 
 
 class KafkaLoopWorker:
-    def __init__(self, settings: WorkerSettings, metrics: WorkerMetrics) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        metrics: WorkerMetrics,
+        tracing: WorkerTracing | None = None,
+    ) -> None:
         self.s = settings
         self.metrics = metrics
+        self.tracing = tracing or WorkerTracing.off()
         self.partitions: dict[int, PartitionState] = {}
         self.stopping = False
         self.in_txn = False
@@ -142,6 +149,7 @@ class KafkaLoopWorker:
     def _step(self) -> None:
         messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
         self.metrics.polled(time.time())
+        spans = self.tracing.batch()
         try:
             for msg in messages:
                 if self.stopping:
@@ -156,7 +164,7 @@ class KafkaLoopWorker:
                 if ps is None:
                     continue  # revoked while the batch was in flight
                 self._begin()
-                self._process(msg, topic, partition, offset, ps)
+                self._process(msg, topic, partition, offset, ps, spans)
             self._tick(time.time())
             now = time.monotonic()
             if self.in_txn and (
@@ -166,6 +174,8 @@ class KafkaLoopWorker:
                 self._commit()
         except KafkaException as exc:
             self._recover(exc)
+        finally:
+            spans.end()
 
     def _begin(self) -> None:
         if not self.in_txn:
@@ -175,11 +185,20 @@ class KafkaLoopWorker:
             self.txn_started = time.monotonic()
 
     def _process(
-        self, msg: Message, topic: str, partition: int, offset: int, ps: PartitionState
+        self,
+        msg: Message,
+        topic: str,
+        partition: int,
+        offset: int,
+        ps: PartitionState,
+        spans: ProcessingSpans,
     ) -> None:
         ps.next_offset = offset + 1
         self.txn_events += 1
-        self._write(ps.processor.process(msg.key(), msg.value(), topic, offset, time.time()), ps)
+        headers = msg.headers()
+        spans.add(partition, headers)
+        outcome = ps.processor.process(msg.key(), msg.value(), topic, offset, time.time(), headers)
+        self._write(outcome, ps)
 
     def _write(self, outcome: Outcome, ps: PartitionState) -> None:
         """Into the open transaction, to the partition the input came from."""
@@ -332,7 +351,10 @@ class KafkaLoopWorker:
     def _fresh(self, partition: int) -> PartitionState:
         store = open_store(self.s.store, self.s.state_dir / self.s.instance_id, partition)
         detector = Detector(config=self.s.engine, states=store.states)
-        return PartitionState(store, PartitionProcessor(partition, detector, self.metrics))
+        processor = PartitionProcessor(
+            partition, detector, self.metrics, tracing=self.tracing.partition(partition)
+        )
+        return PartitionState(store, processor)
 
     def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
         reader = Consumer(
@@ -393,4 +415,10 @@ def _coordinates(msg: Message) -> tuple[str, int, int]:
 
 
 def run_kafka_loop(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
-    return KafkaLoopWorker(settings, metrics).run()
+    tracing = WorkerTracing.from_env(
+        topic=settings.input_topic, group=settings.group_id, instance=settings.instance_id
+    )
+    try:
+        return KafkaLoopWorker(settings, metrics, tracing).run()
+    finally:
+        tracing.shutdown()  # export the spans still buffered

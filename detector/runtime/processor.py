@@ -12,12 +12,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from detector.contracts.dead_letters import DeadLetter
 from detector.core import Detector, FindingUpdate
-from detector.runtime.intake import admit
+from detector.runtime.intake import Headers, admit
 from detector.telemetry.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from detector.telemetry.tracing import PartitionTracing
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +47,20 @@ class PartitionProcessor:
     detector: Detector
     metrics: WorkerMetrics
     last_tick: float | None = None
+    tracing: PartitionTracing | None = None  # None: tracing is off
 
     def process(
-        self, key: bytes | None, value: bytes | None, topic: str, offset: int, now: float
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        topic: str,
+        offset: int,
+        now: float,
+        headers: Headers = None,
     ) -> Outcome:
-        """One input record at the worker's time `now`."""
+        """One input record at the worker's time `now`; `headers` may carry its `traceparent`."""
         partition = self.partition
-        admitted = admit(key, value, topic, partition, offset)
+        admitted = admit(key, value, topic, partition, offset, headers)
         if isinstance(admitted, DeadLetter):
             self.metrics.dead_letter(admitted.reason_code, partition)
             log.warning(
@@ -65,6 +75,8 @@ class PartitionProcessor:
         self.metrics.event(admitted.kind.value, partition)
         if admitted.dropped_fields:
             self.metrics.fields_dropped(admitted, partition)
+        if self.tracing is not None:
+            self.tracing.remember(admitted)
         updates = self.detector.observe(admitted, at=now)
         self._published(updates)
         return Outcome(updates, None, {admitted.workflow_key})
@@ -81,6 +93,8 @@ class PartitionProcessor:
         self.metrics.engine(partition, self.detector.counters)
         self.metrics.lease_health(partition, self.detector.lease_health)
         self.metrics.findings_open(partition, self.detector.open_findings())
+        self.metrics.findings_open_age(partition, now, self.detector.oldest_open_findings())
+        self.metrics.finding_stats(partition, self.detector.finding_stats)
         # A resolved finding's new revision lives in its state: persist it with the revision,
         # or a restore would publish the same (finding_id, revision) again.
         return Outcome(advanced.updates, None, advanced.changed)
@@ -88,7 +102,8 @@ class PartitionProcessor:
     def _published(self, updates: list[FindingUpdate]) -> None:
         for update in updates:
             f = update.finding
-            self.metrics.finding_revision(update, self.partition)
+            trace_id = None if self.tracing is None else self.tracing.finding(update)
+            self.metrics.finding_revision(update, self.partition, trace_id)
             log.info(
                 "finding %s rev %d %s %s workflow#%s conditions=%s",
                 f.finding_id,

@@ -19,7 +19,15 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from detector.contracts.dead_letters import REASON_CODES
 from detector.contracts.events import OPTIONAL_FIELDS, OwnershipEvent
 from detector.contracts.findings import Severity
-from detector.core import Counters, FindingUpdate, LabelBounds, LeaseHealth, LeaseStats
+from detector.core import (
+    Counters,
+    FindingStats,
+    FindingUpdate,
+    LabelBounds,
+    LeaseHealth,
+    LeaseStats,
+    Observations,
+)
 
 # Label of each class of forgotten evidence, and the engine counter that counts it.
 _EVIDENCE_CLASSES: Final = {
@@ -94,6 +102,9 @@ class _LeaseSeen:
     reclaimed: int
     lost: int
     uncertain: int
+    takeover_delay: tuple[int, ...] = (0,) * (len(LeaseStats.TAKEOVER_DELAY_BOUNDS) + 1)
+    takeover_delay_sum: float = 0.0
+    early: int = 0
 
     @classmethod
     def of(cls, stats: LeaseStats) -> _LeaseSeen:
@@ -106,6 +117,9 @@ class _LeaseSeen:
             stats.reclaimed,
             stats.lost,
             stats.uncertain,
+            tuple(stats.takeover_delay),
+            stats.takeover_delay_sum,
+            stats.early,
         )
 
 
@@ -278,6 +292,66 @@ class WorkerMetrics:
             _LEASE_LABELS,
             registry=r,
         )
+        self.takeover_delay = _EngineHistogram(
+            "splitbrain_takeover_delay_seconds",
+            "Takeovers after the displaced epoch's lease ran out: the new acquisition's "
+            "observed_at minus the displaced epoch's last known lease_until (its acquisition's "
+            "or latest heartbeat's), how long the workflow went without a live owner",
+            _LEASE_LABELS,
+            LeaseStats.TAKEOVER_DELAY_BOUNDS,
+            r,
+        )
+        self.takeovers_early = Counter(
+            "splitbrain_takeovers_early_total",
+            "Takeovers observed before the displaced epoch's last known lease_until: a lease "
+            "broken while still valid (or the coordinator's clocks disagree); not in "
+            "splitbrain_takeover_delay_seconds",
+            _LEASE_LABELS,
+            registry=r,
+        )
+        # Findings over their life (`FindingStats`), observed by the engines once per change of
+        # a finding's status and exported every 5 s, by the severity of the resolving revision.
+        self.zombie_seconds = _EngineHistogram(
+            "splitbrain_zombie_activity_seconds",
+            "When a finding resolves: how long its displaced owner went on acting after the "
+            "takeover, its last stale event's observed_at minus the transition's (the "
+            "resolving revision's evidence_lag.seconds)",
+            ["severity"],
+            FindingStats.ZOMBIE_SECONDS_BOUNDS,
+            r,
+        )
+        self.zombie_seq = _EngineHistogram(
+            "splitbrain_zombie_activity_seq",
+            "When a finding with authoritative ordering resolves: its last stale event's seq "
+            "minus the transition's (evidence_lag.seq), positions in the workflow's order",
+            ["severity"],
+            FindingStats.ZOMBIE_SEQ_BOUNDS,
+            r,
+        )
+        self.resolution_seconds = _EngineHistogram(
+            "splitbrain_finding_resolution_seconds",
+            "Time from a finding's opening (or reopening) revision to its resolving revision, on "
+            "the worker's clock",
+            ["severity"],
+            FindingStats.RESOLUTION_BOUNDS,
+            r,
+        )
+        self.oldest_open = Gauge(
+            "splitbrain_findings_open_oldest_age_seconds",
+            "Age of the oldest published finding still open, by input partition and severity, "
+            "on the worker's clock since it went open; 0 when none is open (every 5 s)",
+            ["partition", "severity"],
+            registry=r,
+        )
+        self._finding_seen: dict[int, dict[tuple[str, str], tuple[tuple[int, ...], float]]] = {}
+        # At 0 from the start, as the counters below: a first observation shows in rate().
+        for histogram, bounds in (
+            (self.zombie_seconds, FindingStats.ZOMBIE_SECONDS_BOUNDS),
+            (self.zombie_seq, FindingStats.ZOMBIE_SEQ_BOUNDS),
+            (self.resolution_seconds, FindingStats.RESOLUTION_BOUNDS),
+        ):
+            for severity in Severity:
+                histogram.add((severity.value,), [0] * (len(bounds) + 1), 0.0)
         self._lease_labels = (
             LabelBounds() if max_label_values is None else LabelBounds(max_label_values)
         )
@@ -300,6 +374,9 @@ class WorkerMetrics:
         # dropped when it aborts, so the counters agree with what read_committed readers see
         # (an aborted batch is processed again, and would otherwise be counted twice).
         self._pending: dict[int, dict[tuple[Counter, tuple[str, ...]], int]] = {}
+        # The trace id of the latest finding span behind each pending finding count, added to
+        # it as an OpenMetrics exemplar `{trace_id="…"}` when it is counted.
+        self._exemplars: dict[int, dict[tuple[Counter, tuple[str, ...]], str]] = {}
 
     def serve(self, port: int, address: str = "127.0.0.1") -> None:
         """Expose /metrics on `address` (loopback unless told otherwise)."""
@@ -320,13 +397,23 @@ class WorkerMetrics:
         for drop in event.dropped_fields:
             self._count(partition, self.field_drops, drop.field)
 
-    def finding_revision(self, update: FindingUpdate, partition: int) -> None:
+    def finding_revision(
+        self, update: FindingUpdate, partition: int, trace_id: str | None = None
+    ) -> None:
+        """`trace_id`: of the revision's span (`detector.telemetry.tracing`), as an exemplar."""
         finding = update.finding
-        self._count(partition, self.revisions, finding.severity.value, finding.status.value)
+        severity = finding.severity.value
+        counted: list[tuple[Counter, tuple[str, ...]]] = [
+            (self.revisions, (severity, finding.status.value))
+        ]
         if finding.revision == 1:
-            self._count(partition, self.opened, finding.severity.value)
+            counted.append((self.opened, (severity,)))
         if update.escalated:
-            self._count(partition, self.escalated, finding.severity.value)
+            counted.append((self.escalated, (severity,)))
+        for counter, labels in counted:
+            self._count(partition, counter, *labels)
+            if trace_id is not None:
+                self._exemplars.setdefault(partition, {})[(counter, labels)] = trace_id
 
     def state(self, partition: int, workflows: int) -> None:
         self.workflows.labels(str(partition)).set(workflows)
@@ -387,10 +474,48 @@ class WorkerMetrics:
             )
             self.leases_expired.labels(*exported).inc(now.expired - then.expired)
             self.jobs_reclaimed.labels(*exported).inc(now.reclaimed - then.reclaimed)
+            self.takeover_delay.add(
+                exported,
+                _minus(now.takeover_delay, then.takeover_delay),
+                now.takeover_delay_sum - then.takeover_delay_sum,
+            )
+            self.takeovers_early.labels(*exported).inc(now.early - then.early)
             self.extension_failures.labels(*exported, "lost").inc(now.lost - then.lost)
             self.extension_failures.labels(*exported, "uncertain").inc(
                 now.uncertain - then.uncertain
             )
+
+    def finding_stats(self, partition: int, stats: FindingStats) -> None:
+        """Turn one partition engine's cumulative finding observations into increments."""
+        seen = self._finding_seen.setdefault(partition, {})
+        observed: tuple[tuple[_EngineHistogram, dict[Severity, Observations]], ...] = (
+            (self.zombie_seconds, stats.zombie_seconds),
+            (self.zombie_seq, stats.zombie_seq),
+            (self.resolution_seconds, stats.resolution),
+        )
+        for histogram, by_severity in observed:
+            for severity, obs in by_severity.items():
+                slot = (histogram.name, severity.value)
+                now = (tuple(obs.counts), obs.total)
+                last = seen.get(slot)
+                if last == now:
+                    continue
+                seen[slot] = now
+                then = last if last is not None else ((0,) * len(now[0]), 0.0)
+                histogram.add((severity.value,), _minus(now[0], then[0]), now[1] - then[1])
+
+    def findings_open_age(
+        self, partition: int, now: float, oldest: Mapping[Severity, float] | None
+    ) -> None:
+        """`oldest`: when the oldest open finding of each severity went open (`Detector.
+        oldest_open_findings`), on the clock of `now`; None: the partition is not ours."""
+        for severity in Severity:
+            if oldest is None:
+                self.oldest_open.remove(str(partition), severity.value)
+            else:
+                at = oldest.get(severity)
+                age = 0.0 if at is None else max(now - at, 0.0)
+                self.oldest_open.labels(str(partition), severity.value).set(age)
 
     def partition_gone(self, partition: int) -> None:
         """The partition went to another worker: no workflows here, and no lag or open findings
@@ -398,20 +523,25 @@ class WorkerMetrics:
         self.state(partition, 0)
         self.consumer_lag(partition, None)
         self.findings_open(partition, None)
+        self.findings_open_age(partition, 0.0, None)
         self.engine_replaced(partition)
 
     def engine_replaced(self, partition: int) -> None:
         """A partition got a fresh engine (restore): its counts start again from zero."""
         self._seen.pop(partition, None)
         self._lease_seen.pop(partition, None)
+        self._finding_seen.pop(partition, None)
 
     def committed(
         self, seconds: float, events: int, partitions: Iterable[int] | None = None
     ) -> None:
         """A transaction committed the work of `partitions` (None: every partition)."""
         for partition in list(self._pending) if partitions is None else partitions:
+            exemplars = self._exemplars.pop(partition, {})
             for (counter, labels), amount in self._pending.pop(partition, {}).items():
-                counter.labels(*labels).inc(amount)
+                trace_id = exemplars.get((counter, labels))
+                exemplar = None if trace_id is None else {"trace_id": trace_id}
+                counter.labels(*labels).inc(amount, exemplar)
         self.transactions.labels("committed").inc()
         self.commit_seconds.observe(seconds)
         self.batch_events.observe(events)
@@ -419,12 +549,14 @@ class WorkerMetrics:
     def aborted(self) -> None:
         """The open transaction aborted: its work will be done again, and counted then."""
         self._pending.clear()
+        self._exemplars.clear()
         self.transactions.labels("aborted").inc()
 
     def revoked(self, partitions: Iterable[int]) -> None:
         """Partitions left with uncommitted work: their next owner does it again."""
         for partition in partitions:
             self._pending.pop(partition, None)
+            self._exemplars.pop(partition, None)
 
     def restored(self, seconds: float) -> None:
         self.restore_seconds.observe(seconds)

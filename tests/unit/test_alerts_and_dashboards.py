@@ -22,7 +22,10 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from detector.contracts.findings import Severity, Status
-from detector.core import Counters, FindingUpdate, LeaseHealth
+from detector.core import Counters, FindingStats, FindingUpdate, LeaseHealth
+from detector.paging.delivery import Outcome
+from detector.paging.metrics import PageMetrics
+from detector.paging.record import SinkName
 from detector.telemetry.metrics import WorkerMetrics
 from tests.paths import ROOT
 from tests.tools import program
@@ -41,6 +44,7 @@ GRAFANA_VARIABLES = {
     "$__interval": "1m",
     "$__range": "1h",
     "$job": "splitbrain",
+    "$page_job": "splitbrain-page",
 }
 
 
@@ -153,8 +157,16 @@ def exported_samples() -> dict[str, set[str]]:
     metrics.state(0, 1)
     metrics.engine(0, Counters(effects_dropped=1, redelivered=1, evicted_idle=1))
     health = LeaseHealth(missed_heartbeats=2, jitter_reserve_s=5.0)
-    health.stats_of(("ocr", "tesseract-5", "local")).lost = 1
+    stats = health.stats_of(("ocr", "tesseract-5", "local"))
+    stats.lost = stats.early = 1
+    stats.takeover_delay[0] = 1
     metrics.lease_health(0, health)
+    findings = FindingStats()
+    findings.zombie_seconds[Severity.CRITICAL].add(30.0)
+    findings.zombie_seq[Severity.CRITICAL].add(3)
+    findings.resolution[Severity.CRITICAL].add(60.0)
+    metrics.finding_stats(0, findings)
+    metrics.findings_open_age(0, 100.0, {Severity.CRITICAL: 40.0})
     metrics.committed(0.01, 10)
     metrics.aborted()
     metrics.restored(1.5)
@@ -164,6 +176,20 @@ def exported_samples() -> dict[str, set[str]]:
     samples: dict[str, set[str]] = {}
     for family in metrics.registry.collect():
         assert family.samples, f"{family.name}: not driven by this test, add it above"
+        for sample in family.samples:
+            samples.setdefault(sample.name, set()).update(sample.labels)
+    return samples
+
+
+@functools.cache
+def bridge_samples() -> dict[str, set[str]]:
+    """The same for the pager bridge (`splitbrain page`), which the dashboard shows too."""
+    metrics = PageMetrics(list(SinkName), CollectorRegistry())
+    metrics.answered(SinkName.WEBHOOK, Outcome.ACCEPTED, 0.2)
+    metrics.consumer_lag(0, 1)
+    metrics.invalid.inc()
+    samples: dict[str, set[str]] = {}
+    for family in metrics.registry.collect():
         for sample in family.samples:
             samples.setdefault(sample.name, set()).update(sample.labels)
     return samples
@@ -259,7 +285,8 @@ def test_the_reference_parser_finds_selectors_and_grouping() -> None:
 
 @pytest.mark.parametrize(("where", "expr"), all_expressions())
 def test_every_metric_and_label_is_exported_by_a_worker(where: str, expr: str) -> None:
-    exported = exported_samples()
+    """Or by the pager bridge, for the dashboard's Pager bridge row."""
+    exported = exported_samples() | (bridge_samples() if "splitbrain_page_" in expr else {})
     selectors, grouping = references(expr)
     assert selectors, f"{where}: no metric found in {expr!r}"
     for name, _ in selectors:
@@ -279,6 +306,17 @@ def test_the_dashboard_shows_every_metric_a_worker_exports() -> None:
     families = {re.sub(r"_(bucket|sum|count|total|created)$", "", name) for name in exported}
     missing = families - {re.sub(r"_(bucket|sum|count|total)$", "", name) for name in shown}
     assert not missing, f"no panel shows {sorted(missing)}"
+    assert {"splitbrain_page_deliveries", "splitbrain_page_delivery_latency_seconds"} <= {
+        re.sub(r"_(bucket|sum|count|total)$", "", name) for name in shown
+    }
+
+
+def test_pager_panels_read_the_bridges_job_and_the_others_the_workers() -> None:
+    for panel in panels():
+        for target in panel.get("targets", []):
+            page = "splitbrain_page_" in target["expr"]
+            assert ('job=~"$page_job"' in target["expr"]) == page, panel["title"]
+            assert ('job=~"$job"' in target["expr"]) != page, panel["title"]
 
 
 def test_known_label_values_are_exported_before_their_first_increment() -> None:
@@ -385,4 +423,15 @@ def test_dashboard_has_the_panels_on_call_needs() -> None:
         "Expired leases by tool class",
         "Lease extension failures by tool class",
         "Jobs reclaimed by tool class",
+        "Oldest open finding by severity",
+        "Finding time to resolution by severity",
+        "Zombies",
+        "Zombie activity after takeover (seconds, time range)",
+        "Zombie activity after takeover (seq positions, time range)",
+        "Zombie activity after takeover by severity",
+        "Takeover delay after lease expiry by tool class",
+        "Takeovers before lease expiry by tool class",
+        "Pager bridge",
+        "Pager deliveries by sink and outcome",
+        "Pager delivery latency by sink",
     } <= titles

@@ -4,6 +4,9 @@ the last finished event, or before every write of the transaction reached the br
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from faust.types import TP
@@ -52,3 +55,27 @@ def test_drain_waits_for_every_write_and_a_failed_one_makes_it_unusable() -> Non
     barrier = asyncio.run(scenario())
     with pytest.raises(FaustRuntimeError):
         barrier.check_usable()
+
+
+def test_a_crashed_worker_exits_while_its_consumer_thread_still_runs() -> None:
+    """mode runs the consumer in a non-daemon thread; after a crash the event loop closes, the
+    thread does not stop, and the process waited for it forever (alive, silent, never restarted).
+    Here the thread never returns, and the process must still exit."""
+    script = textwrap.dedent(
+        """
+        import threading
+        from detector.runtime.faust.transport import EosConsumerThread
+
+        class Stuck:  # stands in for the consumer service: its loop never ends
+            def _start_thread(self) -> None:
+                threading.Event().wait()
+
+        thread = EosConsumerThread.Worker(Stuck())
+        thread.start()
+        print("daemon" if thread.daemon else "not a daemon", flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "daemon"), done.stderr

@@ -228,10 +228,16 @@ def test_emitter_validates_before_sending() -> None:
 def test_topics_file_profile_overrides_partitions_replication_and_config() -> None:
     prod = {t.name: t for t in load_topics(REPO / "topics" / "topics.yaml")}
     local = {t.name: t for t in load_topics(REPO / "topics" / "topics.yaml", "local")}
-    assert set(prod) == {"agent.ownership.v1", "splitbrain.findings.v1", "agent.ownership.dlq.v1"}
+    assert set(prod) == {
+        "agent.ownership.v1",
+        "splitbrain.findings.v1",
+        "agent.ownership.dlq.v1",
+        "splitbrain.page-state.v1",
+    }
     for name, topic in local.items():
         assert (topic.replication_factor, topic.config["min.insync.replicas"]) == (1, "1")
-        assert topic.config["cleanup.policy"] == "delete"
+        compacted = name == "splitbrain.page-state.v1"  # the pager bridge's state, never expired
+        assert topic.config["cleanup.policy"] == ("compact" if compacted else "delete")
         assert {k: v for k, v in topic.config.items() if k != "min.insync.replicas"} == {
             k: v for k, v in prod[name].config.items() if k != "min.insync.replicas"
         }

@@ -13,6 +13,7 @@ from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, HeadersArg, RecordMetadata
 from faust.types.transports import TransportT
+from mode.threads import ServiceThread, WorkerThread
 
 from detector.runtime.faust.barrier import CommitBarrier
 from detector.telemetry.metrics import WorkerMetrics
@@ -85,6 +86,20 @@ class EosTransactionManager(TransactionManager):
         return True
 
 
+class DaemonWorkerThread(WorkerThread):
+    """The OS thread under a mode `ServiceThread`, as a daemon.
+
+    mode's `WorkerThread.__init__` sets `daemon = False`, and a `ServiceThread` is a mode
+    Service, not a `threading.Thread`: a `daemon` flag on the service changes nothing. After a
+    crash the main thread then waits in `threading._shutdown` for the consumer thread, whose
+    event loop may never end: the worker stays alive and silent, so no supervisor restarts it.
+    """
+
+    def __init__(self, service: ServiceThread, **kwargs: Any) -> None:
+        super().__init__(service, **kwargs)
+        self.daemon = True
+
+
 class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Recovery reads the changelog up to the last stable offset the broker reports.
 
@@ -93,14 +108,12 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     which recovery turns into "empty changelog" and skips restoring the table (faust #158). With
     `isolation_level=read_committed`, ListOffsets(latest) answers with the LSO itself.
 
-    It is also a daemon thread: mode makes it a non-daemon one, which after a crash (a fenced
-    producer, say) outlives the closed event loop and keeps the process from exiting, so no
-    supervisor ever restarts it. A graceful stop still stops and joins it first.
+    Its thread is a daemon (`DaemonWorkerThread`): mode makes it a non-daemon one, which after a
+    crash (a fenced producer, say) outlives the closed event loop and keeps the process from
+    exiting, so no supervisor ever restarts it. A graceful stop still stops and joins it first.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.daemon = True
+    Worker = DaemonWorkerThread
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         consumer = self._ensure_consumer()

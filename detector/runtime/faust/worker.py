@@ -28,6 +28,7 @@ from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.topology import TopologyError, inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
+from detector.telemetry.tracing import WorkerTracing
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,11 @@ class FaustWorker:
         replication: int,
         credentials: CredentialsT | None,
         metrics: WorkerMetrics,
+        tracing: WorkerTracing | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics
+        self.tracing = tracing or WorkerTracing.off()
         self.engines: dict[int, PartitionEngine] = {}
         app = SplitbrainApp(
             settings.group_id,  # the consumer group, and the prefix of every transactional id
@@ -145,18 +148,22 @@ class FaustWorker:
         barrier = self.app.barrier
         async for event in stream.events():
             async with barrier.lock:
+                spans = self.tracing.batch()  # the agent processes one record at a time
+                spans.add(event.message.partition, event.message.headers)
                 try:
                     await self._handle(event.message)
                 except BaseException as exc:
                     # Half of this event may be in the open transaction: never commit it.
                     barrier.fail(exc)
                     raise
+                finally:
+                    spans.end()
 
     async def _handle(self, message: Message) -> None:
         engine = self._engine(message.partition)
         now = time.time()
         processed = engine.processor.process(
-            message.key, message.value, message.topic, message.offset, now
+            message.key, message.value, message.topic, message.offset, now, message.headers
         )
         await self._write(engine, processed)
         ticked = engine.processor.tick(now)  # only when an event brings a transaction
@@ -184,7 +191,9 @@ class FaustWorker:
         if engine is None:
             states = PartitionStates(self.table, partition)
             detector = Detector(config=self.settings.engine, states=states)
-            processor = PartitionProcessor(partition, detector, self.metrics)
+            processor = PartitionProcessor(
+                partition, detector, self.metrics, tracing=self.tracing.partition(partition)
+            )
             engine = self.engines[partition] = PartitionEngine(processor, states)
         return engine
 
@@ -273,16 +282,23 @@ def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
     if settings.store != "memory":
         log.error("the faust runtime keeps its table in memory (store=%s)", settings.store)
         return ExitCode.UNUSABLE
+    tracing = WorkerTracing.from_env(
+        topic=settings.input_topic, group=settings.group_id, instance=settings.instance_id
+    )
     try:
-        partitions, replication = inspect_topics(AdminClient(dict(settings.kafka)), settings)
-        worker = FaustWorker(
-            settings,
-            partitions=partitions,
-            replication=replication,
-            credentials=broker_credentials(settings.kafka),
-            metrics=metrics,
-        )
-    except (FaustRuntimeError, TopologyError, KafkaClientError, ssl.SSLError, OSError) as exc:
-        log.error("cannot start the faust worker: %s", exc)
-        return ExitCode.UNUSABLE
-    return worker.run()
+        try:
+            partitions, replication = inspect_topics(AdminClient(dict(settings.kafka)), settings)
+            worker = FaustWorker(
+                settings,
+                partitions=partitions,
+                replication=replication,
+                credentials=broker_credentials(settings.kafka),
+                metrics=metrics,
+                tracing=tracing,
+            )
+        except (FaustRuntimeError, TopologyError, KafkaClientError, ssl.SSLError, OSError) as exc:
+            log.error("cannot start the faust worker: %s", exc)
+            return ExitCode.UNUSABLE
+        return worker.run()
+    finally:
+        tracing.shutdown()  # export the spans still buffered

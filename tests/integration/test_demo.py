@@ -1,0 +1,301 @@
+"""`splitbrain demo` and `splitbrain dev up|down|status`, run as an operator runs them: the whole
+stack (Kafka, PostgreSQL, Prometheus, Alertmanager, the detectors, the relay, the destination,
+the pager bridge and the agents) on loopback, a live split-brain paged, and nothing left running
+afterwards, also when the run is interrupted or cannot start."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from detector.testing.kafka import free_port
+from detector.testing.postgres import postgres_binaries
+from detector.testing.stack import LOCK_FILE, Pid, load_record
+from tests.paths import ROOT
+from tests.tools import program
+
+RUN_TIMEOUT_S = 240.0
+
+
+def require_stack_tools() -> None:
+    """The Debian packages the full stack runs (skip, or fail under SPLITBRAIN_REQUIRE_TOOLS)."""
+    program("prometheus", package="prometheus")
+    program("prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager")
+    postgres_binaries()
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "detector.cli", *args]
+
+
+class Run:
+    """A `splitbrain` command in a session of its own (as a terminal runs a foreground job),
+    its output collected line by line as it comes."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_line(self, pattern: str, timeout: float = RUN_TIMEOUT_S) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((line for line in self.lines if re.search(pattern, line)), None)
+            if found is not None:
+                return found
+            assert self.proc.poll() is None or self._reader.is_alive(), (
+                f"exited {self.proc.returncode} before printing {pattern!r}:\n{self.output}"
+            )
+            time.sleep(0.1)
+        raise AssertionError(f"no line {pattern!r} in {timeout:.0f}s:\n{self.output}")
+
+    def interrupt(self) -> None:
+        """Ctrl-C in a terminal: SIGINT to the whole foreground process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def wait(self, timeout: float = RUN_TIMEOUT_S) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        self._reader.join(10)
+        return code
+
+
+def left_running(state_dir: Path, output: str) -> list[str]:
+    """What the stack of `state_dir` left behind: recorded processes still running (every PID
+    the command printed must be recorded), processes naming the state directory, PostgreSQL's
+    directory."""
+    record = load_record(state_dir)
+    assert record is not None, f"no stack.json in {state_dir}"
+    recorded: dict[int, Pid] = {}
+    left = []
+    for comp in record["components"]:
+        for doc in comp["pids"]:
+            pid = Pid.from_json(doc)
+            recorded[pid.pid] = pid
+            if pid.alive():
+                left.append(f"{comp['name']} pid {pid.pid}")
+        root = (comp.get("data") or {}).get("root")
+        if root and Path(root).exists():
+            left.append(f"{comp['name']} directory {root}")
+    printed = {int(p) for p in re.findall(r"\bpid (\d+)", output)}
+    assert printed <= set(recorded), f"printed but not recorded: {printed - set(recorded)}"
+    needle = str(state_dir.resolve()).encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in cmdline and Pid.of(int(entry.name)).alive():
+                words = cmdline.replace(b"\0", b" ")[:200]
+                left.append(f"pid {entry.name}: {words!r}")
+    return left
+
+
+def test_the_demo_pages_a_live_split_brain_and_leaves_nothing_running(tmp_path: Path) -> None:
+    require_stack_tools()
+    state = tmp_path / "demo"
+    started = time.monotonic()
+    demo = Run(command("demo", "--non-interactive", "--state-dir", str(state)))
+    try:
+        demo.wait_for_line(r"the stack is up")
+        # A second run on the same state directory, while the first one runs: one line, exit 2.
+        second = subprocess.run(
+            command("demo", "--non-interactive", "--state-dir", str(state)),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 2, second
+        assert second.stdout == ""
+        assert len(second.stderr.splitlines()) == 1, second.stderr
+        assert "is in use by `splitbrain demo`" in second.stderr
+        assert "--state-dir" in second.stderr
+        code = demo.wait()
+    finally:
+        if demo.proc.poll() is None:
+            demo.interrupt()
+            demo.wait(60)
+    elapsed = time.monotonic() - started
+    out = demo.output
+    assert code == 0, out
+    # The fault happened live: paused inside a tool call, taken over, both committed.
+    assert re.search(r"agent-2 \(pid \d+\) is inside its tool call .*: SIGSTOP", out), out
+    assert re.search(r"agent-\d claimed job .* \(token 2\)", out), out
+    assert "SIGCONT agent-2" in out
+    assert "committed the payment a second time, under the stale token 1" in out
+    # The finding's revision, as `tail` prints it, and the alert as Alertmanager holds it.
+    assert re.search(
+        r"finding: CRITICAL .* rev \d+ open confidence=high conditions=.*stale_effect_committed",
+        out,
+    ), out
+    assert re.search(r"events: \d+ processed, [\d.]+/s", out), out
+    critical_alert = "SplitbrainCriticalFinding (active): job=splitbrain severity=page"
+    assert f"alertmanager holds {critical_alert}" in out, out
+    assert re.search(r"alertmanager holds SplitbrainFinding \(active\):.* severity=page", out), out
+    assert re.search(r"PAGED: the critical finding reached Alertmanager", out), out
+    for url in ("Prometheus (alerts)", "Alertmanager", "detector-1 metrics", "detector-2 metrics"):
+        assert re.search(rf"{re.escape(url)}\s+http://127\.0\.0\.1:\d+/", out), url
+    assert left_running(state, out) == []
+    print(f"demo: exit 0 in {elapsed:.1f}s")
+
+
+@pytest.mark.parametrize("moment", [r"started kafka", r"SIGSTOP"], ids=["starting", "paused"])
+def test_ctrl_c_at_any_moment_stops_everything(moment: str, tmp_path: Path) -> None:
+    require_stack_tools()
+    state = tmp_path / "demo"
+    demo = Run(command("demo", "--non-interactive", "--state-dir", str(state)))
+    try:
+        demo.wait_for_line(moment)
+        demo.interrupt()
+        code = demo.wait(90)
+    finally:
+        if demo.proc.poll() is None:
+            demo.proc.kill()
+    out = demo.output
+    assert code == 130, out
+    assert "interrupted: stopping everything" in out
+    assert "no process of the demo is left running" in out
+    assert left_running(state, out) == []
+
+
+def one_line_failure(run: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert run.returncode == 2, run
+    assert run.stdout == "", run.stdout
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("splitbrain demo: ")
+    for word in words:
+        assert word in run.stderr, run.stderr
+
+
+def demo_now(
+    state: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command("demo", "--non-interactive", "--state-dir", str(state), *extra),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("java_home", [None, "empty"], ids=["no-java-on-path", "bad-java-home"])
+def test_without_java_the_demo_fails_in_one_line(java_home: str | None, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path / "empty-bin")  # no java (nor anything else) on PATH
+    if java_home is not None:
+        (tmp_path / java_home).mkdir()
+        env["JAVA_HOME"] = str(tmp_path / java_home)
+    state = tmp_path / "demo"
+    run = demo_now(state, env=env)
+    one_line_failure(run, "Java 17+", "JAVA_HOME", "openjdk-17-jre-headless")
+    assert load_record(state) is None  # nothing was started
+
+
+def test_a_busy_port_fails_in_one_line(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", free_port()))
+        busy.listen()
+        port = busy.getsockname()[1]
+        state = tmp_path / "demo"
+        run = demo_now(state, "--prometheus-port", str(port))
+    one_line_failure(run, f"port {port}", "--prometheus-port", "in use")
+    assert load_record(state) is None
+
+
+@contextmanager
+def held_lock(state: Path) -> Iterator[None]:
+    state.mkdir(parents=True)
+    with (state / LOCK_FILE).open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        handle.write("`splitbrain demo` (pid 1)\n")
+        handle.flush()
+        yield
+
+
+def test_a_second_run_on_the_same_state_dir_fails_in_one_line(tmp_path: Path) -> None:
+    state = tmp_path / "demo"
+    with held_lock(state):
+        run = demo_now(state)
+    one_line_failure(run, "is in use by `splitbrain demo` (pid 1)", "--state-dir")
+    assert load_record(state) is None
+
+
+def test_dev_up_status_down(tmp_path: Path) -> None:
+    require_stack_tools()
+    state = tmp_path / "dev"
+
+    def dev(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command("dev", *args, "--state-dir", str(state)),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    up = dev("up")
+    try:
+        assert up.returncode == 0, up
+        assert "export SPLITBRAIN_BOOTSTRAP_SERVERS=127.0.0.1:" in up.stdout
+        assert "export SPLITBRAIN_LEASES_DSN=" in up.stdout
+        status = dev("status")
+        assert status.returncode == 0, status
+        names = [line.split()[0] for line in status.stdout.splitlines()[:-1]]
+        assert names == [
+            *("postgres", "kafka", "destination", "relay", "detector-1", "detector-2"),
+            *("alertmanager", "prometheus", "pager"),
+        ], status.stdout
+        assert all(" running " in line for line in status.stdout.splitlines()[:-1])
+        again = dev("up")
+        assert again.returncode == 2, again
+        assert "a stack already runs" in again.stderr
+    finally:
+        down = dev("down")
+    assert down.returncode == 0, down
+    assert "stopped 9 component(s)" in down.stdout
+    assert left_running(state, up.stdout) == []
+    after = dev("status")
+    assert after.returncode == 1
+    assert "0 of 9 component(s) running" in after.stdout
+    assert dev("down").stdout.startswith("nothing runs in")
