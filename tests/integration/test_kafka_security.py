@@ -63,7 +63,7 @@ def test_apply_emit_replay_and_tail_over_sasl_ssl(
         "topics", "apply", "--file", str(path), "--profile", "local", *password, env=env
     )
     assert apply.returncode == 0, apply.stderr
-    assert apply.stdout.count("create ") == 3
+    assert apply.stdout.count("create ") == len(names)  # every topic of the file
 
     owner: OwnerFields = {"workflow_key": "wf-secure", "owner_epoch": 4, "worker_id": "w-secure"}
     with Emitter(kafka_sasl_broker.client_config(), topic=ownership) as emitter:
