@@ -657,12 +657,12 @@ class Scenario:
     # -- the end ----------------------------------------------------------------------------
 
     def _check_alive(self) -> None:
-        from detector.testing.stack import StackError  # noqa: PLC0415
+        from detector.testing.stack import StackError, log_tail  # noqa: PLC0415
 
         for comp in self.stack.components:
             if not comp.stopped and comp.pids and not comp.running():
                 raise StackError(
-                    f"{comp.name} stopped unexpectedly (log: {comp.log})\n{_tail(comp.log)}"
+                    f"{comp.name} stopped unexpectedly (log: {comp.log})\n{log_tail(comp.log)}"
                 )
 
     def _verdict(self, *, timed_out: bool) -> int:
@@ -734,13 +734,3 @@ class Scenario:
         )
         if proc.returncode != 0:
             self.out(f"replay failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
-
-
-def _tail(path: Path | None, lines: int = 8) -> str:
-    if path is None:
-        return ""
-    try:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return ""
-    return "\n".join(text)

@@ -55,7 +55,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from types import TracebackType
 from typing import Annotated, Any, Final, Literal, Self
 from uuid import UUID
 
@@ -63,6 +62,7 @@ import psycopg
 from psycopg.rows import DictRow
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from detector.closing import Closing
 from detector.contracts.events import MAX_EPOCH, MAX_KEY_CHARS, Source
 from detector.leases.db import connect, one_line
 from detector.leases.errors import LeaseInputError, StoreUnavailableError
@@ -245,7 +245,7 @@ class _Repeated(Exception):  # noqa: N818 - control flow: roll back, answer with
         self.stored = stored
 
 
-class FencedDestination:
+class FencedDestination(Closing):
     """The destination `name` in the lease store's database at `dsn` (migrated by `splitbrain
     leases migrate`). One connection: use one destination object per thread. A broken
     connection is replaced on the next call."""
@@ -279,17 +279,6 @@ class FencedDestination:
                 "the database has no fenced destination tables (fenced_receipts): run "
                 "`splitbrain leases migrate` with the same DSN first"
             )
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._conn.close()

@@ -22,6 +22,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.rows import DictRow
 
+from detector.closing import Closing
 from detector.contracts.events import EventError
 from detector.contracts.topics import INPUT_TOPIC
 from detector.kafka.config import KafkaClientError
@@ -60,7 +61,7 @@ class Batch:
     pruned: int
 
 
-class OutboxRelay:
+class OutboxRelay(Closing):
     """Relays the outbox of the lease store at `dsn` through an `Emitter` of `kafka_config`."""
 
     def __init__(

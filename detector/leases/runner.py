@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, Final
 from uuid import UUID, uuid4
 
+from detector.closing import Closing
 from detector.kafka.emit import DeliveryError, Emitter
 from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.heartbeat import Heartbeat, Uncertainty
@@ -118,7 +119,7 @@ class _Uncertain(Exception):  # noqa: N818
     """The store did not answer: start nothing irreversible."""
 
 
-class Runner:
+class Runner(Closing):
     """One worker: runs the jobs it claims one at a time, with a heartbeat thread per job.
 
     `dsn` and `classes` as for `LeaseStore`; `emitter`, if given, carries the events that cannot
@@ -349,7 +350,9 @@ async def _call(tool: Tool, call: ToolCall, timeout: float, lost: asyncio.Event)
     task = asyncio.ensure_future(tool(call))
     watch = asyncio.ensure_future(lost.wait())
     try:
-        done, _ = await asyncio.wait({task, watch}, timeout=timeout, return_when="FIRST_COMPLETED")
+        done, _ = await asyncio.wait(
+            {task, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         watch.cancel()
     if task in done:

@@ -27,13 +27,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow
 
+from detector.closing import Closing
 from detector.contracts.events import MAX_KEY_CHARS, Source
 from detector.leases.db import connect, one_line
 from detector.leases.errors import LeaseInputError, StoreUnavailableError
@@ -211,7 +211,7 @@ RETURNING {event_columns()}
 """
 
 
-class LeaseStore:
+class LeaseStore(Closing):
     """Jobs of the given classes in the database at `dsn` (migrated by `splitbrain leases
     migrate`). A broken connection is replaced on the next call."""
 
@@ -230,17 +230,6 @@ class LeaseStore:
         self._dsn = dsn
         self._max_payload_bytes = max_payload_bytes
         self._conn = connect(dsn)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._conn.close()

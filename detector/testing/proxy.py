@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from types import TracebackType
-from typing import Self
+
+from detector.closing import Closing
 
 
-class TcpProxy:
+class TcpProxy(Closing):
     """Forwards 127.0.0.1:`port` to `target`."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -28,17 +28,6 @@ class TcpProxy:
         self._closed = False
         self._acceptor = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
         self._acceptor.start()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def cut(self) -> None:
         with self._lock:

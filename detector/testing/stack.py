@@ -254,7 +254,8 @@ def _http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _log_tail(path: Path | None, lines: int = 8) -> str:
+def log_tail(path: Path | None, lines: int = 8) -> str:
+    """The last lines of a component's log, indented under the line that names it."""
     if path is None:
         return ""
     try:
@@ -313,7 +314,7 @@ class Component:
         }
 
     def _failed(self, what: str) -> StackError:
-        tail = _log_tail(self.log)
+        tail = log_tail(self.log)
         where = f" (log: {self.log})" if self.log is not None else ""
         return StackError(f"{self.name} {what}{where}" + (f"\n{tail}" if tail else ""))
 

@@ -11,7 +11,22 @@ import psycopg
 from psycopg.rows import DictRow
 
 from detector.contracts.events import parse_event_obj
-from detector.leases import Lease
+from detector.leases import JobClass, Lease
+
+
+def job_class(name: str = "ocr", **policy: float) -> JobClass:
+    """A job class with a one-second lease (L=1 > R x H + J = 2 x 0.2 + 0.3), so that a lapse
+    takes a second; `policy` overrides any of its numbers."""
+    numbers: dict[str, float] = {
+        "lease_s": 1.0,
+        "heartbeat_s": 0.2,
+        "missed_heartbeats": 2,
+        "reserve_s": 0.3,
+        "max_attempts": 3,
+        "tool_timeout_s": 5,
+        "stage_time_limit_s": 60,
+    }
+    return JobClass.model_validate({"name": name, **numbers, **policy})
 
 
 def claimed(lease: Lease | None) -> Lease:

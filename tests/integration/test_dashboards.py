@@ -22,14 +22,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from detector.testing.kafka import LocalKafka, free_port
 from detector.testing.worker import WorkerProcess, connection_env
 from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, wait_for
+from tests.integration.receiver import Receiver
 from tests.integration.test_paging import serving, write_yaml
 from tests.paths import ROOT
 from tests.tools import program
@@ -212,33 +211,6 @@ def substitute(expr: str, variables: dict[str, str]) -> str:
 
 
 # ---- receivers and the bridge -----------------------------------------------------------------
-
-
-class Receiver:
-    """The bridge's webhook: answers 200 and counts what it gets."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.count += 1
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @contextmanager

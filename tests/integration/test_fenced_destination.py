@@ -34,7 +34,6 @@ from detector.leases import (
     EffectRequest,
     FencedDestination,
     IdempotencyKeyReusedError,
-    JobClass,
     Labels,
     Lease,
     LeaseInputError,
@@ -47,18 +46,9 @@ from detector.leases.db import connect
 from detector.leases.http_destination import DestinationServer
 from detector.leases.inspect import NotMigratedError
 from detector.leases.schema import MIGRATIONS
-from tests.integration.leases import claimed, outbox, wait_lapsed
+from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
 
-OCR = JobClass(
-    name="ocr",
-    lease_s=1.0,
-    heartbeat_s=0.2,
-    missed_heartbeats=2,
-    reserve_s=0.3,
-    max_attempts=3,
-    tool_timeout_s=5,
-    stage_time_limit_s=60,
-)
+OCR = job_class("ocr")
 NAME = "invoices"
 ENTITY = "invoice-42"
 

@@ -27,18 +27,10 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.cli.audit import audit_lines
-from detector.leases import JobClass, Lease, LeaseStore, Outcome
+from detector.leases import Lease, LeaseStore, Outcome
+from tests.integration.leases import job_class
 
-OCR = JobClass(
-    name="ocr",
-    lease_s=1.0,
-    heartbeat_s=0.2,
-    missed_heartbeats=2,
-    reserve_s=0.3,
-    max_attempts=3,
-    tool_timeout_s=5,
-    stage_time_limit_s=60,
-)
+OCR = job_class("ocr")
 
 
 @pytest.fixture

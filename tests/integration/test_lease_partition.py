@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
 
 from detector.kafka.emit import Emitter
-from detector.leases import JobClass, Labels, LeaseStore, Outcome
+from detector.leases import Labels, LeaseStore, Outcome
 from detector.leases.http_destination import DestinationServer
 from detector.leases.relay import OutboxRelay
 from detector.leases.runner import Execution, Runner, Status, ToolCall
@@ -35,15 +35,13 @@ from detector.testing.proxy import TcpProxy
 from detector.testing.worker import WorkerProcess
 from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, latest, wait_for
-from tests.integration.leases import wait_lapsed
+from tests.integration.leases import job_class, wait_lapsed
 
-PAY = JobClass(
-    name="payments",
+PAY = job_class(
+    "payments",
     lease_s=2.0,
     heartbeat_s=0.4,
-    missed_heartbeats=2,
     reserve_s=0.5,
-    max_attempts=3,
     tool_timeout_s=60,
     stage_time_limit_s=120,
 )

@@ -21,7 +21,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
 
-from detector.leases import JobClass, LeaseStore
+from detector.leases import LeaseStore
 from detector.leases.db import connect
 from detector.leases.runner import (
     FENCE_HEADER,
@@ -32,17 +32,9 @@ from detector.leases.runner import (
     ToolFailed,
 )
 from detector.testing.proxy import TcpProxy
+from tests.integration.leases import job_class
 
-OCR = JobClass(
-    name="ocr",
-    lease_s=1.0,
-    heartbeat_s=0.2,
-    missed_heartbeats=2,
-    reserve_s=0.3,
-    max_attempts=3,
-    tool_timeout_s=1.5,
-    stage_time_limit_s=30,
-)
+OCR = job_class("ocr", tool_timeout_s=1.5, stage_time_limit_s=30)
 CLASSES = (OCR,)
 
 

@@ -17,20 +17,12 @@ import psycopg
 from psycopg.rows import DictRow
 
 from detector.cli.audit import audit_lines
-from detector.leases import JobClass, LeaseStore
+from detector.leases import LeaseStore
+from tests.integration.leases import job_class
 
 # Slack L - R x H = 2 s; stalls last at most 1 s, and a worker's heartbeat may have been due
 # just before one starts (H + stall < L - J).
-SOAK = JobClass(
-    name="soak",
-    lease_s=3.0,
-    heartbeat_s=0.5,
-    missed_heartbeats=2,
-    reserve_s=1.0,
-    max_attempts=3,
-    tool_timeout_s=5,
-    stage_time_limit_s=60,
-)
+SOAK = job_class("soak", lease_s=3.0, heartbeat_s=0.5, reserve_s=1.0)
 WORKERS = 6
 JOBS = 60
 MAX_STALL_S = 1.0

@@ -24,7 +24,6 @@ from detector.contracts.events import Kind, Source, parse_event_obj
 from detector.errors import ExitCode
 from detector.leases import (
     FailureReason,
-    JobClass,
     JobState,
     Labels,
     Lease,
@@ -38,21 +37,7 @@ from detector.leases import (
 from detector.leases.db import connect
 from detector.testing.kafka import free_port
 from detector.testing.postgres import LocalPostgres
-from tests.integration.leases import claimed, outbox, wait_lapsed
-
-
-def job_class(name: str = "ocr", *, max_attempts: int = 3) -> JobClass:
-    return JobClass(
-        name=name,
-        lease_s=1.0,
-        heartbeat_s=0.2,
-        missed_heartbeats=2,
-        reserve_s=0.3,
-        max_attempts=max_attempts,
-        tool_timeout_s=5,
-        stage_time_limit_s=60,
-    )
-
+from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
 
 CLASSES = (job_class(), job_class("once", max_attempts=1))
 LABELS = Labels(tool_class="ocr", model="tesseract-5", provider="local")

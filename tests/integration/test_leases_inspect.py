@@ -20,24 +20,11 @@ from psycopg.rows import DictRow
 
 from detector.cli.main import main
 from detector.errors import ExitCode
-from detector.leases import JobClass, Labels, LeaseStore, Outcome
+from detector.leases import Labels, LeaseStore, Outcome
 from detector.leases.inspect import inspect_leases
-from tests.integration.leases import claimed, wait_lapsed
+from tests.integration.leases import claimed, job_class, wait_lapsed
 
 SECRET = "payload-text-that-must-never-be-printed"
-
-
-def job_class(name: str, lease_s: float) -> JobClass:
-    return JobClass(
-        name=name,
-        lease_s=lease_s,
-        heartbeat_s=0.2,
-        missed_heartbeats=2,
-        reserve_s=0.3,
-        max_attempts=3,
-        tool_timeout_s=5,
-        stage_time_limit_s=60,
-    )
 
 
 # The same classes under two policies: a claim through `short` lapses in a second, through
@@ -47,13 +34,13 @@ NAMES = ("ocr", "web_search")
 
 @pytest.fixture
 def short(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[LeaseStore]:
-    with LeaseStore(postgres_dsn, [job_class(n, 1.0) for n in NAMES]) as s:
+    with LeaseStore(postgres_dsn, [job_class(n, lease_s=1.0) for n in NAMES]) as s:
         yield s
 
 
 @pytest.fixture
 def long(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> Iterator[LeaseStore]:
-    with LeaseStore(postgres_dsn, [job_class(n, 60.0) for n in NAMES]) as s:
+    with LeaseStore(postgres_dsn, [job_class(n, lease_s=60.0) for n in NAMES]) as s:
         yield s
 
 

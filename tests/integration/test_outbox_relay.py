@@ -18,24 +18,16 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.contracts.events import parse_event_obj
-from detector.leases import JobClass, LeaseLost, LeaseStore, StoreUnavailableError
+from detector.leases import LeaseLost, LeaseStore, StoreUnavailableError
 from detector.leases.db import connect
 from detector.leases.relay import OutboxRelay, relay_until_empty
 from detector.testing.kafka import LocalKafka
 from detector.testing.postgres import LocalPostgres
 from detector.testing.topics import Record, TopicReader, WorkerTopics, read_committed
 from detector.testing.worker import connection_env
+from tests.integration.leases import job_class
 
-OCR = JobClass(
-    name="ocr",
-    lease_s=5.0,
-    heartbeat_s=1.0,
-    missed_heartbeats=2,
-    reserve_s=1.0,
-    max_attempts=3,
-    tool_timeout_s=5,
-    stage_time_limit_s=60,
-)
+OCR = job_class("ocr", lease_s=5.0, heartbeat_s=1.0, reserve_s=1.0)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -22,7 +21,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ from detector.testing.pagerduty import PagerDutyReceiver
 from detector.testing.worker import connection_env
 from tests.integration.conftest import deploy
 from tests.integration.deployment import audited, fixture_lines, keyed
+from tests.integration.receiver import Receiver
 from tests.integration.test_paging import serving, write_yaml
 from tests.paths import SEED_FIXTURE
 from tests.tools import program
@@ -54,48 +53,6 @@ def variant(finding: Finding, finding_id: str, workflow_key: str) -> Finding:
 
 
 # ---- receivers --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    headers: dict[str, str]
-    body: bytes
-
-
-class Receiver:
-    """An HTTP endpoint that answers 200 and keeps every POST."""
-
-    def __init__(self) -> None:
-        self.hits: list[Hit] = []
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with lock:
-                    outer.hits.append(Hit(dict(self.headers.items()), body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def documents(self) -> list[Any]:
-        return [json.loads(h.body) for h in list(self.hits)]
-
-    def notifications(self, finding_id: str) -> list[dict[str, Any]]:
-        """Alertmanager's notifications of the group of one finding (group_by finding_id)."""
-        return [n for n in self.documents() if n["groupLabels"].get("finding_id") == finding_id]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def firing(notification: dict[str, Any]) -> list[dict[str, str]]:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,37 +18,11 @@ import yaml
 from detector.testing.kafka import LocalKafka, free_port
 from tests.integration.conftest import deploy
 from tests.integration.deployment import wait_for
+from tests.integration.receiver import Receiver
 from tests.paths import ROOT, SEED_FIXTURE
 from tests.tools import program
 
 RULES = ROOT / "alerts" / "splitbrain.rules.yml"
-
-
-class Webhook:
-    """Alertmanager's webhook receiver: keeps every alert it is sent."""
-
-    def __init__(self) -> None:
-        received: list[dict[str, Any]] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.extend(json.loads(body)["alerts"])
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.alerts = received
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @contextmanager
@@ -91,7 +63,7 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
     alertmanager = program(
         "prometheus-alertmanager", "alertmanager", package="prometheus-alertmanager"
     )
-    hook = Webhook()
+    hook = Receiver()
     am_port, prom_port = free_port(), free_port()
     am_config = write_yaml(
         tmp_path / "alertmanager.yml",
@@ -166,7 +138,7 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
             def paged() -> list[dict[str, Any]]:
                 return [
                     a
-                    for a in hook.alerts
+                    for a in hook.alerts()
                     if a["labels"]["alertname"] == "SplitbrainCriticalFinding"
                 ]
 
