@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo audit-examples test lint typecheck unit kafka-jars schemas bench clean
+.PHONY: demo audit-examples test lint typecheck unit kafka-jars schemas readme bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -45,8 +45,13 @@ test: lint typecheck kafka-jars $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/python -m detector.contracts.schemas topics/schemas
 
+# The README's configuration reference, from the commands' parsers (a test fails when it drifts).
+readme: $(STAMP)
+	$(BIN)/python -m detector.cli.reference README.md
+
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
+bench-side-by-side: $(STAMP) ; $(BIN)/python bench/bench_side_by_side.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -126,8 +126,10 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_per_workflow(n_workflows: int) -> tuple[float, int]:
-    """Track n workflows, each acquired, heartbeating and checkpointing once."""
+def memory_per_workflow(n_workflows: int, *, worker: bool = True) -> tuple[float, int]:
+    """Track n workflows, each acquired, heartbeating and checkpointing once: as a worker holds
+    them (each event observed at its processing time), or, with `worker=False`, with no clock
+    given, as `audit` observes, which also keeps each event's time to measure silence on."""
 
     def events() -> Iterator[OwnershipEvent]:
         for w in range(n_workflows):
@@ -152,8 +154,8 @@ def memory_per_workflow(n_workflows: int) -> tuple[float, int]:
     gc.collect()
     before = rss_bytes()
     detector = Detector()
-    for ev in events():
-        detector.observe(ev)
+    for i, ev in enumerate(events()):
+        detector.observe(ev, at=float(i) if worker else None)
     gc.collect()
     return (rss_bytes() - before) / n_workflows, len(detector.states)
 
@@ -214,6 +216,12 @@ def main() -> None:
     ap.add_argument("--workflows", type=int, default=20_000)
     ap.add_argument("--memory-workflows", type=int, default=1_000_000)
     ap.add_argument("--floor-events", type=int, default=300_000)
+    ap.add_argument(
+        "--memory-as",
+        choices=("worker", "audit"),
+        default="worker",
+        help="observe with a processing time, as a worker does (default), or without, as audit",
+    )
     args = ap.parse_args()
 
     print(
@@ -221,8 +229,11 @@ def main() -> None:
         f"python {platform.python_version()}"
     )
     # First, on a fresh heap: memory freed by later steps would be reused and hide growth.
-    per_wf, tracked = memory_per_workflow(args.memory_workflows)
-    print(f"memory: {per_wf:,.0f} bytes per tracked workflow at {tracked:,} workflows (RSS delta)")
+    per_wf, tracked = memory_per_workflow(args.memory_workflows, worker=args.memory_as == "worker")
+    print(
+        f"memory: {per_wf:,.0f} bytes per tracked workflow at {tracked:,} workflows "
+        f"(RSS delta, observed as {'a worker' if args.memory_as == 'worker' else 'audit'} does)"
+    )
 
     lines = history(args.events, args.workflows)
     print(f"history: {len(lines):,} events over {args.workflows:,} workflows")

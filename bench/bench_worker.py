@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import math
 import time
+from dataclasses import dataclass
 
 from bench_engine import history
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from stack import broker_with_topics, start_worker
+from stack import broker_with_topics, machine, start_worker
 
 from detector.testing.kafka import LocalKafka
 from detector.testing.topics import WorkerTopics
 from detector.testing.worker import WorkerProcess
+
+
+def workflow_key(raw: bytes) -> bytes:
+    """A history line's record key: its workflow, as the worker's intake requires."""
+    return str(json.loads(raw)["workflow_key"]).encode()
 
 
 def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
@@ -29,7 +34,7 @@ def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000}
     )
     for raw in lines:
-        key = json.loads(raw)["workflow_key"].encode()
+        key = workflow_key(raw)
         while True:
             try:
                 producer.produce(topic, key=key, value=raw)
@@ -54,9 +59,14 @@ def committed(reader: Consumer, topics: WorkerTopics, partitions: int) -> int | 
 
 
 def follow(
-    worker: WorkerProcess, reader: Consumer, topics: WorkerTopics, partitions: int, total: int
+    worker: WorkerProcess,
+    reader: Consumer,
+    topics: WorkerTopics,
+    partitions: int,
+    total: int,
+    every_s: float = 0.5,
 ) -> list[tuple[float, int]]:
-    """(monotonic time, records committed) every half second until all `total` are."""
+    """(monotonic time, records committed) every `every_s` until all `total` are."""
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + 1800
     while not samples or samples[-1][1] < total:
@@ -67,8 +77,55 @@ def follow(
         done = committed(reader, topics, partitions)
         if done is not None:
             samples.append((time.monotonic(), done))
-        time.sleep(0.5)
+        time.sleep(every_s)
     return samples
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """A consumer group's progress through `total` records, sampled from its commits."""
+
+    samples: list[tuple[float, int]]  # (monotonic time, records committed)
+    total: int
+
+    @property
+    def rate(self) -> float:
+        """Records/s over the middle of the run: from the first commit to the last sample
+        before the end was reached, without the start (restore) and the tail (NaN when the
+        run was too short to have a middle)."""
+        samples = self.samples
+        first = next(i for i, (_, n) in enumerate(samples) if n > 0)
+        last = next(i for i, (_, n) in enumerate(samples) if n >= self.total)
+        begin, mid = samples[first], samples[max(first, last - 1)]
+        return (mid[1] - begin[1]) / (mid[0] - begin[0]) if mid[0] > begin[0] else math.nan
+
+    @property
+    def first_commit_s(self) -> float:
+        """From the start of the sampling to the group's first commit."""
+        t0 = self.samples[0][0]
+        return next(t for t, n in self.samples if n > 0) - t0
+
+    @property
+    def finished_s(self) -> float:
+        """From the start of the sampling to the sample that saw every record committed."""
+        return self.samples[-1][0] - self.samples[0][0]
+
+
+def throughput(
+    broker: LocalKafka,
+    worker: WorkerProcess,
+    topics: WorkerTopics,
+    partitions: int,
+    total: int,
+    every_s: float = 0.5,
+) -> Throughput:
+    """Follow `worker` (just started, in the group `topics.group`) until it committed `total`
+    input records."""
+    reader = Consumer({**broker.client_config(), "group.id": topics.group})
+    try:
+        return Throughput(follow(worker, reader, topics, partitions, total, every_s), total)
+    finally:
+        reader.close()
 
 
 def topic_bytes(broker: LocalKafka, topic: str) -> int:
@@ -96,30 +153,21 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
         lines = history(args.events, args.workflows)
         started = time.perf_counter()
         publish(bootstrap, topics.input, lines)
-        print(
-            f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
-            f"{platform.python_version()}; broker on the same machine"
-        )
+        print(machine())
         print(
             f"published {len(lines):,} events over {args.workflows:,} workflows to "
             f"{args.partitions} partition(s) in {time.perf_counter() - started:.1f} s"
         )
         worker = start_worker(broker, topics, "--store", args.store)
-        reader = Consumer({**broker.client_config(), "group.id": topics.group})
-        samples = follow(worker, reader, topics, args.partitions, len(lines))
-        reader.close()
-        first = next(i for i, (_, n) in enumerate(samples) if n > 0)
-        begin, end = samples[first], samples[-1]
-        # the middle: from the first commit to the last sample before the end was reached
-        last = next(i for i, (_, n) in enumerate(samples) if n >= len(lines))
-        mid = samples[max(first, last - 1)]
-        rate = (mid[1] - begin[1]) / (mid[0] - begin[0]) if mid[0] > begin[0] else float("nan")
+        done = throughput(broker, worker, topics, args.partitions, len(lines))
         print(f"store {args.store}; worker defaults (commit every 100 ms or 5000 records)")
         print(
-            f"committed {end[1]:,} events {end[0] - samples[0][0]:.1f} s after the worker "
-            f"started ({begin[0] - samples[0][0]:.1f} s to its first commit)"
+            f"committed {done.samples[-1][1]:,} events {done.finished_s:.1f} s after the worker "
+            f"started ({done.first_commit_s:.1f} s to its first commit)"
         )
-        print(f"sustained: {rate:,.0f} events/s committed (between the first and last commits)")
+        print(
+            f"sustained: {done.rate:,.0f} events/s committed (between the first and last commits)"
+        )
         print(
             f"on the broker's disk: input {topic_bytes(broker, topics.input) / 1e6:,.1f} MB, "
             f"state changelog {topic_bytes(broker, topics.changelog) / 1e6:,.1f} MB "

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from detector.testing.kafka import LocalKafka
@@ -26,12 +29,51 @@ def broker_with_topics(
         broker.stop()
 
 
-def start_worker(broker: LocalKafka, topics: WorkerTopics, *extra: str) -> WorkerProcess:
-    """A worker logging at WARNING, so that its logs cost nothing."""
+def outputs_on(broker: LocalKafka, input_topic: str, prefix: str, partitions: int) -> WorkerTopics:
+    """Fresh findings and DLQ topics and a fresh group on an existing input: every consumer of
+    one published history starts from nothing (a fresh set is created and its own, empty, input
+    topic left unused)."""
+    fresh = WorkerTopics.fresh(prefix).create(broker.client_config(), partitions)
+    return replace(fresh, input=input_topic)
+
+
+def machine() -> str:
+    """What the numbers were measured on: the broker shares the machine's cores."""
+    return (
+        f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
+        f"{platform.python_version()}; broker on the same machine"
+    )
+
+
+def start_worker(
+    broker: LocalKafka,
+    topics: WorkerTopics,
+    *extra: str,
+    metrics_port: int | None = None,
+    runtime: str = "kafka",
+    instance: str = "bench",
+) -> WorkerProcess:
+    """A worker logging at WARNING, so that its logs cost nothing; /metrics on `metrics_port`.
+    Workers of one broker that run one after another take an `instance` each: their own state
+    directory and log."""
     return WorkerProcess(
         broker.client_config(),
         topics,
         broker.data_dir.parent / "workers",
-        instance="bench",
+        instance=instance,
+        runtime=runtime,
+        metrics_port=metrics_port,
         extra=("--log-level", "WARNING", *extra),
     ).start()
+
+
+def vm_kb(pid: int, field: str = "VmRSS") -> int | None:
+    """A memory figure of a process from /proc/<pid>/status, in kB (None: the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        return None
+    return None

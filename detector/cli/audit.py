@@ -343,13 +343,14 @@ def register(subparsers: Any) -> None:
         "--max-evidence",
         type=positive_int,
         metavar="N",
-        help="raw events kept per workflow for a late acquisition to look back at",
+        help="raw events kept per workflow for a late acquisition to look back at "
+        f"(default: {defaults.max_evidence})",
     )
     caps.add_argument(
         "--max-acquisitions",
         type=positive_int,
         metavar="N",
-        help="acquisitions kept per workflow",
+        help=f"acquisitions kept per workflow (default: {defaults.max_acquisitions})",
     )
     caps.add_argument(
         "--clock-skew-s",

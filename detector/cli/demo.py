@@ -102,6 +102,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--state-dir",
         type=Path,
+        metavar="DIR",
         default=DEFAULT_STATE_DIR,
         help=f"configs, logs, data and stack.json (default: ./{DEFAULT_STATE_DIR})",
     )

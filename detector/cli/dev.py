@@ -46,12 +46,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="client listener is SASL_SSL + SCRAM-SHA-512 (credentials in client.properties)",
     )
-    start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for metadata")
+    start.add_argument(
+        "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for metadata"
+    )
     start.set_defaults(run=_start)
 
     stop = actions.add_parser("stop", help="stop the broker by PID (SIGTERM, then SIGKILL)")
     _data_dir_arg(stop)
-    stop.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL")
+    stop.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S", help="seconds before SIGKILL"
+    )
     stop.set_defaults(run=_stop)
 
     status = actions.add_parser("status", help="is it running, and where (exit 0 if running)")
@@ -76,6 +80,7 @@ def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
         type=Path,
+        metavar="DIR",
         default=DEFAULT_DATA_DIR,
         help=f"the broker's directory: config, data, logs, pid (default: ./{DEFAULT_DATA_DIR})",
     )
@@ -165,7 +170,9 @@ def _register_stack(group: argparse._SubParsersAction[argparse.ArgumentParser]) 
     up.add_argument(
         "--fenced", action="store_true", help="the example destination enforces the fence"
     )
-    up.add_argument("--timeout", type=float, default=180.0, help="seconds to start everything")
+    up.add_argument(
+        "--timeout", type=float, default=180.0, metavar="S", help="seconds to start everything"
+    )
     up.set_defaults(run=_up)
 
     down = group.add_parser(
@@ -185,6 +192,7 @@ def _stack_dir_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         type=Path,
+        metavar="DIR",
         default=DEFAULT_STACK_DIR,
         help=f"the stack's configs, data, logs and stack.json (default: ./{DEFAULT_STACK_DIR})",
     )

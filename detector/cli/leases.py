@@ -362,7 +362,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "database or the Kafka settings cannot be used.",
     )
     _add_dsn(p)
-    p.add_argument("--topic", default=INPUT_TOPIC, help=f"default: {INPUT_TOPIC}")
+    p.add_argument(
+        "--topic", default=INPUT_TOPIC, metavar="NAME", help="the topic the outbox is published to"
+    )
     p.add_argument(
         "--batch",
         type=positive_int,

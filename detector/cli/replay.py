@@ -99,7 +99,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="at most N events per second (default: as fast as Kafka takes them)",
     )
-    p.add_argument("--topic", default=INPUT_TOPIC, help=f"default: {INPUT_TOPIC}")
+    p.add_argument(
+        "--topic", default=INPUT_TOPIC, metavar="NAME", help="the topic events are published to"
+    )
     p.add_argument(
         "--flush-timeout",
         type=float,

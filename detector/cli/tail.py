@@ -154,16 +154,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="start at the oldest retained finding, not at new ones",
     )
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="the report audit prints (default) or the latest revision of each finding as JSONL",
+    )
     p.add_argument(
         "--idle-timeout",
         type=float,
         metavar="S",
         help="exit after S seconds without a new record (default: run until Ctrl-C)",
     )
-    p.add_argument("--topic", default=FINDINGS_TOPIC, help=f"default: {FINDINGS_TOPIC}")
+    p.add_argument(
+        "--topic", default=FINDINGS_TOPIC, metavar="NAME", help="the topic of finding revisions"
+    )
     p.add_argument(
         "--group-id",
+        metavar="NAME",
         help="consume as this consumer group (committing its position) instead of assigning "
         "every partition; --from-beginning then applies only while the group has no position",
     )

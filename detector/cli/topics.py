@@ -65,16 +65,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--file",
         type=Path,
+        metavar="FILE",
         default=DEFAULT_FILE,
         help=f"topic definitions (default: {DEFAULT_FILE})",
     )
     p.add_argument(
         "--profile",
+        metavar="NAME",
         help="apply a profile's overrides from the file (e.g. `local` for a one-node broker)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the changes, make none")
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each Kafka request"
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds to wait for each Kafka request",
     )
     add_kafka_arguments(p)
     p.set_defaults(run=run_apply)

@@ -13,7 +13,7 @@ from pydantic import BeforeValidator, Field, create_model
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
-from detector.runtime.settings import Store, WorkerSettings
+from detector.runtime.settings import Guarantee, Store, WorkerSettings
 from detector.settings import (
     CommandSettings,
     Directory,
@@ -83,6 +83,14 @@ class _Worker(CommandSettings):
         100, description="commit the transaction at least this often, in milliseconds"
     )
     commit_max_events: PositiveInt = Field(5000, description="or after this many input records")
+    processing_guarantee: Guarantee = Field(
+        "exactly-once",
+        description="exactly-once: one Kafka transaction per batch, so a (finding_id, revision) "
+        "pair is never produced twice; at-least-once (kafka runtime only): no transactions, so a "
+        "crash or rebalance can produce a pair again, and a worker paused past its session is not "
+        "fenced: the stale state it writes on waking can hide a later finding. Not for paging: "
+        "it is there to measure what the transactions cost",
+    )
     state_dir: Directory = Field(Path("var/state"), description="local state; created if missing")
     store: Store = Field(
         "memory",
@@ -98,7 +106,13 @@ class _Worker(CommandSettings):
     log_level: LogLevel = Field("INFO", description="log level")
 
     def worker_settings(self, kafka: dict[str, Any]) -> WorkerSettings:
-        """What either runtime reads, with `kafka` from `detector.kafka.config.client_config`."""
+        """What either runtime reads, with `kafka` from `detector.kafka.config.client_config`;
+        a `SettingsError` for a guarantee the runtime does not give."""
+        if self.runtime == "faust" and self.processing_guarantee != "exactly-once":
+            raise SettingsError(
+                f"{self.named('processing_guarantee')}: expected exactly-once with "
+                f"{self.named('runtime')} (only the kafka runtime writes at least once)"
+            )
         return WorkerSettings(
             kafka=kafka,
             instance_id=self.instance_id,
@@ -108,6 +122,7 @@ class _Worker(CommandSettings):
             group_id=self.group_id,
             commit_interval_ms=self.commit_interval_ms,
             commit_max_events=self.commit_max_events,
+            processing_guarantee=self.processing_guarantee,
             state_dir=self.state_dir,
             store=self.store,
             metrics_port=self.metrics_port or None,

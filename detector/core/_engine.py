@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
 from math import isnan
-from operator import itemgetter
 from sys import intern
 from typing import Any, ClassVar, Final
 
@@ -47,6 +46,9 @@ from ._lease import (
     LeaseStats,
 )
 from ._records import (
+    ACQ_ID,
+    EVENT_ID,
+    RETAINED,
     AcquisitionRecord,
     ConditionRecord,
     EventRecord,
@@ -76,8 +78,6 @@ from ._state import (
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED
 _ACQUIRED_VALUE: Final = _ACQUIRED.value
-_EV_ID: Final = itemgetter(EventRecord._fields.index("event_id"))
-_ACQ_ID: Final = itemgetter(AcquisitionRecord._fields.index("event_id"))
 _HEARTBEAT: Final = Kind.HEARTBEAT.value
 _RELEASED: Final = Kind.LEASE_RELEASED.value
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
@@ -567,19 +567,17 @@ class Detector:
         if ids is None:
             old: int | None = None
             # Scans at C speed: the usual answer is "not seen", over a handful of records.
-            if event_id in map(_EV_ID, st.evidence):
-                old = next(ev_print(e) for e in st.evidence if e.event_id == event_id)
-            elif event_id in map(_ACQ_ID, st.acqs):
-                old = next(acq_print(a) for a in st.acqs if a.event_id == event_id)
-            if old is None:
+            if event_id in map(EVENT_ID, st.evidence) or event_id in map(ACQ_ID, st.acqs):
+                old = RETAINED
+            else:
                 if len(st.evidence) + len(st.acqs) + 1 >= _IDS_FROM:
                     ids = self._index_ids(st)
-                    ids[event_id] = fingerprint(kind, epoch, seq, worker, key)
+                    ids[event_id] = RETAINED
                 return False
         else:
             old = ids.get(event_id)
             if old is None:
-                ids[event_id] = fingerprint(kind, epoch, seq, worker, key)
+                ids[event_id] = RETAINED  # every new event is retained, at first
                 if len(ids) > max(self.config.max_event_ids, 8):
                     excess = len(ids) // 4
                     for gone in list(islice(ids, excess)):
@@ -587,6 +585,8 @@ class Detector:
                     st.cut |= _IDS_CUT
                     self.counters.ids_dropped += excess
                 return False
+        if old == RETAINED:
+            old = _retained_print(st, event_id)
         if old == fingerprint(kind, epoch, seq, worker, key):
             self.counters.redelivered += 1
         else:
@@ -596,8 +596,8 @@ class Detector:
     def _index_ids(self, st: WorkflowState) -> dict[str, int]:
         """From a scan of the few records to a dict, before any of them can be forgotten."""
         if st.ids is None:
-            ids = {a.event_id: acq_print(a) for a in st.acqs}
-            ids.update((e.event_id, ev_print(e)) for e in st.evidence)
+            ids = dict.fromkeys(map(ACQ_ID, st.acqs), RETAINED)
+            ids.update(dict.fromkeys(map(EVENT_ID, st.evidence), RETAINED))
             st.ids = ids
         return st.ids
 
@@ -618,6 +618,7 @@ class Detector:
         self.counters.events_dropped += excess - activity
         self._cut(st, Cut.EVIDENCE)
         gone = [e for e in kept if e.kind in _ACTIVITY_KINDS][:activity] + keep[: excess - activity]
+        _pin(st, gone, ev_print)
         self._remember(st, gone)
         return evidence_of(keep[excess - activity :])
 
@@ -684,12 +685,16 @@ class Detector:
             if i < len(listed) and listed[i].epoch == acq.epoch:
                 new_epoch = False
                 if before(acq, listed[i]):
+                    _pin(st, (listed[i],), acq_print)
                     listed[i] = acq
+                else:
+                    _pin(st, (acq,), acq_print)
             else:
                 listed.insert(i, acq)
             acqs = tuple(listed)
         if len(acqs) > self.config.max_acquisitions:
             self._index_ids(st)
+            _pin(st, acqs[:1], acq_print)
             acqs = acqs[1:]
             self.counters.acquisitions_dropped += 1
             self._cut(st, Cut.ACQUISITIONS)
@@ -995,6 +1000,30 @@ class Detector:
                 stats.zombie_seconds[severity].add(lag.seconds)
             if lag.seq is not None and finding.ordering == "authoritative_seq":
                 stats.zombie_seq[severity].add(lag.seq)
+
+
+def _pin(
+    st: WorkflowState,
+    leaving: Iterable[EventRecord] | Iterable[AcquisitionRecord],
+    print_of: Callable[[Any], int],
+) -> None:
+    """Records that stop being retained: their ids keep their fingerprints, taken now."""
+    ids = st.ids
+    if ids is not None:
+        for record in leaving:
+            if ids.get(record.event_id) == RETAINED:
+                ids[record.event_id] = print_of(record)
+
+
+def _retained_print(st: WorkflowState, event_id: str) -> int:
+    """The fingerprint of a retained record's id (an id is `RETAINED` only while it is)."""
+    for e in st.evidence:
+        if e.event_id == event_id:
+            return ev_print(e)
+    for a in st.acqs:
+        if a.event_id == event_id:
+            return acq_print(a)
+    raise AssertionError(f"id {event_id!r} is marked retained but no record holds it")
 
 
 def _keep_last(eff: Effect, ev: EventRecord) -> None:

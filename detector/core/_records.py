@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Final, NamedTuple, TypeVar
 
 from detector.contracts.findings import ConditionKind
@@ -99,6 +100,14 @@ def earliest(items: Iterable[OrderedT]) -> OrderedT | None:
 def fingerprint(kind: str, epoch: int, seq: int | None, worker: str, key: str | None) -> int:
     """Content of an event as far as an id conflict goes; stable across processes."""
     return zlib.crc32(f"{kind}\x1f{epoch}\x1f{seq}\x1f{worker}\x1f{key}".encode())
+
+
+# A record's `event_id` by position: a NamedTuple's attribute is a Python-level property.
+EVENT_ID: Final = itemgetter(EventRecord._fields.index("event_id"))
+ACQ_ID: Final = itemgetter(AcquisitionRecord._fields.index("event_id"))
+# In an ids index: the content of this id is its retained record's, whose fingerprint is taken
+# when the record is forgotten (most never are), not for every event.
+RETAINED: Final = -1
 
 
 def ev_print(e: EventRecord) -> int:

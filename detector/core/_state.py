@@ -21,11 +21,22 @@ import msgpack
 from detector.contracts.findings import ConditionKind, Severity, Status
 
 from ._lease import UNLABELLED, Labels
-from ._records import AcquisitionRecord, ConditionRecord, EventRecord, Marks, acq_print, ev_print
+from ._records import (
+    ACQ_ID,
+    EVENT_ID,
+    RETAINED,
+    AcquisitionRecord,
+    ConditionRecord,
+    EventRecord,
+    Marks,
+)
 
-# 3: compact effects, fences and pending verifications. 1 (JSON) and 2 (the retained records
-# only) are read by replaying their records (`detector.core._upgrade`).
-STATE_VERSION: Final = 3
+# 4: an effect's record that is also a retained raw event is written as its index in the
+# evidence, not a copy (a commit is in `firsts`, `twice` and `lasts` too: a quarter of a state's
+# bytes, `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has
+# the same layout, without references, and is read as it is. 1 (JSON) and 2 (the retained
+# records only) are read by replaying their records (`detector.core._upgrade`).
+STATE_VERSION: Final = 4
 
 
 class Cut(IntFlag):
@@ -215,24 +226,45 @@ def cond_of(row: list[Any]) -> ConditionRecord:
     )
 
 
-def _effect_row(e: Effect) -> list[Any]:
+class _Retained:
+    """Where each retained raw event is in the evidence, to write an effect's copy of one as
+    its index."""
+
+    __slots__ = ("at", "evidence")
+
+    def __init__(self, evidence: Evidence) -> None:
+        self.evidence = evidence
+        self.at = {e.pos: i for i, e in enumerate(evidence)}
+
+    def ref(self, record: EventRecord) -> EventRecord | int:
+        i = self.at.get(record.pos)
+        if i is not None and self.evidence[i] == record:
+            return i
+        return record
+
+
+def _effect_row(e: Effect, retained: _Retained) -> list[Any]:
+    ref = retained.ref
     return [
-        list(e.firsts.values()),
+        [ref(r) for r in e.firsts.values()],
         None if e.confirmed is None else sorted(e.confirmed),
-        [[epoch, source, evs] for (epoch, source), evs in e.twice.items()],
+        [[epoch, source, [ref(r) for r in evs]] for (epoch, source), evs in e.twice.items()],
         e.verified,
-        [[epoch, kind, ev] for (epoch, kind), ev in e.lasts.items()],
+        [[epoch, kind, ref(r)] for (epoch, kind), r in e.lasts.items()],
     ]
 
 
-def _effect(row: list[Any]) -> Effect:
-    firsts = [EventRecord(*r) for r in row[0]]
+def _effect(row: list[Any], evidence: Evidence) -> Effect:
+    def record(r: list[Any] | int) -> EventRecord:
+        return evidence[r] if isinstance(r, int) else EventRecord(*r)
+
+    firsts = [record(r) for r in row[0]]
     return Effect(
         firsts={e.epoch: e for e in firsts},
         confirmed=None if row[1] is None else set(row[1]),
-        twice={(epoch, source): [EventRecord(*r) for r in evs] for epoch, source, evs in row[2]},
+        twice={(epoch, source): [record(r) for r in evs] for epoch, source, evs in row[2]},
         verified=None if row[3] is None else list(row[3]),
-        lasts={(epoch, kind): EventRecord(*r) for epoch, kind, r in row[4]},
+        lasts={(epoch, kind): record(r) for epoch, kind, r in row[4]},
     )
 
 
@@ -312,9 +344,7 @@ def encode_state(state: WorkflowState) -> bytes:
             state.acqs,
             state.evidence,
             _forgotten_ids(state),
-            None
-            if state.effects is None
-            else [[k, _effect_row(e)] for k, e in state.effects.items()],
+            _effect_rows(state),
             None if state.fences is None else list(state.fences.items()),
             [_episode_row(ep) for ep in state.episodes.values()],
             state.clock,
@@ -332,21 +362,28 @@ def encode_state(state: WorkflowState) -> bytes:
     return packed
 
 
+def _effect_rows(state: WorkflowState) -> list[list[Any]] | None:
+    if state.effects is None:
+        return None
+    retained = _Retained(state.evidence)
+    return [[k, _effect_row(e, retained)] for k, e in state.effects.items()]
+
+
 def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
     """The ids index without what the retained records give back: most of it, most often."""
     ids = state.ids
     if ids is None:
         return None
-    kept = {a.event_id for a in state.acqs}
-    kept.update(e.event_id for e in state.evidence)
+    kept = set(map(ACQ_ID, state.acqs))
+    kept.update(map(EVENT_ID, state.evidence))
     return {k: v for k, v in ids.items() if k not in kept}
 
 
 def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dict[str, int]:
     """The ids index again: the forgotten ones (oldest first), then the retained records'."""
     ids = dict(forgotten)
-    ids.update((a.event_id, acq_print(a)) for a in (AcquisitionRecord(*r) for r in acqs))
-    ids.update((e.event_id, ev_print(e)) for e in (EventRecord(*r) for r in evidence))
+    ids.update(dict.fromkeys(map(ACQ_ID, acqs), RETAINED))
+    ids.update(dict.fromkeys(map(EVENT_ID, evidence), RETAINED))
     return ids
 
 
@@ -365,7 +402,8 @@ def _labels(value: list[str] | str | None) -> Labels | None:
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3 state from its unpacked fields (`detector.core.decode_state` reads any)."""
+    """A version 3 or 4 state from its unpacked fields (`detector.core.decode_state` reads
+    any)."""
     if len(fields) not in (V3_FIELDS - 1, V3_FIELDS):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
     (
@@ -393,13 +431,14 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
     else:  # written before `lease_until`: a release since the acquisition is all it tells
         lease_until = None if released_at is None else LEASE_RELEASED
     found = {ep.key: ep for ep in (_episode(r) for r in episodes)}
+    retained = evidence_of(EventRecord(*r) for r in evidence)
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
         acqs=tuple(AcquisitionRecord(*a) for a in acqs),
-        evidence=evidence_of(EventRecord(*r) for r in evidence),
+        evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
-        effects=None if effects is None else {k: _effect(row) for k, row in effects},
+        effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
         fences=None if fences is None else {epoch: list(m) for epoch, m in fences},
         found=found or None,
         clock=None if clock is None else [(a, b, c, d, e) for a, b, c, d, e in clock],

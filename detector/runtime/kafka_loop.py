@@ -6,6 +6,9 @@ lost its partitions while paused — a zombie — is fenced by the group generat
 worker fences its previous incarnation through its stable transactional id. After any abort the
 worker rebuilds its state from the changelog and rewinds to the committed offsets: what is in
 memory is never ahead of what Kafka committed.
+
+`--processing-guarantee at-least-once` runs the same loop without transactions: a commit flushes
+the batch and then commits the offsets (`detector.runtime.output`).
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from detector.core import Detector, encode_state
 from detector.errors import ExitCode, SplitbrainError
+from detector.runtime.output import open_output
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.store import Store, open_store
@@ -41,7 +44,6 @@ log = logging.getLogger(__name__)
 
 _BATCH: Final = 500
 _POLL_S: Final = 0.05
-_TXN_TIMEOUT_S: Final = 30.0
 
 
 class FencedError(SplitbrainError):
@@ -92,20 +94,7 @@ class KafkaLoopWorker:
                 "partition.assignment.strategy": "range",
             }
         )
-        self.producer = Producer(
-            {
-                **settings.kafka,
-                "transactional.id": settings.transactional_id,
-                "transaction.timeout.ms": int(_TXN_TIMEOUT_S * 1000),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.max.bytes": 4 * 1024 * 1024,
-                # The changelog carries a workflow's whole state per event it touched: lz4 makes
-                # it a quarter of the size, and the broker's work less (bench/bench_worker.py).
-                "compression.type": "lz4",
-            }
-        )
+        self.output = open_output(settings, self.consumer)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -118,7 +107,7 @@ class KafkaLoopWorker:
         except TopologyError as exc:
             log.error("cannot start the worker: %s", exc)
             return ExitCode.UNUSABLE
-        self.producer.init_transactions(_TXN_TIMEOUT_S)
+        self.output.start()
         self.consumer.subscribe(
             [self.s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
@@ -179,7 +168,7 @@ class KafkaLoopWorker:
 
     def _begin(self) -> None:
         if not self.in_txn:
-            self.producer.begin_transaction()
+            self.output.begin()
             self.in_txn = True
             self.txn_events = 0
             self.txn_started = time.monotonic()
@@ -205,7 +194,7 @@ class KafkaLoopWorker:
         partition = ps.processor.partition
         dead = outcome.dead_letter
         if dead is not None:
-            self.producer.produce(
+            self.output.producer.produce(
                 self.s.dlq_topic,
                 key=dead.key,
                 value=dead.value,
@@ -214,7 +203,7 @@ class KafkaLoopWorker:
             )
         for update in outcome.findings:
             f = update.finding
-            self.producer.produce(
+            self.output.producer.produce(
                 self.s.findings_topic,
                 key=f.workflow_key.encode(),
                 value=f.to_json().encode(),
@@ -248,30 +237,36 @@ class KafkaLoopWorker:
         return None if end < 0 or position < 0 else end - position
 
     def _commit(self) -> None:
+        """The open batch: its output, then the states that record it, then its offsets. The
+        histogram times the waits for the broker, not the encoding of the states."""
         if not self.in_txn:
             return
+        started = time.monotonic()
+        self.output.deliver()
+        delivering = time.monotonic() - started
+        offsets = self._write_states()
+        started = time.monotonic()
+        self.output.commit(offsets)
+        self.in_txn = False
+        for ps in self.partitions.values():
+            ps.store.committed()
+        self.metrics.committed(delivering + time.monotonic() - started, self.txn_events)
+
+    def _write_states(self) -> list[TopicPartition]:
+        """The changed workflows' states to the changelog; the offsets the batch consumed to."""
         offsets: list[TopicPartition] = []
         for partition, ps in self.partitions.items():
             for key in ps.dirty:
                 state = ps.detector.states.get(key)
                 raw = None if state is None else encode_state(state)
-                self.producer.produce(
+                self.output.producer.produce(
                     self.s.changelog_topic, key=key.encode(), value=raw, partition=partition
                 )
                 ps.store.put(key, raw)
             ps.dirty.clear()
             if ps.next_offset is not None:
                 offsets.append(TopicPartition(self.s.input_topic, partition, ps.next_offset))
-        started = time.monotonic()
-        if offsets:
-            self.producer.send_offsets_to_transaction(
-                offsets, self.consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
-            )
-        self.producer.commit_transaction(_TXN_TIMEOUT_S)
-        self.in_txn = False
-        for ps in self.partitions.values():
-            ps.store.committed()
-        self.metrics.committed(time.monotonic() - started, self.txn_events)
+        return offsets
 
     # ---- failure and rebalance ----------------------------------------------------------------
 
@@ -284,7 +279,7 @@ class KafkaLoopWorker:
         self.metrics.aborted()
         if self.in_txn:
             try:
-                self.producer.abort_transaction(_TXN_TIMEOUT_S)
+                self.output.abort()
             except KafkaException as abort_exc:
                 abort_err = abort_exc.args[0]
                 if isinstance(abort_err, KafkaError) and abort_err.fatal():
@@ -299,8 +294,14 @@ class KafkaLoopWorker:
         self._restore([tp.partition for tp in partitions], rewind=False)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Uncommitted work is discarded: the next owner resumes from the committed offsets
-        # with the committed state. Committing here would race the new owner's restore.
+        # In a transaction, uncommitted work is discarded: the next owner resumes from the
+        # committed offsets with the committed state. Committing here would race the new owner's
+        # restore. At least once, it is committed if it can be, or the next owner writes it again.
+        if self.output.commits_on_revoke:
+            try:
+                self._commit()
+            except KafkaException as exc:
+                log.warning("commit during rebalance failed: %s", exc)
         self._abort_quietly()
         for tp in partitions:
             gone = self.partitions.pop(tp.partition, None)
@@ -312,7 +313,7 @@ class KafkaLoopWorker:
         if not self.in_txn:
             return
         try:
-            self.producer.abort_transaction(_TXN_TIMEOUT_S)
+            self.output.abort()
         except KafkaException as exc:
             log.warning("abort during rebalance failed: %s", exc)
         self.in_txn = False

@@ -10,6 +10,7 @@ from detector.contracts.topics import changelog_topic
 from detector.core import Config
 
 Store = Literal["memory", "rocksdb"]
+Guarantee = Literal["exactly-once", "at-least-once"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,8 @@ class WorkerSettings:
     `kafka` is the librdkafka client config (bootstrap and security) of `detector.kafka.config`.
     `instance_id` names this worker's slot: it is part of the transactional id, so a restarted
     worker fences its own previous incarnation at once instead of waiting for a timeout.
+    `processing_guarantee` at-least-once (kafka runtime only) gives up the transactions, and with
+    them the promise that a (finding_id, revision) pair is never written twice.
     """
 
     kafka: dict[str, Any]
@@ -30,6 +33,7 @@ class WorkerSettings:
     group_id: str
     commit_interval_ms: int
     commit_max_events: int
+    processing_guarantee: Guarantee
     state_dir: Path
     store: Store
     metrics_port: int | None

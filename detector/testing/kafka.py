@@ -42,6 +42,7 @@ SCRAM_USERNAME = "alice"
 
 _BROKER_MAIN = "kafka.Kafka"
 _STORAGE_TOOL_MAIN = "kafka.tools.StorageTool"
+_ACL_TOOL_MAIN = "kafka.admin.AclCommand"  # what kafka-acls.sh runs
 _STATE_FILE = "state.json"
 _PID_FILE = "kafka.pid"
 _SERVER_PROPERTIES = "server.properties"
@@ -316,12 +317,18 @@ class LocalKafka:
         data_dir: Path | str,
         *,
         sasl_ssl: bool | None = None,
+        acl_users: Sequence[str] = (),
         heap_mb: int = 512,
         start_timeout: float = 90.0,
         jars: Path | None = None,
         extra_jvm_args: Sequence[str] = (),
     ) -> None:
         """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain".
+
+        `acl_users` (SASL_SSL only) turns the broker's ACL authorizer on: each name becomes a
+        SCRAM user with no permission until ACLs grant one, and the default user stays a super
+        user, to create topics and grant ACLs (`kafka_acls_argv`). They are chosen when the data
+        directory is first set up, as the mode is.
 
         `extra_jvm_args` go after the defaults, so they win (e.g. `-XX:TieredStopAtLevel=4`
         to give a benchmark the full JIT instead of the quick-start C1-only default).
@@ -340,6 +347,9 @@ class LocalKafka:
                 f"{self.data_dir} holds a {have} broker; a {want} one needs another data dir"
             )
         self.sasl_ssl: bool = bool(saved_mode) if saved_mode is not None else bool(sasl_ssl)
+        if acl_users and not self.sasl_ssl:
+            raise DevKafkaError("ACLs need authenticated users: start the broker with sasl_ssl")
+        self._acl_users = tuple(acl_users)
 
     # -- paths and addresses ------------------------------------------------------------------
 
@@ -379,20 +389,47 @@ class LocalKafka:
             raise DevKafkaError("this broker has no SASL listener (start it with sasl_ssl=True)")
         return str(password)
 
-    def client_config(self) -> ClientConfig:
-        """librdkafka settings that reach this broker, with the right credentials if secured."""
+    def client_config(self, user: str | None = None) -> ClientConfig:
+        """librdkafka settings that reach this broker, with the right credentials if secured:
+        the default (super) user's, or those of one of the `acl_users`."""
         conf: ClientConfig = {"bootstrap.servers": self.bootstrap}
         if self.sasl_ssl:
+            username, password = self.sasl_username, self.sasl_password
+            if user is not None:
+                users: dict[str, str] = self._state.get("acl_users", {})
+                if user not in users:
+                    raise DevKafkaError(f"this broker has no user {user!r}")
+                username, password = user, users[user]
             conf.update(
                 {
                     "security.protocol": "SASL_SSL",
                     "sasl.mechanism": SCRAM_MECHANISM,
-                    "sasl.username": self.sasl_username,
-                    "sasl.password": self.sasl_password,
+                    "sasl.username": username,
+                    "sasl.password": password,
                     "ssl.ca.location": str(self.ca_path),
                 }
             )
         return conf
+
+    def java_admin_config(self) -> Path:
+        """A Java client's config file with the super user's credentials: what
+        `kafka-acls.sh --command-config` takes (Java clients read other keys than librdkafka)."""
+        path = self.data_dir / "admin-java.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\n"
+            f"sasl.mechanism={SCRAM_MECHANISM}\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{self.sasl_username}" password="{self.sasl_password}";\n'
+            "ssl.truststore.type=PEM\n"
+            f"ssl.truststore.location={self.ca_path}\n"
+        )
+        path.chmod(0o600)
+        return path
+
+    def kafka_acls_argv(self) -> list[str]:
+        """What `kafka-acls.sh` runs, from the same jars as the broker: append its arguments."""
+        log4j = self._write_tool_log4j()
+        return [*self._java(ensure_jars(), heap_mb=256, log4j=log4j), _ACL_TOOL_MAIN]
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -538,6 +575,7 @@ class LocalKafka:
             state["ca_cert"] = str(tls.ca_cert)
             state["keystore"] = str(tls.keystore)
             state["scram_password"] = secrets.token_hex(16)
+            state["acl_users"] = {name: secrets.token_hex(16) for name in self._acl_users}
         self._state = state
         self._write_broker_config()
         cmd = [
@@ -555,6 +593,8 @@ class LocalKafka:
                 "--add-scram",
                 f"{SCRAM_MECHANISM}=[name={SCRAM_USERNAME},password={state['scram_password']}]",
             ]
+            for name, password in state["acl_users"].items():
+                cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]"]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise DevKafkaError(
@@ -616,6 +656,13 @@ class LocalKafka:
                     "ssl.client.auth": "none",
                 }
             )
+            if s.get("acl_users"):
+                # The controller and the inter-broker listener are loopback PLAINTEXT: their
+                # principal is ANONYMOUS, and the cluster's own traffic must stay authorized.
+                props["authorizer.class.name"] = (
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                )
+                props["super.users"] = f"User:{SCRAM_USERNAME};User:ANONYMOUS"
         else:
             props.update(
                 {

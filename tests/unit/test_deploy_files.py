@@ -37,8 +37,9 @@ import pytest
 import yaml
 
 from detector.cli.main import build_parser
+from detector.cli.reference import settings_variables
 from detector.leases.policy import JobClass
-from detector.settings import ENV_PREFIX, CommandSettings
+from detector.settings import ENV_PREFIX
 from tests.paths import ROOT
 from tests.tools import program
 
@@ -276,27 +277,12 @@ def flag_value(argv: list[str], flag: str) -> str:
 # ---- what the code reads ----------------------------------------------------------------------
 
 
-def _subclasses(cls: type[CommandSettings]) -> Iterator[type[CommandSettings]]:
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
-
-
 @functools.cache
 def cli_variables() -> frozenset[str]:
-    """Every variable a settings class of the package reads: its `env_prefix` plus each field's
-    name in upper case, as pydantic-settings (and `detector.settings.env_var`) names it. Every
-    command module is imported first, so that each class exists."""
+    """What the settings classes read, and the variable the example destination reads itself."""
     from detector.leases import http_destination  # noqa: PLC0415
 
-    build_parser()
-    names = {http_destination.DSN_VARIABLE}  # read by the module itself, not by a settings class
-    for cls in _subclasses(CommandSettings):
-        if not cls.__module__.startswith("detector."):
-            continue  # the tests' own sample classes
-        prefix = str(cls.model_config.get("env_prefix", ""))
-        names |= {prefix + field.upper() for field in cls.model_fields}
-    return frozenset(names)
+    return settings_variables() | {http_destination.DSN_VARIABLE}
 
 
 def _wide(prog: str) -> argparse.HelpFormatter:

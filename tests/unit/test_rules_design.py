@@ -124,6 +124,45 @@ def test_a_seen_id_with_other_content_changes_nothing_and_is_counted() -> None:
     assert r.detector.counters.id_conflicts == 2
 
 
+@pytest.mark.parametrize("redelivered", ["hb3", "hb40"])
+def test_a_redelivery_is_told_from_a_conflict_whether_its_event_was_forgotten_or_kept(
+    redelivered: str,
+) -> None:
+    """An id's content is checked on a repeat whether its raw event is still kept (hb40) or was
+    forgotten at the cap (hb3): the same content is a redelivery, other content a conflict."""
+    config = Config(max_evidence=8)
+    history = [acq("a1", 1, "alpha", 1)]
+    history += [act(f"hb{s}", "heartbeat", 1, "alpha", s) for s in range(2, 41)]
+    seq = int(redelivered[2:])
+    for events, redelivered_count, conflicts in (
+        ([act(redelivered, "heartbeat", 1, "alpha", seq)], 1, 0),
+        ([act(redelivered, "heartbeat", 1, "beta", seq)], 0, 1),
+        ([act(redelivered, "progress", 1, "alpha", seq)], 0, 1),
+    ):
+        r = worker([(0.0, e) for e in [*history, *events]], config)
+        counters = r.detector.counters
+        assert (counters.redelivered, counters.id_conflicts) == (redelivered_count, conflicts)
+    kept = {e.event_id for e in r.detector.states[W].evidence}
+    assert ("hb40" in kept, "hb3" in kept) == (True, False)
+
+
+def test_a_repeated_acquisition_of_one_epoch_is_recognised_whichever_record_is_kept() -> None:
+    """Two acquisitions of epoch 1: only the earlier is kept as a record. A redelivery of either
+    is a redelivery, and other content under either id a conflict."""
+    base = [acq("a1-late", 1, "alpha", 5)]
+    base += [act(f"hb{s}", "heartbeat", 1, "alpha", s) for s in range(6, 16)]
+    base.append(acq("a1-early", 1, "alpha", 2))  # replaces the kept record of epoch 1
+    base.append(acq("a1-later", 1, "alpha", 20))  # not kept: 1 is held from seq 2
+    for eid, seq in (("a1-late", 5), ("a1-early", 2), ("a1-later", 20)):
+        same = worker([(0.0, e) for e in [*base, acq(eid, 1, "alpha", seq)]])
+        other = worker([(0.0, e) for e in [*base, acq(eid, 1, "beta", seq)]])
+        assert (same.detector.counters.redelivered, same.detector.counters.id_conflicts) == (1, 0)
+        assert (other.detector.counters.redelivered, other.detector.counters.id_conflicts) == (
+            0,
+            1,
+        )
+
+
 def test_a_seen_id_cannot_become_an_acquisition() -> None:
     """The same id as an acquisition of a higher epoch: not a takeover, so nothing is stale."""
     r = audit(

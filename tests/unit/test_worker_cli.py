@@ -83,6 +83,11 @@ def test_a_flag_beats_its_variable_which_beats_the_default(
             "an IP address to listen on (127.0.0.1, 0.0.0.0, ::)",
         ),
         ("SPLITBRAIN_RUNTIME", "spark", "one of kafka, faust"),
+        (
+            "SPLITBRAIN_PROCESSING_GUARANTEE",
+            "exactly_once",
+            "one of exactly-once, at-least-once",
+        ),
         ("SPLITBRAIN_LOG_LEVEL", "loud", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
     ],
 )
@@ -113,6 +118,44 @@ def test_a_bad_flag_is_named_and_each_bad_value_has_its_line(
         "splitbrain worker: SPLITBRAIN_STORE='disk': expected one of memory, rocksdb",
         "splitbrain worker: --jitter-reserve-s='-1': expected seconds from 0 to 1000000000000",
     ]
+
+
+def test_the_guarantee_is_exactly_once_unless_at_least_once_is_asked_for(
+    started: list[WorkerSettings],
+) -> None:
+    assert main(WORKER) == 0
+    assert main([*WORKER, "--processing-guarantee", "at-least-once"]) == 0
+    assert [s.processing_guarantee for s in started] == ["exactly-once", "at-least-once"]
+
+
+def test_at_least_once_is_refused_to_the_faust_runtime_by_flag_or_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    faust = ["--runtime", "faust"]
+    assert main([*WORKER, *faust, "--processing-guarantee", "at-least-once"]) == 2
+    assert capsys.readouterr().err == (
+        "splitbrain worker: --processing-guarantee='at-least-once': expected exactly-once with "
+        "--runtime='faust' (only the kafka runtime writes at least once)\n"
+    )
+    monkeypatch.setenv("SPLITBRAIN_RUNTIME", "faust")
+    monkeypatch.setenv("SPLITBRAIN_PROCESSING_GUARANTEE", "at-least-once")
+    assert main(WORKER) == 2
+    assert capsys.readouterr().err == (
+        "splitbrain worker: SPLITBRAIN_PROCESSING_GUARANTEE='at-least-once': expected "
+        "exactly-once with SPLITBRAIN_RUNTIME='faust' (only the kafka runtime writes at least "
+        "once)\n"
+    )
+    assert not (tmp_path / "var").exists()  # refused before anything started
+
+
+def test_a_bad_guarantee_flag_names_the_flag_and_its_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([*WORKER, "--processing-guarantee", "once"]) == 2
+    assert capsys.readouterr().err == (
+        "splitbrain worker: --processing-guarantee='once': expected one of exactly-once, "
+        "at-least-once\n"
+    )
 
 
 @pytest.mark.parametrize(

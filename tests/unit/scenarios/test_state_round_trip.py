@@ -61,6 +61,32 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
         assert 0 < len(state.evidence) <= 12
 
 
+def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
+    """Version 4 writes an effect's copy of a retained event as its index in the evidence; the
+    same state written as version 3 (full copies) still decodes, to the same state."""
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import decode_state, encode_state  # noqa: PLC0415
+
+    r = run(seed_history())
+    state = r.detector.states[W]
+    fields = msgpack.unpackb(encode_state(state))
+    assert fields[0] == 4
+    evidence, effects = fields[4], fields[6]
+    references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
+    assert references, "a commit retained as evidence is referenced, not copied"
+    assert decode_state(encode_state(state)) == state
+
+    def copied(ref: object) -> object:
+        return evidence[ref] if isinstance(ref, int) else ref
+
+    for _, row in effects:
+        row[0] = [copied(x) for x in row[0]]
+        row[2] = [[epoch, source, [copied(x) for x in evs]] for epoch, source, evs in row[2]]
+        row[4] = [[epoch, kind, copied(x)] for epoch, kind, x in row[4]]
+    assert decode_state(msgpack.packb([3, *fields[1:]])) == state
+
+
 @pytest.mark.parametrize("name", ["state-v1-export-ledger.json", "state-v2-export-ledger.msgpack"])
 def test_state_written_by_earlier_versions_still_decodes(name: str) -> None:
     """Changelogs written by versions 1 (JSON) and 2 (the records only) restore by replay: the

@@ -1,0 +1,163 @@
+"""What committing a batch means to the kafka runtime: one Kafka transaction, or at least once.
+
+`TransactionalOutput` (exactly-once) writes a batch's findings, dead letters, changelog states and
+consumed offsets in one transaction: all of it commits or none of it, a zombie is fenced, and a
+(finding_id, revision) pair is never written twice. `AtLeastOnceOutput` pays for no transaction:
+it waits until the broker acknowledged the output, then commits the offsets with the consumer.
+A crash loses nothing, since no offset is committed before what it produced was acknowledged;
+but a crash or rebalance in between writes that output again from the last committed offsets, so
+readers must dedupe on (finding_id, revision). Nor is a worker that lost its partitions while
+paused fenced: what it writes when it wakes up, stale changelog states included, lands too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from detector.runtime.settings import WorkerSettings
+
+TIMEOUT_S: Final = 30.0  # the transaction timeout; at least once, a record's time to be acked
+_FLUSH_S: Final = TIMEOUT_S + 5.0  # every record is acked or failed by then
+
+
+class Output(Protocol):
+    """The producer a batch is written with, and what beginning, committing and discarding the
+    batch take."""
+
+    @property
+    def producer(self) -> Producer: ...
+
+    @property
+    def commits_on_revoke(self) -> bool:
+        """Whether a rebalance commits the open batch rather than discarding it."""
+
+    def start(self) -> None:
+        """Before the first batch."""
+
+    def begin(self) -> None:
+        """Before the first record of a batch is written."""
+
+    def deliver(self) -> None:
+        """Between the batch's findings and dead letters and the changelog states that record
+        them; a `KafkaException` when some were not written."""
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        """The batch and its consumed `offsets`, durably; a `KafkaException` when it failed."""
+
+    def abort(self) -> None:
+        """The batch is given up: the worker rebuilds its state and rewinds to committed offsets."""
+
+
+def open_output(settings: WorkerSettings, consumer: Consumer) -> Output:
+    """The output of `settings.processing_guarantee`, committing `consumer`'s offsets."""
+    if settings.processing_guarantee == "at-least-once":
+        return AtLeastOnceOutput(settings, consumer)
+    return TransactionalOutput(settings, consumer)
+
+
+def _producer_config(settings: WorkerSettings) -> dict[str, Any]:
+    """What both guarantees produce with: an idempotent producer, acked by every replica."""
+    return {
+        **settings.kafka,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.max.bytes": 4 * 1024 * 1024,
+        # The changelog carries a workflow's whole state per event it touched: lz4 makes it a
+        # quarter of the size, and the broker's work less (bench/bench_worker.py).
+        "compression.type": "lz4",
+    }
+
+
+class TransactionalOutput:
+    """Exactly once: the offsets go into the transaction with the consumer's group metadata
+    (KIP-447), so a zombie is fenced by the group generation; the stable transactional id fences
+    this worker's previous incarnation."""
+
+    commits_on_revoke: Final = False  # the next owner redoes the batch from committed state
+
+    def __init__(self, settings: WorkerSettings, consumer: Consumer) -> None:
+        self.producer: Final = Producer(
+            {
+                **_producer_config(settings),
+                "transactional.id": settings.transactional_id,
+                "transaction.timeout.ms": int(TIMEOUT_S * 1000),
+            }
+        )
+        self._consumer = consumer
+
+    def start(self) -> None:
+        self.producer.init_transactions(TIMEOUT_S)
+
+    def begin(self) -> None:
+        self.producer.begin_transaction()
+
+    def deliver(self) -> None:
+        """Nothing to wait for: the commit covers the findings and the states alike."""
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        if offsets:
+            self.producer.send_offsets_to_transaction(
+                offsets, self._consumer.consumer_group_metadata(), TIMEOUT_S
+            )
+        self.producer.commit_transaction(TIMEOUT_S)
+
+    def abort(self) -> None:
+        self.producer.abort_transaction(TIMEOUT_S)
+
+
+class AtLeastOnceOutput:
+    """At least once: the batch is flushed, and the offsets committed only once the broker
+    acknowledged it all. A failed delivery fails the commit, so its offsets are never committed."""
+
+    commits_on_revoke: Final = True  # or the next owner writes the batch again
+
+    def __init__(self, settings: WorkerSettings, consumer: Consumer) -> None:
+        self.producer: Final = Producer(
+            {
+                **_producer_config(settings),
+                # Bounded as in a transaction: a broker that is down fails the commit in this
+                # time, not in librdkafka's default five minutes.
+                "message.timeout.ms": int(TIMEOUT_S * 1000),
+                # Only a failure needs a look: no Python call per record acknowledged.
+                "delivery.report.only.error": True,
+                "on_delivery": self._delivered,
+            }
+        )
+        self._consumer = consumer
+        self._failure: KafkaError | None = None
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and self._failure is None:
+            self._failure = err
+
+    def start(self) -> None:
+        """No transactional id to fence a previous incarnation with."""
+
+    def begin(self) -> None:
+        """No transaction to open."""
+
+    def deliver(self) -> None:
+        """Everything produced so far is acknowledged: before the changelog, no state records a
+        revision that was lost; before the offsets, no offset passes output that was lost."""
+        left = self.producer.flush(_FLUSH_S)
+        if self._failure is not None:
+            raise KafkaException(self._failure)
+        if left:
+            reason = f"{left} records not acknowledged in {_FLUSH_S:g} s"
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, reason))
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        self.deliver()
+        if offsets:
+            for tp in self._consumer.commit(offsets=offsets, asynchronous=False):
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+
+    def abort(self) -> None:
+        """Nothing to undo (what landed is written again, or recorded by the changelog): wait out
+        what is in flight, so that its late failure cannot fail the next batch's commit."""
+        self.producer.flush(_FLUSH_S)
+        self._failure = None
