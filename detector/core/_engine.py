@@ -73,6 +73,7 @@ from ._state import (
     Evidence,
     WorkflowState,
     evidence_of,
+    forget_packed,
 )
 
 _VALUE: Final[dict[StrEnum, str]] = {m: m.value for m in (*Kind, *Source)}
@@ -579,11 +580,16 @@ class Detector:
             if old is None:
                 ids[event_id] = RETAINED  # every new event is retained, at first
                 if len(ids) > max(self.config.max_event_ids, 8):
-                    excess = len(ids) // 4
-                    for gone in list(islice(ids, excess)):
-                        del ids[gone]
-                    st.cut |= _IDS_CUT
-                    self.counters.ids_dropped += excess
+                    # The oldest forgotten ids go. A retained record's id stays (its record is
+                    # held anyway): it is `RETAINED` exactly while a retained record holds it, so
+                    # a restored state, which marks every retained record's id, equals this one.
+                    forgotten = (k for k, v in ids.items() if v != RETAINED)
+                    gone = list(islice(forgotten, len(ids) // 4))
+                    for k in gone:
+                        del ids[k]
+                    if gone:
+                        st.cut |= _IDS_CUT
+                        self.counters.ids_dropped += len(gone)
                 return False
         if old == RETAINED:
             old = _retained_print(st, event_id)
@@ -620,6 +626,7 @@ class Detector:
         gone = [e for e in kept if e.kind in _ACTIVITY_KINDS][:activity] + keep[: excess - activity]
         _pin(st, gone, ev_print)
         self._remember(st, gone)
+        forget_packed(st)
         return evidence_of(keep[excess - activity :])
 
     def _remember(self, st: WorkflowState, gone: Iterable[EventRecord]) -> None:
@@ -633,11 +640,14 @@ class Detector:
                 _keep_last(self._effect(st, e.effect_key), e)
 
     def _effect(self, st: WorkflowState, key: str) -> Effect:
+        """The key's effect, to change: its packed row is dropped (`Effect.packed`)."""
         effects = st.effects
         if effects is None:
             effects = st.effects = {}
         eff = effects.get(key)
-        if eff is None:
+        if eff is not None:
+            eff.packed = None
+        else:
             eff = effects[key] = Effect()
             if len(effects) > self.config.max_effect_keys:
                 excess = max(len(effects) // 4, 1)
@@ -846,6 +856,7 @@ class Detector:
                 # forgotten: acquisitions, fences, effects and episodes stay; raw events go.
                 self._remember(st, st.evidence)
                 st.evidence = ()
+                forget_packed(st)
                 st.ids = None
                 st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
                 st.released_at = None

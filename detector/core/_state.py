@@ -16,7 +16,7 @@ from sys import intern
 from types import MappingProxyType
 from typing import Any, Final
 
-import msgpack
+import msgspec
 
 from detector.contracts.findings import ConditionKind, Severity, Status
 
@@ -64,6 +64,11 @@ class Effect:
     lasts: dict[tuple[int, str], EventRecord] = field(default_factory=dict)
     confirmed: set[int] | None = None  # epochs a destination confirmed
     verified: Marks | None = None  # verifications of the key
+    # Not persisted: this key's row as `encode_state` last wrote it. A workflow's state is written
+    # at every transaction that touched it, its effects far more rarely change: the engine drops
+    # the row whenever it takes the effect to change it (`Detector._effect`), and every row of
+    # the workflow when raw events are forgotten (the row refers to them by their index).
+    packed: msgspec.Raw | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -185,6 +190,12 @@ class WorkflowState:
 
 
 # ---- encoding ------------------------------------------------------------------------------
+
+# msgspec writes the same msgpack bytes as `msgpack.packb`, at half its cost on these states (the
+# changelog write is the worker's largest cost: docs/benchmarks.md, "The worker's cost per
+# event"); `msgpack` reads them back (`detector.core._upgrade`), faster than msgspec does. Reused,
+# as msgspec recommends: an encoder keeps no state between calls.
+_ENCODER: Final = msgspec.msgpack.Encoder()
 
 
 def _ev(row: list[Any] | None) -> EventRecord | None:
@@ -335,7 +346,7 @@ def _episode(row: list[Any]) -> Episode:
 
 def encode_state(state: WorkflowState) -> bytes:
     """Bytes for a changelog record; `decode_state` gives back an equal state."""
-    packed: bytes = msgpack.packb(
+    return _ENCODER.encode(
         [
             STATE_VERSION,
             state.pos,
@@ -359,24 +370,37 @@ def encode_state(state: WorkflowState) -> bytes:
             state.lease_until,
         ]
     )
-    return packed
 
 
 def _effect_rows(state: WorkflowState) -> list[list[Any]] | None:
-    if state.effects is None:
+    effects = state.effects
+    if effects is None:
         return None
-    retained = _Retained(state.evidence)
-    return [[k, _effect_row(e, retained)] for k, e in state.effects.items()]
+    retained: _Retained | None = None
+    rows: list[list[Any]] = []
+    for key, e in effects.items():
+        packed = e.packed
+        if packed is None:
+            if retained is None:
+                retained = _Retained(state.evidence)
+            packed = e.packed = msgspec.Raw(_ENCODER.encode(_effect_row(e, retained)))
+        rows.append([key, packed])
+    return rows
+
+
+def forget_packed(state: WorkflowState) -> None:
+    """Raw events were forgotten: the effects' rows, which refer to them by index, are stale."""
+    for e in (state.effects or {}).values():
+        e.packed = None
 
 
 def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
-    """The ids index without what the retained records give back: most of it, most often."""
+    """The ids index without what the retained records give back: most of it, most often. An id
+    is `RETAINED` exactly while a retained record holds it, so its value tells."""
     ids = state.ids
     if ids is None:
         return None
-    kept = set(map(ACQ_ID, state.acqs))
-    kept.update(map(EVENT_ID, state.evidence))
-    return {k: v for k, v in ids.items() if k not in kept}
+    return {k: v for k, v in ids.items() if v != RETAINED}
 
 
 def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dict[str, int]:

@@ -510,6 +510,23 @@ def test_state_round_trip_mid_history_changes_nothing(
     assert second.truncated_workflows() == straight.truncated_workflows()
 
 
+@LONG
+@given(SEEDS, LONG_MODES, st.sampled_from([4, 8, 32]))
+def test_a_state_written_at_every_event_reads_back_as_it_is(
+    seed: int, mode: tuple[str, str], max_evidence: int
+) -> None:
+    """A worker writes a workflow's state at every transaction that touched it, and reuses the
+    rows of effects that did not change: what it writes must read back as the live state at any
+    point, through commits, verifications, late acquisitions and raw events forgotten."""
+    _, arrived = long_history(seed, *mode)
+    d = Detector(config=Config(max_evidence=max_evidence))
+    for i, e in enumerate(build(arrived)):
+        d.observe(e, at=BASE_TS + 25.0 * i)
+        state = d.states.get(e.workflow_key)
+        if state is not None:
+            assert decode_state(encode_state(state)) == state, f"after event {i}"
+
+
 # ---- the oracle itself ------------------------------------------------------------------------
 
 

@@ -1,0 +1,333 @@
+"""Recovery of `splitbrain worker` from a SIGKILL, with 10⁶ workflow states in its changelog.
+
+Why: a worker processes nothing of a partition until it has read the partition's whole changelog,
+so the restore is how long a crashed worker leaves split-brains unseen. Target: ≤ 15 s from the
+SIGKILL and restart to processing again, at 10⁶ workflows.
+
+The changelog is filled directly, not by a worker (which would need minutes and write a record
+per batch that touched a workflow): bench_engine's history, a few events per workflow, goes
+through the worker's own step (`PartitionProcessor.process`, at the wall-clock time), and each
+resulting state is written `encode_state`d under its workflow key by a transactional producer,
+lz4, a transaction per 5,000 records, as a worker writes it. So the restore decodes real states;
+the changelog holds one record per workflow, as after compaction (a live changelog also holds the
+superseded records of its uncompacted tail, which a restore reads too).
+
+Processing again: a finding a probe opens is visible to a read_committed consumer of the findings
+topic, so the probe went through the rules and its transaction committed. Two probes are
+published between the SIGKILL and the restart: a takeover and a stale commit on a fresh workflow,
+and a lone stale commit on a restored workflow whose takeover only its restored state holds (its
+finding shows that the restored state is the one in use). The group's committed offsets passing
+the probes (same transaction) are sampled too. Prints numbers; asserts nothing.
+Run: `python bench/bench_recovery.py [--workflows N] [--partitions N] [--store memory|rocksdb]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bench_engine import _event, history
+from bench_worker import committed, publish, topic_bytes, workflow_key
+from confluent_kafka import Consumer, IsolationLevel, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from stack import broker_with_topics, machine, start_worker, vm_kb
+
+from detector.core import Detector, WorkflowState, encode_state
+from detector.runtime.processor import PartitionProcessor
+from detector.telemetry.metrics import WorkerMetrics
+from detector.testing.kafka import LocalKafka, free_port
+from detector.testing.topics import TopicReader, WorkerTopics, end_offsets
+from detector.testing.worker import WorkerProcess
+
+CHUNK: Final = 20_000  # workflows per engine while filling: memory stays that of one chunk
+TXN_RECORDS: Final = 5_000  # changelog records per fill transaction: the worker's default batch
+TARGET_S: Final = 15.0
+_LOG_TIME: Final = "%Y-%m-%d %H:%M:%S,%f"  # the worker's asctime
+_RESTORED: Final = re.compile(r"restored partitions .* in ([0-9.]+)s")
+
+
+def tagged(lines: list[bytes], tag: str) -> list[bytes]:
+    """History lines with their workflows and event ids renamed by `tag`, so that histories of
+    several seeds (or one seed several times) share no workflow and no event id."""
+    workflow, event = f"/export/{tag}-".encode(), f'"ev-{tag}-'.encode()
+    return [raw.replace(b"/export/", workflow, 1).replace(b'"ev-', event, 1) for raw in lines]
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A restored workflow taken over once: a commit of its displaced epoch opens a finding only
+    with the takeover its restored state holds."""
+
+    key: str
+    epoch: int  # the displaced one
+    worker: str
+    seq: int
+
+    @classmethod
+    def among(cls, states: Mapping[str, WorkflowState]) -> Stale | None:
+        for key, st in states.items():
+            displaced = [a for a in st.acqs if a.epoch == st.top - 1]
+            if st.top >= 2 and not st.found and displaced:
+                return cls(key, st.top - 1, displaced[0].worker_id, st.max_seq + 1)
+        return None
+
+    def event(self) -> bytes:
+        kind, effect = "effect_committed", "probe/after-restart"
+        return _event(1, kind, self.key, self.epoch, self.worker, self.seq, effect_key=effect)
+
+
+def takeover(name: str) -> list[bytes]:
+    """A fresh workflow taken over, then a commit of its displaced owner: a finding opens."""
+    wf = f"probe/{name}"
+    return [
+        _event(1, "lease_acquired", wf, 1, "worker-a", 1, source="coordinator"),
+        _event(2, "lease_acquired", wf, 2, "worker-b", 2, source="coordinator"),
+        _event(3, "effect_committed", wf, 1, "worker-a", 3, effect_key=f"{wf}/out"),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    states: int
+    events: int
+    seconds: float
+    stale: Stale
+
+
+def fill(broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow: int) -> Filled:
+    """`workflows` states in the changelog, each as the worker's step left it (see the module)."""
+    producer = Producer(
+        {
+            **broker.client_config(),
+            "transactional.id": f"{topics.group}-fill",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "compression.type": "lz4",
+        }
+    )
+    producer.init_transactions(30)
+    metrics = WorkerMetrics()
+    started = time.perf_counter()
+    written = events = in_txn = chunk = 0
+    stale = None
+    producer.begin_transaction()
+    while written < workflows:
+        n = min(CHUNK, workflows - written)
+        # Some of the n workflows get no event; the next chunk makes up for them.
+        lines = tagged(history(n * per_workflow, n, seed=chunk), f"c{chunk}")
+        processor = PartitionProcessor(0, Detector(), metrics)
+        for offset, raw in enumerate(lines):
+            processor.process(workflow_key(raw), raw, topics.input, offset, time.time())
+        events += len(lines)
+        states = processor.detector.states
+        stale = stale or Stale.among(states)
+        for key, state in list(states.items())[: workflows - written]:
+            while True:
+                try:
+                    producer.produce(topics.changelog, key=key.encode(), value=encode_state(state))
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            written += 1
+            in_txn += 1
+            if in_txn == TXN_RECORDS:
+                producer.commit_transaction(60)
+                producer.begin_transaction()
+                in_txn = 0
+        chunk += 1
+    producer.commit_transaction(60)
+    if stale is None:
+        raise SystemExit("no workflow with a takeover in the history: fill more workflows")
+    return Filled(written, events, time.perf_counter() - started, stale)
+
+
+@dataclass(slots=True)
+class Recovery:
+    """Seconds from a worker's start to each thing seen (None: not seen)."""
+
+    findings: dict[bytes, float | None]
+    offsets_s: float | None = None  # the group's committed offsets reached the probes
+    up_s: float | None = None  # the worker logged that it started (it fenced its predecessor)
+    restored_s: float | None = None  # it logged the end of its restore
+    restore_s: float | None = None  # the restore's duration, as logged
+
+    @property
+    def processing_s(self) -> float | None:
+        """When the first probe's finding was visible."""
+        return min((s for s in self.findings.values() if s is not None), default=None)
+
+
+def recover(
+    start: Callable[[], WorkerProcess],
+    admin: AdminClient,
+    findings: TopicReader,
+    reader: Consumer,
+    topics: WorkerTopics,
+    partitions: int,
+    probes: set[bytes],
+    timeout: float = 900.0,
+) -> tuple[WorkerProcess, Recovery]:
+    """Start a worker and watch until every probe's finding is visible and the group committed
+    past the probes (or `timeout`)."""
+    target = sum(end_offsets(admin, topics.input, IsolationLevel.READ_UNCOMMITTED).values())
+    started_wall, started = time.time(), time.monotonic()
+    worker = start()
+    seen = Recovery({key: None for key in probes})
+    while None in seen.findings.values() or seen.offsets_s is None:
+        if not worker.alive():
+            raise SystemExit(f"the worker exited with {worker.exit_code()}:\n{worker.tail()}")
+        if time.monotonic() - started > timeout:
+            print(f"no finding of {sorted(probes)} within {timeout:.0f} s")
+            break
+        for record in findings.poll(0.1):
+            if record.key in probes and seen.findings[record.key] is None:
+                seen.findings[record.key] = time.monotonic() - started
+        if seen.offsets_s is None and (committed(reader, topics, partitions) or 0) >= target:
+            seen.offsets_s = time.monotonic() - started
+    read_log(worker.log, started_wall, seen)
+    return worker, seen
+
+
+def read_log(path: Path, started_wall: float, seen: Recovery) -> None:
+    """The worker's start and the end of its restore, from its INFO lines since `started_wall`
+    (the log is appended to by every start)."""
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            at = datetime.datetime.strptime(line[:23], _LOG_TIME).timestamp() - started_wall
+        except ValueError:
+            continue
+        if at < -0.01:  # an earlier start's; the log's clock has millisecond steps
+            continue
+        if seen.up_s is None and " started, group " in line:
+            seen.up_s = at
+        match = _RESTORED.search(line)
+        if match is not None and seen.restored_s is None:
+            seen.restored_s, seen.restore_s = at, float(match.group(1))
+
+
+def restore_metric(worker: WorkerProcess) -> tuple[int, float]:
+    """Restores and their total seconds from the worker's `splitbrain_state_restore_seconds`."""
+    count = sum(worker.samples("splitbrain_state_restore_seconds_count", "").values())
+    total = sum(worker.samples("splitbrain_state_restore_seconds_sum", "").values())
+    return int(count), total
+
+
+def fmt(seconds: float | None) -> str:
+    return "not seen" if seconds is None else f"{seconds:.2f} s"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--workflows", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
+    ap.add_argument("--events-per-workflow", type=int, default=4)
+    args = ap.parse_args()
+    with broker_with_topics("rec", args.partitions) as (broker, topics):
+        run(args, broker, topics)
+
+
+def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
+    print(machine())
+    config = broker.client_config()
+    admin = AdminClient(config)
+    compact = {"cleanup.policy": "compact"}  # as the worker creates it
+    for future in admin.create_topics(
+        [NewTopic(topics.changelog, args.partitions, 1, config=compact)]
+    ).values():
+        future.result(30)
+    filled = fill(broker, topics, args.workflows, args.events_per_workflow)
+    offsets = sum(end_offsets(admin, topics.changelog, IsolationLevel.READ_UNCOMMITTED).values())
+    print(
+        f"changelog filled directly (no worker): {filled.states:,} workflow states from "
+        f"{filled.events:,} events of bench_engine's history through the worker's processing "
+        f"step, encode_state'd, {TXN_RECORDS:,} per transaction, lz4, in {filled.seconds:.0f} s; "
+        f"{offsets:,} offsets, {topic_bytes(broker, topics.changelog) / 1e6:,.0f} MB on disk; "
+        "one record per workflow, as after compaction"
+    )
+    print(f"store {args.store}, {args.partitions} partition(s), worker defaults otherwise")
+    worker = None
+    findings = TopicReader(config, topics.findings)
+    reader = Consumer({**config, "group.id": topics.group})
+    try:
+        publish(broker.bootstrap, topics.input, takeover("first-start"))
+        port = free_port()
+        worker, first = recover(
+            lambda: start_worker(
+                broker, topics, "--store", args.store, "--log-level", "INFO", metrics_port=port
+            ),
+            admin,
+            findings,
+            reader,
+            topics,
+            args.partitions,
+            {b"probe/first-start"},
+        )
+        print(
+            f"first start: processing {fmt(first.processing_s)} after the start "
+            f"(restore {fmt(first.restore_s)}, logged)"
+        )
+        killed = time.monotonic()
+        worker.kill()
+        publish(
+            broker.bootstrap,
+            topics.input,
+            [*takeover("after-restart"), filled.stale.event()],
+        )
+        probes = {b"probe/after-restart", filled.stale.key.encode()}
+        gap = time.monotonic() - killed  # publishing the probes
+        _, again = recover(worker.start, admin, findings, reader, topics, args.partitions, probes)
+        report(worker, again, filled, offsets, gap)
+    finally:
+        if worker is not None:
+            worker.stop()
+        findings.close()
+        reader.close()
+
+
+def report(worker: WorkerProcess, seen: Recovery, filled: Filled, offsets: int, gap: float) -> None:
+    fresh = seen.findings[b"probe/after-restart"]
+    restored = seen.findings[filled.stale.key.encode()]
+    print(f"SIGKILL, probes published, restart {gap:.2f} s after the SIGKILL:")
+    print(
+        f"  restart -> processing again (the first probe finding visible read_committed): "
+        f"{fmt(seen.processing_s)}  [target <= {TARGET_S:.0f} s at 10^6 workflows]"
+    )
+    print(
+        f"    fresh workflow's finding {fmt(fresh)}, restored workflow's finding "
+        f"{fmt(restored)}, group offsets past the probes {fmt(seen.offsets_s)}"
+    )
+    if seen.up_s is not None and seen.restored_s is not None and seen.restore_s is not None:
+        joined = seen.restored_s - seen.restore_s
+        after = None if seen.processing_s is None else seen.processing_s - seen.restored_s
+        print(
+            f"    phases (worker log): up and fenced its predecessor {seen.up_s:.2f} s; "
+            f"group join (the killed member held the partitions until its session expired) "
+            f"{joined - seen.up_s:.2f} s; restore {seen.restore_s:.2f} s; first batch "
+            f"committed and read {fmt(after)}"
+        )
+    count, total = restore_metric(worker)
+    restore_s = total if count else seen.restore_s
+    rate = f"{offsets / restore_s:,.0f}" if restore_s else "?"
+    print(
+        f"  restore: splitbrain_state_restore_seconds {count} restore(s), {total:.2f} s; "
+        f"{offsets:,} changelog offsets ({filled.states:,} states) -> {rate} records/s"
+    )
+    assert worker.proc is not None
+    rss, peak = vm_kb(worker.proc.pid, "VmRSS"), vm_kb(worker.proc.pid, "VmHWM")
+    if rss is not None and peak is not None:
+        print(
+            f"  worker RSS after the restore: {rss / 1024:,.0f} MB (peak {peak / 1024:,.0f} MB), "
+            f"{rss * 1024 / filled.states:,.0f} bytes per workflow (the baseline included)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""Soak: one `splitbrain worker` at half its maximum rate for N minutes; memory and lag must stay
+flat (target: within ±5% between the start, after a warm-up, and the end).
+
+Why: a leak, or a backlog that grows a little per batch, shows only as drift over time, under a
+steady load the worker can keep up with; a throughput run cannot show it.
+
+The load is bench_engine's history mix, endlessly, in generations: each is a history over a
+number of fresh workflows (renamed per generation), then every workflow's release by its owner.
+A released workflow is evicted after the quiet period, so the state stays bounded, except for the
+workflows with a finding, which the engine compacts but never forgets (README, "State therefore
+grows with the number of findings"): the summary counts the tracked workflows too. The worker's
+quiet period is shortened (--quiet-period-s) so that workflows go through their whole life, from
+acquisition to eviction, many times within the run.
+
+The maximum rate is measured first on the same stream (its own topics and worker, the group's
+committed offsets over the middle of the run), unless --rate gives it. Every few seconds: the
+worker's RSS (/proc/<pid>/status VmRSS), the lag (input end offsets minus the group's committed
+offsets; the worker's own splitbrain_consumer_lag_records beside it), events/s committed, and the
+workflows it tracks. Writes a PNG and the samples as CSV and JSON next to it. Prints numbers;
+asserts nothing. Run: `python bench/bench_soak.py --minutes N [--rate R] [--out docs/soak.png]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Final
+
+from bench_engine import _event, history
+from bench_recovery import tagged
+from bench_worker import committed, publish, throughput
+from confluent_kafka import Consumer, IsolationLevel, Producer
+from confluent_kafka.admin import AdminClient
+from matplotlib.figure import Figure
+from stack import broker_with_topics, machine, start_worker, vm_kb
+
+from detector.testing.kafka import LocalKafka, free_port
+from detector.testing.topics import WorkerTopics, end_offsets
+from detector.testing.worker import Labels, WorkerProcess
+
+TEMPLATES: Final = 4  # distinct histories the generations cycle through (renamed each time)
+Event = tuple[bytes, bytes]  # record key, value
+
+
+def generation(seed: int, workflows: int, per_workflow: int) -> list[Event]:
+    """A history over `workflows` workflows, then each one's release by its current owner."""
+    lines = history(workflows * per_workflow, workflows, seed)
+    owners: dict[str, tuple[int, str, int]] = {}  # workflow -> epoch, worker, last seq
+    events: list[Event] = []
+    for raw in lines:
+        doc = json.loads(raw)
+        wf, seq = doc["workflow_key"], doc["seq"]
+        epoch, worker, _ = owners.get(wf, (0, "", 0))
+        if doc["kind"] == "lease_acquired" and doc["owner_epoch"] > epoch:
+            epoch, worker = doc["owner_epoch"], doc["worker_id"]
+        owners[wf] = (epoch, worker, seq)
+        events.append((wf.encode(), raw))
+    eid = len(lines)  # the history's last event id
+    for wf, (epoch, worker, seq) in owners.items():
+        eid += 1
+        events.append((wf.encode(), _event(eid, "lease_released", wf, epoch, worker, seq + 1)))
+    return events
+
+
+def stream(workflows: int, per_workflow: int) -> Iterator[Event]:
+    """Generation after generation, each over fresh workflows and event ids, forever."""
+    templates = [generation(seed, workflows, per_workflow) for seed in range(TEMPLATES)]
+    for g in itertools.count():
+        template = templates[g % TEMPLATES]
+        keys = tagged([key for key, _ in template], f"g{g}")
+        yield from zip(keys, tagged([raw for _, raw in template], f"g{g}"), strict=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t: float  # seconds since the load started
+    rss_mb: float | None
+    lag: int | None  # input end offsets minus the group's committed offsets
+    lag_metric: float | None  # the worker's splitbrain_consumer_lag_records
+    committed: int | None
+    committed_per_s: float | None
+    produced: int
+    workflows: float | None  # splitbrain_state_workflows
+    findings_opened: float | None  # splitbrain_findings_opened_total
+
+
+def total(metrics: Mapping[tuple[str, Labels], float], name: str) -> float | None:
+    """A metric summed over its labels (None: the worker does not export it yet)."""
+    values = [value for (sample, _), value in metrics.items() if sample == name]
+    return sum(values) if values else None
+
+
+class Sampler:
+    def __init__(self, broker: LocalKafka, worker: WorkerProcess, topics: WorkerTopics) -> None:
+        self.worker, self.topics = worker, topics
+        self.admin = AdminClient(broker.client_config())
+        self.reader = Consumer({**broker.client_config(), "group.id": topics.group})
+        self.partitions = len(end_offsets(self.admin, topics.input))
+        self.last: tuple[float, int] | None = None
+
+    def sample(self, t: float, produced: int) -> Sample:
+        assert self.worker.proc is not None
+        rss = vm_kb(self.worker.proc.pid)
+        ends = end_offsets(self.admin, self.topics.input, IsolationLevel.READ_UNCOMMITTED)
+        done = committed(self.reader, self.topics, self.partitions)
+        rate = None
+        if done is not None:
+            if self.last is not None and t > self.last[0]:
+                rate = (done - self.last[1]) / (t - self.last[0])
+            self.last = (t, done)
+        metrics = self.worker.metrics()
+        return Sample(
+            t=round(t, 2),
+            rss_mb=None if rss is None else round(rss / 1024, 1),
+            lag=None if done is None else sum(ends.values()) - done,
+            lag_metric=total(metrics, "splitbrain_consumer_lag_records"),
+            committed=done,
+            committed_per_s=None if rate is None else round(rate, 1),
+            produced=produced,
+            workflows=total(metrics, "splitbrain_state_workflows"),
+            findings_opened=total(metrics, "splitbrain_findings_opened_total"),
+        )
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def assigned(worker: WorkerProcess, timeout: float = 300.0) -> float:
+    """Seconds until the worker exports a lag, which it does once it has its partitions and has
+    restored them: the load starts then, so that the start-up is no backlog in the samples."""
+    started = time.monotonic()
+    while total(worker.metrics(), "splitbrain_consumer_lag_records") is None:
+        if not worker.alive():
+            raise SystemExit(f"the worker exited:\n{worker.tail()}")
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"the worker had no partition after {timeout:.0f} s")
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def drive(
+    producer: Producer,
+    topic: str,
+    events: Iterator[Event],
+    rate: float,
+    seconds: float,
+    sampler: Sampler,
+    every_s: float,
+) -> list[Sample]:
+    """Produce at `rate` events/s for `seconds`, sampling every `every_s`."""
+    samples: list[Sample] = []
+    sent = 0
+    started = time.monotonic()
+    next_sample = started
+    while (now := time.monotonic()) - started < seconds:
+        due = int((now - started) * rate)
+        while sent < due:
+            key, value = next(events)
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+        producer.poll(0)
+        if now >= next_sample:
+            if not sampler.worker.alive():
+                raise SystemExit(f"the worker exited:\n{sampler.worker.tail()}")
+            samples.append(sampler.sample(now - started, sent))
+            next_sample += every_s
+        time.sleep(0.005)
+    producer.flush(30)
+    return samples
+
+
+def calibrate(
+    broker: LocalKafka, args: argparse.Namespace, flags: tuple[str, ...], partitions: int
+) -> float:
+    """The worker's maximum rate on this stream: its own topics and worker, from committed
+    offsets."""
+    topics = WorkerTopics.fresh("cal").create(broker.client_config(), partitions)
+    events = stream(args.generation_workflows, args.events_per_workflow)
+    lines = [raw for _, raw in itertools.islice(events, args.calibrate_events)]
+    publish(broker.bootstrap, topics.input, lines)
+    worker = start_worker(broker, topics, *flags, instance="cal")
+    try:
+        return throughput(broker, worker, topics, partitions, len(lines)).rate
+    finally:
+        worker.stop()
+
+
+def window(samples: list[Sample], start: float, end: float, field: str) -> float | None:
+    values = [getattr(s, field) for s in samples if start <= s.t < end]
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def drift(first: float | None, last: float | None) -> str:
+    if first is None or last is None:
+        return "n/a"
+    if first == 0:
+        return "n/a (0 at the start)"
+    return f"{(last - first) / first * 100:+.1f}%"
+
+
+def summarize(samples: list[Sample], args: argparse.Namespace, rate: float) -> dict[str, object]:
+    seconds = args.minutes * 60
+    warm = seconds * args.warmup
+    tenth = seconds * 0.1
+    out: dict[str, object] = {"warmup_s": warm}
+    print(
+        f"start = mean over {warm:.0f}-{warm + tenth:.0f} s (after the warm-up), end = mean over "
+        f"the last {tenth:.0f} s; target: flat within ±5%"
+    )
+    names = {
+        "rss_mb": "worker RSS (MB)",
+        "lag": "lag (records, end offsets - committed)",
+        "lag_metric": "lag (records, splitbrain_consumer_lag_records)",
+        "committed_per_s": "events/s committed",
+        "workflows": "workflows tracked",
+        "findings_opened": "findings opened (cumulative)",
+    }
+    for field, label in names.items():
+        first = window(samples, warm, warm + tenth, field)
+        last = window(samples, seconds - tenth, seconds + 1, field)
+        out[field] = {"start": first, "end": last}
+        shown = [f"{v:,.1f}" if v is not None else "n/a" for v in (first, last)]
+        print(f"  {label}: start {shown[0]}, end {shown[1]}, drift {drift(first, last)}")
+    after = [s for s in samples if s.t >= warm and s.rss_mb is not None]
+    if len(after) >= 2:
+        slope = statistics.linear_regression([s.t for s in after], [s.rss_mb or 0.0 for s in after])
+        out["rss_slope_mb_per_hour"] = slope.slope * 3600
+        print(f"  RSS trend after the warm-up: {slope.slope * 3600:+,.1f} MB/hour (least squares)")
+    lags = [s.lag for s in samples if s.t >= warm and s.lag is not None]
+    if lags:
+        worst = out["lag_max"] = max(lags)
+        print(f"  lag after the warm-up: max {worst:,} records ({worst / rate:.2f} s of load)")
+    return out
+
+
+def plot(samples: list[Sample], out: Path, rate: float, warm: float) -> None:
+    t = [s.t / 60 for s in samples]
+    fig = Figure(figsize=(10, 8))  # no pyplot: no display, no global state
+    axes = fig.subplots(3, 1, sharex=True)
+    rss, lag, done = axes
+    rss.plot(t, [s.rss_mb for s in samples], color="tab:blue")
+    rss.set_ylabel("worker RSS (MB)", color="tab:blue")
+    tracked = rss.twinx()  # what the RSS should follow
+    tracked.plot(t, [s.workflows for s in samples], color="tab:purple", alpha=0.5)
+    tracked.set_ylabel("workflows tracked", color="tab:purple")
+    lag.plot(t, [s.lag for s in samples], color="tab:red", label="end offsets - committed")
+    lag.plot(t, [s.lag_metric for s in samples], color="tab:orange", label="worker's metric")
+    lag.set_ylabel("lag (records)")
+    lag.legend(loc="upper right")
+    done.plot(t, [s.committed_per_s for s in samples], color="tab:green", label="committed")
+    done.axhline(rate, color="grey", linestyle="--", label="offered")
+    done.set_ylabel("events/s")
+    done.set_xlabel("minutes")
+    done.legend(loc="lower right")
+    for ax in axes:
+        ax.axvspan(0, warm / 60, color="grey", alpha=0.15)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"splitbrain worker soak at {rate:,.0f} events/s (shaded: warm-up)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80)
+
+
+def write(samples: list[Sample], out: Path, meta: dict[str, object]) -> None:
+    with out.with_suffix(".csv").open("w", newline="") as fh:
+        rows = csv.writer(fh)
+        rows.writerow([f.name for f in fields(Sample)])
+        rows.writerows([getattr(s, f.name) for f in fields(Sample)] for s in samples)
+    doc = {**meta, "samples": [asdict(s) for s in samples]}
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--minutes", type=float, required=True)
+    ap.add_argument("--rate", type=float, help="the worker's maximum rate; measured if absent")
+    ap.add_argument("--load", type=float, default=0.5, help="fraction of the maximum to offer")
+    ap.add_argument("--out", type=Path, default=Path("docs/soak.png"))
+    ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the run left out")
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
+    ap.add_argument("--quiet-period-s", type=float, default=60.0)
+    ap.add_argument("--generation-workflows", type=int, default=5_000)
+    ap.add_argument("--events-per-workflow", type=int, default=20)
+    ap.add_argument("--calibrate-events", type=int, default=300_000)
+    args = ap.parse_args()
+    with broker_with_topics("soak", args.partitions) as (broker, topics):
+        run(args, broker, topics)
+
+
+def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
+    print(machine())
+    flags = ("--store", args.store, "--quiet-period-s", str(args.quiet_period_s))
+    print(
+        f"worker: store {args.store}, {args.partitions} partition(s), --quiet-period-s "
+        f"{args.quiet_period_s:g} (released workflows evicted after it), defaults otherwise"
+    )
+    if args.rate is None:
+        maximum = calibrate(broker, args, flags, args.partitions)
+        print(f"maximum rate: {maximum:,.0f} events/s ({args.calibrate_events:,} events, measured)")
+    else:
+        maximum = args.rate
+        print(f"maximum rate: {maximum:,.0f} events/s (given)")
+    rate = maximum * args.load
+    per_generation = args.generation_workflows * (args.events_per_workflow + 1)
+    steady = per_generation / rate + args.quiet_period_s
+    print(
+        f"load: {rate:,.0f} events/s ({args.load:.0%} of the maximum) for {args.minutes:g} min; "
+        f"generations of {args.generation_workflows:,} workflows x ~{args.events_per_workflow} "
+        f"events + a release each ({per_generation / rate:.0f} s per generation)"
+    )
+    if args.minutes * 60 * args.warmup < steady:
+        print(
+            f"note: the warm-up ({args.minutes * 60 * args.warmup:.0f} s) is shorter than a "
+            f"generation plus the quiet period ({steady:.0f} s): the state is still filling"
+        )
+    worker = sampler = None
+    producer = Producer({**broker.client_config(), "linger.ms": 5, "enable.idempotence": True})
+    try:
+        worker = start_worker(broker, topics, *flags, metrics_port=free_port(), instance="soak")
+        print(f"worker processing {assigned(worker):.1f} s after its start; the load starts")
+        sampler = Sampler(broker, worker, topics)
+        events = stream(args.generation_workflows, args.events_per_workflow)
+        samples = drive(
+            producer, topics.input, events, rate, args.minutes * 60, sampler, args.every
+        )
+    finally:
+        if sampler is not None:
+            sampler.close()
+        if worker is not None:
+            worker.stop()
+    produced = samples[-1].produced if samples else 0
+    print(f"produced {produced:,} events; {len(samples)} samples every {args.every:g} s")
+    summary = summarize(samples, args, rate)
+    meta: dict[str, object] = {
+        "machine": machine(),
+        "params": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "maximum_rate": maximum,
+        "offered_rate": rate,
+        "summary": summary,
+    }
+    plot(samples, args.out, rate, args.minutes * 60 * args.warmup)
+    write(samples, args.out, meta)
+    print(f"wrote {args.out}, {args.out.with_suffix('.csv')}, {args.out.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()
