@@ -26,20 +26,7 @@ def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
 
 # Faults for a few minutes, then up to `Plan.quiescence_s` (300 s) to settle: above the default.
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize(
-    "runtime",
-    [
-        "kafka",
-        pytest.param(
-            "faust",
-            marks=pytest.mark.xfail(
-                reason="known defect, issue 9 open (ADR 0003, known limits): the faust worker "
-                "sometimes stops processing a partition; 2 of the 4 CI runs of 2026-12-01",
-                strict=False,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("runtime", ["kafka", "faust"])
 def test_every_fault_is_survived(runtime: str, own_broker: LocalKafka, tmp_path: Path) -> None:
     if runtime == "faust":
         pytest.importorskip("faust", reason="the faust extra is not installed (.[faust])")

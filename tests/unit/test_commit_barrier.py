@@ -79,3 +79,14 @@ def test_a_crashed_worker_exits_while_its_consumer_thread_still_runs() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert (done.returncode, done.stdout.strip()) == (0, "daemon"), done.stderr
+
+
+def test_a_record_below_what_the_agent_finished_is_a_redelivery() -> None:
+    """After a seek back to the committed offset, a record already finished (its outputs in the
+    open transaction) must not run again: a dead letter has no state to tell the repeat."""
+    barrier = CommitBarrier()
+    assert not barrier.done("in", 0, 0)  # nothing finished yet: everything is new
+    barrier.processed[("in", 0)] = 624
+    assert barrier.done("in", 0, 623) and not barrier.done("in", 0, 624)
+    barrier.forget([TP("in", 0)])  # the partition moved: its open transaction ended
+    assert not barrier.done("in", 0, 623)

@@ -31,8 +31,10 @@ class CommitBarrier:
     `pending` holds the delivery futures of every record written since the last commit; the
     commit waits for all of them, so it cannot leave a changelog write or a finding behind in
     the next transaction. `processed` is the next offset after the last event the agent
-    finished, per input partition: the commit may never go past it. Once `failure` is set the
-    worker has half-done work in its open transactions and must not commit again.
+    finished, per input partition, kept while the partition (and its open transaction) stays
+    with this worker: it is what the commit takes, and a record below it is a redelivery.
+    Once `failure` is set the worker has half-done work in its open transactions and must not
+    commit again.
     """
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -75,6 +77,14 @@ class CommitBarrier:
                 )
                 self.fail(exc)
                 raise exc
+
+    def done(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether the agent finished this record already, since this worker got its partition.
+
+        Its outputs are then in the partition's open transaction or a committed one: a seek
+        back to the committed offset redelivers it, and a dead letter has no state that would
+        let the engine see the repeat."""
+        return offset < self.processed.get((topic, partition), offset)
 
     def forget(self, tps: Iterable[TP]) -> None:
         for tp in tps:

@@ -4,6 +4,8 @@ of the input partition it belongs to."""
 from __future__ import annotations
 
 import time
+import weakref
+from collections import defaultdict
 from collections.abc import Awaitable, Mapping
 from typing import Any, cast
 
@@ -11,7 +13,7 @@ import faust
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import TP, HeadersArg, RecordMetadata
+from faust.types import TP, HeadersArg, Message, RecordMetadata
 from faust.types.transports import TransportT
 from mode.threads import ServiceThread, WorkerThread
 
@@ -119,32 +121,132 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = self._ensure_consumer()
         return cast(Mapping[TP, int], await consumer.end_offsets(partitions))
 
-    async def seek_to_committed(self) -> Mapping[TP, int]:
-        """After recovery, every input partition starts where the group committed, or at its
-        beginning when the group committed nothing there.
+    seek_epoch = 0  # how many seeks to committed so far: a fetch is stale once this moved on
 
-        aiokafka seeks only the partitions whose committed offset is above 0 and leaves the
-        others where its fetcher got to. faust drops what is fetched for a partition it holds
-        paused during recovery, so those records were never processed, and the next commit
-        (past later records) skipped them: the torture run lost the findings of every input
-        partition that had changed owner before anything of it was committed."""
-        committed = await super().seek_to_committed()
+    async def _fetch_records(
+        self,
+        consumer: Any,
+        active_partitions: set[TP],
+        timeout: float | None = None,
+        max_records: int | None = None,
+    ) -> Mapping[TP, Any]:
+        records = await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
+        # Read on the consumer thread with no await since the fetch: exact against the seeks.
+        return FetchedRecords(records, self.seek_epoch)
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        return cast(Mapping[TP, int], await self.call_thread(self._seek_to_committed))
+
+    async def _seek_to_committed(self) -> Mapping[TP, int | None]:
+        """Every assigned partition to where the group committed, as aiokafka's
+        `seek_to_committed`, with two changes; runs on the consumer thread.
+
+        An input partition the group committed nothing in starts at its beginning. aiokafka
+        seeks only the partitions whose committed offset is above 0 and leaves the others where
+        its fetcher got to; the torture run lost the findings of every input partition that had
+        changed owner before anything of it was committed.
+
+        `seek_epoch` moves on in the same step as the seeks (no await in between), so each
+        fetched batch is known to come from before or after them (`EosConsumer.is_stale`).
+        """
+        consumer = self._ensure_consumer()
         input_topic = cast(SplitbrainApp, self.app).input_topic
+        committed: dict[TP, int | None] = {}
+        for tp in consumer.assignment():
+            committed[tp] = await consumer.committed(tp)
         fresh = [
             tp
             for tp, offset in committed.items()
             if tp.topic == input_topic and (offset is None or offset <= 0)
         ]
+        self.seek_epoch += 1
+        for tp, offset in committed.items():
+            if offset is not None and offset > 0:
+                consumer.seek(tp, offset)
         if fresh:
-            await self.seek_to_beginning(*fresh)
+            # Its first step (before any await) asks the fetcher to reset them.
+            await consumer.seek_to_beginning(*fresh)
         return committed
+
+
+class FetchedRecords(dict[TP, Any]):
+    """One fetch's records, and the `seek_epoch` they were fetched in."""
+
+    def __init__(self, records: Mapping[TP, Any], seek_epoch: int) -> None:
+        super().__init__(records)
+        self.seek_epoch = seek_epoch
+
+
+class InputReadOffsets(defaultdict[TP, int | None]):
+    """faust's read offsets, which its fetch loop never sees for the input topic.
+
+    The loop drops every record below the read offset and counts a jump above it as a gap that
+    needs no ack. A seek resets the read offset, but records fetched before it keep arriving
+    and move it back up, so the records fetched again after the seek were dropped: a hole in
+    the partition that no ack ever filled. For the input topic the agent skips what was
+    fetched before a seek (`EosConsumer.is_stale`) and the commit uses what it processed, so
+    the loop delivers everything.
+    """
+
+    def __init__(self, input_topic: str) -> None:
+        super().__init__(lambda: None)
+        self.input_topic = input_topic
+
+    def __getitem__(self, tp: TP) -> int | None:
+        return None if tp.topic == self.input_topic else super().__getitem__(tp)
 
 
 class EosConsumer(faust_aiokafka.Consumer):
     """Commits only at event boundaries, only what was processed, only after it was delivered."""
 
+    _thread: EosConsumerThread
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_offset = InputReadOffsets(cast(SplitbrainApp, self.app).input_topic)
+        self._fetched_in: weakref.WeakKeyDictionary[Message, int] = weakref.WeakKeyDictionary()
+        self._batch_epoch = 0
+
     def _new_consumer_thread(self) -> EosConsumerThread:
         return EosConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _getmany(self, active_partitions: set[TP] | None, timeout: float) -> Any:
+        records = await super()._getmany(active_partitions, timeout)
+        self._batch_epoch = getattr(records, "seek_epoch", self._batch_epoch)
+        return records
+
+    def _to_message(self, tp: TP, record: Any) -> Any:
+        message = super()._to_message(tp, record)  # called while its batch is delivered
+        if tp.topic == cast(SplitbrainApp, self.app).input_topic:
+            self._fetched_in[message] = self._batch_epoch
+        return message
+
+    def is_stale(self, message: Message) -> bool:
+        """Whether the message was fetched before the last seek to the committed offsets.
+
+        faust seeks after every recovery while its fetch loop keeps delivering, and the fetcher
+        may have been ahead of the committed offset: a stale record is fetched again after the
+        seek, and processing it first would process its partition out of order.
+        """
+        epoch = self._fetched_in.get(message)
+        return epoch is not None and epoch != self._thread.seek_epoch
+
+    def _new_offset(self, tp: TP) -> int | None:
+        """For the input topic: the offset after the last event the agent finished.
+
+        faust commits the first run of consecutive acked offsets, and only once that run
+        starts next to the committed offset; a hole there (a record dropped or skipped) stopped
+        the partition's commits for good, silently. The agent processes each partition in
+        order from the last seek, so what it finished is what to commit.
+        """
+        if tp.topic != cast(SplitbrainApp, self.app).input_topic:
+            return super()._new_offset(tp)
+        self._acked[tp].clear()
+        self._acked_index[tp].clear()
+        self._gap.pop(tp, None)
+        return commit_barrier(self.app).processed.get((tp.topic, tp.partition))
 
     async def force_commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
         barrier = commit_barrier(self.app)
@@ -163,8 +265,8 @@ class EosConsumer(faust_aiokafka.Consumer):
         return await super()._commit_offsets(offsets, start_new_transaction=start_new_transaction)
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        # faust drops its acked offsets of these partitions here; drop ours with them.
-        commit_barrier(self.app).forget(revoked)
+        # Not `barrier.forget`: a partition that stays keeps its open transaction, and with it
+        # what the agent finished (`FaustWorker._on_assignment` forgets the ones that moved).
         cast(SplitbrainApp, self.app).metrics.revoked(tp.partition for tp in revoked)
         await super().on_partitions_revoked(revoked)
 

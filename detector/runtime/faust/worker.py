@@ -23,7 +23,7 @@ from detector.kafka.config import KafkaClientError
 from detector.runtime.faust.barrier import CommitBarrier, FaustRuntimeError
 from detector.runtime.faust.credentials import broker_credentials
 from detector.runtime.faust.table import TABLE_NAME, PartitionStates, StateTable
-from detector.runtime.faust.transport import SplitbrainApp
+from detector.runtime.faust.transport import EosConsumer, SplitbrainApp
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.topology import TopologyError, inspect_topics
@@ -146,8 +146,14 @@ class FaustWorker:
 
     async def _agent(self, stream: faust.StreamT[bytes]) -> None:
         barrier = self.app.barrier
+        consumer = cast(EosConsumer, self.app.consumer)
         async for event in stream.events():
             async with barrier.lock:
+                message = event.message
+                if consumer.is_stale(message) or barrier.done(
+                    message.topic, message.partition, message.offset
+                ):
+                    continue  # fetched again after a seek: processed in its order, once
                 spans = self.tracing.batch()  # the agent processes one record at a time
                 spans.add(event.message.partition, event.message.headers)
                 try:
@@ -249,8 +255,14 @@ class FaustWorker:
 
     def _on_assignment(self, assigned: set[TP]) -> None:
         """Forget the partitions another worker owns now: their state lives on over there, and
-        if one comes back it is restored from the changelog, not from a stale local copy."""
+        if one comes back it is restored from the changelog, not from a stale local copy. What
+        the agent finished in them goes too: their open transactions end with the move."""
         mine = {tp.partition for tp in assigned if tp.topic == self.settings.input_topic}
+        self.app.barrier.forget(
+            TP(topic, partition)
+            for topic, partition in list(self.app.barrier.processed)
+            if partition not in mine
+        )
         for partition in {*self.engines, *self.keys_by_partition} - mine:
             if self.engines.pop(partition, None) is not None:
                 self.metrics.partition_gone(partition)
