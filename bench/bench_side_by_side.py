@@ -63,7 +63,7 @@ from stack import broker_with_topics, machine, outputs_on, start_worker
 
 from detector import gc_tuning
 from detector.contracts.events import parse_event_json
-from detector.testing.kafka import LocalKafka
+from detector.testing.kafka import LocalKafka, free_port
 from detector.testing.topics import WorkerTopics, end_offsets, group_offsets, read_committed
 from detector.testing.worker import WorkerProcess
 
@@ -73,7 +73,7 @@ QUIX_REQUIREMENTS: Final = ROOT / "bench" / "requirements-quix.txt"
 QUIX_VENV: Final = ROOT / "var" / "bench-quix-venv"
 # The project's own pins the quixstreams venv takes: what detector.core needs beside pydantic,
 # and the RocksDB binding quixstreams' state runs on, at the version the worker's rocksdb store has.
-FROM_PROJECT: Final = ("msgpack", "rocksdict")
+FROM_PROJECT: Final = ("msgpack", "msgspec", "rocksdict")
 LATENCY_SLACK_MS: Final = 150.0  # the target: commit interval + this
 BATCH: Final = 1000  # rows 1 and 2: `consume(1000)`
 
@@ -179,10 +179,22 @@ def lacks_flag(flag: str) -> str | None:
     return None if flag in shown.stdout else f"`splitbrain worker --help` lists no {flag}"
 
 
-def rated(row: Row, done: Throughput) -> Row:
+def rated(row: Row, done: Throughput, waited_s: float | None = None) -> Row:
+    """`waited_s`: the worker's time in commits (its commit histogram's sum), if it has one."""
     row.value = done.rate
     row.note = f"first commit after {done.first_commit_s:.1f} s, all in {done.finished_s:.1f} s"
+    if waited_s is not None:
+        share = waited_s / (done.finished_s - done.first_commit_s)
+        row.note += f"; {waited_s:.1f} s ({share:.0%} of the run) waiting for commits"
     return row
+
+
+def commit_wait_s(worker: WorkerProcess) -> float | None:
+    """What the worker spent waiting for the broker in commits (flushes, offsets, the commit
+    itself; `splitbrain_transaction_commit_seconds`), None without its /metrics."""
+    if worker.metrics_port is None:
+        return None
+    return sum(worker.samples("splitbrain_transaction_commit_seconds_sum", "").values())
 
 
 # ---- row 5: the quixstreams application ----------------------------------------------------------
@@ -291,6 +303,7 @@ class SideBySide:
     input_bytes: int
     rows: dict[int, Row] = field(default_factory=dict)
     eos_topics: WorkerTopics | None = None  # row 3's: its changelog and its findings
+    waits: dict[str, float | None] = field(default_factory=dict)  # by instance: `commit_wait_s`
     findings: dict[str, Any] | None = None  # row 5's findings against row 3's
     latency: dict[str, Any] | None = None  # row 8's numbers
 
@@ -325,14 +338,20 @@ class SideBySide:
         """A worker from a fresh group on the history, rated, then stopped."""
         topics = outputs_on(self.broker, self.input_topic, f"sbs-{name}", self.args.partitions)
         worker = start_worker(
-            self.broker, topics, *commit_flags(self.args), *flags, runtime=runtime, instance=name
+            self.broker,
+            topics,
+            *commit_flags(self.args),
+            *flags,
+            runtime=runtime,
+            instance=name,
+            metrics_port=free_port(),
         )
         return self.rate(worker), topics
 
     def rate(self, process: WorkerProcess) -> Throughput:
         """Rate `process` (just started) as bench_worker.py does; stop it whatever happens."""
         try:
-            return throughput(
+            done = throughput(
                 self.broker,
                 process,
                 process.topics,
@@ -340,6 +359,8 @@ class SideBySide:
                 self.total,
                 self.args.sample_interval_s,
             )
+            self.waits[process.instance] = commit_wait_s(process)
+            return done
         except SystemExit as exc:  # it died, or did not finish
             raise UnavailableError(f"it failed: {str(exc).splitlines()[0]}") from None
         finally:
@@ -347,7 +368,7 @@ class SideBySide:
 
     def eos(self, row: Row) -> None:
         done, self.eos_topics = self.worker("eos")
-        rated(row, done)
+        rated(row, done, self.waits.get("eos"))
 
     def changelog(self, row: Row) -> None:
         if self.eos_topics is None:
@@ -364,7 +385,8 @@ class SideBySide:
         missing = lacks_flag("--processing-guarantee")
         if missing is not None:
             raise UnavailableError(missing)
-        rated(row, self.worker("alo", "--processing-guarantee", "at-least-once")[0])
+        done = self.worker("alo", "--processing-guarantee", "at-least-once")[0]
+        rated(row, done, self.waits.get("alo"))
 
     def faust(self, row: Row) -> None:
         rated(row, self.worker("faust", runtime="faust")[0])

@@ -133,10 +133,11 @@ class Sampler:
 
 
 def assigned(worker: WorkerProcess, timeout: float = 300.0) -> float:
-    """Seconds until the worker exports a lag, which it does once it has its partitions and has
-    restored them: the load starts then, so that the start-up is no backlog in the samples."""
+    """Seconds until the worker exports its partitions' state sizes, which it does once it has
+    its partitions and has restored them (its lag only once it has read a record, so not on the
+    empty input): the load starts then, so that the start-up is no backlog in the samples."""
     started = time.monotonic()
-    while total(worker.metrics(), "splitbrain_consumer_lag_records") is None:
+    while total(worker.metrics(), "splitbrain_state_workflows") is None:
         if not worker.alive():
             raise SystemExit(f"the worker exited:\n{worker.tail()}")
         if time.monotonic() - started > timeout:
