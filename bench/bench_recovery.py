@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from bench_engine import _event, history
-from bench_worker import committed, publish, topic_bytes, workflow_key
+from bench_worker import committed, produce, publish, topic_bytes, workflow_key
 from confluent_kafka import Consumer, IsolationLevel, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from stack import broker_with_topics, machine, start_worker, vm_kb
@@ -129,12 +129,7 @@ def fill(broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow:
         states = processor.detector.states
         stale = stale or Stale.among(states)
         for key, state in list(states.items())[: workflows - written]:
-            while True:
-                try:
-                    producer.produce(topics.changelog, key=key.encode(), value=encode_state(state))
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+            produce(producer, topics.changelog, key.encode(), encode_state(state))
             written += 1
             in_txn += 1
             if in_txn == TXN_RECORDS:

@@ -35,7 +35,7 @@ from typing import Final
 
 from bench_engine import _event, history
 from bench_recovery import tagged
-from bench_worker import committed, publish, throughput
+from bench_worker import committed, produce, publish, throughput
 from confluent_kafka import Consumer, IsolationLevel, Producer
 from confluent_kafka.admin import AdminClient
 from matplotlib.figure import Figure
@@ -163,13 +163,7 @@ def drive(
     while (now := time.monotonic()) - started < seconds:
         due = int((now - started) * rate)
         while sent < due:
-            key, value = next(events)
-            while True:
-                try:
-                    producer.produce(topic, key=key, value=value)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce(producer, topic, *next(events))
             sent += 1
         producer.poll(0)
         if now >= next_sample:

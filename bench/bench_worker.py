@@ -29,18 +29,23 @@ def workflow_key(raw: bytes) -> bytes:
     return str(json.loads(raw)["workflow_key"]).encode()
 
 
+def produce(producer: Producer, topic: str, key: bytes, value: bytes) -> None:
+    """One record, waiting for room when the producer's queue is full (a bench produces faster
+    than the broker takes it)."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def publish(bootstrap: str, topic: str, lines: list[bytes]) -> None:
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000}
     )
     for raw in lines:
-        key = workflow_key(raw)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=raw)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce(producer, topic, workflow_key(raw), raw)
     if producer.flush(120) != 0:
         raise SystemExit("the history was not fully published")
 
