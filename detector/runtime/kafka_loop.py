@@ -23,6 +23,7 @@ from typing import Final
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
@@ -32,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from detector.core import Detector, encode_state
 from detector.errors import ExitCode, SplitbrainError
+from detector.kafka.offsets import end_offsets
 from detector.runtime.output import open_output
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
@@ -95,6 +97,7 @@ class KafkaLoopWorker:
             }
         )
         self.output = open_output(settings, self.consumer)
+        self.admin = AdminClient(settings.kafka)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -358,6 +361,18 @@ class KafkaLoopWorker:
         return PartitionState(store, processor)
 
     def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
+        """Up to each partition's high watermark as it was when the restore began.
+
+        Not merely to where a read_committed reader first reports the end: that is the last
+        stable offset, which stops short of a transaction whose commit the coordinator has
+        acknowledged but not yet marked on the partition (its markers are written after the
+        producer's commit returns). States read to there, with the committed offsets read after
+        them, would resume past events whose effect on the state was never loaded. A transaction
+        still open (a paused zombie's) is waited out: the coordinator aborts it at its timeout.
+        """
+        ends = end_offsets(
+            self.admin, self.s.changelog_topic, restored, IsolationLevel.READ_UNCOMMITTED
+        )
         reader = Consumer(
             {
                 **self.s.kafka,
@@ -377,7 +392,18 @@ class KafkaLoopWorker:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(_coordinates(msg)[1])
+                            # Reported again, further on, once an undecided transaction is decided.
+                            _, partition, end = _coordinates(msg)
+                            if end >= ends[partition]:
+                                pending.discard(partition)
+                            else:
+                                log.info(
+                                    "changelog partition %d: a transaction at %d is undecided, "
+                                    "waiting for it (end %d)",
+                                    partition,
+                                    end,
+                                    ends[partition],
+                                )
                             continue
                         raise KafkaException(err)
                     raw_key, value = msg.key(), msg.value()
@@ -390,7 +416,7 @@ class KafkaLoopWorker:
     def _ensure_changelog(self) -> None:
         """The changelog is ours: compacted and co-partitioned with the input; create if absent
         (after checking that every topic the worker writes can take what it writes)."""
-        admin = AdminClient(self.s.kafka)
+        admin = self.admin
         partitions, replication = inspect_topics(admin, self.s)
         if self.s.changelog_topic in admin.list_topics(timeout=30).topics:
             return

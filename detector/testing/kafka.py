@@ -260,27 +260,38 @@ class KafkaStatus:
     data_dir: Path
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 *below* the kernel's ephemeral range.
+    """A free TCP port on 127.0.0.1 *below* the kernel's ephemeral range, never one this process
+    handed out before.
 
     Why not port 0: that hands out an ephemeral port, which the kernel may later give to some
     client's outgoing connection while the broker is down (between kill and restart), and then
     the broker cannot bind its own port again. It also invites TCP self-connects on loopback.
+    Why remember: a port is free when it is handed out, not when its server binds it; a test
+    that takes a worker's metrics port, then Prometheus's, before starting the worker could
+    otherwise be given the same port twice, and the second server to bind it fails.
     """
     low = _ephemeral_port_low()
     floor = 10000
     if low - floor >= 1000:
         for _ in range(100):
             port = floor + secrets.randbelow(low - floor)
+            if port in _handed_out:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-                return port
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         fallback: int = sock.getsockname()[1]
+        _handed_out.add(fallback)
         return fallback
 
 

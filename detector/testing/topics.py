@@ -22,11 +22,12 @@ from confluent_kafka import (
     KafkaError,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from detector.contracts.events import MAX_EVENT_BYTES
 from detector.contracts.topics import changelog_topic
 from detector.errors import SplitbrainError
+from detector.kafka.offsets import end_offsets as kafka_end_offsets
 
 # A dead letter carries the largest record the input accepts, plus its error headers.
 _DLQ_MAX_MESSAGE_BYTES: Final = 4 * 1024 * 1024
@@ -88,10 +89,7 @@ def end_offsets(
     admin: AdminClient, topic: str, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED
 ) -> dict[int, int]:
     """Per partition: the last stable offset (read_committed) or the high watermark."""
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    request = {TopicPartition(topic, p): latest for p in _partitions(admin, topic)}
-    futures = admin.list_offsets(request, isolation_level=isolation)
-    return {tp.partition: future.result(30).offset for tp, future in futures.items()}
+    return kafka_end_offsets(admin, topic, _partitions(admin, topic), isolation)
 
 
 def group_offsets(admin: AdminClient, group: str, topic: str) -> dict[int, int]:

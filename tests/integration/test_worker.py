@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from detector.contracts.events import parse_event_json
+from detector.core import Detector, encode_state
 from detector.testing.kafka import LocalKafka
 from detector.testing.topics import TopicReader, quiescent, read_committed
 from detector.testing.torture.poison import corpus
@@ -395,3 +396,53 @@ def test_sasl_ssl_scram_connection(
         assert w.stop() == 0, w.tail()
     finally:
         d.close()
+
+
+@pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
+def test_a_restore_loads_the_previous_owners_last_commit_even_before_it_is_marked(
+    deployment: Deployment,
+) -> None:
+    """The previous owner's last transaction, acknowledged to it but not yet marked on the
+    changelog by the coordinator, is invisible to a read_committed reader for a moment, exactly
+    like an open one. A restore that stopped there would judge the next events without the
+    takeover that transaction recorded. Here the transaction is held open (as a paused zombie's
+    would be) while the worker restores, and committed afterwards: the stale event that follows
+    must still be judged against the takeover."""
+    key = "handoff-wf"
+    history = [
+        event("h1", "lease_acquired", key, 17, 1),
+        event("h2", "lease_acquired", key, 18, 2),
+    ]
+    stale = event("h3", "progress", key, 17, 3)
+    previous = Detector()
+    for line in history:
+        previous.observe(parse_event_json(line))
+    admin = AdminClient(deployment.config)
+    changelog = NewTopic(
+        deployment.topics.changelog, PARTITIONS, 1, config={"cleanup.policy": "compact"}
+    )
+    admin.create_topics([changelog])[deployment.topics.changelog].result(30)
+    owner = Producer({**deployment.config, "transactional.id": f"{deployment.topics.group}-prev"})
+    owner.init_transactions(30)
+    owner.begin_transaction()
+    owner.produce(
+        deployment.topics.changelog,
+        key=key.encode(),
+        value=encode_state(previous.states[key]),
+        partition=0,
+    )
+    owner.flush(30)
+
+    w = deployment.worker()
+    wait_for(
+        lambda: any(s in w.log.read_text() for s in ("is undecided", "restored partitions")),
+        "the restore to reach the undecided transaction (or to end before it)",
+        workers=[w],
+    )
+    owner.commit_transaction(30)
+    deployment.publish([(key.encode(), stale)], partition=0)
+    expected = audited([*history, stale])
+    assert len(expected) == 1
+    with deployment.reader(deployment.topics.findings) as findings:
+        wait_for_audit(findings, expected, [w])
+    assert w.stop() == 0, w.tail()

@@ -46,7 +46,7 @@ def test_every_fault_is_survived(runtime: str, own_broker: LocalKafka, tmp_path:
     assert report.missing == []
     assert report.extra == []
     assert report.duplicate_revisions == []
-    assert report.mismatched == []
+    assert report.mismatched == [], report.differences
     assert report.lagging_partitions == []
     assert report.open_transactions == []
     assert report.dlq_problems == []

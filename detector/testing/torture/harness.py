@@ -52,6 +52,7 @@ class Report:
     extra: list[str] = field(default_factory=list)
     duplicate_revisions: list[tuple[str, int]] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
+    differences: dict[str, list[str]] = field(default_factory=dict)  # by mismatched finding
     lagging_partitions: list[int] = field(default_factory=list)
     open_transactions: list[str] = field(default_factory=list)
     dlq_problems: list[str] = field(default_factory=list)
@@ -79,6 +80,11 @@ class Report:
             f"extra findings: {len(self.extra)} {self.extra[:5]}",
             f"duplicate revisions: {len(self.duplicate_revisions)} {self.duplicate_revisions[:5]}",
             f"latest revision differs from oracle: {len(self.mismatched)} {self.mismatched[:5]}",
+            *(
+                f"  {fid} {difference}"
+                for fid in self.mismatched[:3]
+                for difference in self.differences.get(fid, [])
+            ),
             f"partitions with committed offset short of the end: {self.lagging_partitions}",
             f"open transactions (LSO < high watermark): {self.open_transactions}",
             f"DLQ problems: {len(self.dlq_problems)} {self.dlq_problems[:5]}",
@@ -199,11 +205,11 @@ class Harness:
                 latest[doc["finding_id"]] = doc
         r.missing = sorted(set(oracle) - set(latest))
         r.extra = sorted(set(latest) - set(oracle))
-        r.mismatched = sorted(
-            fid
-            for fid in set(oracle) & set(latest)
-            if json.loads(oracle[fid].to_json()) != latest[fid]
-        )
+        for fid in sorted(set(oracle) & set(latest)):
+            differences = _differences(json.loads(oracle[fid].to_json()), latest[fid])
+            if differences:
+                r.mismatched.append(fid)
+                r.differences[fid] = differences
         r.lagging_partitions = lagging_partitions(self.admin, self.topics)
         outputs = (self.topics.findings, self.topics.dlq, self.topics.changelog)
         r.open_transactions = open_transactions(self.admin, outputs)
@@ -225,6 +231,15 @@ class Harness:
 
     def stop_all(self) -> None:
         self.group.stop_all()
+
+
+def _differences(oracle: Mapping[str, Any], stream: Mapping[str, Any]) -> list[str]:
+    """Each field where the stream's latest revision differs from the oracle's final one."""
+    return [
+        f"{name}: oracle {oracle.get(name)!r}, stream {stream.get(name)!r}"
+        for name in sorted(oracle.keys() | stream.keys())
+        if oracle.get(name) != stream.get(name)
+    ]
 
 
 # ---- fault plans ----------------------------------------------------------------------------
