@@ -398,7 +398,7 @@ def test_sasl_ssl_scram_connection(
         d.close()
 
 
-@pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
+@pytest.mark.parametrize("deployment", WITH_STORES, indirect=True)
 def test_a_restore_loads_the_previous_owners_last_commit_even_before_it_is_marked(
     deployment: Deployment,
 ) -> None:
