@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _BATCH: Final = 500
 _POLL_S: Final = 0.05
+_END_OFFSETS_TIMEOUT_S: Final = 5.0  # short: a SIGTERM during a restore is seen between asks
 
 
 class FencedError(SplitbrainError):
@@ -370,9 +371,9 @@ class KafkaLoopWorker:
         them, would resume past events whose effect on the state was never loaded. A transaction
         still open (a paused zombie's) is waited out: the coordinator aborts it at its timeout.
         """
-        ends = end_offsets(
-            self.admin, self.s.changelog_topic, restored, IsolationLevel.READ_UNCOMMITTED
-        )
+        ends = self._changelog_ends(list(restored))
+        if ends is None:  # stopping
+            return
         reader = Consumer(
             {
                 **self.s.kafka,
@@ -412,6 +413,22 @@ class KafkaLoopWorker:
                     restored[_coordinates(msg)[1]].store.load(raw_key.decode(), value)
         finally:
             reader.close()
+
+    def _changelog_ends(self, partitions: list[int]) -> dict[int, int] | None:
+        """The changelog partitions' high watermarks, asked again while the broker does not
+        answer (a restore cannot start without them); None when the worker is stopping."""
+        while not self.stopping:
+            try:
+                return end_offsets(
+                    self.admin,
+                    self.s.changelog_topic,
+                    partitions,
+                    IsolationLevel.READ_UNCOMMITTED,
+                    timeout=_END_OFFSETS_TIMEOUT_S,
+                )
+            except (KafkaException, TimeoutError) as exc:
+                log.warning("changelog end offsets not known yet (%s); asking again", exc)
+        return None
 
     def _ensure_changelog(self) -> None:
         """The changelog is ours: compacted and co-partitioned with the input; create if absent

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Final, cast
 
 import faust
-from confluent_kafka import IsolationLevel
+from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka.admin import AdminClient
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import TransactionManager
@@ -133,23 +133,31 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         consumer = self._ensure_consumer()
-        admin = cast(SplitbrainApp, self.app).admin
-        loop = asyncio.get_running_loop()
         while True:
             stable = cast(Mapping[TP, int], await consumer.end_offsets(partitions))
-            undecided = []
-            for topic in {tp.topic for tp in partitions}:
-                mine = [tp.partition for tp in partitions if tp.topic == topic]
-                high = await loop.run_in_executor(
-                    None, end_offsets, admin, topic, mine, IsolationLevel.READ_UNCOMMITTED
-                )
-                undecided += [
-                    tp for tp in stable if tp.topic == topic and stable[tp] < high[tp.partition]
-                ]
-            if not undecided:
-                return stable
-            log.info("recovery of %s: a transaction is undecided, waiting for it", undecided)
+            try:
+                high = await self._high_watermarks(partitions)
+            except (KafkaException, TimeoutError) as exc:  # asked again, as faust's own calls are
+                log.warning("changelog end offsets not known yet (%s); asking again", exc)
+            else:
+                undecided = [tp for tp in partitions if stable[tp] < high[tp]]
+                if not undecided:
+                    return stable
+                log.info("recovery of %s: a transaction is undecided, waiting for it", undecided)
             await asyncio.sleep(_UNDECIDED_POLL_S)
+
+    async def _high_watermarks(self, partitions: list[TP]) -> dict[TP, int]:
+        """Off the consumer thread's loop: the admin client's calls block."""
+        admin = cast(SplitbrainApp, self.app).admin
+        loop = asyncio.get_running_loop()
+        high: dict[TP, int] = {}
+        for topic in {tp.topic for tp in partitions}:
+            mine = [tp.partition for tp in partitions if tp.topic == topic]
+            ends = await loop.run_in_executor(
+                None, end_offsets, admin, topic, mine, IsolationLevel.READ_UNCOMMITTED
+            )
+            high.update({TP(topic, p): end for p, end in ends.items()})
+        return high
 
     seek_epoch = 0  # how many seeks to committed so far: a fetch is stale once this moved on
 
