@@ -5,12 +5,16 @@ Job-queue vocabularies (kind and field aliases) are folded into the canonical na
 Only a required field can cost an event: an invalid optional one is left out, and the event says
 so in `dropped_fields` (DESIGN §3). Enter through `parse_event_json` and `parse_event_obj`: the
 drops, the names that must agree and the `request` of a job queue are handled there, on a slow
-path that a valid canonical event never takes.
+path that a valid canonical event never takes. What a valid event does pay is one filter for a
+field written twice (`_may_repeat`: ~1.4 µs per event on the torture history, against ~3.5 µs
+for the parse, `python bench/bench_parse.py`), since the JSON parser keeps a repeated key's last
+value without a word.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -257,16 +261,105 @@ class EventError(SplitbrainError, ValueError):
 def parse_event_json(raw: str | bytes) -> OwnershipEvent:
     """Parse one JSON object into an event, or raise `EventError` naming the field.
 
-    An invalid optional field is dropped and listed in the event's `dropped_fields`.
+    An invalid optional field is dropped and listed in the event's `dropped_fields`. A field
+    the event is read from, given twice with different values, makes it malformed (DESIGN §3):
+    the JSON parsers keep the last value silently.
     """
     try:
         event = OwnershipEvent.model_validate_json(raw)
     except ValidationError as exc:
+        _once_each(raw)
         return _salvage(exc, lambda: from_json(raw))
-    if "job_queue_name" in event.__pydantic_fields_set__:  # the property costs twice as much
+    fields = event.__pydantic_fields_set__
+    if "job_queue_name" in fields:  # the property costs twice as much
+        _once_each(raw)
         _names_agree(from_json(raw))
         _forget_names(event)
+    elif _may_repeat(raw, event):
+        _once_each(raw)
     return event
+
+
+# The names an event is read from: a repeated unknown name changes nothing and is not checked.
+_READ_NAMES: Final = frozenset(
+    {
+        *(n for n, info in OwnershipEvent.model_fields.items() if not info.exclude),
+        *(a for names in FIELD_ALIASES.values() for a in names),
+        TOOL_REQUEST_FIELD,
+    }
+)
+
+
+# Where a name written compactly as a key ends, and each model field's name as such a key.
+_KEY_END: Final = b'":'
+_AS_KEY: Final = {name: f'"{name}":'.encode() for name in OwnershipEvent.model_fields}
+_LOOSE: Final = re.compile(rb'"[ \t\n\r]').search  # a quote before whitespace (one C call)
+
+
+def _may_repeat(raw: str | bytes, event: OwnershipEvent) -> bool:
+    """Whether `raw` may give one of the event's fields twice: a cheap necessary condition, so
+    that only such texts pay for `_once_each`. The common case costs one count: in a text whose
+    keys are all written compactly (`"name":`, no escape, no space before the colon) each key
+    ends in one quote-colon, and string values may hold more; as many as the event's fields
+    and nested keys means that no name came twice."""
+    text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if b"\\u" in text or _LOOSE(text) is not None:
+        return True  # a name spelt with an escape, or perhaps a key before a spaced colon
+    fields = event.__pydantic_fields_set__
+    attrs, detail = event.attrs, event.detail
+    keys = len(fields) + (len(attrs) if attrs else 0) + (_keys_in(detail) if detail else 0)
+    if text.count(_KEY_END) == keys:
+        return False
+    return any(text.count(_AS_KEY[name]) > 1 for name in fields)
+
+
+def _keys_in(value: Any) -> int:
+    if isinstance(value, dict):
+        return len(value) + sum(_keys_in(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_keys_in(v) for v in value)
+    return 0
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as the (name, value) pairs it was written with, repeats included."""
+
+
+def _plain(value: Any) -> Any:
+    """A value read with `_Pairs` for objects, as a comparable value (objects as dicts)."""
+    if isinstance(value, _Pairs):
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _once_each(raw: str | bytes) -> None:
+    """Raise `EventError` when a name the event is read from is given twice with different
+    values (a value's type counts: 1 is not 1.0 nor true). Not JSON, or not an object: the
+    validator's own error says so."""
+    try:
+        top = json.loads(raw, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError alike
+        return
+    if not isinstance(top, _Pairs):
+        return
+    first: dict[str, Any] = {}
+    for name, value in top:
+        if name not in _READ_NAMES:
+            continue
+        if name not in first:
+            first[name] = value
+        elif not _same(first[name], value):
+            raise EventError("given twice with different values", name)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        a, b = _plain(a), _plain(b)
+    except RecursionError:
+        return False
+    return type(a) is type(b) and a == b
 
 
 def parse_event_obj(obj: Mapping[str, Any]) -> OwnershipEvent:

@@ -270,6 +270,11 @@ def test_a_stale_tool_request_in_a_job_queue_log_is_found_under_its_request_id(
             '"owner_epoch": 1, "worker_id": "w"}',
             "workflow_key: given twice",
         ),
+        (
+            '{"event_id": "j", "kind": "heartbeat", "workflow_key": "8f1b", '
+            '"owner_epoch": 41, "owner_epoch": 42, "worker_id": "w1"}',
+            "owner_epoch: given twice",
+        ),
     ],
 )
 def test_a_line_that_says_one_thing_twice_is_a_bad_line_naming_it(

@@ -225,6 +225,50 @@ def test_one_field_under_two_names_with_one_value_is_fine() -> None:
     assert "job" not in event.model_dump() and "job_queue_name" not in event.model_dump()
 
 
+# One JSON text, one name written twice: json.dumps cannot write that, so these are literal.
+_HEAD = '{"event_id": "e1", "kind": "heartbeat", "workflow_key": "wf", "worker_id": "w1"'
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (_HEAD + ', "owner_epoch": 17, "owner_epoch": 18}', "owner_epoch"),
+        (_HEAD + ', "owner_epoch": 17, "seq": 4, "seq": 40}', "seq"),
+        (_HEAD + ', "owner_epoch": 17, "seq": 4, "seq": 4.0}', "seq"),  # int against float
+        (_HEAD + ', "owner_epoch": 17, "kind": "lease_acquired"}', "kind"),
+        (_HEAD + ', "owner_epoch": 17, "\\u006bind": "lease_acquired"}', "kind"),  # an escape
+        (_HEAD + ', "owner_epoch": 17, "seq": null, "seq": 4}', "seq"),
+        (_HEAD + ', "owner_epoch": 17, "attrs": {"model": "a"}, "attrs": {"model": "b"}}', "attrs"),
+        # with an invalid optional field too (the slow path that drops it)
+        (_HEAD + ', "owner_epoch": 1, "owner_epoch": 2, "span_id": "zz"}', "owner_epoch"),
+        # a job queue's names
+        (_HEAD.replace('"workflow_key"', '"job"') + ', "token": 1, "job": "wf2"}', "job"),
+    ],
+)
+def test_one_name_written_twice_with_different_values_is_refused(text: str, field: str) -> None:
+    """JSON parsers keep the last value silently: a zombie's epoch written twice would pass as
+    its successor's (DESIGN §3: a bad line, never a silent choice)."""
+    for doc in (text, text.encode()):
+        with pytest.raises(EventError, match="given twice with different values") as err:
+            parse_event_json(doc)
+        assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _HEAD + ', "owner_epoch": 17, "owner_epoch": 17}',
+        _HEAD + ', "owner_epoch": 17, "detail": {"a": 1, "b": 2}, "detail": {"b": 2, "a": 1}}',
+        _HEAD + ', "owner_epoch": 17, "not_a_field": 1, "not_a_field": 2}',  # ignored anyway
+        '{"event_id": "e1", "kind": "heartbeat", "workflow_key": "wf", "owner_epoch": 17, '
+        '"worker_id": "\\"kind\\": \\"seq\\"", "detail": {"kind": "x", "seq": 1}}',
+    ],
+)
+def test_a_name_written_twice_with_one_value_or_only_inside_values_is_fine(text: str) -> None:
+    event = parse_event_json(text)
+    assert (event.workflow_key, event.owner_epoch, event.kind.value) == ("wf", 17, "heartbeat")
+
+
 def test_truncated_json_is_an_event_error() -> None:
     with pytest.raises(EventError):
         parse_event_json(raw()[:-5])

@@ -57,6 +57,14 @@ def test_one_field_under_two_names_that_disagree_is_dead_lettered() -> None:
     assert "given twice" in dead.reason
 
 
+def test_an_epoch_written_twice_is_dead_lettered_naming_it() -> None:
+    value = json.dumps(EVENT).encode()[:-1] + b', "owner_epoch": 99}'
+    dead = admit(b"wf", value, "agent.ownership.v1", 0, 42)
+    assert isinstance(dead, DeadLetter)
+    assert (dead.reason_code, dead.field) == ("invalid", "owner_epoch")
+    assert "given twice" in dead.reason
+
+
 def test_the_size_limit_is_the_one_audit_applies() -> None:
     padding = "x" * MAX_EVENT_BYTES
     dead = admitted(destination=padding)
