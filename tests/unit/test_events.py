@@ -239,6 +239,10 @@ _HEAD = '{"event_id": "e1", "kind": "heartbeat", "workflow_key": "wf", "worker_i
         (_HEAD + ', "owner_epoch": 17, "\\u006bind": "lease_acquired"}', "kind"),  # an escape
         (_HEAD + ', "owner_epoch": 17, "seq": null, "seq": 4}', "seq"),
         (_HEAD + ', "owner_epoch": 17, "attrs": {"model": "a"}, "attrs": {"model": "b"}}', "attrs"),
+        (
+            _HEAD + ', "owner_epoch": 1, "detail": {"n": {"m": [{"x": 1}]}}, "owner_epoch": 2}',
+            "owner_epoch",
+        ),
         # with an invalid optional field too (the slow path that drops it)
         (_HEAD + ', "owner_epoch": 1, "owner_epoch": 2, "span_id": "zz"}', "owner_epoch"),
         # a job queue's names
@@ -260,6 +264,7 @@ def test_one_name_written_twice_with_different_values_is_refused(text: str, fiel
         _HEAD + ', "owner_epoch": 17, "owner_epoch": 17}',
         _HEAD + ', "owner_epoch": 17, "detail": {"a": 1, "b": 2}, "detail": {"b": 2, "a": 1}}',
         _HEAD + ', "owner_epoch": 17, "not_a_field": 1, "not_a_field": 2}',  # ignored anyway
+        _HEAD + ', "owner_epoch": 17, "detail": {"n": {"m": [{"x": 1}, {"y": [2]}]}, "k": 1}}',
         '{"event_id": "e1", "kind": "heartbeat", "workflow_key": "wf", "owner_epoch": 17, '
         '"worker_id": "\\"kind\\": \\"seq\\"", "detail": {"kind": "x", "seq": 1}}',
     ],
