@@ -120,9 +120,12 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     which recovery turns into "empty changelog" and skips restoring the table (faust #158). With
     `isolation_level=read_committed`, ListOffsets(latest) answers with the LSO itself. But the
     LSO stops short of the previous owner's last commit until the coordinator has marked it on
-    the partition (after the producer's commit returned): recovery waits for the LSO to reach
-    the high watermark, as the kafka runtime's restore does (a paused zombie's open transaction
-    is waited out until the coordinator aborts it).
+    the partition (after the producer's commit returned): for a partition that moved in with
+    the rebalance, recovery waits for the LSO to reach the high watermark, as the kafka
+    runtime's restore does (a paused zombie's open transaction is waited out until the
+    coordinator aborts it). Not for a partition this worker kept: it was its only writer, and
+    the transaction still open there is its own, which only it can end (waiting for it stalled
+    recovery until the coordinator aborted it, and the fenced worker crashed).
 
     Its thread is a daemon (`DaemonWorkerThread`): mode makes it a non-daemon one, which after a
     crash (a fenced producer, say) outlives the closed event loop and keeps the process from
@@ -133,14 +136,16 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         consumer = self._ensure_consumer()
+        moved_in = cast(SplitbrainApp, self.app).moved_in
+        waited = [tp for tp in partitions if tp.partition in moved_in]
         while True:
             stable = cast(Mapping[TP, int], await consumer.end_offsets(partitions))
             try:
-                high = await self._high_watermarks(partitions)
+                high = await self._high_watermarks(waited)
             except (KafkaException, TimeoutError) as exc:  # asked again, as faust's own calls are
                 log.warning("changelog end offsets not known yet (%s); asking again", exc)
             else:
-                undecided = [tp for tp in partitions if stable[tp] < high[tp]]
+                undecided = [tp for tp in waited if stable[tp] < high[tp]]
                 if not undecided:
                     return stable
                 log.info("recovery of %s: a transaction is undecided, waiting for it", undecided)
@@ -318,6 +323,7 @@ class SplitbrainApp(faust.App):
     """A faust App on `EosTransport`, carrying the state the subclasses above share."""
 
     admin: AdminClient  # the worker's librdkafka settings: end offsets by isolation level
+    moved_in: frozenset[int] = frozenset()  # input partitions the last rebalance brought in
     barrier: CommitBarrier
     input_topic: str
     copartitioned_outputs: dict[str, str]
