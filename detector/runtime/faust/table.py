@@ -37,13 +37,8 @@ class StateTable(faust.Table):  # type: ignore[type-arg]
         newly_assigned: set[TP],
         generation_id: int = 0,
     ) -> None:
-        """Before recovery starts: let the worker drop what moved to other workers, and say
-        which partitions moved in (their recovery waits out undecided transactions)."""
+        """Before recovery starts: let the worker drop what moved to other workers."""
         self.rebalanced_at = time.monotonic()
-        app = cast(SplitbrainApp, self.app)
-        app.moved_in = frozenset(
-            tp.partition for tp in newly_assigned if tp.topic == app.input_topic
-        )
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
         if self.on_assignment is not None:
             self.on_assignment(assigned)

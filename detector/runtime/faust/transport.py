@@ -3,17 +3,13 @@ of the input partition it belongs to."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Mapping
-from typing import Any, Final, cast
+from typing import Any, cast
 
 import faust
-from confluent_kafka import IsolationLevel, KafkaException
-from confluent_kafka.admin import AdminClient
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -21,13 +17,8 @@ from faust.types import TP, HeadersArg, Message, RecordMetadata
 from faust.types.transports import TransportT
 from mode.threads import ServiceThread, WorkerThread
 
-from detector.kafka.offsets import end_offsets
 from detector.runtime.faust.barrier import CommitBarrier
 from detector.telemetry.metrics import WorkerMetrics
-
-log = logging.getLogger(__name__)
-
-_UNDECIDED_POLL_S: Final = 0.1  # how often recovery asks again while a transaction is undecided
 
 
 def commit_barrier(app: Any) -> CommitBarrier:
@@ -112,20 +103,12 @@ class DaemonWorkerThread(WorkerThread):
 
 
 class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Recovery reads the changelog up to the last stable offset the broker reports, once no
-    transaction below the high watermark is undecided.
+    """Recovery reads the changelog up to the last stable offset the broker reports.
 
     faust's `_highwaters` (transport/drivers/aiokafka.py) returns aiokafka's cached
     `last_stable_offset(tp)` in exactly-once mode; that is None for a partition not fetched yet,
     which recovery turns into "empty changelog" and skips restoring the table (faust #158). With
-    `isolation_level=read_committed`, ListOffsets(latest) answers with the LSO itself. But the
-    LSO stops short of the previous owner's last commit until the coordinator has marked it on
-    the partition (after the producer's commit returned): for a partition that moved in with
-    the rebalance, recovery waits for the LSO to reach the high watermark, as the kafka
-    runtime's restore does (a paused zombie's open transaction is waited out until the
-    coordinator aborts it). Not for a partition this worker kept: it was its only writer, and
-    the transaction still open there is its own, which only it can end (waiting for it stalled
-    recovery until the coordinator aborted it, and the fenced worker crashed).
+    `isolation_level=read_committed`, ListOffsets(latest) answers with the LSO itself.
 
     Its thread is a daemon (`DaemonWorkerThread`): mode makes it a non-daemon one, which after a
     crash (a fenced producer, say) outlives the closed event loop and keeps the process from
@@ -136,33 +119,7 @@ class EosConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         consumer = self._ensure_consumer()
-        moved_in = cast(SplitbrainApp, self.app).moved_in
-        waited = [tp for tp in partitions if tp.partition in moved_in]
-        while True:
-            stable = cast(Mapping[TP, int], await consumer.end_offsets(partitions))
-            try:
-                high = await self._high_watermarks(waited)
-            except (KafkaException, TimeoutError) as exc:  # asked again, as faust's own calls are
-                log.warning("changelog end offsets not known yet (%s); asking again", exc)
-            else:
-                undecided = [tp for tp in waited if stable[tp] < high[tp]]
-                if not undecided:
-                    return stable
-                log.info("recovery of %s: a transaction is undecided, waiting for it", undecided)
-            await asyncio.sleep(_UNDECIDED_POLL_S)
-
-    async def _high_watermarks(self, partitions: list[TP]) -> dict[TP, int]:
-        """Off the consumer thread's loop: the admin client's calls block."""
-        admin = cast(SplitbrainApp, self.app).admin
-        loop = asyncio.get_running_loop()
-        high: dict[TP, int] = {}
-        for topic in {tp.topic for tp in partitions}:
-            mine = [tp.partition for tp in partitions if tp.topic == topic]
-            ends = await loop.run_in_executor(
-                None, end_offsets, admin, topic, mine, IsolationLevel.READ_UNCOMMITTED
-            )
-            high.update({TP(topic, p): end for p, end in ends.items()})
-        return high
+        return cast(Mapping[TP, int], await consumer.end_offsets(partitions))
 
     seek_epoch = 0  # how many seeks to committed so far: a fetch is stale once this moved on
 
@@ -322,8 +279,6 @@ class EosTransport(faust_aiokafka.Transport):
 class SplitbrainApp(faust.App):
     """A faust App on `EosTransport`, carrying the state the subclasses above share."""
 
-    admin: AdminClient  # the worker's librdkafka settings: end offsets by isolation level
-    moved_in: frozenset[int] = frozenset()  # input partitions the last rebalance brought in
     barrier: CommitBarrier
     input_topic: str
     copartitioned_outputs: dict[str, str]

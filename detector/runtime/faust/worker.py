@@ -97,7 +97,6 @@ class FaustWorker:
             stream_wait_empty=True,
             stream_publish_on_commit=False,
         )
-        app.admin = AdminClient(dict(settings.kafka))
         app.barrier = CommitBarrier()
         app.metrics = metrics
         app.input_topic = settings.input_topic
