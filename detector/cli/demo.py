@@ -61,7 +61,6 @@ MAX_PAUSES: Final = 3
 LINGER_S: Final = 600.0  # interactive: the stack stays up this long at most after the verdict
 PROMETHEUS_ALERT: Final = "SplitbrainCriticalFinding"
 PAGER_ALERT: Final = "SplitbrainFinding"
-FALLBACK_HISTORY: Final = Path("examples") / "export-ledger.jsonl"
 
 
 class Out:
@@ -721,17 +720,19 @@ class Scenario:
     def _replay_fallback(self) -> None:
         """Without PostgreSQL no agent runs: replay the published acceptance history instead,
         so that the rest of the product still shows what it does."""
+        from detector import bundled  # noqa: PLC0415
         from detector.testing.worker import connection_env  # noqa: PLC0415
 
-        history = Path(__file__).resolve().parents[2] / FALLBACK_HISTORY
-        self.out(f"no lease store, so no live split-brain: replaying {FALLBACK_HISTORY} instead")
-        proc = subprocess.run(
-            [sys.executable, "-m", "detector.cli", "replay", str(history)],
-            env=connection_env(self.stack.kafka_config),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
+        name = bundled.ACCEPTANCE_HISTORY
+        self.out(f"no lease store, so no live split-brain: replaying {name} instead")
+        with bundled.on_disk(name) as history:
+            proc = subprocess.run(
+                [sys.executable, "-m", "detector.cli", "replay", str(history)],
+                env=connection_env(self.stack.kafka_config),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
         if proc.returncode != 0:
             self.out(f"replay failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")

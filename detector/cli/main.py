@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from detector import gc_tuning
+from detector import gc_tuning, version
 from detector.errors import ExitCode
 
 # Each module exposes `register(subparsers)`; keeping the list here is the only coupling.
@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "detector.cli.leases",
     "detector.cli.page",
     "detector.cli.demo",
+    "detector.cli.export",
 )
 
 
@@ -29,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="splitbrain",
         description="Detect displaced owners of leased workflows that are still acting.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # --version's lines as written
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version.describe(),
+        help="print the package's version and the versions of the formats it reads and writes",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:

@@ -1,4 +1,5 @@
-"""`splitbrain topics apply`: make the cluster's topics match `topics/topics.yaml`."""
+"""`splitbrain topics apply`: make the cluster's topics match `topics/topics.yaml` (the one the
+package bundles, unless `--file` names another)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from detector import bundled
 from detector.errors import ExitCode
-from detector.kafka.admin import DEFAULT_FILE, Plan, TopicsFileError, execute, load_topics, plan
+from detector.kafka.admin import Plan, TopicsFileError, execute, load_topics, plan
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
 
 
@@ -30,7 +32,7 @@ def print_plan(todo: Plan) -> None:
 @reports_kafka_errors("topics apply")
 def run_apply(args: argparse.Namespace) -> int:
     try:
-        topics = load_topics(args.file, args.profile)
+        topics = load_topics(args.file or bundled.resource(bundled.TOPICS), args.profile)
     except TopicsFileError as exc:
         print(f"splitbrain topics apply: {exc}", file=sys.stderr)
         return ExitCode.UNUSABLE
@@ -66,8 +68,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--file",
         type=Path,
         metavar="FILE",
-        default=DEFAULT_FILE,
-        help=f"topic definitions (default: {DEFAULT_FILE})",
+        help=f"topic definitions (default: the bundled {bundled.TOPICS}, which `splitbrain "
+        "export topics DIR` writes out)",
     )
     p.add_argument(
         "--profile",

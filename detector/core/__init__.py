@@ -10,10 +10,11 @@ from ._engine import (
     Observations,
 )
 from ._lease import LabelBounds, LeaseHealth, LeaseStats, LeaseWarning, ToolClassHealth
-from ._state import WorkflowState, encode_state
+from ._state import STATE_VERSION, WorkflowState, encode_state
 from ._upgrade import decode_state
 
 __all__ = [
+    "STATE_VERSION",
     "Advanced",
     "Config",
     "Counters",

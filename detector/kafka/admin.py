@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, Final
+from importlib.resources.abc import Traversable
+from typing import Annotated, Any
 
 import yaml
 from confluent_kafka import KafkaException
@@ -31,8 +31,6 @@ from detector.kafka.config import (
     describe,
     fetch_metadata,
 )
-
-DEFAULT_FILE: Final = Path("topics") / "topics.yaml"
 
 ConfigValue = bool | int | float | str
 Count = Annotated[int, Field(ge=1)]
@@ -91,8 +89,9 @@ def _kafka_value(value: ConfigValue) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def load_topics(path: Path, profile: str | None = None) -> list[TopicSpec]:
-    """The topics of the file, with the profile's overrides applied, in file order."""
+def load_topics(path: Traversable, profile: str | None = None) -> list[TopicSpec]:
+    """The topics of the file (a path, or the bundled file), with the profile's overrides
+    applied, in file order."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         spec = _TopicsFile.model_validate(raw)

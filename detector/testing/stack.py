@@ -4,7 +4,7 @@
 Components, in the order they start (and the reverse of the order they stop):
 
 - `kafka`: the broker (`LocalKafka`, its jars from Maven Central; Java 17+), then the topics of
-  `topics/topics.yaml` (`topics apply --profile local`: the product's own topic names);
+  the bundled `topics/topics.yaml` (`topics apply --profile local`: the product's own topic names);
 - `postgres`: PostgreSQL (`LocalPostgres`, Debian's `postgresql`) with the lease store migrated
   in database `jobs`;
 - `destination`: the example destination over HTTP (`python -m detector.leases.http_destination`,
@@ -12,7 +12,8 @@ Components, in the order they start (and the reverse of the order they stop):
 - `relay`: the outbox relay (`splitbrain leases relay`) to `agent.ownership.v1`;
 - `detector-N`: `splitbrain worker` processes in one group, each with /metrics (`WorkerProcess`);
 - `alertmanager`: Alertmanager (Debian's `prometheus-alertmanager`), holding what it is sent;
-- `prometheus`: Prometheus (Debian's `prometheus`) with `alerts/splitbrain.rules.yml`, scraping
+- `prometheus`: Prometheus (Debian's `prometheus`) with the bundled `alerts/splitbrain.rules.yml`
+  (copied into its directory), scraping
   the detectors and evaluating every second, sending to Alertmanager;
 - `pager`: the pager bridge (`splitbrain page --alertmanager-url`).
 
@@ -52,15 +53,13 @@ from typing import IO, Any, Final, Literal
 
 import yaml
 
+from detector import bundled
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.errors import SplitbrainError
 from detector.testing.kafka import JARS_MARKER, DevKafkaError, LocalKafka, free_port, jars_dir
 from detector.testing.topics import WorkerTopics
 from detector.testing.worker import WorkerProcess, connection_env
 
-REPOSITORY: Final = Path(__file__).resolve().parents[2]
-RULES_FILE: Final = REPOSITORY / "alerts" / "splitbrain.rules.yml"
-TOPICS_FILE: Final = REPOSITORY / "topics" / "topics.yaml"
 STATE_FILE: Final = "stack.json"
 LOCK_FILE: Final = "lock"
 SCHEMA: Final = "splitbrain.dev-stack/v1"
@@ -592,10 +591,6 @@ def preflight(options: Options, say: Say) -> Tools:
             f"Kafka's jars could not be resolved from Maven Central: {str(exc).splitlines()[0]}"
             " (check the network and Maven's settings)"
         ) from exc
-    for needed in (RULES_FILE, TOPICS_FILE):
-        if not needed.is_file():
-            raise UnusableError(f"{needed} is missing: run from a checkout of the repository")
-
     skipped: list[Skipped] = []
     root = os.geteuid() == 0
     install = "apt-get install" if root else "as root: apt-get install"
@@ -1020,11 +1015,11 @@ class Stack:
         from detector.kafka.admin import execute, load_topics, plan  # noqa: PLC0415
 
         admin = AdminClient({**self.kafka_config, "log_level": 5})
-        todo = plan(admin, load_topics(TOPICS_FILE, "local"), 30.0)
+        todo = plan(admin, load_topics(bundled.resource(bundled.TOPICS), "local"), 30.0)
         if not todo.empty:
             execute(admin, todo, 30.0, validate_only=False)
         names = ", ".join(t.name for t in todo.create) or "none to create"
-        return f"applied {TOPICS_FILE.relative_to(REPOSITORY)} (profile local): {names}"
+        return f"applied {bundled.TOPICS} (profile local): {names}"
 
     def _alertmanager(self, program: str) -> None:
         port = self.options.alertmanager_port or free_port()
@@ -1063,6 +1058,9 @@ class Stack:
     def _prometheus(self, program: str) -> None:
         port = self.options.prometheus_port or free_port()
         home = self.dir / "prometheus"
+        rules = home / bundled.RULES.name
+        home.mkdir(parents=True, exist_ok=True)
+        rules.write_bytes(bundled.resource(bundled.RULES).read_bytes())
         targets = [f"127.0.0.1:{w.metrics_port}" for w in self.detectors]
         alerting: dict[str, Any] = {}
         am = self.url("alertmanager")
@@ -1073,7 +1071,7 @@ class Stack:
             home / "prometheus.yml",
             {
                 "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(RULES_FILE)],
+                "rule_files": [str(rules)],
                 **({"alerting": alerting} if alerting else {}),
                 "scrape_configs": [
                     {"job_name": SCRAPE_JOB, "static_configs": [{"targets": targets}]}
@@ -1096,7 +1094,7 @@ class Stack:
             ready=functools.partial(_scraped, url, len(targets)),
         )
         self.add(comp)
-        self.say(f"started prometheus    {url} (rules: {RULES_FILE.name}){_pids(comp)}")
+        self.say(f"started prometheus    {url} (rules: {rules.name}){_pids(comp)}")
 
 
 def _pids(comp: Component) -> str:

@@ -29,6 +29,7 @@ PUBLIC = {
         "parse_event_json",
     ],
     "detector.core": [
+        "STATE_VERSION",
         "Advanced",
         "Config",
         "Counters",
