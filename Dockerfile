@@ -1,5 +1,5 @@
 # The splitbrain image: the `splitbrain` command (this repository's wheel, with the dependency
-# versions pyproject.toml pins) on python:3.11-slim, run by an unprivileged user.
+# versions constraints.txt pins) on python:3.11-slim, run by an unprivileged user.
 #
 #   docker build -t splitbrain:0.1.0 .          # docker-compose.yml builds it under this tag
 #   docker run --rm splitbrain:0.1.0 --help
@@ -20,15 +20,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 ARG EXTRAS=rocksdb
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY detector ./detector
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/splitbrain \
     && wheel="$(ls /wheels/splitbrain_detector-*.whl)" \
-    && /opt/splitbrain/bin/pip install "${wheel}[${EXTRAS}]" \
+    && /opt/splitbrain/bin/pip install -c constraints.txt "${wheel}[${EXTRAS}]" \
     && /opt/splitbrain/bin/pip check
 
-# ---- runtime: the virtualenv, the topics file, no compiler, no pip cache --------------------
+# ---- runtime: the virtualenv (the topics file is in the package), no compiler, no pip cache ---
 FROM python:3.11.13-slim-bookworm
 
 ENV PATH=/opt/splitbrain/bin:$PATH \
@@ -43,11 +43,9 @@ RUN groupadd --system --gid 10001 splitbrain \
     && chown splitbrain:splitbrain /srv/splitbrain/var
 
 COPY --from=build /opt/splitbrain /opt/splitbrain
-# `splitbrain topics apply` reads topics/topics.yaml from its working directory by default.
-COPY topics/topics.yaml /srv/splitbrain/topics/topics.yaml
 
-# The working directory holds the default paths: topics/topics.yaml, and var/state (the worker's
-# --state-dir), on the volume docker-compose.yml mounts at /srv/splitbrain/var.
+# The working directory holds the default path var/state (the worker's --state-dir), on the
+# volume docker-compose.yml mounts at /srv/splitbrain/var.
 WORKDIR /srv/splitbrain
 USER 10001:10001
 

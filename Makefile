@@ -5,12 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo audit-examples test lint typecheck unit kafka-jars schemas readme bench clean
+.PHONY: demo audit-examples test lint typecheck unit kafka-jars schemas bundle readme dist bench clean
 
-$(STAMP): pyproject.toml
+# constraints.txt: the exact versions the suite runs with (pyproject.toml has them as lower bounds).
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,faust,rocksdb]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,faust,rocksdb]'
 	touch $(STAMP)
 
 # The live product (README "The two commands"): Kafka from Maven Central, PostgreSQL, Prometheus
@@ -44,6 +45,18 @@ test: lint typecheck kafka-jars $(STAMP)
 
 schemas: $(STAMP)
 	$(BIN)/python -m detector.contracts.schemas topics/schemas
+	$(BIN)/python scripts/bundle.py
+
+# The package's copy of topics/, alerts/, dashboards/ and examples/ (tests/unit/test_bundled.py
+# fails when it drifts from them).
+bundle: $(STAMP)
+	$(BIN)/python scripts/bundle.py
+
+# The sdist and the wheel in dist/, checked as PyPI would render them.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build
+	$(BIN)/twine check --strict dist/*
 
 # The README's configuration reference, from the commands' parsers (a test fails when it drifts).
 readme: $(STAMP)
