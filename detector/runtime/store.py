@@ -1,7 +1,7 @@
 """Where a worker keeps one partition's workflow states between events.
 
 The changelog topic is the durable copy; a local store only holds it for processing. `memory`
-keeps decoded states in a dict. `rocksdb` (optional, `pip install -e '.[rocksdb]'`) keeps them
+keeps decoded states in a dict. `rocksdb` (optional, the `rocksdb` extra) keeps them
 encoded on local disk, with only the workflows touched since the last commit decoded in memory,
 for partitions whose state does not fit in memory. Both are rebuilt from the changelog on every
 assignment, so a wiped state directory loses nothing.

@@ -79,6 +79,7 @@ class Installed:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     work = tmp_path_factory.mktemp("wheel")
     source, dist, venv, home = (work / name for name in ("source", "dist", "venv", "home"))
+    source.mkdir()
     for name in BUILT_FROM:
         if (ROOT / name).is_dir():
             ignore = shutil.ignore_patterns("__pycache__")
