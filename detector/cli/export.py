@@ -98,6 +98,9 @@ KINDS: Final[dict[str, tuple[str, Callable[[argparse.Namespace], Iterator[File]]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.label and args.kind != "alerts":
+        print("splitbrain export: --label labels the PrometheusRule of `alerts`", file=sys.stderr)
+        return ExitCode.UNUSABLE
     _, files = KINDS[args.kind]
     for name, content in files(args):
         target = args.dir / Path(*name.parts)

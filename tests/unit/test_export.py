@@ -54,6 +54,14 @@ def test_a_bad_label_exits_2_naming_the_flag(
     assert not any(tmp_path.iterdir())
 
 
+def test_a_label_for_another_kind_exits_2_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", "dashboards", str(tmp_path), "--label", "a=b"]) == 2
+    assert "--label" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_directory_that_cannot_be_written_exits_2_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
