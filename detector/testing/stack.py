@@ -13,8 +13,8 @@ Components, in the order they start (and the reverse of the order they stop):
 - `detector-N`: `splitbrain worker` processes in one group, each with /metrics (`WorkerProcess`);
 - `alertmanager`: Alertmanager (Debian's `prometheus-alertmanager`), holding what it is sent;
 - `prometheus`: Prometheus (Debian's `prometheus`) with the bundled `alerts/splitbrain.rules.yml`
-  (copied into its directory), scraping
-  the detectors and evaluating every second, sending to Alertmanager;
+  (copied into its directory), scraping the detectors and evaluating every second, sending to
+  Alertmanager;
 - `pager`: the pager bridge (`splitbrain page --alertmanager-url`).
 
 Each runs as a process of its own session (a terminal's Ctrl-C reaches only the command that
