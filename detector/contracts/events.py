@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Final
@@ -190,8 +190,10 @@ class OwnershipEvent(BaseModel):
     effect_key: Annotated[str | None, Field(min_length=1, max_length=MAX_KEY_CHARS)] = None
     destination: Annotated[str | None, Field(max_length=256)] = None
     lease_until: Annotated[AwareDatetime | None, Field(strict=True)] = None
-    lease_duration_s: Annotated[float | None, Field(gt=0)] = None
-    heartbeat_interval_s: Annotated[float | None, Field(gt=0)] = None
+    lease_duration_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = None
+    heartbeat_interval_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = (
+        None
+    )
     attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=16)] = None
     detail: Annotated[dict[str, Any] | None, AfterValidator(_detail_fits)] = None
     trace_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{32}$")] = None
@@ -258,25 +260,66 @@ class EventError(SplitbrainError, ValueError):
         return EventError(self.reason, self.field)
 
 
+# The invalid optional fields of one input, by name: the first reason found for each.
+_Drops = dict[str, FieldDrop]
+
+
 def parse_event_json(raw: str | bytes) -> OwnershipEvent:
     """Parse one JSON object into an event, or raise `EventError` naming the field.
 
-    An invalid optional field is dropped and listed in the event's `dropped_fields`. A field
-    the event is read from, given twice with different values, makes it malformed (DESIGN §3):
-    the JSON parsers keep the last value silently.
+    An invalid or unreadable optional field is dropped and listed in the event's
+    `dropped_fields`; an unknown one is ignored, whatever it holds. A field the event is read
+    from, given twice with different values, makes it malformed (DESIGN §3): the JSON parsers
+    keep the last value silently.
     """
     try:
         event = OwnershipEvent.model_validate_json(raw)
     except ValidationError as exc:
-        _once_each(raw)
-        return _salvage(exc, lambda: from_json(raw))
-    fields = event.__pydantic_fields_set__
-    if "job_queue_name" in fields:  # the property costs twice as much
-        _once_each(raw)
+        return _read_slowly(raw, exc)
+    if "job_queue_name" in event.__pydantic_fields_set__ or _may_repeat(raw, event):
+        return _checked(event, raw, {})  # the property costs twice as much as the set
+    return event
+
+
+def _read_slowly(raw: str | bytes, exc: ValidationError) -> OwnershipEvent:
+    """An input that failed validation. When the JSON parser refused the text as a whole (a
+    nesting deeper than it allows, an unpaired surrogate, a number out of its range, bytes
+    that are not UTF-8), it is read again without the members that cannot be read: an unknown
+    one is ignored, an optional one dropped, a required one costs the event."""
+    drops: _Drops = {}
+    first = exc.errors(include_url=False)[0]
+    if first["type"] in _UNREADABLE_TEXT and not first["loc"]:
+        raw = _readable_members(raw, exc, drops)
+        try:
+            return _checked(OwnershipEvent.model_validate_json(raw), raw, drops)
+        except ValidationError as again:
+            exc = again
+    drops.update(_once_each(raw))
+    return _salvage(exc, lambda: from_json(raw), drops)
+
+
+def _checked(event: OwnershipEvent, raw: str | bytes, drops: _Drops) -> OwnershipEvent:
+    """A valid event whose text may name a field twice or use a job queue's names: both
+    checked, and the event returned without what `drops` lists."""
+    drops.update(_once_each(raw))
+    if "job_queue_name" in event.__pydantic_fields_set__:
         _names_agree(from_json(raw))
         _forget_names(event)
-    elif _may_repeat(raw, event):
-        _once_each(raw)
+    return _without(event, drops)
+
+
+def _without(event: OwnershipEvent, drops: _Drops) -> OwnershipEvent:
+    """`event`, just parsed and held by no one else, without the fields `drops` lists (an
+    effect key the kind needs stays required), which it names in `dropped_fields`."""
+    if not drops:
+        return event
+    if "effect_key" in drops and event.kind in EFFECT_KINDS:
+        raise EventError(drops["effect_key"].reason, "effect_key")
+    fields = event.__pydantic_fields_set__
+    for name in drops.keys() & fields:
+        event.__dict__[name] = OwnershipEvent.model_fields[name].default
+        fields.discard(name)
+    object.__setattr__(event, "dropped_fields", tuple(drops.values()))
     return event
 
 
@@ -288,6 +331,9 @@ _READ_NAMES: Final = frozenset(
         TOOL_REQUEST_FIELD,
     }
 )
+_CANONICAL: Final = {alias: name for name, aliases in FIELD_ALIASES.items() for alias in aliases}
+# The optional fields that hold objects: a name given twice inside one costs only that field.
+_OBJECT_FIELDS: Final = ("attrs", "detail")
 
 
 # Where a name written compactly as a key ends, and each model field's name as such a key.
@@ -297,15 +343,16 @@ _LOOSE: Final = re.compile(rb'"[ \t\n\r]').search  # a quote before whitespace (
 
 
 def _may_repeat(raw: str | bytes, event: OwnershipEvent) -> bool:
-    """Whether `raw` may give one of the event's fields twice: a cheap necessary condition, so
-    that only such texts pay for `_once_each`.
+    """Whether `raw` may give one of the event's fields, or a name inside its `attrs` or
+    `detail`, twice: a cheap necessary condition, so that only such texts pay for `_once_each`.
 
     Every key ends in a quote and a colon, unless whitespace stands between them; string values
     may hold more such pairs (an escaped quote before a colon). So when no quote is followed by
     whitespace, a text with exactly as many quote-colons as the event has fields and nested keys
     names no key twice, whatever the escapes: that is the common case, two scans. Otherwise a
-    field's name as a key more than once, or an escape that could spell a name another way,
-    sends it to the exact check."""
+    field's name as a key more than once, an `attrs` or a `detail` (whose parsed keys are
+    fewer than the text's when one is repeated), or an escape that could spell a name another
+    way, sends it to the exact check."""
     text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if _LOOSE(text) is not None:
         return True  # perhaps a key before a spaced colon
@@ -314,7 +361,9 @@ def _may_repeat(raw: str | bytes, event: OwnershipEvent) -> bool:
     keys = len(fields) + (len(attrs) if attrs else 0) + (_keys_in(detail) if detail else 0)
     if text.count(_KEY_END) == keys:
         return False
-    return b"\\u" in text or any(text.count(_AS_KEY[name]) > 1 for name in fields)
+    return (
+        bool(attrs or detail) or b"\\u" in text or any(text.count(_AS_KEY[n]) > 1 for n in fields)
+    )
 
 
 def _keys_in(value: dict[str, Any] | list[Any]) -> int:
@@ -342,16 +391,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _once_each(raw: str | bytes) -> None:
+def _once_each(raw: str | bytes) -> _Drops:
     """Raise `EventError` when a name the event is read from is given twice with different
-    values (a value's type counts: 1 is not 1.0 nor true). Not JSON, or not an object: the
-    validator's own error says so."""
+    values (a value's type counts: 1 is not 1.0 nor true); return as drops the `attrs` and
+    `detail` inside which a name is given twice with different values. Not JSON, or not an
+    object: the validator's own error says so."""
     try:
         top = json.loads(raw, object_pairs_hook=_Pairs)
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError alike
-        return
+        return {}
     if not isinstance(top, _Pairs):
-        return
+        return {}
     first: dict[str, Any] = {}
     for name, value in top:
         if name not in _READ_NAMES:
@@ -360,6 +410,35 @@ def _once_each(raw: str | bytes) -> None:
             first[name] = value
         elif not _same(first[name], value):
             raise EventError("given twice with different values", name)
+    drops: _Drops = {}
+    for name in _OBJECT_FIELDS:
+        where = _twice_inside(first.get(name))
+        if where is not None:
+            drops[name] = FieldDrop(name, f"{where}: given twice with different values")
+    return drops
+
+
+def _twice_inside(value: Any, where: str = "") -> str | None:
+    """The path of the first name given twice with different values in a value read with
+    `_Pairs`, at any depth; None when each name says one thing."""
+    if isinstance(value, _Pairs):
+        first: dict[str, Any] = {}
+        for name, item in value:
+            path = f"{where}.{name}" if where else name
+            if name not in first:
+                first[name] = item
+            elif not _same(first[name], item):
+                return path if len(path) <= _MAX_PATH else path[: _MAX_PATH - 1] + "…"
+            if (inner := _twice_inside(item, path)) is not None:
+                return inner
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if (inner := _twice_inside(item, f"{where}.{index}")) is not None:
+                return inner
+    return None
+
+
+_MAX_PATH: Final = 80  # characters of a path in a drop's reason
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -370,8 +449,116 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def parse_event_obj(obj: Mapping[str, Any]) -> OwnershipEvent:
-    """Validate a mapping (logfmt, typed emitter helpers) by the same JSON rules as the wire.
+# The errors of a text the JSON parser refused as a whole (in bytes, and in a `str` that holds
+# a lone surrogate): reading it member by member may get past them.
+_UNREADABLE_TEXT: Final = frozenset({"json_invalid", "string_unicode"})
+# One JSON token and the whitespace before it. Strings are checked as JSON writes them but
+# not decoded, so a lone surrogate or a byte that is not UTF-8 stops nothing here.
+_TOKEN: Final = re.compile(
+    rb"""[ \t\n\r]*+(?:
+        (?P<s>"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+")
+      | (?P<o>[\[{]) | (?P<c>[\]}]) | (?P<n>,) | (?P<k>:)
+      | (?P<v>-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?
+        | true | false | null | NaN | -?Infinity)
+    )""",
+    re.VERBOSE,
+).match
+_SPACE: Final = b" \t\n\r"
+# What `_members` expects next: a value, a value or `]`, a name, a name or `}`, a colon, a
+# comma or the end of the container, the end of the text.
+_VALUE, _VALUE_OR_END, _NAME, _NAME_OR_END, _COLON, _NEXT, _DONE = range(7)
+
+
+def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
+    """The (name, value) texts of the members of the JSON object `text`, or None when it is
+    not one. A grammar check with a stack of open containers, never recursion: no nesting
+    depth, escape or number stops it."""
+    if not text.lstrip(_SPACE).startswith(b"{"):
+        return None
+    stack: list[bool] = []  # the open containers; True for an object
+    members: list[tuple[bytes, bytes]] = []
+    expect, name, start, pos = _VALUE, b"", 0, 0
+    while (m := _TOKEN(text, pos)) is not None:
+        token = m.lastgroup
+        pos = m.end()
+        done = False  # a value ends with this token
+        if expect in (_VALUE, _VALUE_OR_END) and token in ("s", "v"):
+            done = True
+        elif expect in (_VALUE, _VALUE_OR_END) and token == "o":
+            stack.append(text[pos - 1] == 0x7B)  # {
+            expect = _NAME_OR_END if stack[-1] else _VALUE_OR_END
+        elif expect in (_NAME, _NAME_OR_END) and token == "s":
+            if len(stack) == 1:
+                name = m.group("s")
+            expect = _COLON
+        elif expect == _COLON and token == "k":
+            if len(stack) == 1:
+                start = pos
+            expect = _VALUE
+        elif expect == _NEXT and token == "n":
+            expect = _NAME if stack[-1] else _VALUE
+        elif token == "c" and (
+            (expect in (_NEXT, _NAME_OR_END) and stack and stack[-1])
+            or (expect in (_NEXT, _VALUE_OR_END) and stack and not stack[-1])
+        ):
+            if stack.pop() != (text[pos - 1] == 0x7D):  # } closes an object, ] a list
+                return None
+            done = True
+        else:
+            return None
+        if done:
+            if not stack:
+                expect = _DONE
+                break
+            if len(stack) == 1:
+                members.append((name, text[start:pos].lstrip(_SPACE)))
+            expect = _NEXT
+    if expect != _DONE or text[pos:].strip(_SPACE):
+        return None
+    return members
+
+
+def _readable_members(raw: str | bytes, exc: ValidationError, drops: _Drops) -> bytes:
+    """The object `raw` as a text of its members that can be read and that the event is read
+    from; each optional one that cannot be read is added to `drops`. Raises `EventError` when
+    `raw` is not a JSON object, when a required field cannot be read, or when a field given
+    twice cannot be read (which of its values counts would be a silent choice)."""
+    text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    members = _members(text)
+    if members is None:
+        raise EventError.from_validation(exc) from None
+    kept: list[bytes] = []
+    unreadable: dict[str, str] = {}
+    seen: set[str] = set()
+    for name_text, value in members:
+        try:
+            name = from_json(name_text)
+        except ValueError:
+            continue  # no name the event is read from: those are plain ASCII
+        if name not in _READ_NAMES:
+            continue  # unknown: ignored, whatever it holds
+        twice = name in seen
+        seen.add(name)
+        try:
+            from_json(b"[" + value + b"]")  # at the depth it has in the object
+        except ValueError as err:
+            unreadable[name] = f"unreadable JSON: {str(err).split(' at line ')[0]}"
+        else:
+            kept.append(name_text + b":" + value)
+            if name not in unreadable:
+                continue
+        if twice:
+            raise EventError("given twice with different values", _CANONICAL.get(name, name))
+    for name, reason in unreadable.items():
+        if name not in _DROPPABLE:
+            raise EventError(reason, _CANONICAL.get(name, name))
+        drops.setdefault(name, FieldDrop(name, reason))
+    return b"{" + b",".join(kept) + b"}"
+
+
+def parse_event_obj(obj: Mapping[str, Any], dropped: Iterable[FieldDrop] = ()) -> OwnershipEvent:
+    """Validate a mapping (logfmt, typed emitter helpers) by the same JSON rules as the wire;
+    `dropped` lists optional fields its reader already left out (the event lists them too).
 
     Going through JSON keeps one notion of valid: a time is an RFC 3339 string, never a number.
     """
@@ -380,10 +567,12 @@ def parse_event_obj(obj: Mapping[str, Any]) -> OwnershipEvent:
         raw = to_json(obj)
     except PydanticSerializationError as exc:
         raise EventError(f"not serialisable as JSON: {exc}") from None
+    drops = {d.field: d for d in dropped}
     try:
-        return _forget_names(OwnershipEvent.model_validate_json(raw))
+        event = _forget_names(OwnershipEvent.model_validate_json(raw))
     except ValidationError as exc:
-        return _salvage(exc, lambda: from_json(raw))
+        return _salvage(exc, lambda: from_json(raw), drops)
+    return _without(event, drops)
 
 
 def _forget_names(event: OwnershipEvent) -> OwnershipEvent:
@@ -404,12 +593,12 @@ def _names_agree(obj: Mapping[str, Any]) -> None:
             raise EventError(f"given twice with different values (as {', '.join(names)})", name)
 
 
-def _salvage(exc: ValidationError, load: Callable[[], Any]) -> OwnershipEvent:
+def _salvage(exc: ValidationError, load: Callable[[], Any], drops: _Drops) -> OwnershipEvent:
     """The slow path of an event that failed validation: rejected if a required field is
-    missing or invalid; otherwise validated again without its invalid optional fields, which it
-    lists in `dropped_fields`. Also where a job queue's `tool_request_started` without an
-    effect key takes its `request` as the key (else `tool_request`)."""
-    drops: dict[str, FieldDrop] = {}
+    missing or invalid; otherwise validated again without its invalid optional fields and
+    those `drops` already lists, all of which it names in `dropped_fields`. Also where a job
+    queue's `tool_request_started` without an effect key takes its `request` as the key (else
+    `tool_request`)."""
     for error in exc.errors(include_url=False):
         loc = error["loc"]
         name = loc[0] if loc else None

@@ -79,9 +79,9 @@ def parse_line(lineno: int, raw: bytes) -> GoodLine | BadLine:
     try:
         if raw.lstrip().startswith(b"{"):
             return GoodLine(lineno, parse_event_json(raw.strip()))
-        obj = parse_logfmt_line(raw.decode("utf-8"))
+        obj, dropped = parse_logfmt_line(raw.decode("utf-8"))
         obj.setdefault("event_id", f"line-{lineno}")
-        return GoodLine(lineno, parse_event_obj(obj))
+        return GoodLine(lineno, parse_event_obj(obj, dropped))
     except EventError as exc:
         return BadLine(lineno, exc.detached())
     except LogfmtError as exc:
