@@ -287,8 +287,7 @@ def _read_slowly(raw: str | bytes, exc: ValidationError) -> OwnershipEvent:
     that are not UTF-8), it is read again without the members that cannot be read: an unknown
     one is ignored, an optional one dropped, a required one costs the event."""
     drops: _Drops = {}
-    first = exc.errors(include_url=False)[0]
-    if first["type"] in _UNREADABLE_TEXT and not first["loc"]:
+    if _unreadable_part(exc.errors(include_url=False)[0]):
         raw = _readable_members(raw, exc, drops)
         try:
             return _checked(OwnershipEvent.model_validate_json(raw), raw, drops)
@@ -449,73 +448,108 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-# The errors of a text the JSON parser refused as a whole (in bytes, and in a `str` that holds
-# a lone surrogate): reading it member by member may get past them.
-_UNREADABLE_TEXT: Final = frozenset({"json_invalid", "string_unicode"})
-# One JSON token and the whitespace before it. Strings are checked as JSON writes them but
-# not decoded, so a lone surrogate or a byte that is not UTF-8 stops nothing here.
-_TOKEN: Final = re.compile(
+def _unreadable_part(error: ErrorDetails) -> bool:
+    """Whether the JSON parser refused the whole text for a part that is JSON but that it
+    cannot read (in bytes, or in a `str` that holds a lone surrogate): then reading it member
+    by member may get past it. A text that is not JSON at all never takes that slower path."""
+    if error["loc"]:
+        return False
+    if error["type"] == "string_unicode":
+        return True
+    reason = str(error.get("ctx", {}).get("error", ""))
+    return error["type"] == "json_invalid" and any(part in reason for part in _UNREADABLE_PARTS)
+
+
+# The JSON parser's words for what it cannot read in valid JSON (pydantic is pinned).
+_UNREADABLE_PARTS: Final = (
+    "recursion limit exceeded",  # nesting deeper than it allows (200)
+    "number out of range",  # more than 4300 digits
+    "surrogate",  # an unpaired \udc00
+    "hex escape",  # an unpaired \ud800
+    "unicode code point",  # bytes that are not UTF-8, a raw lone surrogate
+)
+# The JSON tokens of a text, each as (token, "") or ("", a byte no token starts with); a run of
+# brackets is one token. Strings are checked as JSON writes them but not decoded: an escape or
+# a byte the parser would refuse inside one stops nothing here. Whitespace at the very end
+# matches nothing and is skipped.
+_TOKENS: Final = re.compile(
     rb"""[ \t\n\r]*+(?:
-        (?P<s>"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+")
-      | (?P<o>[\[{]) | (?P<c>[\]}]) | (?P<n>,) | (?P<k>:)
-      | (?P<v>-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?
-        | true | false | null | NaN | -?Infinity)
-    )""",
-    re.VERBOSE,
-).match
+        ( "(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"
+        | [\[{](?:[ \t\n\r]*+[\[{])*+
+        | [\]}](?:[ \t\n\r]*+[\]}])*+
+        | [,:]
+        | -?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?(?![0-9A-Za-z])
+        | (?:true|false|null|NaN|-?Infinity)(?![0-9A-Za-z])
+        ) | (.) )""",
+    re.VERBOSE | re.DOTALL,
+).findall
 _SPACE: Final = b" \t\n\r"
+_CLOSER_OF: Final = bytes.maketrans(b"[{", b"]}")
 # What `_members` expects next: a value, a value or `]`, a name, a name or `}`, a colon, a
-# comma or the end of the container, the end of the text.
-_VALUE, _VALUE_OR_END, _NAME, _NAME_OR_END, _COLON, _NEXT, _DONE = range(7)
+# comma or the end of its container.
+_VALUE, _VALUE_OR_END, _NAME, _NAME_OR_END, _COLON, _NEXT = range(6)
+_QUOTE, _COMMA, _COLON_BYTE, _OPEN_OBJECT, _OPEN_LIST, _CLOSE_OBJECT, _CLOSE_LIST = b'",:{[}]'
 
 
 def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
     """The (name, value) texts of the members of the JSON object `text`, or None when it is
     not one. A grammar check with a stack of open containers, never recursion: no nesting
-    depth, escape or number stops it."""
-    if not text.lstrip(_SPACE).startswith(b"{"):
+    depth, escape or number stops it, and a run of brackets is checked in one step."""
+    tokens = _TOKENS(text)
+    if not tokens or tokens[0][0] != b"{":
         return None
-    stack: list[bool] = []  # the open containers; True for an object
+    closers = bytearray()  # the closing bracket of each open container, innermost last
     members: list[tuple[bytes, bytes]] = []
-    expect, name, start, pos = _VALUE, b"", 0, 0
-    while (m := _TOKEN(text, pos)) is not None:
-        token = m.lastgroup
-        pos = m.end()
-        done = False  # a value ends with this token
-        if expect in (_VALUE, _VALUE_OR_END) and token in ("s", "v"):
-            done = True
-        elif expect in (_VALUE, _VALUE_OR_END) and token == "o":
-            stack.append(text[pos - 1] == 0x7B)  # {
-            expect = _NAME_OR_END if stack[-1] else _VALUE_OR_END
-        elif expect in (_NAME, _NAME_OR_END) and token == "s":
-            if len(stack) == 1:
-                name = m.group("s")
-            expect = _COLON
-        elif expect == _COLON and token == "k":
-            if len(stack) == 1:
-                start = pos
-            expect = _VALUE
-        elif expect == _NEXT and token == "n":
-            expect = _NAME if stack[-1] else _VALUE
-        elif token == "c" and (
-            (expect in (_NEXT, _NAME_OR_END) and stack and stack[-1])
-            or (expect in (_NEXT, _VALUE_OR_END) and stack and not stack[-1])
+    value: list[bytes] = []  # the tokens of the member being read
+    expect, name = _VALUE, b""
+    for token, stray in tokens:
+        if stray or (not closers and expect == _NEXT):
+            return None  # a byte no token starts with, or more after the object
+        first, depth = token[0], len(closers)
+        if first not in (_CLOSE_OBJECT, _CLOSE_LIST) and (
+            depth > 1 or (depth == 1 and expect == _VALUE)
         ):
-            if stack.pop() != (text[pos - 1] == 0x7D):  # } closes an object, ] a list
+            value.append(token)  # a token of a member's value
+        if first in (_OPEN_OBJECT, _OPEN_LIST):
+            run = token.translate(None, _SPACE)
+            if expect not in (_VALUE, _VALUE_OR_END) or b"{" in run[:-1]:
+                return None  # an object's first member is a name, never a value
+            closers += run.translate(_CLOSER_OF)
+            expect = _NAME_OR_END if run[-1] == _OPEN_OBJECT else _VALUE_OR_END
+            continue
+        if first in (_CLOSE_OBJECT, _CLOSE_LIST):
+            run = token.translate(None, _SPACE)
+            if expect not in (_NEXT, _NAME_OR_END, _VALUE_OR_END) or (
+                closers[-len(run) :][::-1] != run or len(run) > depth
+            ):
                 return None
-            done = True
-        else:
+            del closers[-len(run) :]
+            if depth > 1:  # the run ends a member's value, and perhaps the object too
+                value.append(run if closers else run[: depth - 1])
+        elif first == _COMMA:
+            if expect != _NEXT:
+                return None
+            expect = _NAME if closers[-1] == _CLOSE_OBJECT else _VALUE
+            continue
+        elif first == _COLON_BYTE:
+            if expect != _COLON:
+                return None
+            expect = _VALUE
+            continue
+        elif expect in (_NAME, _NAME_OR_END):
+            if first != _QUOTE:
+                return None
+            if depth == 1:
+                name = token
+            expect = _COLON
+            continue
+        elif expect not in (_VALUE, _VALUE_OR_END):
             return None
-        if done:
-            if not stack:
-                expect = _DONE
-                break
-            if len(stack) == 1:
-                members.append((name, text[start:pos].lstrip(_SPACE)))
-            expect = _NEXT
-    if expect != _DONE or text[pos:].strip(_SPACE):
-        return None
-    return members
+        expect = _NEXT  # a value ended: a member's when it leaves the object alone open
+        if len(closers) <= 1 and value:
+            members.append((name, b"".join(value)))
+            value.clear()
+    return members if not closers and expect == _NEXT else None
 
 
 def _readable_members(raw: str | bytes, exc: ValidationError, drops: _Drops) -> bytes:
