@@ -597,16 +597,37 @@ def parse_event_obj(obj: Mapping[str, Any], dropped: Iterable[FieldDrop] = ()) -
     Going through JSON keeps one notion of valid: a time is an RFC 3339 string, never a number.
     """
     _names_agree(obj)
+    drops = {d.field: d for d in dropped}
     try:
         raw = to_json(obj)
-    except PydanticSerializationError as exc:
-        raise EventError(f"not serialisable as JSON: {exc}") from None
-    drops = {d.field: d for d in dropped}
+    except PydanticSerializationError:
+        raw = to_json(_serialisable(obj, drops))
     try:
         event = _forget_names(OwnershipEvent.model_validate_json(raw))
     except ValidationError as exc:
         return _salvage(exc, lambda: from_json(raw), drops)
     return _without(event, drops)
+
+
+def _serialisable(obj: Mapping[str, Any], drops: _Drops) -> dict[str, Any]:
+    """The members of `obj` that the event is read from and that JSON can hold: an optional one
+    that it cannot (a string with a lone surrogate, such as a logfmt byte that is not UTF-8) is
+    added to `drops`, a required one costs the event, an unknown one is ignored."""
+    kept: dict[str, Any] = {}
+    for name, value in obj.items():
+        if name not in _READ_NAMES:
+            continue
+        try:
+            to_json(value)
+        except PydanticSerializationError as exc:
+            text = str(exc)
+            reason = "not UTF-8" if "surrogates not allowed" in text else text
+            if name not in _DROPPABLE:
+                raise EventError(reason, _CANONICAL.get(name, name)) from None
+            drops.setdefault(name, FieldDrop(name, reason))
+        else:
+            kept[name] = value
+    return kept
 
 
 def _forget_names(event: OwnershipEvent) -> OwnershipEvent:

@@ -114,7 +114,27 @@ def test_invalid_utf8_line_is_reported(capsys: pytest.CaptureFixture[str], tmp_p
     )
     code, _, err = audit(capsys, str(history))
     assert code == 0
-    assert "line 1: not UTF-8" in err
+    assert "line 1: worker_id: not UTF-8" in err
+
+
+def test_bytes_that_are_not_utf8_cost_a_logfmt_line_only_in_a_required_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """As in a JSON line (DESIGN §3): in an optional field they drop it, in an unknown one or a
+    name they change nothing; what is printed escapes them."""
+    history = tmp_path / "h.log"
+    history.write_bytes(
+        b"job_claimed job=a token=1 worker=w seq=1\n"
+        b"job_claimed job=a token=2 worker=v seq=2\n"
+        b"tool_request_started job=a token=1 worker=w seq=3 request=r detail.note=\xff "
+        b"note\xfe=x attrs.model=\xfe\n"
+    )
+    code, out, err = audit(capsys, str(history))
+    assert code == 1 and "stale_effect_attempt" in out
+    assert err.splitlines() == [
+        "line 3: dropped detail: not UTF-8 (the event is kept)",
+        "line 3: dropped attrs: not UTF-8 (the event is kept)",
+    ]
 
 
 def test_empty_file_has_no_findings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
