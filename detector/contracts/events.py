@@ -468,27 +468,31 @@ _UNREADABLE_PARTS: Final = (
     "hex escape",  # an unpaired \ud800
     "unicode code point",  # bytes that are not UTF-8, a raw lone surrogate
 )
-# The JSON tokens of a text, each as (token, "") or ("", a byte no token starts with); a run of
-# brackets is one token. Strings are checked as JSON writes them but not decoded: an escape or
-# a byte the parser would refuse inside one stops nothing here. Whitespace at the very end
-# matches nothing and is skipped.
+# A JSON string as JSON writes it, not decoded: an escape or a byte the parser would refuse
+# inside one stops nothing here.
+_STRING: Final = rb'"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"'
+# The JSON tokens of a text, each as (token, b"") or (b"", a byte no token starts with). A name
+# is one token with its colon, and with the bracket of its object when it is the first; a run
+# of brackets is one token. Whitespace at the very end matches nothing and is skipped.
 _TOKENS: Final = re.compile(
     rb"""[ \t\n\r]*+(?:
-        ( "(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"
+        ( \{[ \t\n\r]*+%(s)s[ \t\n\r]*+:
+        | %(s)s(?:[ \t\n\r]*+:)?
         | [\[{](?:[ \t\n\r]*+[\[{])*+
         | [\]}](?:[ \t\n\r]*+[\]}])*+
-        | [,:]
+        | ,
         | -?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?(?![0-9A-Za-z])
         | (?:true|false|null|NaN|-?Infinity)(?![0-9A-Za-z])
-        ) | (.) )""",
+        ) | (.) )"""
+    % {b"s": _STRING},
     re.VERBOSE | re.DOTALL,
 ).findall
 _SPACE: Final = b" \t\n\r"
 _CLOSER_OF: Final = bytes.maketrans(b"[{", b"]}")
-# What `_members` expects next: a value, a value or `]`, a name, a name or `}`, a colon, a
-# comma or the end of its container.
-_VALUE, _VALUE_OR_END, _NAME, _NAME_OR_END, _COLON, _NEXT = range(6)
-_QUOTE, _COMMA, _COLON_BYTE, _OPEN_OBJECT, _OPEN_LIST, _CLOSE_OBJECT, _CLOSE_LIST = b'",:{[}]'
+# What `_members` expects next: a value, a value or `]`, a name, a name or `}`, a comma or the
+# end of its container.
+_VALUE, _VALUE_OR_END, _NAME, _NAME_OR_END, _NEXT = range(5)
+_QUOTE, _COMMA, _COLON, _OPEN_OBJECT, _OPEN_LIST, _CLOSE_OBJECT, _CLOSE_LIST = b'",:{[}]'
 
 
 def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
@@ -496,7 +500,7 @@ def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
     not one. A grammar check with a stack of open containers, never recursion: no nesting
     depth, escape or number stops it, and a run of brackets is checked in one step."""
     tokens = _TOKENS(text)
-    if not tokens or tokens[0][0] != b"{":
+    if not tokens or tokens[0][0][:1] != b"{":
         return None
     closers = bytearray()  # the closing bracket of each open container, innermost last
     members: list[tuple[bytes, bytes]] = []
@@ -510,9 +514,20 @@ def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
             depth > 1 or (depth == 1 and expect == _VALUE)
         ):
             value.append(token)  # a token of a member's value
+        if token[-1] == _COLON:  # a name, perhaps with the bracket of its object
+            if first == _OPEN_OBJECT:
+                if expect not in (_VALUE, _VALUE_OR_END):
+                    return None
+                closers.append(_CLOSE_OBJECT)
+            elif expect not in (_NAME, _NAME_OR_END):
+                return None
+            if len(closers) == 1:
+                name = token[token.index(b'"') : token.rindex(b'"') + 1]
+            expect = _VALUE
+            continue
         if first in (_OPEN_OBJECT, _OPEN_LIST):
             run = token.translate(None, _SPACE)
-            if expect not in (_VALUE, _VALUE_OR_END) or b"{" in run[:-1]:
+            if (expect not in (_VALUE, _VALUE_OR_END)) or b"{" in run[:-1]:
                 return None  # an object's first member is a name, never a value
             closers += run.translate(_CLOSER_OF)
             expect = _NAME_OR_END if run[-1] == _OPEN_OBJECT else _VALUE_OR_END
@@ -520,7 +535,7 @@ def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
         if first in (_CLOSE_OBJECT, _CLOSE_LIST):
             run = token.translate(None, _SPACE)
             if expect not in (_NEXT, _NAME_OR_END, _VALUE_OR_END) or (
-                closers[-len(run) :][::-1] != run or len(run) > depth
+                len(run) > depth or closers[-len(run) :][::-1] != run
             ):
                 return None
             del closers[-len(run) :]
@@ -531,20 +546,8 @@ def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
                 return None
             expect = _NAME if closers[-1] == _CLOSE_OBJECT else _VALUE
             continue
-        elif first == _COLON_BYTE:
-            if expect != _COLON:
-                return None
-            expect = _VALUE
-            continue
-        elif expect in (_NAME, _NAME_OR_END):
-            if first != _QUOTE:
-                return None
-            if depth == 1:
-                name = token
-            expect = _COLON
-            continue
         elif expect not in (_VALUE, _VALUE_OR_END):
-            return None
+            return None  # a string or a literal where none may stand
         expect = _NEXT  # a value ended: a member's when it leaves the object alone open
         if len(closers) <= 1 and value:
             members.append((name, b"".join(value)))

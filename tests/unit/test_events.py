@@ -376,7 +376,10 @@ def test_a_field_given_twice_and_unreadable_once_is_malformed() -> None:
 
 def test_a_text_that_is_not_json_stays_a_bad_line_whatever_else_it_holds() -> None:
     deep = UNREADABLE["nested 300 deep"]
-    for broken in (b"[1,]", b'{"a" 1}', b"[1 2]", b"01", b'"\\x"', b"tru", b"{,}", b"[}"):
+    for broken in (
+        *(b"[1,]", b'{"a" 1}', b"[1 2]", b"01", b'"\\x"', b"tru", b"{,}", b"[}", b'{"a":}'),
+        *(b'["a": 1]', b'{"a": "b": 1}', b'{"a": 1 "b": 2}', b"{[]}", b'{"a": 1,}', b":"),
+    ):
         with pytest.raises(EventError, match="Invalid JSON"):
             parse_event_json(with_member("detail", deep, with_member("x", broken)))
     with pytest.raises(EventError, match="Invalid JSON"):
@@ -480,15 +483,22 @@ _JSON = st.recursive(
 
 
 @settings(max_examples=60, deadline=None)
-@given(extra=_JSON, spaced=st.booleans(), cut=st.integers(min_value=0))
-def test_only_json_is_read_member_by_member(extra: object, spaced: bool, cut: int) -> None:
+@given(
+    extra=_JSON,
+    spaced=st.booleans(),
+    cut=st.integers(min_value=0),
+    insert=st.sampled_from([b"", *(bytes([c]) for c in b'{}[],:"0 \\')]),
+)
+def test_only_json_is_read_member_by_member(
+    extra: object, spaced: bool, cut: int, insert: bytes
+) -> None:
     """An event with an unreadable unknown member is read member by member; the same text with
-    one byte left out is read only if it is still a JSON object (never a guess at a value)."""
+    one byte left out or put in is read only if it is still a JSON object (never a guess)."""
     separators = (", ", ": ") if spaced else (",", ":")
     text = json.dumps({**BASE, "extra": extra, "x": "\ud800"}, separators=separators).encode()
     assert parse_event_json(text).dropped_fields == ()
     at = cut % len(text)
-    mutated = text[:at] + text[at + 1 :]
+    mutated = text[:at] + insert + text[at + bool(not insert) :]
     try:
         still_json = isinstance(json.loads(mutated), dict)
     except ValueError:
