@@ -332,6 +332,8 @@ def test_an_unknown_field_is_ignored_whatever_it_holds(unreadable: bytes) -> Non
     assert (event.event_id, event.dropped_fields) == ("e1", ())
     twice = with_member("x", unreadable, with_member("x", b"1"))  # a repeat there changes nothing
     assert parse_event_json(twice).dropped_fields == ()
+    for name in ("\\ud800x", "\\udc00"):  # a name that cannot be read is no field's
+        assert parse_event_json(with_member(name, unreadable)).dropped_fields == ()
 
 
 @pytest.mark.parametrize("unreadable", UNREADABLE.values(), ids=UNREADABLE.keys())
