@@ -4,9 +4,13 @@
 silently; DESIGN §3 makes such an event malformed, so every event passes `_may_repeat` (a cheap
 necessary condition) and the rare one that meets it `_once_each` (exact). Prints µs per event
 for the parse as it is, for the same parse with the filter left out (what the parser alone
-costs), and how many events took the exact check. Three histories: the torture generator's
-(compact JSON), the same with Python's default separators (`": "`, `", "`), and the same with
-every event's `detail` filled. Best of `--repeat` runs; asserts nothing.
+costs), and how many events took the exact check. Three histories on the common path: the
+torture generator's (compact JSON), the same with Python's default separators (`": "`, `", "`),
+and the same with every event's `detail` filled. Then the slow paths of events kept without an
+optional field (DESIGN §3), each event carrying one: a boolean `lease_duration_s` (validated
+again without it), a name given twice inside `detail` (the exact check finds it), and a
+`detail` nested 300 deep (refused by the JSON parser, read again member by member). Best of
+`--repeat` runs; asserts nothing.
 Run: `python bench/bench_parse.py [--events N] [--repeat N]`.
 """
 
@@ -72,6 +76,23 @@ def main() -> None:
         ("with detail", detailed),
     ):
         _measure(name, lines, args.repeat)
+    few = docs[: max(1, args.events // 10)]  # the slow paths take longer: a tenth of the events
+    deep = '{"n": ' * 300 + "1" + "}" * 300
+    for name, lines in (
+        ("drop: boolean", [json.dumps({**d, "lease_duration_s": True}).encode() for d in few]),
+        ("drop: name twice", [_member(d, '"detail": {"n": 1, "n": 2}') for d in few]),
+        ("drop: 300 deep", [_member(d, f'"detail": {deep}') for d in few]),
+    ):
+        dropped = sum(len(events.parse_event_json(line).dropped_fields) for line in lines)
+        print(
+            f"{name:<20} parse {_per_event(lines, args.repeat):7.2f} us/event; "
+            f"{dropped} of {len(lines)} dropped a field"
+        )
+
+
+def _member(doc: dict[str, object], member: str) -> bytes:
+    """`doc` as JSON with one more member, written as it is (`json.dumps` writes no repeat)."""
+    return f"{json.dumps(doc)[:-1]}, {member}}}".encode()
 
 
 if __name__ == "__main__":

@@ -53,12 +53,15 @@ def count(n: int, noun: str) -> str:
 
 # C0 and C1 controls, DEL, Unicode line and paragraph separators and bidi overrides: a terminal
 # or a reader acts on them, so a crafted workflow key could forge, hide or reorder report lines.
-_UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE: Final = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def printable(text: str) -> str:
-    """`text` with each control character escaped as in a Python literal (`\\n`, `\\x1b`):
-    every line `audit` and `tail` print goes through it, since any user string may be in it."""
+    """`text` with each control character escaped as in a Python literal (`\\n`, `\\x1b`), and
+    each lone surrogate (a byte of a history line that is not UTF-8): every line `audit` and
+    `tail` print goes through it, since any user string may be in it."""
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 

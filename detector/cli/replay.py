@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             for item in read_history(fh):
                 if isinstance(item, BadLine):
                     skipped += 1
-                    bar.write(f"skipped {item.describe()}", file=sys.stderr)
+                    bar.write(printable(f"skipped {item.describe()}"), file=sys.stderr)
                     continue
                 for message in item.drops():
                     bar.write(printable(message), file=sys.stderr)

@@ -2,20 +2,24 @@
 
 Validation happens here, at the edge, so that the rules in `detector.core` can trust every field.
 Job-queue vocabularies (kind and field aliases) are folded into the canonical names on the way in.
-Only a required field can cost an event: an invalid optional one is left out, and the event says
-so in `dropped_fields` (DESIGN §3). Enter through `parse_event_json` and `parse_event_obj`: the
-drops, the names that must agree and the `request` of a job queue are handled there, on a slow
-path that a valid canonical event never takes. What a valid event does pay is one filter for a
-field written twice (`_may_repeat`: ~1.0 µs per event against ~3.0 µs for the parse, 1.35 µs
-with a `detail`; `python bench/bench_parse.py`), since the JSON parser keeps a repeated key's
-last value without a word.
+Only a required field can cost an event: an invalid or unreadable optional one is left out, and
+the event says so in `dropped_fields`; an unknown one is ignored, whatever it holds (DESIGN §3).
+Enter through `parse_event_json` and `parse_event_obj`: the drops, the names that must agree and
+the `request` of a job queue are handled there, on slow paths that a valid canonical event never
+takes. The slowest, for a text the JSON parser refuses for a part it cannot read (nesting deeper
+than 200, an unpaired surrogate, bytes that are not UTF-8, a number of more than 4300 digits),
+reads the object again member by member (`_members`: a tokenizer in Python, ~0.3 ms of CPU for
+a `detail` nested 300 deep, up to ~90 ms for the worst 64 KiB text, 20,000 empty lists).
+What a valid event does pay is one filter for a field written twice (`_may_repeat`: ~1.0 µs per
+event against ~3.0 µs for the parse, 1.35 µs with a `detail`; `python bench/bench_parse.py`),
+since the JSON parser keeps a repeated key's last value without a word.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Final
@@ -190,8 +194,10 @@ class OwnershipEvent(BaseModel):
     effect_key: Annotated[str | None, Field(min_length=1, max_length=MAX_KEY_CHARS)] = None
     destination: Annotated[str | None, Field(max_length=256)] = None
     lease_until: Annotated[AwareDatetime | None, Field(strict=True)] = None
-    lease_duration_s: Annotated[float | None, Field(gt=0)] = None
-    heartbeat_interval_s: Annotated[float | None, Field(gt=0)] = None
+    lease_duration_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = None
+    heartbeat_interval_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = (
+        None
+    )
     attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=16)] = None
     detail: Annotated[dict[str, Any] | None, AfterValidator(_detail_fits)] = None
     trace_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{32}$")] = None
@@ -258,25 +264,65 @@ class EventError(SplitbrainError, ValueError):
         return EventError(self.reason, self.field)
 
 
+# The invalid optional fields of one input, by name: the first reason found for each.
+_Drops = dict[str, FieldDrop]
+
+
 def parse_event_json(raw: str | bytes) -> OwnershipEvent:
     """Parse one JSON object into an event, or raise `EventError` naming the field.
 
-    An invalid optional field is dropped and listed in the event's `dropped_fields`. A field
-    the event is read from, given twice with different values, makes it malformed (DESIGN §3):
-    the JSON parsers keep the last value silently.
+    An invalid or unreadable optional field is dropped and listed in the event's
+    `dropped_fields`; an unknown one is ignored, whatever it holds. A field the event is read
+    from, given twice with different values, makes it malformed (DESIGN §3): the JSON parsers
+    keep the last value silently.
     """
     try:
         event = OwnershipEvent.model_validate_json(raw)
     except ValidationError as exc:
-        _once_each(raw)
-        return _salvage(exc, lambda: from_json(raw))
-    fields = event.__pydantic_fields_set__
-    if "job_queue_name" in fields:  # the property costs twice as much
-        _once_each(raw)
+        return _read_slowly(raw, exc)
+    if "job_queue_name" in event.__pydantic_fields_set__ or _may_repeat(raw, event):
+        return _checked(event, raw, {})  # the property costs twice as much as the set
+    return event
+
+
+def _read_slowly(raw: str | bytes, exc: ValidationError) -> OwnershipEvent:
+    """An input that failed validation. When the JSON parser refused the text as a whole (a
+    nesting deeper than it allows, an unpaired surrogate, a number out of its range, bytes
+    that are not UTF-8), it is read again without the members that cannot be read: an unknown
+    one is ignored, an optional one dropped, a required one costs the event."""
+    drops: _Drops = {}
+    if _unreadable_part(exc.errors(include_url=False)[0]):
+        raw = _readable_members(raw, exc, drops)
+        try:
+            return _checked(OwnershipEvent.model_validate_json(raw), raw, drops)
+        except ValidationError as again:
+            exc = again
+    drops.update(_once_each(raw))
+    return _salvage(exc, lambda: from_json(raw), drops)
+
+
+def _checked(event: OwnershipEvent, raw: str | bytes, drops: _Drops) -> OwnershipEvent:
+    """A valid event whose text may name a field twice or use a job queue's names: both
+    checked, and the event returned without what `drops` lists."""
+    drops.update(_once_each(raw))
+    if "job_queue_name" in event.__pydantic_fields_set__:
         _names_agree(from_json(raw))
         _forget_names(event)
-    elif _may_repeat(raw, event):
-        _once_each(raw)
+    return _without(event, drops)
+
+
+def _without(event: OwnershipEvent, drops: _Drops) -> OwnershipEvent:
+    """`event`, just parsed and held by no one else, without the fields `drops` lists (an
+    effect key the kind needs stays required), which it names in `dropped_fields`."""
+    if not drops:
+        return event
+    if "effect_key" in drops and event.kind in EFFECT_KINDS:
+        raise EventError(drops["effect_key"].reason, "effect_key")
+    fields = event.__pydantic_fields_set__
+    for name in drops.keys() & fields:
+        event.__dict__[name] = OwnershipEvent.model_fields[name].default
+        fields.discard(name)
+    object.__setattr__(event, "dropped_fields", tuple(drops.values()))
     return event
 
 
@@ -288,6 +334,9 @@ _READ_NAMES: Final = frozenset(
         TOOL_REQUEST_FIELD,
     }
 )
+_CANONICAL: Final = {alias: name for name, aliases in FIELD_ALIASES.items() for alias in aliases}
+# The optional fields that hold objects: a name given twice inside one costs only that field.
+_OBJECT_FIELDS: Final = ("attrs", "detail")
 
 
 # Where a name written compactly as a key ends, and each model field's name as such a key.
@@ -297,15 +346,16 @@ _LOOSE: Final = re.compile(rb'"[ \t\n\r]').search  # a quote before whitespace (
 
 
 def _may_repeat(raw: str | bytes, event: OwnershipEvent) -> bool:
-    """Whether `raw` may give one of the event's fields twice: a cheap necessary condition, so
-    that only such texts pay for `_once_each`.
+    """Whether `raw` may give one of the event's fields, or a name inside its `attrs` or
+    `detail`, twice: a cheap necessary condition, so that only such texts pay for `_once_each`.
 
     Every key ends in a quote and a colon, unless whitespace stands between them; string values
     may hold more such pairs (an escaped quote before a colon). So when no quote is followed by
     whitespace, a text with exactly as many quote-colons as the event has fields and nested keys
     names no key twice, whatever the escapes: that is the common case, two scans. Otherwise a
-    field's name as a key more than once, or an escape that could spell a name another way,
-    sends it to the exact check."""
+    field's name as a key more than once, an `attrs` or a `detail` (whose parsed keys are
+    fewer than the text's when one is repeated), or an escape that could spell a name another
+    way, sends it to the exact check."""
     text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if _LOOSE(text) is not None:
         return True  # perhaps a key before a spaced colon
@@ -314,7 +364,9 @@ def _may_repeat(raw: str | bytes, event: OwnershipEvent) -> bool:
     keys = len(fields) + (len(attrs) if attrs else 0) + (_keys_in(detail) if detail else 0)
     if text.count(_KEY_END) == keys:
         return False
-    return b"\\u" in text or any(text.count(_AS_KEY[name]) > 1 for name in fields)
+    return (
+        bool(attrs or detail) or b"\\u" in text or any(text.count(_AS_KEY[n]) > 1 for n in fields)
+    )
 
 
 def _keys_in(value: dict[str, Any] | list[Any]) -> int:
@@ -342,16 +394,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _once_each(raw: str | bytes) -> None:
+def _once_each(raw: str | bytes) -> _Drops:
     """Raise `EventError` when a name the event is read from is given twice with different
-    values (a value's type counts: 1 is not 1.0 nor true). Not JSON, or not an object: the
-    validator's own error says so."""
+    values (a value's type counts: 1 is not 1.0 nor true); return as drops the `attrs` and
+    `detail` inside which a name is given twice with different values. Not JSON, or not an
+    object: the validator's own error says so."""
     try:
         top = json.loads(raw, object_pairs_hook=_Pairs)
     except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError alike
-        return
+        return {}
     if not isinstance(top, _Pairs):
-        return
+        return {}
     first: dict[str, Any] = {}
     for name, value in top:
         if name not in _READ_NAMES:
@@ -360,6 +413,35 @@ def _once_each(raw: str | bytes) -> None:
             first[name] = value
         elif not _same(first[name], value):
             raise EventError("given twice with different values", name)
+    drops: _Drops = {}
+    for name in _OBJECT_FIELDS:
+        where = _twice_inside(first.get(name))
+        if where is not None:
+            drops[name] = FieldDrop(name, f"{where}: given twice with different values")
+    return drops
+
+
+def _twice_inside(value: Any, where: str = "") -> str | None:
+    """The path of the first name given twice with different values in a value read with
+    `_Pairs`, at any depth; None when each name says one thing."""
+    if isinstance(value, _Pairs):
+        first: dict[str, Any] = {}
+        for name, item in value:
+            path = f"{where}.{name}" if where else name
+            if name not in first:
+                first[name] = item
+            elif not _same(first[name], item):
+                return path if len(path) <= _MAX_PATH else path[: _MAX_PATH - 1] + "…"
+            if (inner := _twice_inside(item, path)) is not None:
+                return inner
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if (inner := _twice_inside(item, f"{where}.{index}")) is not None:
+                return inner
+    return None
+
+
+_MAX_PATH: Final = 80  # characters of a path in a drop's reason
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -370,20 +452,199 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def parse_event_obj(obj: Mapping[str, Any]) -> OwnershipEvent:
-    """Validate a mapping (logfmt, typed emitter helpers) by the same JSON rules as the wire.
+def _unreadable_part(error: ErrorDetails) -> bool:
+    """Whether the JSON parser refused the whole text for a part that is JSON but that it
+    cannot read (in bytes, or in a `str` that holds a lone surrogate): then reading it member
+    by member may get past it. A text that is not JSON at all never takes that slower path."""
+    if error["loc"]:
+        return False
+    if error["type"] == "string_unicode":
+        return True
+    reason = str(error.get("ctx", {}).get("error", ""))
+    return error["type"] == "json_invalid" and any(part in reason for part in _UNREADABLE_PARTS)
+
+
+# The JSON parser's words for what it cannot read in valid JSON (pydantic is pinned).
+_UNREADABLE_PARTS: Final = (
+    "recursion limit exceeded",  # nesting deeper than it allows (200)
+    "number out of range",  # more than 4300 digits
+    "surrogate",  # an unpaired \udc00
+    "hex escape",  # an unpaired \ud800
+    "unicode code point",  # bytes that are not UTF-8, a raw lone surrogate
+)
+# A JSON string as JSON writes it, not decoded: an escape or a byte the parser would refuse
+# inside one stops nothing here.
+_STRING: Final = rb'"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"'
+# A number or a literal, as the JSON parser reads them.
+_SCALAR: Final = (
+    rb"(?:-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?"
+    rb"|true|false|null|NaN|-?Infinity)(?![0-9A-Za-z])"
+)
+# The JSON tokens of a text, each as (token, b"") or (b"", a byte no token starts with). A name
+# is one token with its colon, and with the bracket of its object when it is the first; a run
+# of brackets is one token, and so is a run of more items of a list, each a comma and a string
+# or a scalar. Whitespace at the very end matches nothing and is skipped.
+_TOKENS: Final = re.compile(
+    rb"""[ \t\n\r]*+(?:
+        ( \{[ \t\n\r]*+%(s)s[ \t\n\r]*+:
+        | %(s)s(?:[ \t\n\r]*+:)?
+        | [\[{](?:[ \t\n\r]*+[\[{])*+
+        | [\]}](?:[ \t\n\r]*+[\]}])*+
+        | (?:[ \t\n\r]*+,[ \t\n\r]*+(?:%(s)s(?![ \t\n\r]*+:)|%(v)s))++
+        | ,
+        | %(v)s
+        ) | (.) )"""
+    % {b"s": _STRING, b"v": _SCALAR},
+    re.VERBOSE | re.DOTALL,
+).findall
+_SPACE: Final = b" \t\n\r"
+_CLOSER_OF: Final = bytes.maketrans(b"[{", b"]}")
+# What `_members` expects next: a value, a value or `]`, a name, a name or `}`, a comma or the
+# end of its container.
+_VALUE, _VALUE_OR_END, _NAME, _NAME_OR_END, _NEXT = range(5)
+_QUOTE, _COMMA, _COLON, _OPEN_OBJECT, _OPEN_LIST, _CLOSE_OBJECT, _CLOSE_LIST = b'",:{[}]'
+
+
+def _members(text: bytes) -> list[tuple[bytes, bytes]] | None:
+    """The (name, value) texts of the members of the JSON object `text`, or None when it is
+    not one. A grammar check with a stack of open containers, never recursion: no nesting
+    depth, escape or number stops it, and a run of brackets is checked in one step."""
+    tokens = _TOKENS(text)
+    if not tokens or tokens[0][0][:1] != b"{":
+        return None
+    closers = bytearray()  # the closing bracket of each open container, innermost last
+    members: list[tuple[bytes, bytes]] = []
+    value: list[bytes] = []  # the tokens of the member being read
+    expect, name = _VALUE, b""
+    for token, stray in tokens:
+        if stray or (not closers and expect == _NEXT):
+            return None  # a byte no token starts with, or more after the object
+        first, depth = token[0], len(closers)
+        if first not in (_CLOSE_OBJECT, _CLOSE_LIST) and (
+            depth > 1 or (depth == 1 and expect == _VALUE)
+        ):
+            value.append(token)  # a token of a member's value
+        if token[-1] == _COLON:  # a name, perhaps with the bracket of its object
+            if first == _OPEN_OBJECT:
+                if expect not in (_VALUE, _VALUE_OR_END):
+                    return None
+                closers.append(_CLOSE_OBJECT)
+            elif expect not in (_NAME, _NAME_OR_END):
+                return None
+            if len(closers) == 1:
+                name = token[token.index(b'"') : token.rindex(b'"') + 1]
+            expect = _VALUE
+            continue
+        if first in (_OPEN_OBJECT, _OPEN_LIST):
+            run = token.translate(None, _SPACE)
+            if (expect not in (_VALUE, _VALUE_OR_END)) or b"{" in run[:-1]:
+                return None  # an object's first member is a name, never a value
+            closers += run.translate(_CLOSER_OF)
+            expect = _NAME_OR_END if run[-1] == _OPEN_OBJECT else _VALUE_OR_END
+            continue
+        if first in (_CLOSE_OBJECT, _CLOSE_LIST):
+            run = token.translate(None, _SPACE)
+            if expect not in (_NEXT, _NAME_OR_END, _VALUE_OR_END) or (
+                len(run) > depth or closers[-len(run) :][::-1] != run
+            ):
+                return None
+            del closers[-len(run) :]
+            if depth > 1:  # the run ends a member's value, and perhaps the object too
+                value.append(run if closers else run[: depth - 1])
+        elif first == _COMMA:
+            if expect != _NEXT:
+                return None
+            if len(token) > 1:  # more items of a list, which stays next to end or go on
+                if closers[-1] != _CLOSE_LIST:
+                    return None
+                continue
+            expect = _NAME if closers[-1] == _CLOSE_OBJECT else _VALUE
+            continue
+        elif expect not in (_VALUE, _VALUE_OR_END):
+            return None  # a string or a literal where none may stand
+        expect = _NEXT  # a value ended: a member's when it leaves the object alone open
+        if len(closers) <= 1 and value:
+            members.append((name, b"".join(value)))
+            value.clear()
+    return members if not closers and expect == _NEXT else None
+
+
+def _readable_members(raw: str | bytes, exc: ValidationError, drops: _Drops) -> bytes:
+    """The object `raw` as a text of its members that can be read and that the event is read
+    from; each optional one that cannot be read is added to `drops`. Raises `EventError` when
+    `raw` is not a JSON object, when a required field cannot be read, or when a field given
+    twice cannot be read (which of its values counts would be a silent choice)."""
+    text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    members = _members(text)
+    if members is None:
+        raise EventError.from_validation(exc) from None
+    kept: list[bytes] = []
+    unreadable: dict[str, str] = {}
+    seen: set[str] = set()
+    for name_text, value in members:
+        try:
+            name = from_json(name_text)
+        except ValueError:
+            continue  # no name the event is read from: those are plain ASCII
+        if name not in _READ_NAMES:
+            continue  # unknown: ignored, whatever it holds
+        twice = name in seen
+        seen.add(name)
+        try:
+            from_json(b"[" + value + b"]")  # at the depth it has in the object
+        except ValueError as err:
+            unreadable[name] = f"unreadable JSON: {str(err).split(' at line ')[0]}"
+        else:
+            kept.append(name_text + b":" + value)
+            if name not in unreadable:
+                continue
+        if twice:
+            raise EventError("given twice with different values", _CANONICAL.get(name, name))
+    for name, reason in unreadable.items():
+        if name not in _DROPPABLE:
+            raise EventError(reason, _CANONICAL.get(name, name))
+        drops.setdefault(name, FieldDrop(name, reason))
+    return b"{" + b",".join(kept) + b"}"
+
+
+def parse_event_obj(obj: Mapping[str, Any], dropped: Iterable[FieldDrop] = ()) -> OwnershipEvent:
+    """Validate a mapping (logfmt, typed emitter helpers) by the same JSON rules as the wire;
+    `dropped` lists optional fields its reader already left out (the event lists them too).
 
     Going through JSON keeps one notion of valid: a time is an RFC 3339 string, never a number.
     """
     _names_agree(obj)
+    drops = {d.field: d for d in dropped}
     try:
         raw = to_json(obj)
-    except PydanticSerializationError as exc:
-        raise EventError(f"not serialisable as JSON: {exc}") from None
+    except PydanticSerializationError:
+        raw = to_json(_serialisable(obj, drops))
     try:
-        return _forget_names(OwnershipEvent.model_validate_json(raw))
+        event = _forget_names(OwnershipEvent.model_validate_json(raw))
     except ValidationError as exc:
-        return _salvage(exc, lambda: from_json(raw))
+        return _salvage(exc, lambda: from_json(raw), drops)
+    return _without(event, drops)
+
+
+def _serialisable(obj: Mapping[str, Any], drops: _Drops) -> dict[str, Any]:
+    """The members of `obj` that the event is read from and that JSON can hold: an optional one
+    that it cannot (a string with a lone surrogate, such as a logfmt byte that is not UTF-8) is
+    added to `drops`, a required one costs the event, an unknown one is ignored."""
+    kept: dict[str, Any] = {}
+    for name, value in obj.items():
+        if name not in _READ_NAMES:
+            continue
+        try:
+            to_json(value)
+        except PydanticSerializationError as exc:
+            text = str(exc)
+            reason = "not UTF-8" if "surrogates not allowed" in text else text
+            if name not in _DROPPABLE:
+                raise EventError(reason, _CANONICAL.get(name, name)) from None
+            drops.setdefault(name, FieldDrop(name, reason))
+        else:
+            kept[name] = value
+    return kept
 
 
 def _forget_names(event: OwnershipEvent) -> OwnershipEvent:
@@ -404,12 +665,12 @@ def _names_agree(obj: Mapping[str, Any]) -> None:
             raise EventError(f"given twice with different values (as {', '.join(names)})", name)
 
 
-def _salvage(exc: ValidationError, load: Callable[[], Any]) -> OwnershipEvent:
+def _salvage(exc: ValidationError, load: Callable[[], Any], drops: _Drops) -> OwnershipEvent:
     """The slow path of an event that failed validation: rejected if a required field is
-    missing or invalid; otherwise validated again without its invalid optional fields, which it
-    lists in `dropped_fields`. Also where a job queue's `tool_request_started` without an
-    effect key takes its `request` as the key (else `tool_request`)."""
-    drops: dict[str, FieldDrop] = {}
+    missing or invalid; otherwise validated again without its invalid optional fields and
+    those `drops` already lists, all of which it names in `dropped_fields`. Also where a job
+    queue's `tool_request_started` without an effect key takes its `request` as the key (else
+    `tool_request`)."""
     for error in exc.errors(include_url=False):
         loc = error["loc"]
         name = loc[0] if loc else None

@@ -1,13 +1,16 @@
 """Job-queue log lines (`job_claimed job=8f1b token=42 worker=w1 seq=3`) as event mappings.
 
 The first bare word is the kind; `key=value` pairs follow, values optionally double-quoted.
-`attrs.X=` and `detail.X=` fill those objects. Integers are converted here because the event
-model is strict about integer fields (a JSON string is not an epoch).
+`attrs.X=` and `detail.X=` fill those objects. Integers and numbers are converted here because
+the event model is strict about its numeric fields (a JSON string is not an epoch, nor a lease
+duration).
 
 A line that says one thing twice and differently (a key repeated, `kind=` against the bare
 word, `attrs=` against `attrs.X=`), or whose quote never closes, is refused: picking one of the
-two would be a silent choice (DESIGN §3). Aliases of one field (`job=` and `workflow_key=`) are
-compared by `detector.contracts.events`, for JSON and logfmt alike.
+two would be a silent choice (DESIGN §3). A name given twice and differently inside `attrs` or
+`detail` costs only that object, which is dropped and reported like any invalid optional field.
+Aliases of one field (`job=` and `workflow_key=`) are compared by `detector.contracts.events`,
+for JSON and logfmt alike.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from detector.contracts.events import KIND_ALIASES
+from detector.contracts.events import KIND_ALIASES, FieldDrop
 from detector.errors import SplitbrainError
 
 _TOKEN: Final = re.compile(r'\s*([^\s=]+)(?:=(?:("(?:[^"\\]|\\.)*")|(\S*)))?')
 _INTEGER_FIELDS: Final = frozenset({"owner_epoch", "token", "fencing_token", "seq"})
 _INT: Final = re.compile(r"-?\d+")
+_NUMBER_FIELDS: Final = frozenset({"lease_duration_s", "heartbeat_interval_s"})
+_NUMBER: Final = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")  # as JSON writes one
 _OBJECTS: Final = ("attrs", "detail")
 
 
@@ -53,9 +58,11 @@ def _put(target: dict[str, Any], key: str, value: Any, name: str) -> None:
         )
 
 
-def parse_logfmt_line(line: str) -> dict[str, Any]:
-    """Split one line into an event mapping; raise `LogfmtError` when it is not logfmt."""
+def parse_logfmt_line(line: str) -> tuple[dict[str, Any], tuple[FieldDrop, ...]]:
+    """Split one line into an event mapping and the objects left out of it (an `attrs` or
+    `detail` that gives a name twice); raise `LogfmtError` when it is not logfmt."""
     out: dict[str, Any] = {}
+    drops: dict[str, FieldDrop] = {}
     pos, text, bare = 0, line.strip(), False
     while pos < len(text):
         m = _TOKEN.match(text, pos)
@@ -76,13 +83,27 @@ def parse_logfmt_line(line: str) -> dict[str, Any]:
         value: Any = plain if quoted is None else _unquote(quoted)
         if key in _INTEGER_FIELDS and _INT.fullmatch(value):
             value = int(value)
+        elif key in _NUMBER_FIELDS and _NUMBER.fullmatch(value):
+            value = float(value)
         group, _, sub = key.partition(".")
         if group in _OBJECTS and isinstance(out.get(group), str if sub else dict):
             raise LogfmtError(f"{group} given both as {group}= and as {group}.X=")
         if sub and group in _OBJECTS:
-            _put(out.setdefault(group, {}), sub, value, key)
+            _put_inside(out.setdefault(group, {}), sub, value, group, drops)
         else:
             _put(out, key, value, key)
     if "kind" not in out:
         raise LogfmtError("no kind: a logfmt event starts with a bare word such as job_claimed")
-    return out
+    for group in drops:
+        del out[group]
+    return out, tuple(drops.values())
+
+
+def _put_inside(
+    target: dict[str, Any], key: str, value: Any, group: str, drops: dict[str, FieldDrop]
+) -> None:
+    """`group.key=value`: a name given twice and differently costs the object, not the line."""
+    try:
+        _put(target, key, value, key)
+    except LogfmtError:
+        drops.setdefault(group, FieldDrop(group, f"{key}: given twice with different values"))

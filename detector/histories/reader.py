@@ -70,7 +70,8 @@ def parse_line(lineno: int, raw: bytes) -> GoodLine | BadLine:
     """A line starting with `{` is JSON; anything else is logfmt whose first bare word is the kind.
 
     Job-queue logs rarely carry event ids, so a logfmt line without one is named by its line.
-    Errors are kept without their traceback: a history may have millions of bad lines.
+    Bytes that are not UTF-8 cost a logfmt line only where they cost a JSON one: in a required
+    field. Errors are kept without their traceback: a history may have millions of bad lines.
     """
     raw = raw.rstrip(b"\r\n")
     if len(raw) > MAX_EVENT_BYTES:
@@ -79,15 +80,13 @@ def parse_line(lineno: int, raw: bytes) -> GoodLine | BadLine:
     try:
         if raw.lstrip().startswith(b"{"):
             return GoodLine(lineno, parse_event_json(raw.strip()))
-        obj = parse_logfmt_line(raw.decode("utf-8"))
+        obj, dropped = parse_logfmt_line(raw.decode("utf-8", "surrogateescape"))
         obj.setdefault("event_id", f"line-{lineno}")
-        return GoodLine(lineno, parse_event_obj(obj))
+        return GoodLine(lineno, parse_event_obj(obj, dropped))
     except EventError as exc:
         return BadLine(lineno, exc.detached())
     except LogfmtError as exc:
         return BadLine(lineno, EventError(str(exc)))
-    except UnicodeDecodeError as exc:
-        return BadLine(lineno, EventError(f"not UTF-8 at byte {exc.start}"))
 
 
 def read_history(lines: Iterable[bytes]) -> Iterator[GoodLine | BadLine]:

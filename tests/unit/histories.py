@@ -221,7 +221,7 @@ def logfmt_events(text: str) -> list[OwnershipEvent]:
     for n, line in enumerate(text.strip().splitlines(), start=1):
         if not line.strip():
             continue
-        obj = parse_logfmt_line(line)
+        obj, dropped = parse_logfmt_line(line)
         obj.setdefault("event_id", f"line-{n}")
-        out.append(parse_event_obj(obj))
+        out.append(parse_event_obj(obj, dropped))
     return out

@@ -114,7 +114,27 @@ def test_invalid_utf8_line_is_reported(capsys: pytest.CaptureFixture[str], tmp_p
     )
     code, _, err = audit(capsys, str(history))
     assert code == 0
-    assert "line 1: not UTF-8" in err
+    assert "line 1: worker_id: not UTF-8" in err
+
+
+def test_bytes_that_are_not_utf8_cost_a_logfmt_line_only_in_a_required_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """As in a JSON line (DESIGN §3): in an optional field they drop it, in an unknown one or a
+    name they change nothing; what is printed escapes them."""
+    history = tmp_path / "h.log"
+    history.write_bytes(
+        b"job_claimed job=a token=1 worker=w seq=1\n"
+        b"job_claimed job=a token=2 worker=v seq=2\n"
+        b"tool_request_started job=a token=1 worker=w seq=3 request=r detail.note=\xff "
+        b"note\xfe=x attrs.model=\xfe\n"
+    )
+    code, out, err = audit(capsys, str(history))
+    assert code == 1 and "stale_effect_attempt" in out
+    assert err.splitlines() == [
+        "line 3: dropped detail: not UTF-8 (the event is kept)",
+        "line 3: dropped attrs: not UTF-8 (the event is kept)",
+    ]
 
 
 def test_empty_file_has_no_findings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -204,11 +224,13 @@ def test_an_invalid_source_falls_back_to_worker_and_is_reported(
     assert ", 1 field dropped, " in out.splitlines()[0]
 
 
+@pytest.mark.parametrize("seq", [-8, True, "8", 8.5])
 def test_an_invalid_seq_is_dropped_and_the_event_ordered_by_arrival(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, seq: object
 ) -> None:
+    """`seq` is optional (DESIGN §3): a bad one, `true` included, is dropped, never fatal."""
     history = tmp_path / "h.jsonl"
-    history.write_text("\n".join([*STALE_COMMIT[:2], with_fields(STALE_COMMIT[2], seq=-8)]))
+    history.write_text("\n".join([*STALE_COMMIT[:2], with_fields(STALE_COMMIT[2], seq=seq)]))
     code, out, err = audit(capsys, str(history), "--format", "json")
     assert code == 1
     (condition,) = json.loads(out)["conditions"]
@@ -228,6 +250,86 @@ def test_drops_are_counted_in_the_summary(
     assert code == 1
     assert ", 0 lines skipped, 3 fields dropped, " in out.splitlines()[0]
     assert [line.split(":")[0] for line in err.splitlines()] == ["line 1", "line 1", "line 6"]
+
+
+def with_member(line: str, name: str, value: str) -> str:
+    """`line` with one more member written as it is (JSON that `json.dumps` would not write)."""
+    return f'{line.rstrip()[:-1]}, "{name}": {value}}}'
+
+
+DEEP = '{"n": ' * 300 + "1" + "}" * 300  # deeper than the JSON parser allows
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("detail", DEEP, "detail: unreadable JSON: recursion limit exceeded"),
+        ("detail", '{"note": "\\ud800"}', "detail: unreadable JSON: "),
+        ("attrs", '{"tool_class": "\\udc00"}', "attrs: unreadable JSON: "),
+        ("detail", '{"rows": 1, "rows": 2}', "detail: rows: given twice with different values"),
+        (
+            "attrs",
+            '{"model": "a", "model": "b"}',
+            "attrs: model: given twice with different values",
+        ),
+        ("lease_duration_s", "true", "lease_duration_s: Input should be a valid number"),
+        ("unknown_field", DEEP, None),
+        ("unknown_field", '["\\ud800", ' + "9" * 4400 + "]", None),
+    ],
+)
+def test_a_stale_commit_with_an_unreadable_optional_or_unknown_part_is_still_critical(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, value: str, says: str | None
+) -> None:
+    """DESIGN §3: whatever makes an optional or unknown part unreadable, the event is kept when
+    its required fields can be read; an optional field's drop is reported on stderr, naming the
+    line and the field, an unknown field is ignored. Here the kept event is the stale commit."""
+    history = tmp_path / "h.jsonl"
+    history.write_text("\n".join([*STALE_COMMIT[:2], with_member(STALE_COMMIT[2], name, value)]))
+    code, out, err = audit(capsys, str(history), "--format", "json", "--fail-on", "critical")
+    assert code == 1
+    finding = json.loads(out)
+    assert (finding["severity"], finding["sink_outcome"]) == ("critical", "committed")
+    assert [c["kind"] for c in finding["conditions"]] == ["stale_effect_committed"]
+    if says is None:
+        assert err == ""
+    else:
+        (line,) = err.splitlines()
+        assert line.startswith(f"line 3: dropped {says}") and line.endswith("(the event is kept)")
+
+
+def test_a_boolean_lease_duration_drives_no_lease_policy_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`true` is not a number: read as 1.0 it made a 15 s heartbeat look like a broken policy."""
+    acquired = json.loads(STALE_COMMIT[0])
+    history = tmp_path / "h.jsonl"
+    history.write_text(
+        json.dumps({**acquired, "lease_duration_s": True, "heartbeat_interval_s": 15})
+    )
+    code, out, err = audit(capsys, str(history))
+    assert code == 0 and "lease warning" not in out
+    assert err.startswith("line 1: dropped lease_duration_s: ")
+    history.write_text(json.dumps({**acquired, "lease_duration_s": 1, "heartbeat_interval_s": 15}))
+    _, out, _ = audit(capsys, str(history))
+    assert "lease warning" in out  # the same policy with a number is warned about
+
+
+def test_a_name_given_twice_inside_attrs_in_a_job_queue_log_drops_attrs_not_the_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "jobs.log"
+    log.write_text(
+        "job_claimed job=9a2c token=7 worker=w1 seq=1\n"
+        "job_claimed job=9a2c token=8 worker=w2 seq=2\n"
+        "tool_request_started job=9a2c token=7 worker=w1 seq=3 request=r "
+        "attrs.model=a attrs.model=b\n"
+    )
+    code, out, err = audit(capsys, str(log), "--format", "json")
+    assert code == 1 and json.loads(out)["conditions"][0]["kind"] == "stale_effect_attempt"
+    assert (
+        err
+        == "line 3: dropped attrs: model: given twice with different values (the event is kept)\n"
+    )
 
 
 # ---- the job-queue vocabulary ----------------------------------------------------------------

@@ -4,8 +4,11 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from detector.contracts.events import (
+    OPTIONAL_FIELDS,
     EventError,
     Kind,
     OwnershipEvent,
@@ -283,3 +286,225 @@ def test_truncated_json_is_an_event_error() -> None:
 def test_json_that_is_not_an_event_object_is_an_event_error(doc: bytes) -> None:
     with pytest.raises(EventError):
         parse_event_json(doc)
+
+
+# ---- DESIGN §3: whatever makes an optional or unknown part unreadable never costs the event --
+
+# JSON that the parser cannot read although it is JSON, as the text of one value: nesting
+# deeper than it allows, an unpaired surrogate (high, low), bytes that are not UTF-8, a number
+# out of its range.
+UNREADABLE: dict[str, bytes] = {
+    "nested 300 deep": b'{"n":' * 300 + b"1" + b"}" * 300,
+    "a list nested 3000 deep": b"[" * 3000 + b"]" * 3000,
+    "a high surrogate alone": b'"a\\ud800"',
+    "a low surrogate alone": b'{"note": "\\udc00b"}',
+    "a surrogate alone in a name": b'{"\\ud800": 1}',
+    "bytes that are not UTF-8": b'{"note": "\xff\xfe"}',
+    "a number of 4400 digits": b"9" * 4400,
+}
+_TEXT = json.dumps(BASE).encode()
+
+
+def with_member(name: str, value: bytes, text: bytes = _TEXT) -> bytes:
+    """The JSON object `text` with one more member, written as it is."""
+    return text[:-1] + b', "' + name.encode() + b'": ' + value + b"}"
+
+
+@pytest.mark.parametrize("unreadable", UNREADABLE.values(), ids=UNREADABLE.keys())
+@pytest.mark.parametrize("field", [f for f in OPTIONAL_FIELDS if f != "effect_key"])
+def test_an_unreadable_optional_field_is_dropped_and_reported(
+    field: str, unreadable: bytes
+) -> None:
+    witness = "span_id" if field == "observed_at" else "observed_at"  # a valid field stays
+    valid = {"observed_at": "2026-07-26T10:00:00Z", "span_id": "00f067aa0ba902b7"}[witness]
+    text = with_member(field, unreadable, raw(**{witness: valid}))
+    event = parse_event_json(text)
+    assert (event.event_id, event.workflow_key, event.owner_epoch) == ("e1", "wf", 3)
+    assert witness in event.model_dump(exclude_unset=True)
+    (drop,) = event.dropped_fields
+    assert drop.field == field and drop.reason.startswith("unreadable JSON: ")
+    assert parse_event_json(text.decode("utf-8", "replace")).event_id == "e1"  # as a str too
+
+
+@pytest.mark.parametrize("unreadable", UNREADABLE.values(), ids=UNREADABLE.keys())
+def test_an_unknown_field_is_ignored_whatever_it_holds(unreadable: bytes) -> None:
+    event = parse_event_json(with_member("shiny_new_field", unreadable))
+    assert (event.event_id, event.dropped_fields) == ("e1", ())
+    twice = with_member("x", unreadable, with_member("x", b"1"))  # a repeat there changes nothing
+    assert parse_event_json(twice).dropped_fields == ()
+    for name in ("\\ud800x", "\\udc00"):  # a name that cannot be read is no field's
+        assert parse_event_json(with_member(name, unreadable)).dropped_fields == ()
+
+
+@pytest.mark.parametrize("unreadable", UNREADABLE.values(), ids=UNREADABLE.keys())
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [
+        ("event_id", "event_id"),
+        ("kind", "kind"),
+        ("worker_id", "worker_id"),
+        ("owner_epoch", "owner_epoch"),
+        ("token", "owner_epoch"),
+        ("job", "workflow_key"),
+    ],
+)
+def test_an_unreadable_required_field_costs_the_event(
+    name: str, field: str, unreadable: bytes
+) -> None:
+    doc = {k: v for k, v in BASE.items() if k != field}
+    with pytest.raises(EventError) as err:
+        parse_event_json(with_member(name, unreadable, json.dumps(doc).encode()))
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("kind", ["effect_committed", "effect_rejected", "outcome_verified"])
+def test_an_unreadable_effect_key_costs_an_effect_kind_and_is_dropped_elsewhere(kind: str) -> None:
+    unreadable = UNREADABLE["a high surrogate alone"]
+    with pytest.raises(EventError) as err:
+        parse_event_json(with_member("effect_key", unreadable, raw(kind=kind)))
+    assert err.value.field == "effect_key"
+    event = parse_event_json(with_member("effect_key", unreadable))
+    assert [d.field for d in event.dropped_fields] == ["effect_key"]
+
+
+def test_a_field_given_twice_and_unreadable_once_is_malformed() -> None:
+    """Which of the two values counts would be a silent choice (DESIGN §3)."""
+    for name, readable in (("owner_epoch", b"3"), ("seq", b"4"), ("detail", b"{}")):
+        for unreadable in UNREADABLE.values():
+            text = with_member(name, unreadable, with_member(name, readable, _TEXT))
+            with pytest.raises(EventError, match="given twice with different values"):
+                parse_event_json(text)
+
+
+def test_a_text_that_is_not_json_stays_a_bad_line_whatever_else_it_holds() -> None:
+    deep = UNREADABLE["nested 300 deep"]
+    for broken in (
+        *(b"[1,]", b'{"a" 1}', b"[1 2]", b"01", b'"\\x"', b"tru", b"{,}", b"[}", b'{"a":}'),
+        *(b'["a": 1]', b'{"a": "b": 1}', b'{"a": 1 "b": 2}', b"{[]}", b'{"a": 1,}', b":"),
+    ):
+        with pytest.raises(EventError, match="Invalid JSON"):
+            parse_event_json(with_member("detail", deep, with_member("x", broken)))
+    with pytest.raises(EventError, match="Invalid JSON"):
+        parse_event_json(with_member("detail", deep)[:-1])  # unterminated
+    with pytest.raises(EventError, match="Invalid JSON"):
+        parse_event_json(with_member("detail", deep) + b" {}")  # more after the object
+
+
+@pytest.mark.parametrize("field", ["lease_duration_s", "heartbeat_interval_s", "seq"])
+@pytest.mark.parametrize("value", [True, False, "30", 1e999, [30], {"s": 30}])
+def test_a_boolean_or_a_string_is_not_a_number(field: str, value: object) -> None:
+    """`true` is not a number (DESIGN §3), nor is "30"; infinity is no duration. Each numeric
+    optional field is dropped, never read as 1.0, 30.0 or inf."""
+    event = parse_event_json(raw(**{field: value}))
+    assert [d.field for d in event.dropped_fields] == [field]
+    assert getattr(event, field) is None
+
+
+def test_numbers_are_still_numbers() -> None:
+    event = parse_event_json(raw(seq=0, lease_duration_s=30, heartbeat_interval_s=7.5))
+    assert (event.seq, event.lease_duration_s, event.heartbeat_interval_s) == (0, 30.0, 7.5)
+    assert event.dropped_fields == ()
+
+
+@pytest.mark.parametrize("value", [True, False, 3.0, "3", None])
+def test_a_required_number_of_another_type_costs_the_event(value: object) -> None:
+    with pytest.raises(EventError) as err:
+        parse_event_json(raw(owner_epoch=value))
+    assert err.value.field == "owner_epoch"
+
+
+@pytest.mark.parametrize(
+    ("field", "inside", "where"),
+    [
+        ("attrs", b'{"model": "a", "model": "b"}', "model"),
+        ("attrs", b'{"model": "a", "tool_class": "x", "model": "c"}', "model"),
+        ("detail", b'{"rows": 1, "rows": 2}', "rows"),
+        ("detail", b'{"rows": 1, "rows": 1.0}', "rows"),  # one is not 1.0
+        ("detail", b'{"a": {"b": [{"c": 1, "c": 2}]}}', "a.b.0.c"),
+        ("detail", b'{"a": {"b": 1, "b": {"x": 1}}}', "a.b"),
+    ],
+)
+def test_a_name_given_twice_inside_attrs_or_detail_drops_that_field(
+    field: str, inside: bytes, where: str
+) -> None:
+    """DESIGN §3: a name repeated inside `attrs` or `detail` is unreadable, never one of its
+    values chosen silently. The event is kept without the field, which is reported."""
+    for text in (with_member(field, inside), with_member(field, inside).replace(b" ", b"")):
+        event = parse_event_json(text)
+        assert getattr(event, field) is None and event.event_id == "e1"
+        assert [(d.field, d.reason) for d in event.dropped_fields] == [
+            (field, f"{where}: given twice with different values")
+        ]
+        assert field not in event.model_dump(exclude_unset=True)
+
+
+def test_a_name_given_twice_inside_attrs_or_detail_with_one_value_is_kept() -> None:
+    event = parse_event_json(
+        with_member("detail", b'{"a": [1, {"b": 2}], "a": [1, {"b": 2}]}', with_member("x", b"{}"))
+    )
+    assert (event.detail, event.dropped_fields) == ({"a": [1, {"b": 2}]}, ())
+
+
+def test_drops_of_every_kind_are_reported_together() -> None:
+    text = with_member("detail", UNREADABLE["nested 300 deep"], raw(lease_duration_s=True))
+    text = with_member("attrs", b'{"m": "a", "m": "b"}', text)
+    event = parse_event_json(text)
+    assert sorted(d.field for d in event.dropped_fields) == [
+        "attrs",
+        "detail",
+        "lease_duration_s",
+    ]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    depth=st.one_of(st.integers(1, 150), st.integers(250, 3000)),  # the parser stops at 200
+    where=st.sampled_from(["detail", "attrs", "destination", "unknown"]),
+    leaf=st.sampled_from(['"\\ud800"', '"\\udfff"', "1", '"x"', "true", "null", "1e999"]),
+    list_of=st.booleans(),
+)
+def test_any_depth_and_any_leaf_in_an_optional_or_unknown_part_keeps_the_event(
+    depth: int, where: str, leaf: str, list_of: bool
+) -> None:
+    opening, closing = ("[", "]") if list_of else ('{"n": ', "}")
+    value = (opening * depth + leaf + closing * depth).encode()
+    event = parse_event_json(with_member(where, value))
+    assert (event.event_id, event.owner_epoch) == ("e1", 3)
+    readable = depth <= 150 and "\\u" not in leaf
+    valid = where == "unknown" or (where == "detail" and readable and not list_of)
+    assert [d.field for d in event.dropped_fields] == ([] if valid else [where])
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    extra=_JSON,
+    spaced=st.booleans(),
+    cut=st.integers(min_value=0),
+    insert=st.sampled_from([b"", *(bytes([c]) for c in b'{}[],:"0 \\')]),
+)
+def test_only_json_is_read_member_by_member(
+    extra: object, spaced: bool, cut: int, insert: bytes
+) -> None:
+    """An event with an unreadable unknown member is read member by member; the same text with
+    one byte left out or put in is read only if it is still a JSON object (never a guess)."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    text = json.dumps({**BASE, "extra": extra, "x": "\ud800"}, separators=separators).encode()
+    assert parse_event_json(text).dropped_fields == ()
+    at = cut % len(text)
+    mutated = text[:at] + insert + text[at + bool(not insert) :]
+    try:
+        still_json = isinstance(json.loads(mutated), dict)
+    except ValueError:
+        still_json = False
+    if not still_json:
+        with pytest.raises(EventError):
+            parse_event_json(mutated)

@@ -39,6 +39,39 @@ def test_an_invalid_optional_field_is_dropped_never_dead_lettered() -> None:
     ]
 
 
+DEEP = b'{"n": ' * 300 + b"1" + b"}" * 300  # deeper than the JSON parser allows
+
+
+def test_an_unreadable_optional_part_is_dropped_never_dead_lettered() -> None:
+    """DESIGN §3: nesting deeper than a parser allows, an unpaired surrogate, a name given twice
+    inside `attrs` or `detail`: when the required fields can be read, the event is kept."""
+    head = json.dumps(EVENT).encode()[:-1]
+    for member, field in (
+        (b'"detail": ' + DEEP, "detail"),
+        (b'"detail": {"note": "\\ud800"}', "detail"),
+        (b'"attrs": {"model": "a", "model": "b"}', "attrs"),
+        (b'"heartbeat_interval_s": true', "heartbeat_interval_s"),
+    ):
+        event = admit(b"wf", head + b", " + member + b"}", "agent.ownership.v1", 0, 42)
+        assert isinstance(event, OwnershipEvent), member
+        assert (event.kind.value, event.effect_key) == ("effect_committed", "release-index")
+        assert [d.field for d in event.dropped_fields] == [field]
+    event = admit(b"wf", head + b', "x": ' + DEEP + b"}", "agent.ownership.v1", 0, 42)
+    assert isinstance(event, OwnershipEvent) and event.dropped_fields == ()  # unknown: ignored
+
+
+def test_an_unreadable_required_field_is_still_dead_lettered_with_its_name() -> None:
+    for field, value in (
+        ("owner_epoch", DEEP),
+        ("worker_id", b'"\\ud800"'),
+        ("owner_epoch", b"true"),
+    ):
+        doc = json.dumps({k: v for k, v in EVENT.items() if k != field}).encode()[:-1]
+        dead = admit(b"wf", doc + b', "' + field.encode() + b'": ' + value + b"}", "in", 0, 42)
+        assert isinstance(dead, DeadLetter), (field, value)
+        assert (dead.reason_code, dead.field) == ("invalid", field)
+
+
 def test_an_invalid_required_field_is_dead_lettered_with_its_name() -> None:
     dead = admitted(owner_epoch="17")
     assert isinstance(dead, DeadLetter)

@@ -75,6 +75,44 @@ def test_an_invalid_optional_field_is_counted_and_the_event_kept() -> None:
     assert sample(p, "splitbrain_event_fields_dropped_total", field="lease_duration_s") == 1
 
 
+def test_unreadable_optional_parts_are_counted_by_field_and_unknown_ones_not_at_all() -> None:
+    """DESIGN §3: a `detail` nested deeper than the parser allows, an unpaired surrogate in
+    `attrs`, a boolean lease duration each cost only their field, counted under its name; an
+    unknown field is ignored whatever it holds, under no label (its name is unbounded)."""
+    p = processor()
+    deep = b'{"n": ' * 300 + b"1" + b"}" * 300
+    head = (
+        b'{"event_id": "e1", "kind": "lease_acquired", "workflow_key": "wf", '
+        b'"owner_epoch": 1, "worker_id": "w"'
+    )
+    members = [
+        b'"detail": ' + deep,
+        b'"attrs": {"model": "\\ud800"}',
+        b'"lease_duration_s": true',
+        b'"unknown_%d": ' + deep,
+        b'"detail": {"n": 1, "n": 2}',
+    ]
+    for offset, member in enumerate(members):
+        value = (
+            head.replace(b'"e1"', b'"e%d"' % offset)
+            + b", "
+            + member.replace(b"%d", b"%d" % offset)
+            + b"}"
+        )
+        outcome = p.process(b"wf", value, TOPIC, offset, now=1.0)
+        assert outcome.dead_letter is None, member
+    p.metrics.committed(0.01, len(members))
+    counted = {
+        s.labels["field"]: s.value
+        for metric in p.metrics.registry.collect()
+        if metric.name == "splitbrain_event_fields_dropped"
+        for s in metric.samples
+        if s.name.endswith("_total") and s.value
+    }
+    assert counted == {"detail": 2, "attrs": 1, "lease_duration_s": 1}
+    assert sample(p, "splitbrain_dlq_messages_total", reason="invalid") == 0
+
+
 def event(event_id: str, kind: str, epoch: int, seq: int) -> tuple[bytes, bytes]:
     doc = {
         "event_id": event_id,

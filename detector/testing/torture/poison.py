@@ -2,7 +2,8 @@
 
 Every entry is (name, key, value). Keys are bytes or None; values are bytes or None. Records whose
 only fault is an optional field are not poison (DESIGN §3): the worker keeps the event without
-that field and counts the drop; they are listed apart, in `kept_with_a_dropped_field`.
+that field and counts the drop; they are listed apart, in `kept_with_a_dropped_field`. An
+unknown field is ignored whatever it holds: none of these records is poison for one.
 """
 
 from __future__ import annotations
@@ -43,9 +44,6 @@ def corpus(largest_value: int) -> list[Record]:
     """At least 50 distinct bad records; `largest_value` is the biggest value the topic accepts."""
     key = _WF.encode()
     good = _json(_event())
-    nested: Any = {"leaf": 1}
-    for _ in range(300):
-        nested = {"n": nested}
     entries: list[Record] = [
         ("truncated_json", key, good[:-7]),
         ("truncated_to_brace", key, b"{"),
@@ -66,7 +64,6 @@ def corpus(largest_value: int) -> list[Record]:
         ("whitespace_only", key, b"   \n  "),
         ("too_large_64k", key, _json(_event(detail={"pad": "x" * 70_000}))),
         ("largest_accepted", key, b"{" + b" " * (largest_value - 2) + b"}"),
-        ("deeply_nested_detail", key, _json(_event(detail=nested))),
         ("unknown_kind", key, _json(_event(kind="teleported"))),
         ("kind_number", key, _json(_event(kind=3))),
         ("kind_null", key, _json(_event(kind=None))),
@@ -93,16 +90,47 @@ def corpus(largest_value: int) -> list[Record]:
         ("names_disagree_workflow_key", key, _json(_event(job="another-workflow"))),
         ("names_disagree_owner_epoch", key, _json(_event(token=2))),
         ("names_disagree_worker_id", key, _json(_event(owner_id="w-other"))),
+        ("worker_id_lone_surrogate", key, _json(_event(worker_id="w-\ud800"))),
+        ("epoch_nested_deep", key, _json(_event(owner_epoch=_nested(300)))),
+        ("deep_detail_and_no_kind", key, _json(_event(kind=_DROP, detail=_nested(300)))),
+        ("unreadable_seq_given_twice", key, good[:-1] + b', "seq": "\\udc00"}'),
     ]
     for missing in ("event_id", "kind", "workflow_key", "owner_epoch", "worker_id"):
         entries.append((f"missing_{missing}", key, _json(_event(**{missing: _DROP}))))
     return entries
 
 
+def _nested(depth: int) -> Any:
+    """A JSON value nested deeper than the JSON parser allows (200 levels)."""
+    value: Any = {"leaf": 1}
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
 def kept_with_a_dropped_field() -> list[Record]:
-    """Records with one invalid optional field: never dead-lettered, processed without it."""
+    """Records with one invalid or unreadable optional field: never dead-lettered, processed
+    without it."""
     key = _WF.encode()
+    good = _json(_event())
     return [
+        ("deeply_nested_detail", key, _json(_event(detail=_nested(300)))),
+        ("detail_lone_surrogate", key, _json(_event(detail={"note": "\ud800"}))),
+        ("detail_not_utf8", key, good[:-1] + b', "detail": {"note": "\xff"}}'),
+        (
+            "detail_number_out_of_range",
+            key,
+            good[:-1] + b', "detail": {"n": ' + b"9" * 4400 + b"}}",
+        ),
+        ("detail_name_twice", key, good[:-1] + b', "detail": {"n": 1, "n": 2}}'),
+        ("attrs_name_twice", key, good[:-1] + b', "attrs": {"model": "a", "model": "b"}}'),
+        ("attrs_lone_surrogate", key, _json(_event(attrs={"model": "\udc00"}))),
+        ("destination_lone_surrogate", key, _json(_event(destination="\ud800"))),
+        ("lease_duration_true", key, _json(_event(lease_duration_s=True))),
+        ("lease_duration_string", key, _json(_event(lease_duration_s="30"))),
+        ("heartbeat_interval_false", key, _json(_event(heartbeat_interval_s=False))),
+        ("seq_true", key, _json(_event(seq=True))),
+        ("seq_nested_deep", key, _json(_event(seq=_nested(300)))),
         ("detail_over_4k", key, _json(_event(detail={"blob": "y" * 5000}))),
         ("detail_not_object", key, _json(_event(detail=[1, 2]))),
         ("seq_negative", key, _json(_event(seq=-5))),
