@@ -57,9 +57,10 @@ class DeliveryFailure:
 class DeliveryError(SplitbrainError, RuntimeError):
     """Events that Kafka did not acknowledge: the caller must not assume they were recorded."""
 
-    def __init__(self, message: str, failures: list[DeliveryFailure]) -> None:
+    def __init__(self, message: str, failures: list[DeliveryFailure], pending: int = 0) -> None:
         super().__init__(message)
         self.failures = failures
+        self.pending = pending  # still unacknowledged when the wait ended
 
 
 class Emitter:
@@ -138,7 +139,7 @@ class Emitter:
         failures, self._failures = self._failures, []
         if pending:
             raise DeliveryError(
-                f"{pending} event(s) not acknowledged within {timeout:g}s", failures
+                f"{pending} event(s) not acknowledged within {timeout:g}s", failures, pending
             )
         if failures:
             raise DeliveryError(
