@@ -71,16 +71,16 @@ class _Metrics:
         )
 
 
-_metrics: dict[int, _Metrics] = {}
+_metrics: weakref.WeakKeyDictionary[CollectorRegistry, _Metrics] = weakref.WeakKeyDictionary()
 _metrics_lock = threading.Lock()
 
 
 def _metrics_of(registry: CollectorRegistry) -> _Metrics:
     """One set of counters per registry, however many sinks share it."""
     with _metrics_lock:
-        found = _metrics.get(id(registry))
+        found = _metrics.get(registry)
         if found is None:
-            found = _metrics[id(registry)] = _Metrics(registry)
+            found = _metrics[registry] = _Metrics(registry)
         return found
 
 
