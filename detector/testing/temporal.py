@@ -108,10 +108,9 @@ class Payments:
 class Payment:
     @workflow.run
     async def run(self, order: str) -> int:
-        return await workflow.execute_activity(
-            "charge",
+        return await workflow.execute_activity_method(
+            Payments.charge,
             order,
-            result_type=int,
             start_to_close_timeout=timedelta(seconds=30),
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
