@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "detector.cli.leases",
     "detector.cli.page",
     "detector.cli.demo",
+    "detector.cli.watch",
 )
 
 
