@@ -26,6 +26,20 @@ WORKERS: Final = 2
 FIRST_S: Final = "6"
 SAY: Final = "splitbrain-demo:"  # detector.testing.celery_app's lines in the worker's log
 RECEIVED: Final = "Task send_welcome_email["  # Celery's "Task NAME[ID] received" line
+READY: Final = " ready."  # Celery's "NAME ready." line, once the worker consumes
+# detector.testing.celery_app's settings
+BROKER_ENV: Final = "ZOMBIE_CELERY_BROKER"
+TOPIC_ENV: Final = "ZOMBIE_CELERY_TOPIC"
+FIRST_ENV: Final = "ZOMBIE_CELERY_FIRST_S"
+
+
+def worker_argv(n: int) -> list[str]:
+    """Worker `n` of detector.testing.celery_app: prefork, one process, named workerN@host."""
+    return [
+        *(sys.executable, "-m", "celery", "-A", "detector.testing.celery_app", "worker"),
+        *("-n", f"worker{n}@%h", "--concurrency", "1", "--loglevel", "INFO"),
+        *("--without-gossip", "--without-mingle"),
+    ]
 
 
 class CeleryDemo:
@@ -74,7 +88,7 @@ class CeleryDemo:
             )
         )
         stack.say(f"started redis         {url} (pid {redis.pids[0].pid})")
-        env = {**stack.env, "ZOMBIE_CELERY_BROKER": url, "ZOMBIE_CELERY_FIRST_S": FIRST_S}
+        env = {**stack.env, BROKER_ENV: url, FIRST_ENV: FIRST_S}
         for n in range(1, WORKERS + 1):
             name = f"celery-{n}"
             log = stack.logs / f"{name}.log"
@@ -82,13 +96,9 @@ class CeleryDemo:
                 Process(
                     name,
                     log=log,
-                    argv=[
-                        *(sys.executable, "-m", "celery", "-A", "detector.testing.celery_app"),
-                        *("worker", "-n", f"worker{n}@%h", "--concurrency", "1"),
-                        *("--loglevel", "INFO", "--without-gossip", "--without-mingle"),
-                    ],
+                    argv=worker_argv(n),
                     env=env,
-                    ready=functools.partial(_says, log, " ready."),
+                    ready=functools.partial(says, log, READY),
                     stop_timeout=10.0,
                 )
             )
@@ -129,7 +139,8 @@ class CeleryDemo:
             self._client = None
 
 
-def _says(log: Path, text: str) -> bool:
+def says(log: Path, text: str) -> bool:
+    """`text` is in the log (False while there is no log)."""
     try:
         return text in log.read_text(errors="replace")
     except OSError:

@@ -21,14 +21,14 @@ from celery import Celery
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed
 from detector.adapters.celery import ADAPTER, install
 from detector.contracts.topics import INPUT_TOPIC
-from detector.demos.celery import SAY
+from detector.demos.celery import BROKER_ENV, FIRST_ENV, SAY, TOPIC_ENV
 from detector.kafka.emit import Emitter
 
 TASK: Final = "send_welcome_email"
 VISIBILITY_S: Final = 3.0
 LATER_S: Final = 0.5  # how long a redelivery works before it sends
 
-app = Celery("splitbrain-zombie", broker=os.environ.get("ZOMBIE_CELERY_BROKER"))
+app = Celery("splitbrain-zombie", broker=os.environ.get(BROKER_ENV))
 app.conf.update(
     task_acks_late=True,
     worker_prefetch_multiplier=1,
@@ -40,14 +40,14 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
 )
-_topic = os.environ.get("ZOMBIE_CELERY_TOPIC", INPUT_TOPIC)
+_topic = os.environ.get(TOPIC_ENV, INPUT_TOPIC)
 install(app, sink=AdapterSink(ADAPTER, publisher=lambda: Emitter.from_env(topic=_topic)))
 
 
 def send_welcome_email(address: str) -> None:
     owner = current()
     first = owner is not None and owner.owner_epoch == 1
-    work_s = float(os.environ.get("ZOMBIE_CELERY_FIRST_S", "6")) if first else LATER_S
+    work_s = float(os.environ.get(FIRST_ENV, "6")) if first else LATER_S
     epoch = owner.owner_epoch if owner is not None else "?"
     print(f"{SAY} epoch {epoch}: rendering the email to {address} ({work_s:g}s)", flush=True)
     time.sleep(work_s)
