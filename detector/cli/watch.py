@@ -211,6 +211,78 @@ def run_etcd(args: argparse.Namespace) -> int:
         return _serve(followers, publisher)
 
 
+# ---- Kubernetes ---------------------------------------------------------------------------
+
+
+@reports_kafka_errors("watch kubernetes")
+def run_kubernetes(args: argparse.Namespace) -> int:
+    try:
+        from kubernetes import client as kube_client  # noqa: PLC0415  (the kubernetes extra)
+        from kubernetes import config as kube_config  # noqa: PLC0415
+
+        from detector.adapters import _kube_watch as api_server  # noqa: PLC0415
+        from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
+        from detector.adapters.kubernetes import LeaseWatcher, feed, lease_key  # noqa: PLC0415
+    except ImportError as exc:
+        print(
+            f"splitbrain watch kubernetes: {exc.name} is missing: "
+            "pip install 'splitbrain-detector[kubernetes]'",
+            file=sys.stderr,
+        )
+        return ExitCode.UNUSABLE
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        if args.kubeconfig is not None:
+            kube_config.load_kube_config(config_file=str(args.kubeconfig))  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_config()  # type: ignore[no-untyped-call]
+    except (kube_config.ConfigException, OSError) as exc:
+        print(f"splitbrain watch kubernetes: --kubeconfig: {exc}", file=sys.stderr)
+        return ExitCode.UNUSABLE
+    api = kube_client.CoordinationV1Api()
+    names = {lease_key(args.namespace, name) for name in args.lease or ()}
+    watcher = LeaseWatcher(lambda key: not names or key in names, WatchMetrics("kubernetes"))
+    record = args.record.open("a") if args.record is not None else None
+    with Emitter(client_config(args), topic=args.topic) as emitter:
+        publisher = Publisher(emitter, args.state_file, "kubernetes", watcher.state)
+        watcher.restore(publisher.load())
+
+        def loop(stop: threading.Event) -> None:
+            if not watcher.resource_version or watcher.gone:
+                reason = "gone" if watcher.gone else "start"
+                source: Iterable[dict[str, Any]] = [
+                    api_server.list_leases(api, args.namespace, args.selector, reason=reason)
+                ]
+            else:
+                source = api_server.watch_leases(
+                    api,
+                    args.namespace,
+                    args.selector,
+                    watcher.resource_version,
+                    timeout_s=max(int(args.idle_timeout), 1),
+                )
+            for event in source:
+                if record is not None:
+                    record.write(json.dumps(event) + "\n")
+                    record.flush()
+                publisher.publish(feed(watcher, [event]))
+                if watcher.gone or stop.is_set():
+                    return
+
+        if args.metrics_port:
+            start_http_server(args.metrics_port, addr="127.0.0.1")
+        print(
+            f"splitbrain watch kubernetes: following leases in namespace {args.namespace}",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            return _serve([Follower(f"kubernetes {args.namespace}", loop)], publisher)
+        finally:
+            if record is not None:
+                record.close()
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "watch",
@@ -242,6 +314,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _common(etcd)
     etcd.set_defaults(run=run_etcd)
+    kube = systems.add_parser(
+        "kubernetes",
+        help="coordination.k8s.io/v1 Leases (client-go and Python leader election)",
+        description="Each Lease is one workflow (namespace/name). Epoch: leaseTransitions where "
+        "the writer keeps it (client-go), else the acquiring write's resourceVersion; seq is "
+        "the object's resourceVersion.",
+    )
+    kube.add_argument("--namespace", required=True, metavar="NS", help="the Leases' namespace")
+    kube.add_argument(
+        "--lease",
+        action="append",
+        metavar="NAME",
+        help="a Lease to follow (repeatable; default: every Lease --selector lets through)",
+    )
+    kube.add_argument("--selector", metavar="LABELS", help="a label selector for the Leases")
+    kube.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+    )
+    kube.add_argument(
+        "--record",
+        type=Path,
+        metavar="PATH",
+        help="append every list and watch event the API server sent, as JSON lines (for replay)",
+    )
+    _common(kube)
+    kube.set_defaults(run=run_kubernetes)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
