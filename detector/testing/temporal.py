@@ -241,3 +241,21 @@ async def run_zombie(
         say(f"workflow {workflow_id} completed with attempt {winner}'s result")
         await asyncio.wait_for(payments.zombie_done.wait(), timeout)
     return ZombieRun(workflow_id, winner, payments.charges)
+
+
+# ---- for the overhead benchmark (bench/bench_adapters.py) --------------------------------------
+
+
+@activity.defn(name="noop")
+async def noop() -> None:
+    return None
+
+
+@workflow.defn(name="noop-batch", sandboxed=False)
+class NoopBatch:
+    """`count` no-op activities, one after another."""
+
+    @workflow.run
+    async def run(self, count: int) -> None:
+        for _ in range(count):
+            await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=30))

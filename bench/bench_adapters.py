@@ -1,0 +1,211 @@
+"""What each adapter costs the host it watches (issue 21: at most 5% on a no-op task or
+activity, at most 50 µs per event on the emitting thread).
+
+Each adapter adds one function to `BENCHES`: it runs that system's real server, measures, and
+returns `Row`s; `main` prints them with the machine's load. The sink publishes to a discarding
+publisher, so the figures are the adapter's and the sink's (its sender thread included, since it
+competes for the GIL), not Kafka's. Asserts nothing.
+Run: `python bench/bench_adapters.py [--only NAME ...] [--activities N] [--rounds N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import platform
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink
+from detector.contracts.events import OwnershipEvent
+
+
+@dataclass(frozen=True)
+class Row:
+    adapter: str
+    measure: str
+    value: float
+    unit: str
+    target: float | None = None  # at most this much, in `unit`
+    note: str = ""
+
+    def line(self) -> str:
+        verdict = ""
+        if self.target is not None:
+            verdict = "  ok" if self.value <= self.target else "  OVER"
+            verdict += f" (target <= {self.target:g} {self.unit})"
+        note = f"  [{self.note}]" if self.note else ""
+        return f"{self.adapter:<10} {self.measure:<48} {self.value:9.2f} {self.unit}{verdict}{note}"
+
+
+class _Discard:
+    """The emitter's place: takes each event and forgets it."""
+
+    def emit(self, event: OwnershipEvent, /) -> OwnershipEvent:
+        return event
+
+    def flush(self, timeout: float = 0) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def discarding_sink(adapter: str) -> AdapterSink:
+    return AdapterSink(
+        adapter, publisher=_Discard, capacity=10_000_000, registry=CollectorRegistry()
+    )
+
+
+# ---- Temporal ----------------------------------------------------------------------------------
+
+
+def bench_temporal(args: argparse.Namespace) -> list[Row]:
+    """No-op activities on the real test server, in rounds alternating a worker without and with
+    the interceptor (the best round of each); then the interceptor's own work per attempt on
+    the worker's event loop: reading the attempt, its two events, the timeout's timer."""
+    from temporalio.client import Client  # noqa: PLC0415
+
+    from detector.testing.temporal import LocalTemporal  # noqa: PLC0415
+
+    with LocalTemporal() as server:
+
+        async def measure() -> tuple[list[Cost], list[Cost]]:
+            client = await Client.connect(server.target)
+            plain: list[Cost] = []
+            intercepted: list[Cost] = []
+            for _ in range(args.rounds):
+                plain.append(await _temporal_round(client, args.activities, None))
+                sink = discarding_sink("temporal")
+                intercepted.append(await _temporal_round(client, args.activities, sink))
+                sink.close()
+            return plain, intercepted
+
+        plain, intercepted = asyncio.run(measure())
+    base_cpu, with_cpu = _best(plain, 0), _best(intercepted, 0)
+    base_wall, with_wall = _best(plain, 1), _best(intercepted, 1)
+    cpu, wall, beat = _temporal_per_event(args.events)
+    rounds = f"best of {args.rounds} rounds of {args.activities} activities"
+    per_attempt = "an attempt's acquired + released, its timer armed and cancelled"
+    return [
+        Row("temporal", "no-op activity, worker CPU, no interceptor", base_cpu, "us", note=rounds),
+        Row("temporal", "no-op activity, worker CPU, SplitbrainInterceptor", with_cpu, "us"),
+        Row("temporal", "overhead per activity, worker CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("temporal", "no-op activity, wall, no interceptor", base_wall, "us"),
+        Row("temporal", "no-op activity, wall, SplitbrainInterceptor", with_wall, "us"),
+        Row(
+            "temporal",
+            "overhead per activity, wall (the load adds noise)",
+            _pct(with_wall, base_wall),
+            "%",
+        ),
+        Row("temporal", "per event, emitting thread's CPU", cpu, "us", 50.0, per_attempt),
+        Row("temporal", "per event, wall time (the load adds to it)", wall, "us"),
+        Row("temporal", "heartbeat() call, CPU (events at the SDK's throttle)", beat, "us"),
+    ]
+
+
+Cost = tuple[float, float]  # µs per activity: the worker process's CPU (all its threads), wall
+
+
+def _best(costs: list[Cost], which: int) -> float:
+    """The best round: what the work costs when the machine's other load leaves it alone."""
+    return min(c[which] for c in costs)
+
+
+def _pct(value: float, base: float) -> float:
+    return (value - base) / base * 100
+
+
+async def _temporal_round(client: Any, activities: int, sink: AdapterSink | None) -> Cost:
+    """Per no-op activity, run one after another by one workflow (the server is another
+    process: its CPU is not counted)."""
+    from temporalio.worker import Worker  # noqa: PLC0415
+
+    from detector.adapters.temporal import SplitbrainInterceptor  # noqa: PLC0415
+    from detector.testing.temporal import NoopBatch, noop  # noqa: PLC0415
+
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    interceptors = [] if sink is None else [SplitbrainInterceptor(sink, worker_id="bench")]
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[NoopBatch],
+        activities=[noop],
+        interceptors=interceptors,
+    ):
+        cpu, wall = time.process_time(), time.perf_counter()
+        await client.execute_workflow(
+            NoopBatch.run, activities, id=f"bench-{uuid.uuid4().hex}", task_queue=queue
+        )
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        return cpu / activities * 1e6, wall / activities * 1e6
+
+
+def _temporal_per_event(n: int) -> tuple[float, float, float]:
+    """Per event of `_begin` + `end` (two events): µs of the emitting thread's CPU and of wall
+    time (which a loaded machine inflates); µs of CPU per `heartbeat()` call. In an activity's
+    context, on an event loop, as the worker runs them."""
+    from temporalio.testing import ActivityEnvironment  # noqa: PLC0415
+
+    from detector.adapters.temporal import SplitbrainInterceptor  # noqa: PLC0415
+
+    sink = discarding_sink("temporal")
+    interceptor = SplitbrainInterceptor(sink, worker_id="bench")
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=30))
+
+    async def attempts() -> tuple[float, float, float]:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        for _ in range(n):
+            attempt = interceptor._begin()
+            assert attempt is not None
+            attempt.end("completed")
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        attempt = interceptor._begin()
+        assert attempt is not None
+        beats = time.thread_time()
+        for _ in range(n):
+            attempt.heartbeat()
+        beats = time.thread_time() - beats
+        attempt.end("completed")
+        return cpu / (2 * n) * 1e6, wall / (2 * n) * 1e6, beats / n * 1e6
+
+    try:
+        result: tuple[float, float, float] = asyncio.run(env.run(attempts))
+        return result
+    finally:
+        sink.close()
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
+    "temporal": bench_temporal,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
+    parser.add_argument("--activities", type=int, default=200, help="per round (Temporal)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--events", type=int, default=20_000, help="per-event loop length")
+    args = parser.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{platform.python_implementation()} {platform.python_version()}, load {load}")
+    for name in args.only:
+        for row in BENCHES[name](args):
+            print(row.line(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
