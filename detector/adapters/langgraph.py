@@ -35,17 +35,17 @@ Whatever fails here is logged and counted, never raised into the graph's put.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -89,10 +89,14 @@ ROOT: Final = ""  # the parent of a thread's first checkpoint
 _HEADS: Final = 10_000  # run heads remembered in this process (an evicted one: a new epoch)
 _LOCAL_CHILDREN: Final = 100_000  # first children `LocalThreads` remembers
 
-LEDGER_FAILURES: Final = Counter(
-    "splitbrain_adapter_ledger_failures",
-    "Checkpoint puts an adapter could not record in its ledger (the put itself succeeded)",
-    ["adapter"],
+_BEHIND: Final = 10_000  # records waiting for a blocking ledger; beyond, counted and dropped
+_IDLE_WAIT_S: Final = 1.0
+
+UNRECORDED: Final = Counter(
+    "splitbrain_adapter_puts_unrecorded",
+    "Checkpoint puts an adapter did not record (the put itself succeeded), by reason: the "
+    "ledger failed, or too many puts were waiting for it",
+    ["adapter", "reason"],
 )
 
 
@@ -289,6 +293,69 @@ class PostgresThreads:
             yield self._conn
 
 
+class _Behind:
+    """Runs queued calls in order on a daemon thread of its own, so that a ledger waiting on its
+    server never makes the graph's put wait. Bounded: a call that does not fit is dropped, and
+    `on_drop` counts it."""
+
+    def __init__(self, name: str, on_drop: Callable[[], None]) -> None:
+        self._name = name
+        self._on_drop = on_drop
+        self._queue: deque[Callable[[], object]] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, call: Callable[[], object]) -> None:
+        if len(self._queue) >= _BEHIND:
+            self._on_drop()
+            return
+        self._queue.append(call)
+        self._idle.clear()
+        if self._thread is None or not self._thread.is_alive():  # not yet, or in a forked child
+            with self._lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    self._thread.start()
+        self._wake.set()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued call has run; True when that happened in time."""
+        self._wake.set()
+        return self._idle.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            while self._queue:
+                self._queue.popleft()()  # each call guards itself
+            self._idle.set()
+            if self._queue:  # submitted while idle was being set
+                self._idle.clear()
+                continue
+            self._wake.wait(_IDLE_WAIT_S)
+            self._wake.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    """What recording a put needs, taken on the putting thread, whose context names its run."""
+
+    thread_id: str
+    ns: str
+    parent_id: str | None
+    child_id: str
+    step: Any
+    source: str | None
+    explicit: Ownership | None  # the `run()` around the put, for this key
+    invocation: dict[str, Ownership] | None  # the runs of the graph invocation around it
+
+    @property
+    def key(self) -> str:
+        return workflow_key(self.thread_id, self.ns)
+
+
 # ---- the checkpointer ------------------------------------------------------------------------
 
 
@@ -321,7 +388,10 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         self._lock = threading.Lock()
         # (workflow key, checkpoint id) of each run's latest checkpoint -> that run's owner
         self._heads: OrderedDict[tuple[str, str], Ownership] = OrderedDict()
-        self._failures = LEDGER_FAILURES.labels(ADAPTER)
+        self._failed = UNRECORDED.labels(ADAPTER, "ledger")
+        self._behind = _Behind(
+            f"splitbrain-{ADAPTER}-ledger", UNRECORDED.labels(ADAPTER, "queue_full").inc
+        )
         # The runs of the graph invocation whose context this is, by workflow key.
         self._invocation: ContextVar[dict[str, Ownership] | None] = ContextVar(
             f"splitbrain_langgraph_{id(self)}", default=None
@@ -344,10 +414,17 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             try:
                 yield owner
             finally:
-                self._guard(self._release, owner, thread_id, ns)
+                self._later(self._release, owner, thread_id, ns)
 
     def _release(self, owner: Ownership, thread_id: str, ns: str) -> None:
         owner.emit(Kind.LEASE_RELEASED, seq=self.threads.tick(thread_id, ns))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every put so far is recorded and its events handed to Kafka (tests,
+        shutdown). True when that happened in time."""
+        deadline = time.monotonic() + timeout
+        recorded = self._behind.flush(timeout)
+        return self.sink.flush(max(deadline - time.monotonic(), 0.0)) and recorded
 
     # ---- puts ----------------------------------------------------------------------------------
 
@@ -359,7 +436,7 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = self.saver.put(config, checkpoint, metadata, new_versions)
-        self._guard(self._observe, config, checkpoint, metadata)
+        self._guard(self._watch, config, checkpoint, metadata)
         return saved
 
     async def aput(
@@ -370,10 +447,7 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.saver.aput(config, checkpoint, metadata, new_versions)
-        if self.threads.blocking:
-            await asyncio.to_thread(self._guard, self._observe, config, checkpoint, metadata)
-        else:
-            self._guard(self._observe, config, checkpoint, metadata)
+        self._guard(self._watch, config, checkpoint, metadata)
         return saved
 
     def _guard(self, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T | None:
@@ -381,61 +455,78 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         try:
             return method(*args, **kwargs)
         except Exception as exc:
-            self._failures.inc()
+            self._failed.inc()
             log.warning("langgraph adapter: %s failed (%s)", method.__name__, type(exc).__name__)
             return None
 
-    def _observe(
+    def _later(self, method: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
+        """Call now with an in-process ledger; behind the put, in order, with a blocking one."""
+        if self.threads.blocking:
+            self._behind.submit(functools.partial(self._guard, method, *args, **kwargs))
+        else:
+            self._guard(method, *args, **kwargs)
+
+    def _watch(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> None:
         conf = config.get("configurable", {})
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
-        parent_id: str | None = conf.get("checkpoint_id")
-        child_id = checkpoint["id"]
-        key = workflow_key(thread_id, ns)
-        step = metadata.get("step")
-        owner = self._owner(key, thread_id, ns, parent_id, child_id, metadata.get("source"))
-        recorded = self.threads.record(
-            thread_id, ns, parent_id, Child(child_id, owner.owner_epoch, owner.worker_id, None)
+        explicit = current()
+        if not (
+            explicit is not None
+            and explicit.sink is self.sink
+            and explicit.workflow_key == workflow_key(thread_id, ns)
+        ):
+            explicit = None
+        put = _Put(
+            thread_id,
+            ns,
+            conf.get("checkpoint_id"),
+            checkpoint["id"],
+            metadata.get("step"),
+            metadata.get("source"),
+            explicit,
+            self._invocation.get(),
         )
+        self._later(self._record, put)
+
+    def _record(self, put: _Put) -> None:
+        owner = self._owner(put)
+        child = Child(put.child_id, owner.owner_epoch, owner.worker_id, None)
+        recorded = self.threads.record(put.thread_id, put.ns, put.parent_id, child)
         owner.emit(
-            Kind.PROGRESS, seq=recorded.seq, detail={"step": step, "checkpoint_id": child_id}
+            Kind.PROGRESS,
+            seq=recorded.seq,
+            detail={"step": put.step, "checkpoint_id": put.child_id},
         )
         if recorded.first is not None:
-            self._fork(owner, key, parent_id, recorded, child_id, step)
+            self._fork(owner, put, recorded)
 
-    def _owner(
-        self,
-        key: str,
-        thread_id: str,
-        ns: str,
-        parent_id: str | None,
-        child_id: str,
-        source: str | None,
-    ) -> Ownership:
+    def _owner(self, put: _Put) -> Ownership:
         """The run this put belongs to: the explicit run around it; else the invocation whose
         `get_tuple` began it (a graph reads its thread before it writes, and its puts run in a
         copy of that context); else the run whose head is its parent (an `input` checkpoint
         always starts one); else a new run."""
-        explicit = current()
-        if explicit is not None and explicit.sink is self.sink and explicit.workflow_key == key:
-            return explicit
-        invocation = self._invocation.get()
-        if invocation is not None:
+        if put.explicit is not None:
+            return put.explicit
+        if put.invocation is not None:
             with self._lock:
-                owner = invocation.get(key)
+                owner = put.invocation.get(put.key)
             if owner is None:
-                owner = self._acquire(thread_id, ns, source)
+                owner = self._acquire(put.thread_id, put.ns, put.source)
                 with self._lock:
-                    invocation[key] = owner
+                    put.invocation[put.key] = owner
             return owner
         found = None
-        if source != "input" and parent_id is not None:
+        if put.source != "input" and put.parent_id is not None:
             with self._lock:
-                found = self._heads.pop((key, parent_id), None)
+                found = self._heads.pop((put.key, put.parent_id), None)
         if found is None:
-            found = self._acquire(thread_id, ns, source)
-        self._advance(key, child_id, found)
+            found = self._acquire(put.thread_id, put.ns, put.source)
+        with self._lock:
+            self._heads[(put.key, put.child_id)] = found
+            if len(self._heads) > _HEADS:
+                self._heads.popitem(last=False)
         return found
 
     def _acquire(self, thread_id: str, ns: str, source: str | None) -> Ownership:
@@ -451,30 +542,22 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         owner.acquired(seq=seq, detail={"checkpoint_source": source or "run"})
         return owner
 
-    def _fork(
-        self,
-        owner: Ownership,
-        key: str,
-        parent_id: str | None,
-        recorded: Recorded,
-        child_id: str,
-        step: Any,
-    ) -> None:
+    def _fork(self, owner: Ownership, put: _Put, recorded: Recorded) -> None:
         """Both children of the parent, each as its writer's commit of the parent's next
         checkpoint (the second writer knows both; the first never learns it was forked)."""
         first = recorded.first
         assert first is not None
         source = Source.DESTINATION if self.threads.destination else Source.WORKER
-        effect = fork_effect_key(parent_id)
-        detail = {"parent_id": parent_id or ROOT, "step": step}
+        effect = fork_effect_key(put.parent_id)
+        detail = {"parent_id": put.parent_id or ROOT, "step": put.step}
         earlier = dataclasses.replace(owner, owner_epoch=first.epoch, worker_id=first.worker_id)
         for writer, child, seq in (
             (earlier, first.checkpoint_id, first.seq),
-            (owner, child_id, recorded.seq),
+            (owner, put.child_id, recorded.seq),
         ):
             writer.emit(
                 Kind.EFFECT_COMMITTED,
-                event_id=_event_id(key, parent_id, child),
+                event_id=_event_id(put.key, put.parent_id, child),
                 effect_key=effect,
                 seq=seq,
                 source=source,
@@ -483,18 +566,12 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             )
         log.warning(
             "langgraph thread forked: parent=%s children=%s,%s epochs=%d,%d",
-            parent_id or ROOT,
+            put.parent_id or ROOT,
             first.checkpoint_id,
-            child_id,
+            put.child_id,
             first.epoch,
             owner.owner_epoch,
         )
-
-    def _advance(self, key: str, child_id: str, owner: Ownership) -> None:
-        with self._lock:
-            self._heads[(key, child_id)] = owner
-            if len(self._heads) > _HEADS:
-                self._heads.popitem(last=False)
 
     # ---- everything else is the saver's ---------------------------------------------------------
 

@@ -66,6 +66,7 @@ def as_process(
                 saver, threads=threads, sink=sink, worker_id=worker_id
             )
             work(build(checkpointer, during_work=during_work))
+            assert checkpointer.flush(30)  # its puts recorded in the ledger, behind them
         finally:
             threads.close()
 

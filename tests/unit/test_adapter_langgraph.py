@@ -175,7 +175,7 @@ class BrokenLedger(LocalThreads):
 
 def failures() -> float:
     value = REGISTRY.get_sample_value(
-        "splitbrain_adapter_ledger_failures_total", {"adapter": "langgraph"}
+        "splitbrain_adapter_puts_unrecorded_total", {"adapter": "langgraph", "reason": "ledger"}
     )
     return value or 0.0
 
@@ -187,6 +187,36 @@ def test_a_failing_ledger_never_fails_the_graph(sink: AdapterSink, recorder: Rec
     assert out == {"notes": ["planned", "work by ?", "replied"]}
     assert failures() - before == 5  # one per checkpoint put, counted
     assert saver.get_tuple(thread("t5")) is not None  # the saver kept every checkpoint
+
+
+class GatedLedger(LocalThreads):
+    """A ledger that waits on its server (here: until the gate opens)."""
+
+    blocking = True
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def record(
+        self, thread_id: str, checkpoint_ns: str, parent_id: str | None, child: Child
+    ) -> Recorded:
+        assert self.gate.wait(10)
+        return super().record(thread_id, checkpoint_ns, parent_id, child)
+
+
+def test_a_blocking_ledger_records_behind_the_puts_in_order(
+    sink: AdapterSink, recorder: Recorder
+) -> None:
+    gate = threading.Event()
+    saver = SplitbrainCheckpointer(InMemorySaver(), threads=GatedLedger(gate), sink=sink)
+    out = build(saver, interrupt=False).invoke({"notes": []}, thread("t6"))
+    assert out == {"notes": ["planned", "work by ?", "replied"]}  # no put waited for the ledger
+    assert not saver.flush(0.2)
+    gate.set()
+    assert saver.flush(10)
+    got = events(sink, recorder)
+    assert [detail(e)["step"] for e in got if e.kind is Kind.PROGRESS] == [-1, 0, 1, 2, 3]
 
 
 def test_a_subgraph_namespace_is_its_own_key() -> None:
