@@ -76,9 +76,10 @@ class LocalEtcd:
     ) -> None:
         self.close()
 
-    def start(self) -> None:
+    def argv(self) -> list[str]:
+        """The server's command line (for a stack that runs it as its own process)."""
         peer = f"http://127.0.0.1:{self._peer_port}"
-        argv = [
+        return [
             str(self._binary),
             "--name=splitbrain",
             f"--data-dir={self._root / 'data'}",
@@ -91,18 +92,20 @@ class LocalEtcd:
             # The tests and demos restart nothing: the page cache holds what a crash leaves.
             "--unsafe-no-fsync",
         ]
+
+    def start(self) -> None:
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         deadline = time.monotonic() + self.start_timeout
-        while not self._healthy():
+        while not self.healthy():
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise LocalEtcdError(f"etcd did not start:\n{self.log_tail()}")
             time.sleep(0.1)
 
-    def _healthy(self) -> bool:
+    def healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1) as resp:
                 return bool(resp.status == 200)

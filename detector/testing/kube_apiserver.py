@@ -52,12 +52,14 @@ def kube_apiserver_binary() -> Path:
 class LocalKubeApiServer:
     """kube-apiserver and its etcd: `.url`, `.kubeconfig` (a file with the token)."""
 
-    def __init__(self, *, start_timeout: float = 120.0) -> None:
+    def __init__(self, *, etcd: LocalEtcd | None = None, start_timeout: float = 120.0) -> None:
+        """`etcd`: one the caller runs; by default the server starts and stops its own."""
         self.start_timeout = start_timeout
         self.port = free_port()
         self._binary = kube_apiserver_binary()
         self._root = Path(tempfile.mkdtemp(prefix="splitbrain-kube-"))
-        self._etcd = LocalEtcd()
+        self._own_etcd = etcd is None
+        self._etcd = LocalEtcd() if etcd is None else etcd
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -88,8 +90,8 @@ class LocalKubeApiServer:
     ) -> None:
         self.close()
 
-    def start(self) -> None:
-        self._etcd.start()
+    def prepare(self) -> list[str]:
+        """Write the keys, the token file and the kubeconfig; the server's command line."""
         key, pub = self._root / "sa.key", self._root / "sa.pub"
         subprocess.run(
             ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
@@ -109,7 +111,7 @@ class LocalKubeApiServer:
             "contexts:\n- name: local\n  context:\n    cluster: local\n    user: splitbrain\n"
             "current-context: local\n"
         )
-        argv = [
+        return [
             str(self._binary),
             f"--etcd-servers={self._etcd.endpoint}",
             "--bind-address=127.0.0.1",
@@ -124,18 +126,22 @@ class LocalKubeApiServer:
             "--disable-admission-plugins=ServiceAccount",
             "--service-cluster-ip-range=10.0.0.0/24",
         ]
+
+    def start(self) -> None:
+        if self._own_etcd:
+            self._etcd.start()
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.prepare(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         deadline = time.monotonic() + self.start_timeout
-        while not self._ready():
+        while not self.ready():
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise LocalKubeApiServerError(f"kube-apiserver did not start:\n{self.log_tail()}")
             time.sleep(0.5)
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -158,13 +164,15 @@ class LocalKubeApiServer:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 proc.wait(10)
-        self._etcd.stop()
+        if self._own_etcd:
+            self._etcd.stop()
 
     def close(self) -> None:
         try:
             self.stop()
         finally:
-            self._etcd.close()
+            if self._own_etcd:
+                self._etcd.close()
             shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:
