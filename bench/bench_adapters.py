@@ -186,111 +186,105 @@ def _temporal_per_event(n: int) -> tuple[float, float, float]:
         sink.close()
 
 
-# ---- LangGraph ---------------------------------------------------------------------------------
-
-
-def bench_langgraph(args: argparse.Namespace) -> list[Row]:
-    """The small graph of the adapter's tests (three nodes, five checkpoints per invocation),
-    each invocation on a new thread, in rounds alternating the bare saver and the wrapped one:
-    LangGraph's InMemorySaver with the in-process ledger, and PostgresSaver with the
-    PostgreSQL ledger (a real local server; its statements run behind the puts, on the
-    wrapper's thread, and that thread's CPU is in the figure, the server's is not). Then the
-    wrapper's own work per checkpoint put, on the putting thread."""
-    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
-    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
-
-    from detector.adapters.langgraph import PostgresThreads  # noqa: PLC0415
-    from detector.testing.postgres import LocalPostgres  # noqa: PLC0415
-
-    rows = _langgraph_rows("InMemorySaver", args, InMemorySaver, None)
-    with LocalPostgres() as server:
-        dsn = server.create_database("bench_langgraph")
-        threads = PostgresThreads(dsn)
-        threads.setup()
-        with PostgresSaver.from_conn_string(dsn) as saver:
-            saver.setup()
-            rows += _langgraph_rows("PostgresSaver", args, lambda: saver, threads)
-        threads.close()
-    cpu, wall = _langgraph_per_event(args.events)
-    note = "a put's progress (and its run's acquisition), in-process ledger"
-    return [
-        *rows,
-        Row("langgraph", "per event, putting thread's CPU", cpu, "us", 50.0, note),
-        Row("langgraph", "per event, wall time (the load adds to it)", wall, "us"),
-    ]
-
-
-def _langgraph_rows(
-    name: str, args: argparse.Namespace, make: Callable[[], Any], threads: Any
-) -> list[Row]:
-    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
-
-    plain: list[Cost] = []
-    wrapped: list[Cost] = []
-    for _ in range(args.rounds):
-        plain.append(_langgraph_round(make(), args.invocations))
-        sink = discarding_sink("langgraph")
-        saver = SplitbrainCheckpointer(make(), threads=threads, sink=sink, worker_id="bench")
-        wrapped.append(_langgraph_round(saver, args.invocations))
-        sink.close()
-    base_cpu, with_cpu = _best(plain, 0), _best(wrapped, 0)
-    base_wall, with_wall = _best(plain, 1), _best(wrapped, 1)
-    rounds = f"best of {args.rounds} rounds of {args.invocations} invocations"
-    return [
-        Row("langgraph", f"invoke, CPU, bare {name}", base_cpu, "us", note=rounds),
-        Row("langgraph", f"invoke, CPU, wrapped {name}", with_cpu, "us", note=rounds),
-        Row("langgraph", f"overhead per invoke, CPU ({name})", _pct(with_cpu, base_cpu), "%", 5.0),
-        Row("langgraph", f"invoke, wall, bare {name}", base_wall, "us"),
-        Row("langgraph", f"invoke, wall, wrapped {name}", with_wall, "us"),
-        Row("langgraph", f"overhead per invoke, wall ({name})", _pct(with_wall, base_wall), "%"),
-    ]
-
-
-def _langgraph_round(saver: Any, invocations: int) -> Cost:
-    """Per invocation of the small graph: this process's CPU (LangGraph's threads and the
-    wrapper's included) and wall time, until the wrapper has recorded every put."""
-    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
-    from detector.testing.langgraph_graph import build, thread  # noqa: PLC0415
-
-    graph = build(saver, interrupt=False)
-    prefix = uuid.uuid4().hex[:8]
-    cpu, wall = time.process_time(), time.perf_counter()
-    for i in range(invocations):
-        graph.invoke({"notes": []}, thread(f"bench-{prefix}-{i}"))
-    if isinstance(saver, SplitbrainCheckpointer):
-        assert saver.flush(60)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    return cpu / invocations * 1e6, wall / invocations * 1e6
-
-
-def _langgraph_per_event(n: int) -> tuple[float, float]:
-    """µs of the putting thread's CPU, and of wall time, per event of the wrapper's work after
-    a put (one `progress` per put; one acquisition for the run), with the in-process ledger."""
-    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
-
-    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
-
-    sink = discarding_sink("langgraph")
-    saver = SplitbrainCheckpointer(InMemorySaver(), sink=sink, worker_id="bench")
-    metadata: Any = {"source": "loop", "step": 1, "parents": {}}
-    parent = None
-    cpu, wall = time.thread_time(), time.perf_counter()
-    for i in range(n):
-        child = f"c{i}"
-        config: Any = {"configurable": {"thread_id": "t", "checkpoint_id": parent}}
-        checkpoint: Any = {"id": child}
-        saver._watch(config, checkpoint, metadata)
-        parent = child
-    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
-    sink.close()
-    return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
-
-
 # ---- the command -------------------------------------------------------------------------------
+
+# ---- etcd and Kubernetes ---------------------------------------------------------------------
+
+
+def bench_etcd(args: argparse.Namespace) -> list[Row]:
+    """`LockOwner.keepalive` against the bare keepalive it wraps (the lease's refresh), on a real
+    etcd, in rounds alternating the two (the best round of each); then one event's cost on the
+    holder's thread (what keepalive and put add to etcd's round trip)."""
+    from etcd3gw.client import Etcd3Client  # noqa: PLC0415
+
+    from detector.adapters.etcd import LockOwner  # noqa: PLC0415
+    from detector.contracts.events import Kind  # noqa: PLC0415
+    from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
+
+    n = max(args.keepalives, 1)
+    sink = discarding_sink("etcd")
+    with LocalEtcd() as server:
+        client = Etcd3Client(host="127.0.0.1", port=server.port)
+        lock = client.lock("bench", ttl=60)
+        assert lock.acquire()
+        assert lock.lease is not None
+        lease = lock.lease
+        with LockOwner.of_lock(client, lock, sink) as owner:
+            bare: list[Cost] = []
+            wrapped: list[Cost] = []
+            for r in range(args.rounds):  # each first in every other round
+                if r % 2:
+                    wrapped.append(_per_call(owner.keepalive, n))
+                bare.append(_per_call(lease.refresh, n))
+                if not r % 2:
+                    wrapped.append(_per_call(owner.keepalive, n))
+            assert owner.ownership is not None
+            ownership = owner.ownership
+
+            def one_event() -> None:
+                ownership.emit(Kind.HEARTBEAT, seq=1)
+
+            per_event, _ = _per_call(one_event, args.events)
+    sink.close()
+    base_cpu, with_cpu = _best(bare, 0), _best(wrapped, 0)
+    base_wall, with_wall = _best(bare, 1), _best(wrapped, 1)
+    rounds = f"best of {args.rounds} rounds of {n}"
+    return [
+        Row("etcd", "keepalive, holder thread's CPU, lease.refresh()", base_cpu, "us", note=rounds),
+        Row("etcd", "keepalive, holder thread's CPU, LockOwner.keepalive()", with_cpu, "us"),
+        Row("etcd", "overhead per keepalive, CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("etcd", "keepalive, wall, lease.refresh()", base_wall, "us"),
+        Row("etcd", "keepalive, wall, LockOwner.keepalive()", with_wall, "us"),
+        Row("etcd", "overhead per keepalive, wall", _pct(with_wall, base_wall), "%", 5.0),
+        Row("etcd", "per event, holder thread's CPU", per_event, "us", 50.0),
+    ]
+
+
+def bench_kubernetes(args: argparse.Namespace) -> list[Row]:
+    """What `LeaderElector` adds to the leader's work: its effect calls carry the Lease through
+    the context (no server: the elector's own writes are the Python client's)."""
+    from detector.adapters import Authority, Ownership, effect_committed, owning  # noqa: PLC0415
+
+    sink = discarding_sink("kubernetes")
+    ownership = Ownership(
+        sink, "default/bench", 41, "pod-a", Authority.SYSTEM, "kubernetes.resourceVersion"
+    )
+
+    def bare() -> None:
+        pass
+
+    def effect() -> None:
+        effect_committed("charge/42", destination="psp")
+
+    base, _ = _per_call(bare, args.events)
+    with owning(ownership):
+        per_event, wall = _per_call(effect, args.events)
+    sink.close()
+    return [
+        Row(
+            "kubernetes",
+            "effect_committed in LeaderElector's work, CPU",
+            per_event - base,
+            "us",
+            50.0,
+        ),
+        Row("kubernetes", "effect_committed, wall (the load adds to it)", wall, "us"),
+    ]
+
+
+def _per_call(call: Callable[[], object], n: int) -> Cost:
+    """µs per call of `call`: the calling thread's CPU, and wall time."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for _ in range(n):
+        call()
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    return cpu / n * 1e6, wall / n * 1e6
+
 
 BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "temporal": bench_temporal,
-    "langgraph": bench_langgraph,
+    "etcd": bench_etcd,
+    "kubernetes": bench_kubernetes,
 }
 
 
@@ -298,7 +292,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
     parser.add_argument("--activities", type=int, default=200, help="per round (Temporal)")
-    parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
+    parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--events", type=int, default=20_000, help="per-event loop length")
     args = parser.parse_args()
