@@ -186,6 +186,106 @@ def _temporal_per_event(n: int) -> tuple[float, float, float]:
         sink.close()
 
 
+# ---- LangGraph ---------------------------------------------------------------------------------
+
+
+def bench_langgraph(args: argparse.Namespace) -> list[Row]:
+    """The small graph of the adapter's tests (three nodes, five checkpoints per invocation),
+    each invocation on a new thread, in rounds alternating the bare saver and the wrapped one:
+    LangGraph's InMemorySaver with the in-process ledger, and PostgresSaver with the
+    PostgreSQL ledger (a real local server; its statements run behind the puts, on the
+    wrapper's thread, and that thread's CPU is in the figure, the server's is not). Then the
+    wrapper's own work per checkpoint put, on the putting thread."""
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
+
+    from detector.adapters.langgraph import PostgresThreads  # noqa: PLC0415
+    from detector.testing.postgres import LocalPostgres  # noqa: PLC0415
+
+    rows = _langgraph_rows("InMemorySaver", args, InMemorySaver, None)
+    with LocalPostgres() as server:
+        dsn = server.create_database("bench_langgraph")
+        threads = PostgresThreads(dsn)
+        threads.setup()
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            saver.setup()
+            rows += _langgraph_rows("PostgresSaver", args, lambda: saver, threads)
+        threads.close()
+    cpu, wall = _langgraph_per_event(args.events)
+    note = "a put's progress (and its run's acquisition), in-process ledger"
+    return [
+        *rows,
+        Row("langgraph", "per event, putting thread's CPU", cpu, "us", 50.0, note),
+        Row("langgraph", "per event, wall time (the load adds to it)", wall, "us"),
+    ]
+
+
+def _langgraph_rows(
+    name: str, args: argparse.Namespace, make: Callable[[], Any], threads: Any
+) -> list[Row]:
+    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
+
+    plain: list[Cost] = []
+    wrapped: list[Cost] = []
+    for _ in range(args.rounds):
+        plain.append(_langgraph_round(make(), args.invocations))
+        sink = discarding_sink("langgraph")
+        saver = SplitbrainCheckpointer(make(), threads=threads, sink=sink, worker_id="bench")
+        wrapped.append(_langgraph_round(saver, args.invocations))
+        sink.close()
+    base_cpu, with_cpu = _best(plain, 0), _best(wrapped, 0)
+    base_wall, with_wall = _best(plain, 1), _best(wrapped, 1)
+    rounds = f"best of {args.rounds} rounds of {args.invocations} invocations"
+    return [
+        Row("langgraph", f"invoke, CPU, bare {name}", base_cpu, "us", note=rounds),
+        Row("langgraph", f"invoke, CPU, wrapped {name}", with_cpu, "us", note=rounds),
+        Row("langgraph", f"overhead per invoke, CPU ({name})", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("langgraph", f"invoke, wall, bare {name}", base_wall, "us"),
+        Row("langgraph", f"invoke, wall, wrapped {name}", with_wall, "us"),
+        Row("langgraph", f"overhead per invoke, wall ({name})", _pct(with_wall, base_wall), "%"),
+    ]
+
+
+def _langgraph_round(saver: Any, invocations: int) -> Cost:
+    """Per invocation of the small graph: this process's CPU (LangGraph's threads and the
+    wrapper's included) and wall time, until the wrapper has recorded every put."""
+    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
+    from detector.testing.langgraph_graph import build, thread  # noqa: PLC0415
+
+    graph = build(saver, interrupt=False)
+    prefix = uuid.uuid4().hex[:8]
+    cpu, wall = time.process_time(), time.perf_counter()
+    for i in range(invocations):
+        graph.invoke({"notes": []}, thread(f"bench-{prefix}-{i}"))
+    if isinstance(saver, SplitbrainCheckpointer):
+        assert saver.flush(60)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return cpu / invocations * 1e6, wall / invocations * 1e6
+
+
+def _langgraph_per_event(n: int) -> tuple[float, float]:
+    """µs of the putting thread's CPU, and of wall time, per event of the wrapper's work after
+    a put (one `progress` per put; one acquisition for the run), with the in-process ledger."""
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+
+    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
+
+    sink = discarding_sink("langgraph")
+    saver = SplitbrainCheckpointer(InMemorySaver(), sink=sink, worker_id="bench")
+    metadata: Any = {"source": "loop", "step": 1, "parents": {}}
+    parent = None
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for i in range(n):
+        child = f"c{i}"
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_id": parent}}
+        checkpoint: Any = {"id": child}
+        saver._watch(config, checkpoint, metadata)
+        parent = child
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    sink.close()
+    return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
+
+
 # ---- the command -------------------------------------------------------------------------------
 
 # ---- etcd and Kubernetes ---------------------------------------------------------------------
@@ -283,6 +383,7 @@ def _per_call(call: Callable[[], object], n: int) -> Cost:
 
 BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "temporal": bench_temporal,
+    "langgraph": bench_langgraph,
     "etcd": bench_etcd,
     "kubernetes": bench_kubernetes,
 }
@@ -292,6 +393,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
     parser.add_argument("--activities", type=int, default=200, help="per round (Temporal)")
+    parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
     parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--events", type=int, default=20_000, help="per-event loop length")
