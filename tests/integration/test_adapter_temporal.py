@@ -7,6 +7,7 @@ attempt 1 wakes and charges it again. Temporal reports nothing; the findings top
 exactly as `audit` finds it in the same events. A second test runs a synchronous (threaded)
 activity that heartbeats: the server answers its late heartbeat NOT_FOUND, and the adapter
 reports the lost lease; its effect calls, in the SDK's thread, carry the attempt's key and epoch.
+A local activity's acquisition is the worker's word, its epoch `approximate`.
 """
 
 from __future__ import annotations
@@ -161,3 +162,54 @@ def test_a_heartbeating_sync_activity_hears_it_lost_and_its_effects_carry_its_ep
     (lost,) = [e for e in displaced if e.kind is Kind.LEASE_LOST]
     assert lost.detail is not None and lost.detail["reason"] in {"not_found", "timed_out"}
     assert kinds.index(Kind.EFFECT_ATTEMPTED) < kinds.index(Kind.LEASE_LOST)
+
+
+# ---- a local activity: attempts counted by the worker, no server fence -------------------------
+
+
+@activity.defn(name="stamp")
+async def stamp() -> None:
+    effect_attempted("stamp/o3")
+
+
+@workflow.defn(name="stamping", sandboxed=False)
+class Stamping:
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_local_activity(stamp, start_to_close_timeout=timedelta(seconds=10))
+
+
+def test_a_local_activity_claims_only_the_workers_word() -> None:
+    recorder = Recorder()
+    sink = AdapterSink("temporal", publisher=lambda: recorder, registry=CollectorRegistry())
+
+    async def run(target: str) -> None:
+        client = await Client.connect(target)
+        queue = f"stamps-{uuid.uuid4().hex[:8]}"
+        interceptor = SplitbrainInterceptor(sink, worker_id="w1")
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[Stamping],
+            activities=[stamp],
+            interceptors=[interceptor],
+        ):
+            await client.execute_workflow(
+                Stamping.run, id=f"stamp-{uuid.uuid4().hex[:8]}", task_queue=queue
+            )
+
+    with LocalTemporal() as server:
+        asyncio.run(asyncio.wait_for(run(server.target), 60))
+    sink.close()
+    acquired, attempted, released = recorder.events
+    assert [acquired.kind, attempted.kind, released.kind] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.EFFECT_ATTEMPTED,
+        Kind.LEASE_RELEASED,
+    ]
+    assert acquired.source.value == "worker"
+    assert acquired.attrs is not None and acquired.attrs["epoch_authority"] == "approximate"
+    assert attempted.owner_epoch == acquired.owner_epoch
+    scheduled_ms, attempt = divmod(acquired.owner_epoch, 1000)  # the worker filled both in
+    assert attempt == 1
+    assert abs(scheduled_ms - time.time() * 1000) < 60_000
