@@ -23,7 +23,7 @@ if [[ -x $out ]]; then
   echo "$out"
   exit 0
 fi
-command -v go >/dev/null || { echo "go is not installed (Debian: golang-go >= 1.24)" >&2; exit 2; }
+command -v go >/dev/null || { echo "go is not installed (Debian: apt-get install golang-go)" >&2; exit 2; }
 staging_version="v0.${version#1.}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -36,6 +36,16 @@ kube_gomod=$(go mod download -json "k8s.io/kubernetes@v$version" \
 mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*#\1#p' "$kube_gomod")
 ((${#staging[@]} > 0)) || { echo "no staging modules found in $kube_gomod" >&2; exit 1; }
 go_directive=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$kube_gomod")
+# An older go (Debian 12 has 1.19, which cannot switch toolchains by itself) fetches the one
+# kubernetes needs as a module from the same proxy: golang.org/toolchain.
+have=$(go env GOVERSION | sed 's/^go//')
+if [[ $(printf '%s\n%s\n' "$go_directive" "$have" | sort -V | head -1) != "$go_directive" ]]; then
+  toolchain="golang.org/toolchain@v0.0.1-go$go_directive.$(go env GOOS)-$(go env GOARCH)"
+  echo "go $have is older than $go_directive: using $toolchain" >&2
+  toolchain_dir=$(go mod download -json "$toolchain" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  export PATH="$toolchain_dir/bin:$PATH"
+  chmod +x "$toolchain_dir"/bin/* "$toolchain_dir"/pkg/tool/*/* 2>/dev/null || true
+fi
 {
   echo "module splitbrain.local/kube-apiserver-build"
   echo
