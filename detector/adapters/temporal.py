@@ -35,6 +35,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 import temporalio.activity
@@ -91,7 +92,7 @@ def owner_epoch(info: temporalio.activity.Info) -> int:
     return scheduled_ms * _ATTEMPT_SPAN + min(info.attempt, _ATTEMPT_SPAN - 1)
 
 
-def _seconds(value: Any) -> float | None:
+def _seconds(value: timedelta | None) -> float | None:
     return value.total_seconds() if value else None
 
 
