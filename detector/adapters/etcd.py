@@ -305,7 +305,11 @@ class LockOwner(AbstractContextManager["LockOwner"]):
     def __enter__(self) -> Self:
         """Reads the lock key's `create_revision` (the epoch) and runs the block as its owner.
         If the key is not this lease's, the block runs as no one: effects emit nothing."""
-        found = self.client.get(self.lock_key, metadata=True)
+        try:
+            found = self.client.get(self.lock_key, metadata=True)
+        except Exception as exc:  # the holder's work goes on; its effects just name no owner
+            log.warning("etcd: cannot read %r (%s): running as no one", self.lock_key, exc)
+            return self
         meta = found[0][1] if found else None
         if meta is None or int(meta.get("lease", 0)) != self.lease:
             log.warning("etcd: %r is not held by lease %x", self.lock_key, self.lease)
