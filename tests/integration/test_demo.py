@@ -290,6 +290,33 @@ def test_the_celery_demo_pages_a_redelivered_task_and_leaves_nothing_running(
     assert left_running(state, out) == []
 
 
+def test_the_langgraph_demo_pages_a_forked_thread_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
+    state = tmp_path / "demo"
+    demo = Run(
+        command("demo", "--non-interactive", "--source", "langgraph", "--state-dir", str(state))
+    )
+    try:
+        code = demo.wait()
+    finally:
+        if demo.proc.poll() is None:
+            demo.interrupt()
+            demo.wait(60)
+    out = demo.output
+    assert code == 0, out
+    # The zombie, live: both pods answered with their own work on one thread.
+    assert re.search(r"pod-a answered \['planned', 'work by pod-a', 'replied'\]", out), out
+    assert re.search(r"pod-b answered \['planned', 'work by pod-b', 'replied'\]", out), out
+    assert re.search(
+        r"finding: CRITICAL support-ticket-\w+ .* conditions=.*duplicate_effect", out
+    ), out
+    assert re.search(r"PAGED: the critical finding reached Alertmanager .* langgraph zombie", out)
+    assert left_running(state, out) == []
+
+
 def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> None:
     pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no redis-server on PATH
