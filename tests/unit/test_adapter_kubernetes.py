@@ -6,6 +6,8 @@ whose events must be what the live watcher published and whose zombie `audit` mu
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,13 @@ from prometheus_client import CollectorRegistry
 
 pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
 
+from kubernetes.client import V1Lease, V1LeaseSpec, V1ObjectMeta
+
+from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._watch import WatchMetrics
-from detector.adapters.kubernetes import LeaseWatcher, feed
+from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, feed
 from detector.cli.audit import audit_lines
-from detector.contracts.events import parse_event_obj
+from detector.contracts.events import OwnershipEvent, parse_event_obj
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
 KEY = "default/payments-leader"
@@ -185,3 +190,58 @@ def test_the_recorded_stream_replays_to_what_the_live_watcher_published() -> Non
     assert {e["kind"] for e in replayed} >= {"lease_acquired", "heartbeat"}
     findings = audit_lines(iter(published)).findings.values()
     assert any(f.severity.value == "critical" for f in findings)
+
+
+class _Recorder:
+    """Stands in for the emitter behind the sink: keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.events: list[OwnershipEvent] = []
+
+    def emit(self, event: OwnershipEvent, /) -> OwnershipEvent:
+        self.events.append(event)
+        return event
+
+    def flush(self, timeout: float = 0) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_stopped_leading_stops_work_that_never_looks_at_its_stop_event() -> None:
+    """The elector's own callbacks, as `LeaderElection.run` calls them (the Lease write that
+    won is given as the API server returned it); the real server is in the slow test."""
+    recorder = _Recorder()
+    sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
+    effects: list[int] = []
+    working = threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        while True:  # a zombie in the making: it never checks `stop`
+            effect_committed(f"report/{len(effects)}")
+            effects.append(1)
+            working.set()
+            time.sleep(0.01)
+
+    elector = LeaderElector("payments-leader", "default", "pod-a", work, sink)
+    elector.lock.acquired = V1Lease(
+        metadata=V1ObjectMeta(name="payments-leader", resource_version="77"), spec=V1LeaseSpec()
+    )
+    thread = threading.Thread(target=elector._started)
+    thread.start()
+    assert working.wait(10)
+    elector._stopped()
+    thread.join(10)
+    assert not thread.is_alive() and elector.stop.is_set()
+    done = len(effects)
+    time.sleep(0.05)
+    assert len(effects) == done  # nothing more after the thread ended
+    assert sink.flush(10)
+    kinds = [e.kind.value for e in recorder.events]
+    assert kinds[-1] == "lease_lost" and set(kinds[:-1]) <= {"effect_committed"}
+    assert {(e.workflow_key, e.owner_epoch, e.worker_id) for e in recorder.events} == {
+        ("default/payments-leader", 77, "pod-a")
+    }
+    assert (recorder.events[0].attrs or {}).get("epoch_from") == "kubernetes.resourceVersion"
+    sink.close()
