@@ -363,6 +363,11 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}"
 
 
+def _on_postgres(saver: BaseCheckpointSaver[Any]) -> bool:
+    """LangGraph's PostgreSQL savers (sync, async, shallow), without importing them."""
+    return type(saver).__module__.startswith("langgraph.checkpoint.postgres")
+
+
 def _event_id(key: str, parent_id: str | None, child_id: str) -> str:
     """The same fork child reported twice (by a third writer) is one event."""
     text = f"{key}\0{parent_id or ROOT}\0{child_id}"
@@ -383,6 +388,12 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         super().__init__(serde=saver.serde)
         self.saver = saver
         self.threads: ThreadLedger = LocalThreads() if threads is None else threads
+        if self.threads.authority is Authority.MINTED and _on_postgres(saver):
+            log.warning(
+                "langgraph adapter: %s with the in-process ledger sees no fork between "
+                "processes; pass threads=PostgresThreads(dsn)",
+                type(saver).__name__,
+            )
         self.sink = AdapterSink(ADAPTER) if sink is None else sink
         self.worker_id = worker_id or _default_worker_id()
         self._lock = threading.Lock()

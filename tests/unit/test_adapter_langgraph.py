@@ -219,6 +219,18 @@ def test_a_blocking_ledger_records_behind_the_puts_in_order(
     assert [detail(e)["step"] for e in got if e.kind is Kind.PROGRESS] == [-1, 0, 1, 2, 3]
 
 
+def test_postgres_saver_with_the_in_process_ledger_says_what_it_cannot_see(
+    sink: AdapterSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
+
+    SplitbrainCheckpointer(InMemorySaver(), sink=sink)
+    assert not caplog.records
+    SplitbrainCheckpointer(PostgresSaver(None), sink=sink)  # type: ignore[arg-type]
+    (record,) = caplog.records
+    assert "PostgresSaver" in record.message and "PostgresThreads" in record.message
+
+
 def test_a_subgraph_namespace_is_its_own_key() -> None:
     assert workflow_key("t", "") == "t"
     assert workflow_key("t", "inner:1") == "t/inner:1"
