@@ -29,10 +29,10 @@ from tests.integration.kafka_harness import REPO, broker_env
 
 pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])")
 
-from etcd3gw.client import Etcd3Client  # noqa: E402
+from etcd3gw.client import Etcd3Client
 
-from detector.adapters.etcd import LockOwner  # noqa: E402
-from detector.testing.etcd import LocalEtcd  # noqa: E402
+from detector.adapters.etcd import LockOwner
+from detector.testing.etcd import LocalEtcd
 
 UNIT = "/locks/payments"  # etcd3gw's Lock("payments") is this one key
 
