@@ -317,6 +317,37 @@ def test_the_langgraph_demo_pages_a_forked_thread_and_leaves_nothing_running(
     assert left_running(state, out) == []
 
 
+def test_the_temporal_demo_pages_a_zombie_attempt_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
+    state = tmp_path / "demo"
+    demo = Run(
+        command("demo", "--non-interactive", "--source", "temporal", "--state-dir", str(state))
+    )
+    try:
+        code = demo.wait()
+    finally:
+        if demo.proc.poll() is None:
+            demo.interrupt()
+            demo.wait(60)
+    out = demo.output
+    assert code == 0, out
+    # The zombie, live: attempt 1 stalls past its heartbeat timeout, attempt 2 charges on the
+    # other worker, then attempt 1 charges again.
+    assert re.search(r"started temporal +the test server, 127\.0\.0\.1:\d+ \(pid \d+\)", out), out
+    first = re.search(r"attempt 1 of charge\(o1\) started on (temporal-worker-\d)", out)
+    second = re.search(r"attempt 2 of charge\(o1\) started on (temporal-worker-\d)", out)
+    assert first and second and first[1] != second[1], out
+    assert out.index("attempt 2 charged o1") < out.index("attempt 1 woke up and charged o1"), out
+    assert re.search(
+        r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
+    ), out
+    assert re.search(r"PAGED: the critical finding reached Alertmanager .* temporal zombie", out)
+    assert left_running(state, out) == []
+
+
 def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> None:
     pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no redis-server on PATH
