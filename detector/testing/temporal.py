@@ -33,8 +33,7 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from detector.adapters import current, effect_attempted, effect_committed
-from detector.adapters._sink import AdapterSink
+from detector.adapters import AdapterSink, current, effect_attempted, effect_committed
 from detector.adapters.temporal import SplitbrainInterceptor
 from detector.errors import SplitbrainError
 from detector.testing.kafka import free_port
