@@ -228,7 +228,8 @@ SELECT s.seq AS seq, c.child_id, c.epoch, c.worker_id, c.seq AS child_seq FROM s
 
 class PostgresThreads:
     """A ledger in the lease store's database (`splitbrain leases migrate`, or `setup()`): each
-    call is one statement on a connection of its own, with the lease store's timeouts."""
+    call is one statement on a connection of its own (a forked child makes its own), with the
+    lease store's timeouts."""
 
     authority = Authority.APPROXIMATE
     epoch_from = "splitbrain.langgraph_threads"
@@ -239,6 +240,7 @@ class PostgresThreads:
         self._dsn = dsn
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[DictRow] | None = None
+        self._pid = os.getpid()
 
     def setup(self) -> None:
         """Migrate the database to the lease store's schema (its `langgraph_*` tables)."""
@@ -288,6 +290,8 @@ class PostgresThreads:
     def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
         """The connection, one caller at a time; a broken one is replaced on the next call."""
         with self._lock:
+            if self._pid != os.getpid():  # a forked child never uses its parent's connection
+                self._pid, self._conn = os.getpid(), None
             if self._conn is None or self._conn.broken:
                 self._conn = connect(self._dsn)
             yield self._conn
@@ -307,16 +311,21 @@ class _Behind:
         self._idle.set()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def submit(self, call: Callable[[], object]) -> None:
+        if self._pid != os.getpid():  # a forked child: the parent's calls are the parent's
+            self._pid = os.getpid()
+            self._queue.clear()
+            self._thread = None
         if len(self._queue) >= _BEHIND:
             self._on_drop()
             return
         self._queue.append(call)
         self._idle.clear()
-        if self._thread is None or not self._thread.is_alive():  # not yet, or in a forked child
+        if self._thread is None:
             with self._lock:
-                if self._thread is None or not self._thread.is_alive():
+                if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
         self._wake.set()

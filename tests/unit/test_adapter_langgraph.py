@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
 
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from detector.adapters import AdapterSink, Authority, effect_committed
@@ -229,6 +231,35 @@ def test_postgres_saver_with_the_in_process_ledger_says_what_it_cannot_see(
     SplitbrainCheckpointer(PostgresSaver(None), sink=sink)  # type: ignore[arg-type]
     (record,) = caplog.records
     assert "PostgresSaver" in record.message and "PostgresThreads" in record.message
+
+
+def test_a_forked_child_records_its_own_puts_only(sink: AdapterSink, recorder: Recorder) -> None:
+    gate = threading.Event()
+    saver = SplitbrainCheckpointer(InMemorySaver(), threads=GatedLedger(gate), sink=sink)
+    build(saver, interrupt=False).invoke({"notes": []}, thread("parent"))  # 5 puts wait
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one put of its own, then what was published in it, by thread
+        try:
+            gate.set()
+            config: Any = {"configurable": {"thread_id": "child", "checkpoint_ns": ""}}
+            saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            flushed = saver.flush(10)
+            seen = [[e.workflow_key, e.kind.value] for e in recorder.events]
+            os.write(write, json.dumps([flushed, seen]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    flushed, seen = json.loads(os.read(read, 65536))
+    os.close(read)
+    assert flushed
+    # The child recorded its own put; the parent's five, queued before the fork, are not its.
+    assert [k for t, k in seen if t == "child"] == ["lease_acquired", "progress"]
+    assert [k for t, k in seen if t == "parent"] in ([], ["lease_acquired"])  # sent pre-fork
+    gate.set()
+    assert saver.flush(10)
+    assert len([e for e in events(sink, recorder) if e.kind is Kind.PROGRESS]) == 5
 
 
 def test_a_subgraph_namespace_is_its_own_key() -> None:
