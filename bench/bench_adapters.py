@@ -186,6 +186,153 @@ def _temporal_per_event(n: int) -> tuple[float, float, float]:
         sink.close()
 
 
+# ---- Celery ------------------------------------------------------------------------------------
+
+
+def bench_celery(args: argparse.Namespace) -> list[Row]:
+    """No-op `acks_late` tasks through a real worker on a real redis-server (what a user feels:
+    the broker's fetch and ack, the trace, the signals), in rounds alternating a worker without
+    and with the adapter (epochs minted by INCR on that Redis: its round trip is in the figure);
+    then the handlers' own work per task on the task's thread, in `apply()` (eager)."""
+    from detector.testing.redis import LocalRedis  # noqa: PLC0415
+
+    with LocalRedis() as server:
+        plain: list[Cost] = []
+        adapted: list[Cost] = []
+        for _ in range(args.rounds):
+            plain.append(_celery_round(server.url, args.tasks, adapted=False))
+            adapted.append(_celery_round(server.url, args.tasks, adapted=True))
+    base_cpu, with_cpu = _best(plain, 0), _best(adapted, 0)
+    base_wall, with_wall = _best(plain, 1), _best(adapted, 1)
+    eager_base, eager_with = _celery_eager(args.events)
+    handlers = eager_with - eager_base
+    send = _send_per_event(args.events)
+    rounds = f"best of {args.rounds} rounds of {args.tasks} tasks; solo pool, acks_late"
+    per_task = "prerun + postrun: epoch, acquired, context, released"
+    return [
+        Row("celery", "no-op task, worker CPU, no adapter", base_cpu, "us", note=rounds),
+        Row("celery", "no-op task, worker CPU, adapter", with_cpu, "us"),
+        Row("celery", "overhead per task, worker CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("celery", "no-op task, wall, no adapter", base_wall, "us"),
+        Row("celery", "no-op task, wall, adapter", with_wall, "us"),
+        Row("celery", "overhead per task, wall", _pct(with_wall, base_wall), "%", 5.0),
+        Row("celery", "apply() (eager), task thread's CPU, no adapter", eager_base, "us"),
+        Row("celery", "apply() (eager), task thread's CPU, adapter", eager_with, "us"),
+        Row("celery", "per event, emitting thread's CPU", handlers / 2, "us", 50.0, per_task),
+        Row("celery", "per event, building it + AdapterSink.send", send, "us", 50.0),
+    ]
+
+
+def _send_per_event(n: int) -> float:
+    """µs of the calling thread's CPU per `Ownership.emit` (the event's fields built, then
+    `AdapterSink.send`), the best of three runs of `n`."""
+    from detector.adapters import Authority, Ownership  # noqa: PLC0415
+    from detector.contracts.events import Kind  # noqa: PLC0415
+
+    sink = discarding_sink("bench")
+    owner = Ownership(sink, "key", 1, "worker", Authority.MINTED, "redis.incr", {"a": "b"})
+    best = float("inf")
+    for _ in range(3):
+        cpu = time.thread_time()
+        for _ in range(n):
+            owner.emit(Kind.PROGRESS)
+        best = min(best, time.thread_time() - cpu)
+        sink.flush(60)
+    sink.close()
+    return best / n * 1e6
+
+
+def _celery_app(url: str) -> Any:
+    from celery import Celery  # noqa: PLC0415
+
+    app = Celery(f"bench-{uuid.uuid4().hex[:8]}", broker=url)
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=4,
+        task_default_queue=f"bench-{uuid.uuid4().hex[:8]}",
+        worker_hijack_root_logger=False,
+    )
+    app.task(name="noop")(_noop)
+    return app
+
+
+def _noop() -> None:
+    pass
+
+
+def _celery_round(url: str, tasks: int, *, adapted: bool) -> Cost:
+    """Per task: the worker's CPU (this process: the worker runs in a thread of it, its pool in
+    that thread) and wall time, from the first task's start to the last one's end; every task
+    was queued before the worker started."""
+    import threading  # noqa: PLC0415
+
+    from celery import signals  # noqa: PLC0415
+    from celery.contrib.testing.worker import start_worker  # noqa: PLC0415
+
+    from detector.adapters.celery import install  # noqa: PLC0415
+
+    app = _celery_app(url)
+    for _ in range(tasks):
+        app.send_task("noop")
+    sink = discarding_sink("celery") if adapted else None
+    adapter = install(app, sink=sink) if sink is not None else None
+    marks: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def first(**_: Any) -> None:
+        if not marks:
+            marks.append((time.process_time(), time.perf_counter()))
+
+    def last(**_: Any) -> None:
+        if len(marks) == tasks:
+            marks.append((time.process_time(), time.perf_counter()))
+            done.set()
+        else:
+            marks.append(marks[0])
+
+    signals.task_prerun.connect(first, weak=False)
+    signals.task_postrun.connect(last, weak=False)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
+            done.wait(600)
+    finally:
+        signals.task_prerun.disconnect(first)
+        signals.task_postrun.disconnect(last)
+        if adapter is not None:
+            adapter.uninstall()
+        if sink is not None:
+            sink.close()
+        app.close()
+    (cpu0, wall0), (cpu1, wall1) = marks[0], marks[-1]
+    return (cpu1 - cpu0) / tasks * 1e6, (wall1 - wall0) / tasks * 1e6
+
+
+def _celery_eager(n: int) -> tuple[float, float]:
+    """µs of the calling thread's CPU per `apply()` of a no-op task, without and with the
+    adapter (its epoch from the redelivered flag: no round trip)."""
+    from detector.adapters.celery import install  # noqa: PLC0415
+
+    app = _celery_app("memory://")
+    task = app.tasks["noop"]
+
+    def per_apply() -> float:
+        cpu = time.thread_time()
+        for _ in range(n):
+            task.apply()
+        return (time.thread_time() - cpu) / n * 1e6
+
+    base = min(per_apply() for _ in range(3))
+    sink = discarding_sink("celery")
+    adapter = install(app, sink=sink)
+    try:
+        adapted = min(per_apply() for _ in range(3))
+    finally:
+        adapter.uninstall()
+        sink.close()
+        app.close()
+    return base, adapted
+
+
 # ---- LangGraph ---------------------------------------------------------------------------------
 
 
@@ -384,6 +531,7 @@ def _per_call(call: Callable[[], object], n: int) -> Cost:
 BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "temporal": bench_temporal,
     "langgraph": bench_langgraph,
+    "celery": bench_celery,
     "etcd": bench_etcd,
     "kubernetes": bench_kubernetes,
 }
@@ -393,6 +541,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
     parser.add_argument("--activities", type=int, default=200, help="per round (Temporal)")
+    parser.add_argument("--tasks", type=int, default=500, help="per round (Celery)")
     parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
     parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")
     parser.add_argument("--rounds", type=int, default=7)

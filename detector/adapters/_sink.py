@@ -11,6 +11,7 @@ still sends.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -93,6 +94,24 @@ def _from_env() -> Publisher:
 _sinks: weakref.WeakSet[AdapterSink] = weakref.WeakSet()
 
 
+class _EventIds:
+    """Unique event ids without a system call per event (`uuid4` reads os.urandom each time):
+    a random prefix per process, drawn again in a forked child, and a counter."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._prefix = uuid4().hex[:20]
+        self._count = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count):x}"
+
+
+_event_id = _EventIds()
+
+
 class AdapterSink:
     """Queue events from host code; publish them from a thread of its own."""
 
@@ -119,6 +138,7 @@ class AdapterSink:
         self._idle = threading.Event()
         self._idle.set()
         self._closed = False
+        self._sleeping = False  # the sender waits on `_wake` (set before its last look)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -137,13 +157,16 @@ class AdapterSink:
                 self._dropped[DropReason.QUEUE_FULL].inc()
                 return
             fields["kind"] = kind
-            fields.setdefault("event_id", uuid4().hex)
+            if "event_id" not in fields:
+                fields["event_id"] = _event_id()
             fields.setdefault("observed_at", datetime.now(UTC))
             self._queue.append(fields)
-            self._idle.clear()  # after the append: the sender re-checks the queue once idle
+            if self._idle.is_set():  # after the append: the sender re-checks the queue once idle
+                self._idle.clear()
             if self._thread is None or self._pid != os.getpid():
                 self._start()
-            self._wake.set()
+            if self._sleeping:  # else the sender is busy and finds the event itself
+                self._wake.set()
         except Exception:  # the host's task must never see our failure
             log.exception("adapter %s: an event could not be queued", self.adapter)
 
@@ -191,6 +214,7 @@ class AdapterSink:
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
+        self._sleeping = False
 
     def _run(self) -> None:
         publisher: Publisher | None = None
@@ -204,10 +228,13 @@ class AdapterSink:
                     unsettled = False
                 if not self._queue:
                     self._idle.set()
+                    self._sleeping = True  # before the last look: a later append wakes us
                     if self._queue:  # appended while idle was being set
+                        self._sleeping = False
                         self._idle.clear()
                         continue
                     self._wake.wait(_IDLE_WAIT_S)
+                    self._sleeping = False
                     self._wake.clear()
                     continue
             if publisher is None:
@@ -275,6 +302,7 @@ class AdapterSink:
 
 
 def _reset_after_fork() -> None:
+    _event_id.reset()
     for sink in list(_sinks):
         sink._after_fork()
 

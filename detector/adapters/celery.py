@@ -15,9 +15,9 @@
 
 The epoch, and its authority (DESIGN §4: none is claimed that the source does not have):
 SQS's `ApproximateReceiveCount` and RabbitMQ quorum queues' `x-delivery-count` come from the
-broker (approximate, never fenced on); elsewhere (Redis, classic queues) the adapter mints one,
-an atomic INCR per task id on a Redis server (minted). `task.request.retries` is no epoch: a
-redelivery does not change it.
+broker (approximate, never fenced on); elsewhere (Redis, classic queues) the adapter mints one
+(`Minter`: 1 for a first delivery, then an atomic INCR per task id on a Redis server).
+`task.request.retries` is no epoch: a redelivery does not change it.
 
 Never harms the host: each handler catches everything; events go through `AdapterSink`; the
 only call that can wait is the INCR, bounded by `redis_timeout_s` and made in the main process
@@ -31,6 +31,7 @@ import functools
 import heapq
 import itertools
 import logging
+import math
 import os
 import socket
 import threading
@@ -39,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, ParamSpec
+from typing import Any, Final, NamedTuple, ParamSpec
 
 from celery import Celery, signals
 from celery.app.task import Task
@@ -80,15 +81,21 @@ def _guarded(handler: Callable[_P, None]) -> Callable[_P, None]:
     return wrapper
 
 
-@dataclass(frozen=True, slots=True)
-class Epoch:
+class Epoch(NamedTuple):
     value: int
     authority: Authority
     source: str  # the `epoch_from` attribute
 
 
+MINTED_FROM: Final = "redis.incr"
+FLAG_FROM: Final = "celery.redelivered"  # without Redis: 1, or 2 for any later delivery
+
+
 class Minter:
-    """An epoch per task id that only grows: `INCR` on a Redis server (minted, advisory)."""
+    """An epoch per task id that only grows (minted, advisory): 1 for the task's first delivery,
+    then 1 + `INCR` on a Redis server for each later one (a redelivery or a retry). The first
+    delivery, by far the most common, costs no round trip: the broker marks every redelivery
+    (Redis's restore of an unacknowledged message, AMQP's requeue) and a retry counts itself."""
 
     def __init__(self, url: str | None, timeout_s: float) -> None:
         self.url = url
@@ -96,16 +103,18 @@ class Minter:
         self._client: Any = None
         self._warned = False
 
-    def mint(self, task_id: str, redelivered: bool) -> Epoch:
-        """The next epoch of `task_id`; without Redis, 1 for a first delivery and 2 for a
-        redelivery (the broker's flag: weaker still, and said so in `epoch_from`)."""
+    def mint(self, task_id: str, redelivered: bool, retries: int) -> Epoch:
+        """The epoch of this delivery of `task_id`; without Redis, 1 for a first delivery and
+        2 for a later one (weaker still, and said so in `epoch_from`)."""
+        if not redelivered and not retries:
+            return Epoch(1, Authority.MINTED, FLAG_FROM if self.url is None else MINTED_FROM)
         if self.url is not None:
             try:
-                pipe = self._redis().pipeline(transaction=True)
+                pipe = self._redis().pipeline(transaction=False)  # INCR is atomic alone
                 pipe.incr(KEY_PREFIX + task_id)
                 pipe.expire(KEY_PREFIX + task_id, EPOCH_TTL_S)
                 value, _ = pipe.execute()
-                return Epoch(int(value), Authority.MINTED, "redis.incr")
+                return Epoch(int(value) + 1, Authority.MINTED, MINTED_FROM)
             except Exception as exc:
                 if not self._warned:
                     self._warned = True
@@ -113,7 +122,7 @@ class Minter:
                         "celery adapter: no epoch from Redis (%s); using the redelivered flag",
                         type(exc).__name__,
                     )
-        return Epoch(2 if redelivered else 1, Authority.MINTED, "celery.redelivered")
+        return Epoch(2, Authority.MINTED, FLAG_FROM)
 
     def _redis(self) -> Any:
         if self._client is None:
@@ -143,7 +152,8 @@ def broker_epoch(message: Any, *, quorum: bool) -> Epoch | None:
 
 class Watchdog:
     """One thread per process that calls each armed callback at its time, unless disarmed
-    first: the task's thread only pushes onto a heap."""
+    first. The task's thread only pushes onto a heap (dropping the ended tasks' timers from its
+    top), and wakes the thread only for a time sooner than the one it sleeps until."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -151,6 +161,7 @@ class Watchdog:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._until = math.inf  # when the thread wakes next, unless woken
         self._pid = -1
 
     def arm(self, at: float, callback: Callable[[], None]) -> int:
@@ -161,13 +172,16 @@ class Watchdog:
                 self._pid = os.getpid()
                 self._heap.clear()
                 self._armed.clear()
+                self._until = math.inf
                 threading.Thread(
                     target=self._run, name="splitbrain-celery-timer", daemon=True
                 ).start()
+            while self._heap and self._heap[0][1] not in self._armed:
+                heapq.heappop(self._heap)
             heapq.heappush(self._heap, (at, handle, callback))
             self._armed.add(handle)
-            first = self._heap[0][1] == handle
-        if first:
+            sooner = at < self._until
+        if sooner:
             self._wake.set()
         return handle
 
@@ -187,7 +201,8 @@ class Watchdog:
                     if handle in self._armed:
                         self._armed.discard(handle)
                         due.append(callback)
-                wait = self._heap[0][0] - now if self._heap else None
+                self._until = self._heap[0][0] if self._heap else math.inf
+                wait = self._until - now if self._heap else None
             for callback in due:
                 try:
                     callback()
@@ -221,6 +236,7 @@ class CeleryAdapter:
         self.sink = sink
         self.quorum_queues = quorum_queues
         self.worker_id = worker_id
+        self.hostname = socket.gethostname()  # where the request names no worker (`apply`)
         self.minter = Minter(epoch_redis_url, redis_timeout_s)
         self.visibility_s = visibility_timeout(app)
         self.watchdog = Watchdog()
@@ -251,14 +267,16 @@ class CeleryAdapter:
             return
         message = request.message
         epoch = broker_epoch(message, quorum=self.quorum_queues) or self.minter.mint(
-            request.id, bool(request.delivery_info.get("redelivered"))
+            request.id,
+            bool(request.delivery_info.get("redelivered")),
+            int(request.request_dict.get("retries") or 0),
         )
         headers = request.request_dict
         headers[_EPOCH] = epoch.value
         headers[_AUTHORITY] = epoch.authority.value
         headers[_FROM] = epoch.source
         headers[_RECEIVED_AT] = time.time()
-        self._received[request.id] = (epoch, request.hostname or socket.gethostname())
+        self._received[request.id] = (epoch, request.hostname or self.hostname)
         while len(self._received) > _RECEIVED_KEEP:
             self._received.popitem(last=False)
 
@@ -297,14 +315,15 @@ class CeleryAdapter:
         req = task.request
         value = req.get(_EPOCH)
         if value is None:  # not through a worker's consumer (`apply`, eager mode)
-            epoch = self.minter.mint(task_id, bool((req.delivery_info or {}).get("redelivered")))
+            redelivered = bool((req.delivery_info or {}).get("redelivered"))
+            epoch = self.minter.mint(task_id, redelivered, int(req.retries or 0))
         else:
             epoch = Epoch(int(value), Authority(req.get(_AUTHORITY)), str(req.get(_FROM)))
         ownership = Ownership(
             self.sink,
             task_id,
             epoch.value,
-            self.worker_id or req.hostname or socket.gethostname(),
+            self.worker_id or req.hostname or self.hostname,
             epoch.authority,
             epoch.source,
             {TASK_ATTR: task.name},

@@ -22,7 +22,7 @@ pytest.importorskip("celery", reason="the celery extra is not installed (.[celer
 
 from celery import Celery
 
-from detector.adapters.celery import CeleryAdapter, broker_epoch, install
+from detector.adapters.celery import CeleryAdapter, Watchdog, broker_epoch, install
 
 Run = Callable[..., list[OwnershipEvent]]
 
@@ -195,3 +195,19 @@ def test_the_broker_delivery_count_is_the_epoch_where_it_has_one() -> None:
     values = [getattr(broker_epoch(m, quorum=True), "value", None) for m in (first, again)]
     assert values == [1, 3]  # absent on a first delivery; counts the earlier ones
     assert broker_epoch(first, quorum=False) is None  # Redis, classic queues: minted instead
+
+
+def test_the_timer_fires_only_what_is_still_armed_and_forgets_what_ended() -> None:
+    watchdog = Watchdog()
+    fired: list[str] = []
+    for _ in range(1000):  # tasks that ended long before their visibility timeout
+        watchdog.disarm(watchdog.arm(time.monotonic() + 3600, lambda: fired.append("ended")))
+    late = watchdog.arm(time.monotonic() + 0.05, lambda: fired.append("late"))
+    cancelled = watchdog.arm(time.monotonic() + 0.05, lambda: fired.append("cancelled"))
+    watchdog.disarm(cancelled)
+    deadline = time.monotonic() + 10
+    while fired != ["late"]:
+        assert time.monotonic() < deadline, fired
+        time.sleep(0.01)
+    watchdog.disarm(late)  # after it fired: nothing
+    assert len(watchdog._heap) <= 2  # the ended tasks' timers were not kept for an hour
