@@ -241,7 +241,7 @@ class CeleryAdapter:
         self.visibility_s = visibility_timeout(app)
         self.watchdog = Watchdog()
         self._running: dict[str, _Running] = {}
-        self._received: OrderedDict[str, tuple[Epoch, str]] = OrderedDict()
+        self._received: OrderedDict[str, tuple[Epoch, str, str]] = OrderedDict()
         self._handlers: list[tuple[Any, Callable[..., None]]] = [
             (signals.task_received, self._on_received),
             (signals.task_prerun, self._on_prerun),
@@ -276,7 +276,7 @@ class CeleryAdapter:
         headers[_AUTHORITY] = epoch.authority.value
         headers[_FROM] = epoch.source
         headers[_RECEIVED_AT] = time.time()
-        self._received[request.id] = (epoch, request.hostname or self.hostname)
+        self._received[request.id] = (epoch, request.hostname or self.hostname, request.name)
         while len(self._received) > _RECEIVED_KEEP:
             self._received.popitem(last=False)
 
@@ -299,9 +299,15 @@ class CeleryAdapter:
         found = self._received.pop(task_id, None)
         if found is None:
             return
-        epoch, worker = found
+        epoch, worker, name = found
         Ownership(
-            self.sink, task_id, epoch.value, self.worker_id or worker, epoch.authority, epoch.source
+            self.sink,
+            task_id,
+            epoch.value,
+            self.worker_id or worker,
+            epoch.authority,
+            epoch.source,
+            {TASK_ATTR: name},
         ).emit(Kind.LEASE_RELEASED, detail={"state": "ended", "reason": why})
 
     # -- the pool's child: around the task ------------------------------------------------------

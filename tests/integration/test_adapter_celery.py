@@ -17,6 +17,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -58,9 +59,12 @@ def redis() -> Iterator[LocalRedis]:
         yield server
 
 
-def start_workers(env: dict[str, str], logs: Path) -> list[tuple[subprocess.Popen[bytes], Path]]:
+def start_workers(
+    env: dict[str, str], logs: Path, count: int = 2
+) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    """`count` workers of detector.testing.celery_app, each until it consumes."""
     workers = []
-    for n in (1, 2):
+    for n in range(1, count + 1):
         log = logs / f"celery-{n}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -72,6 +76,8 @@ def start_workers(env: dict[str, str], logs: Path) -> list[tuple[subprocess.Pope
                 start_new_session=True,
             )
         workers.append((proc, log))
+    for _, log in workers:
+        wait_for(functools.partial(says, log, READY), f"{log.name} to be ready")
     return workers
 
 
@@ -88,6 +94,11 @@ def stop_workers(workers: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
             proc.wait(10)
 
 
+def events_of(config: dict[str, Any], topic: str, task_id: str) -> list[OwnershipEvent]:
+    records = read_committed(config, topic)
+    return [parse_event_json(r.value) for r in records if r.key == task_id.encode()]
+
+
 def test_a_redelivered_acks_late_task_sending_again_is_the_critical_finding_audit_gives(
     kafka_broker: LocalKafka, redis: LocalRedis, tmp_path: Path
 ) -> None:
@@ -99,15 +110,12 @@ def test_a_redelivered_acks_late_task_sending_again_is_the_critical_finding_audi
     task_id = str(uuid.uuid4())
     try:
         detector = d.worker()
-        for _, log in workers:
-            wait_for(functools.partial(says, log, READY), f"{log.name} to be ready")
         client = Celery("test-client", broker=redis.url)
         client.send_task(TASK, args=[ADDRESS], task_id=task_id)
         client.close()
 
         def events() -> list[OwnershipEvent]:
-            records = read_committed(d.config, d.topics.input)
-            return [parse_event_json(r.value) for r in records if r.key == task_id.encode()]
+            return events_of(d.config, d.topics.input, task_id)
 
         wait_for(
             lambda: sum(e.kind is Kind.LEASE_RELEASED for e in events()) == 2,
@@ -184,3 +192,37 @@ def test_the_minted_epoch_grows_per_task_id_on_redis(redis: LocalRedis) -> None:
         ("t", 3, "redis.incr"),
         ("u", 1, "redis.incr"),
     ]
+
+
+def test_a_task_terminated_under_its_worker_is_released_by_the_main_process(
+    kafka_broker: LocalKafka, redis: LocalRedis, tmp_path: Path
+) -> None:
+    """The pool's child is killed (SIGKILL) inside the task: it never reaches postrun, so the
+    worker's main process reports the release (the killed delivery acts no more)."""
+    d = deploy(kafka_broker, tmp_path, "kafka")
+    env = broker_env(
+        kafka_broker, **{BROKER_ENV: redis.url, TOPIC_ENV: d.topics.input, FIRST_ENV: "120"}
+    )
+    workers = start_workers(env, tmp_path, count=1)
+    task_id = str(uuid.uuid4())
+    client = Celery("test-client", broker=redis.url)
+    try:
+        client.send_task(TASK, args=[ADDRESS], task_id=task_id)
+
+        def seen(kind: Kind) -> bool:
+            return any(e.kind is kind for e in events_of(d.config, d.topics.input, task_id))
+
+        wait_for(functools.partial(seen, Kind.LEASE_ACQUIRED), "the task to start")
+        client.control.revoke(task_id, terminate=True, signal="SIGKILL")  # as the OOM killer
+        wait_for(functools.partial(seen, Kind.LEASE_RELEASED), "the release")
+        history = events_of(d.config, d.topics.input, task_id)
+    finally:
+        client.close()
+        stop_workers(workers)
+        d.close()
+    # (An ownership_uncertain may come between: the task outlived its 3 s visibility timeout.)
+    acquired = next(e for e in history if e.kind is Kind.LEASE_ACQUIRED)
+    (released,) = [e for e in history if e.kind is Kind.LEASE_RELEASED]
+    assert released.detail == {"state": "ended", "reason": "revoked"}
+    assert (released.owner_epoch, released.worker_id) == (acquired.owner_epoch, acquired.worker_id)
+    assert released.attrs == acquired.attrs  # task_name, and where the epoch came from
