@@ -22,7 +22,8 @@ from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._watch import WatchMetrics
 from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, feed
 from detector.cli.audit import audit_lines
-from detector.contracts.events import OwnershipEvent, parse_event_obj
+from detector.contracts.events import parse_event_obj
+from tests.unit.test_adapter_sink import Recorder
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
 KEY = "default/payments-leader"
@@ -192,27 +193,10 @@ def test_the_recorded_stream_replays_to_what_the_live_watcher_published() -> Non
     assert any(f.severity.value == "critical" for f in findings)
 
 
-class _Recorder:
-    """Stands in for the emitter behind the sink: keeps what it was given."""
-
-    def __init__(self) -> None:
-        self.events: list[OwnershipEvent] = []
-
-    def emit(self, event: OwnershipEvent, /) -> OwnershipEvent:
-        self.events.append(event)
-        return event
-
-    def flush(self, timeout: float = 0) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def test_stopped_leading_stops_work_that_never_looks_at_its_stop_event() -> None:
     """The elector's own callbacks, as `LeaderElection.run` calls them (the Lease write that
     won is given as the API server returned it); the real server is in the slow test."""
-    recorder = _Recorder()
+    recorder = Recorder()
     sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
     effects: list[int] = []
     working = threading.Event()

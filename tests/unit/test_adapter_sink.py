@@ -19,7 +19,7 @@ from detector.adapters import (
     effect_rejected,
     owning,
 )
-from detector.contracts.events import Kind, OwnershipEvent, Source
+from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_json
 from detector.kafka.emit import Emitter
 
 
@@ -31,13 +31,13 @@ class Recorder:
         self.fail = fail
         self.gate = gate
 
-    def emit(self, event: OwnershipEvent, /) -> OwnershipEvent:
+    def publish(self, event: OwnershipEvent, value: bytes) -> None:
         if self.gate is not None:
             self.gate.wait(10)
         if self.fail:
             raise RuntimeError("broker gone")
+        assert parse_event_json(value) == event  # the bytes sent say what was validated
         self.events.append(event)
-        return event
 
     def flush(self, timeout: float = 0) -> None:
         pass
