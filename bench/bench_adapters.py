@@ -49,8 +49,8 @@ class Row:
 class _Discard:
     """The emitter's place: takes each event and forgets it."""
 
-    def emit(self, event: OwnershipEvent, /) -> OwnershipEvent:
-        return event
+    def publish(self, event: OwnershipEvent, value: bytes) -> None:
+        pass
 
     def flush(self, timeout: float = 0) -> None:
         pass
