@@ -7,7 +7,10 @@ with the shipped alerting rules, the pager bridge), then a small fleet of agent 
 of seconds and then POSTs its effect to the destination) over a stream of jobs. While one agent
 is inside its tool call it is paused (SIGSTOP) past its lease, as a GC pause or a network split
 would; another agent takes the job over and commits; the paused one wakes (SIGCONT) and commits
-too. The demo prints, as they happen: the event rate, what the agents do around the pause, each
+too. With `--source SYSTEM` the zombie is another system's instead (`detector.demos`: Celery,
+Temporal, LangGraph, etcd, Kubernetes), its real server and workers reporting through
+splitbrain's adapter; the waiting for the finding and the page, and the verdict, are the same.
+The demo prints, as they happen: the event rate, what the agents do around the pause, each
 revision of the finding (as `splitbrain tail` prints it) and each alert Alertmanager holds; then
 it stops everything it started.
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from detector.demos import LEASES, SOURCES
 from detector.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from psycopg.rows import DictRow
 
     from detector.cli.tail import FindingsView
+    from detector.demos import DemoSource
     from detector.leases.store import LeaseStore
     from detector.testing.stack import Process, Stack
 
@@ -92,8 +97,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "outbox relay, an unfenced example destination, Alertmanager, Prometheus with the "
         "shipped rules and the pager bridge on loopback; run three agent workers over a stream "
         "of jobs; pause one inside its tool call past its lease, so that another takes its job "
-        "over and both commit; print the events' rate, the finding's revisions and the alert "
-        "Alertmanager holds; stop everything. Exit 0: the critical finding reached "
+        "over and both commit (or, with --source, run another system's zombie); print the "
+        "events' rate, the finding's revisions and the alert Alertmanager holds; stop "
+        "everything. Exit 0: the critical finding reached "
         "Alertmanager; 1: it did not in time, or a component failed; 2: the machine or a flag "
         "cannot be used (nothing started); 4: a missing Debian package left a part out; 130: "
         "interrupted.",
@@ -129,6 +135,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="jobs enqueued per second (default: 1.5)",
     )
+    p.add_argument(
+        "--source",
+        choices=SOURCES,
+        default=LEASES,
+        metavar="SYSTEM",
+        help=f"whose zombie to run: {', '.join(SOURCES)}; {LEASES} is the lease store's own "
+        "fleet, the others run that system's real server and workers, reporting through "
+        "splitbrain's adapter; exit 2 with one line when this machine cannot run one "
+        f"(default: {LEASES})",
+    )
     for name in ("prometheus", "alertmanager", "destination"):
         p.add_argument(
             f"--{name}-port",
@@ -162,8 +178,14 @@ def _port(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from detector.demos import load  # noqa: PLC0415
     from detector.testing import stack as st  # noqa: PLC0415
 
+    source = None if args.source == LEASES else load(args.source)
+    missing = None if source is None else source.missing()
+    if missing is not None:
+        print(f"splitbrain demo: --source {args.source}: {missing}", file=sys.stderr)
+        return ExitCode.UNUSABLE
     out = Out()
     st.interrupts.install()
     options = st.Options(
@@ -178,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             stack = st.Stack(
                 args.state_dir, options, tools, mode="demo", say=out, timeout=args.timeout
             )
-            return _run(stack, args, out, interactive=interactive)
+            return _run(stack, args, out, source, interactive=interactive)
     except st.UnusableError as exc:
         print(f"splitbrain demo: {exc}", file=sys.stderr)
         return ExitCode.UNUSABLE
@@ -187,7 +209,14 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.INTERRUPTED
 
 
-def _run(stack: Stack, args: argparse.Namespace, out: Out, *, interactive: bool) -> int:
+def _run(
+    stack: Stack,
+    args: argparse.Namespace,
+    out: Out,
+    source: DemoSource | None,
+    *,
+    interactive: bool,
+) -> int:
     from detector.testing.stack import StackError  # noqa: PLC0415
 
     leftovers = stack.prepare()
@@ -204,7 +233,7 @@ def _run(stack: Stack, args: argparse.Namespace, out: Out, *, interactive: bool)
     scenario: Scenario | None = None
     try:
         stack.start()
-        scenario = Scenario(stack, args, out)
+        scenario = Scenario(stack, args, out, source)
         code = scenario.run()
         if interactive:
             _linger(stack, out)
@@ -281,10 +310,14 @@ class Pause:
 class Scenario:
     """The fleet, the jobs, the pause and what the demo watches, run in one loop."""
 
-    def __init__(self, stack: Stack, args: argparse.Namespace, out: Out) -> None:
+    def __init__(
+        self, stack: Stack, args: argparse.Namespace, out: Out, source: DemoSource | None = None
+    ) -> None:
         from detector.leases.policy import JobClass, Labels  # noqa: PLC0415
 
         self.stack = stack
+        self.source = source  # another system's zombie instead of the lease store's fleet
+        self.source_started: float | None = None
         self.out = out
         self.jobs = int(args.jobs)
         self.timeout_s = float(args.timeout)
@@ -320,6 +353,9 @@ class Scenario:
     # -- set up and tear down ------------------------------------------------------------
 
     def close(self) -> None:
+        if self.source is not None:
+            with contextlib.suppress(Exception):  # closing must not stop the cleanup
+                self.source.stop()
         for closing in (self.consumer, self.store, self._db):
             if closing is not None:
                 with contextlib.suppress(Exception):  # closing must not stop the cleanup
@@ -362,6 +398,24 @@ class Scenario:
             "destination"
         )
 
+    def _start_source(self, source: DemoSource) -> None:
+        from detector.demos import DemoStack  # noqa: PLC0415
+        from detector.testing.worker import connection_env  # noqa: PLC0415
+
+        config = self.stack.kafka_config
+        self.out(f"running the {source.name} zombie, its events through splitbrain's adapter")
+        source.start(
+            DemoStack(
+                bootstrap_servers=str(config["bootstrap.servers"]),
+                env=connection_env(config),
+                dsn=self.stack.dsn,
+                logs=self.stack.dir / "logs",
+                say=self.out,
+                add=self.stack.add,
+            )
+        )
+        self.source_started = time.monotonic()
+
     def _subscribe(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: PLC0415
 
@@ -389,8 +443,10 @@ class Scenario:
         stack = self.stack
         self._print_urls()
         self._subscribe()
-        live = stack.dsn is not None
-        if live:
+        live = stack.dsn is not None and self.source is None
+        if self.source is not None:
+            self._start_source(self.source)
+        elif live:
             self._start_fleet()
             self.out(
                 f"enqueueing {self.jobs} payment jobs, {1 / self.job_every_s:g} a second; "
@@ -408,6 +464,8 @@ class Scenario:
                 next_job += self.job_every_s
             if live:
                 self._fault(now)
+            if self.source is not None:
+                self.source.poll()
             self._findings()
             if now >= next_rate:
                 self._rate()
@@ -680,17 +738,23 @@ class Scenario:
             tally = ", ".join(f"{n} {state}" for state, n in sorted(jobs.items()))
             self.out(f"jobs: {tally} (of {self.enqueued} enqueued)")
         paths = self._page_paths()
-        live = self.stack.dsn is not None
-        partial = [s.name for s in self.stack.skipped if s.name != "pager"]
+        live = self.stack.dsn is not None or self.source is not None
+        # A source that needs PostgreSQL says so in `missing()`; the others run without it.
+        ignored = {"pager"} if self.source is None else {"pager", "postgres"}
+        partial = [s.name for s in self.stack.skipped if s.name not in ignored]
         if self.paged():
             assert self.critical_at is not None
             got = " and ".join(paths)
             woke = next((p.resumed_at for p in reversed(self.pauses) if p.resumed_at), None)
-            since = (
-                f"{time.monotonic() - woke:.1f}s after {VICTIM} woke up"
-                if woke is not None
-                else "after the replayed split-brain"
-            )
+            if self.source is not None and self.source_started is not None:
+                since = (
+                    f"{time.monotonic() - self.source_started:.1f}s after the "
+                    f"{self.source.name} zombie started"
+                )
+            elif woke is not None:
+                since = f"{time.monotonic() - woke:.1f}s after {VICTIM} woke up"
+            else:
+                since = "after the replayed split-brain"
             self.out(f"PAGED: the critical finding reached Alertmanager ({got}), {since}")
             if partial:
                 self.out(

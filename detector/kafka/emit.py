@@ -57,9 +57,10 @@ class DeliveryFailure:
 class DeliveryError(SplitbrainError, RuntimeError):
     """Events that Kafka did not acknowledge: the caller must not assume they were recorded."""
 
-    def __init__(self, message: str, failures: list[DeliveryFailure]) -> None:
+    def __init__(self, message: str, failures: list[DeliveryFailure], pending: int = 0) -> None:
         super().__init__(message)
         self.failures = failures
+        self.pending = pending  # still unacknowledged when the wait ended
 
 
 class Emitter:
@@ -138,7 +139,7 @@ class Emitter:
         failures, self._failures = self._failures, []
         if pending:
             raise DeliveryError(
-                f"{pending} event(s) not acknowledged within {timeout:g}s", failures
+                f"{pending} event(s) not acknowledged within {timeout:g}s", failures, pending
             )
         if failures:
             raise DeliveryError(
@@ -156,7 +157,15 @@ class Emitter:
             self._producer.poll(min(0.1, left))
         return len(self._producer)
 
+    def publish(self, event: OwnershipEvent, value: bytes) -> None:
+        """Send an event already validated from `value`, its JSON: spares encoding it again
+        (the adapters' sink validates what it encoded itself)."""
+        self._produce(event, value)
+
     def _send(self, event: OwnershipEvent) -> None:
+        self._produce(event, event.model_dump_json(exclude_none=True).encode("utf-8"))
+
+    def _produce(self, event: OwnershipEvent, value: bytes) -> None:
         span = trace.get_current_span()
         if span.is_recording():
             span.set_attribute("splitbrain.workflow.key", event.workflow_key)
@@ -164,7 +173,6 @@ class Emitter:
         headers: dict[str, str | bytes | None] = {}
         propagate.inject(headers)  # `traceparent` (W3C) from the current span, if there is one
         key = event.workflow_key.encode("utf-8")
-        value = event.model_dump_json(exclude_none=True).encode("utf-8")
         while True:
             try:
                 self._producer.produce(

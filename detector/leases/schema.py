@@ -132,10 +132,37 @@ CREATE INDEX tool_jobs_attempts ON tool_jobs (job_class, attempt)
     WHERE state IN ('queued', 'running');
 """
 
+# LangGraph threads (detector/adapters/langgraph.py). LangGraph has no owner epoch: a run on a
+# thread takes the next one here, as a claim takes the next fencing token, and every checkpoint
+# it records takes the thread's next seq under the same row lock. The first child of each parent
+# checkpoint is kept under a primary key, so that of two writers on one thread exactly one is
+# first and the other learns the thread forked.
+_LANGGRAPH: Final = """
+CREATE TABLE langgraph_threads (
+    thread_id     text NOT NULL,
+    checkpoint_ns text NOT NULL,
+    epoch         bigint NOT NULL CHECK (epoch >= 0),
+    seq           bigint NOT NULL CHECK (seq >= 1),
+    PRIMARY KEY (thread_id, checkpoint_ns)
+);
+CREATE TABLE langgraph_children (
+    thread_id     text NOT NULL,
+    checkpoint_ns text NOT NULL,
+    parent_id     text NOT NULL,  -- '' for a thread's first checkpoint
+    child_id      text NOT NULL,
+    epoch         bigint NOT NULL CHECK (epoch >= 0),
+    worker_id     text NOT NULL,
+    seq           bigint NOT NULL CHECK (seq >= 1),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (thread_id, checkpoint_ns, parent_id)
+);
+"""
+
 MIGRATIONS: Final = (
     Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),
     Migration(2, "fenced destination", _FENCED_DESTINATION),
     Migration(3, "indexes for relay pruning and claim reaping", _INDEXES),
+    Migration(4, "langgraph threads: epochs, seq and first children", _LANGGRAPH),
 )
 
 

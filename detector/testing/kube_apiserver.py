@@ -1,0 +1,182 @@
+"""A real kube-apiserver on loopback, for the Kubernetes adapter's slow test and demo.
+
+No Kubernetes server is packaged for Debian or PyPI: `scripts/build-kube-apiserver.sh` builds
+one from the Go module proxy into `~/.cache/splitbrain/`. It runs against a `LocalEtcd`, with
+what a Lease needs and nothing more: a static token (user in `system:masters`), every request
+allowed, service-account keys from `openssl genrsa` (the server will not start without them),
+the ServiceAccount admission plugin off (no controller manager makes the default account).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from detector.errors import SplitbrainError
+from detector.testing.etcd import LocalEtcd
+from detector.testing.kafka import free_port
+
+REPO: Final = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT: Final = REPO / "scripts" / "build-kube-apiserver.sh"
+TOKEN: Final = "splitbrain-test-token"
+
+
+class LocalKubeApiServerError(SplitbrainError, RuntimeError):
+    """The binary is not built, or the server did not become ready."""
+
+
+def kube_apiserver_binary() -> Path:
+    """The binary the build script caches; raises with the command that builds it."""
+    out = subprocess.run(
+        [str(BUILD_SCRIPT), "--print-path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = Path(out)
+    if not path.is_file():
+        raise LocalKubeApiServerError(
+            f"kube-apiserver is not built: run scripts/build-kube-apiserver.sh (~15 min), "
+            f"which writes {path}"
+        )
+    return path
+
+
+class LocalKubeApiServer:
+    """kube-apiserver and its etcd: `.url`, `.kubeconfig` (a file with the token)."""
+
+    def __init__(self, *, etcd: LocalEtcd | None = None, start_timeout: float = 120.0) -> None:
+        """`etcd`: one the caller runs; by default the server starts and stops its own."""
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self._binary = kube_apiserver_binary()
+        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-kube-"))
+        self._own_etcd = etcd is None
+        self._etcd = LocalEtcd() if etcd is None else etcd
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self._root / "kubeconfig"
+
+    @property
+    def log_path(self) -> Path:
+        return self._root / "kube-apiserver.log"
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def prepare(self) -> list[str]:
+        """Write the keys, the token file and the kubeconfig; the server's command line."""
+        key, pub = self._root / "sa.key", self._root / "sa.pub"
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+        )
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)],
+            check=True,
+            capture_output=True,
+        )
+        tokens = self._root / "tokens.csv"
+        tokens.write_text(f'{TOKEN},splitbrain,1,"system:masters"\n')
+        self.kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: local\n  cluster:\n    server: {self.url}\n"
+            "    insecure-skip-tls-verify: true\n"
+            f"users:\n- name: splitbrain\n  user:\n    token: {TOKEN}\n"
+            "contexts:\n- name: local\n  context:\n    cluster: local\n    user: splitbrain\n"
+            "current-context: local\n"
+        )
+        return [
+            str(self._binary),
+            f"--etcd-servers={self._etcd.endpoint}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--cert-dir={self._root / 'certs'}",
+            "--authorization-mode=AlwaysAllow",
+            f"--token-auth-file={tokens}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pub}",
+            f"--service-account-signing-key-file={key}",
+            "--disable-admission-plugins=ServiceAccount",
+            "--service-cluster-ip-range=10.0.0.0/24",
+        ]
+
+    def start(self) -> None:
+        if self._own_etcd:
+            self._etcd.start()
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                self.prepare(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + self.start_timeout
+        while not self.ready():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise LocalKubeApiServerError(f"kube-apiserver did not start:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def ready(self) -> bool:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        request = urllib.request.Request(
+            f"{self.url}/readyz", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2, context=context) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait(10)
+        if self._own_etcd:
+            self._etcd.stop()
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            if self._own_etcd:
+                self._etcd.close()
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no kube-apiserver log yet)"

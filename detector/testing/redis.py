@@ -1,0 +1,140 @@
+"""A real, local Redis server for the Celery adapter's tests and demo, from Debian's
+`redis-server` package.
+
+Why this exists: the zombie the Celery adapter reports comes from the Redis transport's own
+redelivery (a message unacknowledged past its visibility timeout is restored to the queue), so
+it is reproduced against a real server, never a fake. The server runs in the foreground on a
+free loopback port, with no persistence and no Unix socket, in a temporary directory, and is
+stopped by PID: SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from detector.errors import SplitbrainError
+from detector.testing.kafka import free_port
+
+_LOG_FILE: Final = "redis.log"
+
+
+class LocalRedisError(SplitbrainError, RuntimeError):
+    """The local server could not be found, started or stopped."""
+
+
+def redis_server() -> str:
+    """The `redis-server` program, or a `LocalRedisError` saying what to install."""
+    found = shutil.which("redis-server")
+    if found is None:
+        raise LocalRedisError(
+            "redis-server is missing: install Debian's redis-server package "
+            "(apt-get install --no-install-recommends redis-server)"
+        )
+    return found
+
+
+def redis_argv(program: str, port: int, directory: Path) -> list[str]:
+    """The server's command line: loopback only, nothing written but its log."""
+    return [
+        *(program, "--port", str(port), "--bind", "127.0.0.1", "--unixsocket", ""),
+        *("--save", "", "--appendonly", "no", "--dir", str(directory)),
+        *("--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning"),
+    ]
+
+
+def redis_ready(port: int) -> bool:
+    """The server answers PING on `port`."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class LocalRedis:
+    """One throwaway Redis server: `start()` starts it and waits for PING, `close()` stops it by
+    PID and deletes its directory. Also a context manager."""
+
+    def __init__(self, *, start_timeout: float = 30.0) -> None:
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self._program = redis_server()
+        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-redis-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self._root / _LOG_FILE
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                redis_argv(self._program, self.port, self._root),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + self.start_timeout
+        while not redis_ready(self.port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                raise LocalRedisError(
+                    f"redis-server did not start on port {self.port} "
+                    f"(exit {self._proc.poll()}):\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by PID, then SIGKILL if it is still there after `timeout`."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(10.0)
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log yet)"

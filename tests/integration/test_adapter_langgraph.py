@@ -1,0 +1,105 @@
+"""The LangGraph adapter against a real PostgreSQL (LangGraph's PostgresSaver and the thread
+ledger in the lease store's schema), a real broker and the detector worker: two runs that
+resume one thread at once fork its checkpoint chain, and the findings topic says so, critical,
+as `audit` says it for the same events.
+
+Each run is a pod of its own here: a thread with its own saver connection, its own ledger
+connection and its own worker id, as two instances of one LangGraph service would be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import IsolationLevel
+from psycopg.rows import DictRow
+
+from detector.adapters import AdapterSink
+from detector.kafka.emit import Emitter
+from detector.testing.kafka import LocalKafka
+from detector.testing.topics import TopicReader
+from tests.integration.conftest import deploy
+from tests.integration.deployment import Deployment, audited, latest, wait_for
+
+pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
+
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from detector.adapters.langgraph import fork_effect_key
+from detector.testing.langgraph_graph import PODS, build, fork_on_postgres, thread
+
+THREAD = "support-ticket-8796"
+
+
+@pytest.fixture
+def deployment(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Deployment]:
+    d = deploy(kafka_broker, tmp_path, "kafka")
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+def test_two_runs_forking_a_thread_on_postgres_are_a_critical_finding(
+    deployment: Deployment, postgres_dsn: str, db: psycopg.Connection[DictRow]
+) -> None:
+    worker = deployment.worker()
+    sink = AdapterSink(
+        "langgraph",
+        publisher=lambda: Emitter(deployment.config, topic=deployment.topics.input),
+    )
+    try:
+        out = fork_on_postgres(postgres_dsn, sink, THREAD)
+        assert sink.flush(30)
+    finally:
+        sink.close()
+    # Both runs answered with their own note, as if each were the thread's only writer.
+    assert out == {pod: ["planned", f"work by {pod}", "replied"] for pod in PODS}
+
+    # LangGraph's own tables: one parent with two children; the thread follows one of them,
+    # and the other pod's note is gone without an error anywhere.
+    with PostgresSaver.from_conn_string(postgres_dsn) as saver:
+        notes = build(saver).get_state(thread(THREAD)).values["notes"]
+    assert notes in ([*out[pod]] for pod in PODS)
+    rows = db.execute(
+        "SELECT parent_checkpoint_id, count(*) AS n FROM checkpoints WHERE thread_id = %s"
+        " GROUP BY parent_checkpoint_id HAVING count(*) > 1",
+        (THREAD,),
+    ).fetchall()
+    assert len(rows) == 1 and rows[0]["n"] == 2, rows
+    parent = rows[0]["parent_checkpoint_id"]
+    (first,) = db.execute(
+        "SELECT worker_id FROM langgraph_children WHERE thread_id = %s AND parent_id = %s",
+        (THREAD, parent),
+    ).fetchall()
+    assert first["worker_id"] in {"pod-a", "pod-b"}  # exactly one was first
+
+    with TopicReader(
+        deployment.config, deployment.topics.input, isolation=IsolationLevel.READ_UNCOMMITTED
+    ) as events:
+        lines = [r.value for r in events.read_to_end()]
+    expected = audited(lines)
+    assert [f["severity"] for f in expected.values()] == ["critical"]
+
+    with deployment.reader(deployment.topics.findings) as findings:
+
+        def as_audit_says() -> bool:
+            findings.poll(0.2)
+            return latest(findings.records) == expected
+
+        wait_for(as_audit_says, "the worker's findings to equal audit's", workers=[worker])
+    (finding,) = expected.values()
+    assert finding["workflow_key"] == THREAD
+    assert {finding["displaced"]["worker_id"], finding["current"]["worker_id"]} == {
+        "pod-a",
+        "pod-b",
+    }
+    duplicate = next(c for c in finding["conditions"] if c["kind"] == "duplicate_effect")
+    assert duplicate["cause"] == "failover"
+    assert duplicate["effect_key"] == fork_effect_key(parent)
+    # The ledger's seq orders the takeover, and the database confirms both children.
+    assert finding["ordering"] == "authoritative_seq"
+    assert finding["confidence"] == "high"

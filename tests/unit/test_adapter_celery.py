@@ -1,0 +1,213 @@
+"""The Celery adapter around a task run in this process (`apply`): the events of one delivery,
+the task's effect calls carrying its key and epoch, the epoch's source and authority said in
+attrs, `ownership_uncertain` once an `acks_late` task outlives the visibility timeout, and a task
+that never sees a failure of ours."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink, Authority, effect_committed
+from detector.contracts.events import Kind, OwnershipEvent, Source
+from tests.unit.test_adapter_sink import Recorder
+
+pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
+
+from celery import Celery
+
+from detector.adapters.celery import CeleryAdapter, Watchdog, broker_epoch, install
+
+Run = Callable[..., list[OwnershipEvent]]
+
+
+def make_app(**transport: Any) -> Celery:
+    app = Celery("test-adapter", broker="memory://")
+    app.conf.update(task_acks_late=True, broker_transport_options=transport)
+    return app
+
+
+def as_task(app: Celery, fn: Callable[..., Any]) -> Any:
+    """`fn` as a task of `app`, named as the function."""
+    return app.task(name=fn.__name__)(fn)
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def sink(recorder: Recorder) -> Iterator[AdapterSink]:
+    sink = AdapterSink("celery", publisher=lambda: recorder, registry=CollectorRegistry())
+    yield sink
+    sink.close()
+
+
+@pytest.fixture
+def installed() -> Iterator[list[CeleryAdapter]]:
+    adapters: list[CeleryAdapter] = []
+    yield adapters
+    for adapter in adapters:
+        adapter.uninstall()
+
+
+def events_of(sink: AdapterSink, recorder: Recorder) -> list[OwnershipEvent]:
+    assert sink.flush(10)
+    return recorder.events
+
+
+def test_one_delivery_reports_acquired_effect_released(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    app = make_app()
+    installed.append(install(app, sink=sink, worker_id="w1"))
+
+    def send(address: str) -> None:
+        assert effect_committed(f"email:{address}", destination="smtp")
+
+    as_task(app, send).apply(args=["a@example.com"], task_id="t-1")
+    acquired, committed, released = events_of(sink, recorder)
+    assert [e.kind for e in (acquired, committed, released)] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.EFFECT_COMMITTED,
+        Kind.LEASE_RELEASED,
+    ]
+    for event in (acquired, committed, released):
+        assert (event.workflow_key, event.owner_epoch, event.worker_id) == ("t-1", 1, "w1")
+        assert event.attrs == {
+            "task_name": "send",
+            "epoch_authority": Authority.MINTED.value,
+            "epoch_from": "celery.redelivered",  # no Redis: the weakest epoch, and it says so
+        }
+    # A minted epoch claims no coordinator's authority (DESIGN §4).
+    assert acquired.source is Source.WORKER
+    assert committed.effect_key == "email:a@example.com"
+    assert released.detail == {"state": "SUCCESS"}
+
+
+def test_a_failing_task_is_released_with_its_state_and_the_context_ends(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    app = make_app()
+    installed.append(install(app, sink=sink))
+
+    def boom() -> None:
+        raise ValueError("no")
+
+    result = as_task(app, boom).apply(task_id="t-2")
+    assert isinstance(result.result, ValueError)
+    assert not effect_committed("after:the-task")  # outside any task: no owner to name
+    kinds = [(e.kind, e.detail) for e in events_of(sink, recorder)]
+    assert kinds == [(Kind.LEASE_ACQUIRED, None), (Kind.LEASE_RELEASED, {"state": "FAILURE"})]
+
+
+def test_an_acks_late_task_past_the_visibility_timeout_is_uncertain(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    app = make_app(visibility_timeout=0.2)
+    installed.append(install(app, sink=sink))
+    during = threading.Event()
+
+    def slow() -> None:
+        deadline = time.monotonic() + 10
+        while not any(e.kind is Kind.OWNERSHIP_UNCERTAIN for e in events_of(sink, recorder)):
+            assert time.monotonic() < deadline, "no ownership_uncertain while the task ran"
+            time.sleep(0.02)
+        during.set()
+
+    def quick() -> None:
+        pass
+
+    as_task(app, slow).apply(task_id="t-slow")
+    assert during.is_set()
+    as_task(app, quick).apply(task_id="t-quick")
+    events = events_of(sink, recorder)
+    uncertain = [e for e in events if e.kind is Kind.OWNERSHIP_UNCERTAIN]
+    assert [(e.workflow_key, e.owner_epoch) for e in uncertain] == [("t-slow", 1)]
+    assert uncertain[0].detail == {"reason": "visibility_timeout", "visibility_timeout_s": 0.2}
+    acquired = next(e for e in events if e.kind is Kind.LEASE_ACQUIRED)
+    assert acquired.lease_duration_s == 0.2
+
+
+def test_a_task_without_acks_late_has_no_timer(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    app = make_app(visibility_timeout=0.01)
+    app.conf.task_acks_late = False
+    installed.append(install(app, sink=sink))
+
+    def early() -> None:
+        time.sleep(0.1)
+
+    as_task(app, early).apply(task_id="t-early")
+    events = events_of(sink, recorder)
+    assert [e.kind for e in events] == [Kind.LEASE_ACQUIRED, Kind.LEASE_RELEASED]
+    assert events[0].lease_duration_s is None
+
+
+def test_the_task_never_sees_our_failures(installed: list[CeleryAdapter]) -> None:
+    """Kafka refusing every event and Redis unreachable: the task runs and returns as before."""
+
+    def broken() -> Recorder:
+        raise RuntimeError("no broker")
+
+    registry = CollectorRegistry()
+    sink = AdapterSink("celery", publisher=broken, registry=registry)
+    app = make_app()
+    installed.append(install(app, sink=sink, epoch_redis_url="redis://127.0.0.1:1/0"))
+
+    def add(a: int, b: int) -> int:
+        effect_committed("sum")
+        return a + b
+
+    assert as_task(app, add).apply(args=[2, 3], task_id="t-3").get() == 5
+    sink.close(1)
+    dropped = [
+        registry.get_sample_value(
+            "splitbrain_adapter_events_dropped_total", {"adapter": "celery", "reason": reason}
+        )
+        for reason in ("kafka", "closed")
+    ]
+    assert sum(n or 0 for n in dropped) == 3  # acquired, committed, released: counted, not raised
+
+
+def test_the_broker_delivery_count_is_the_epoch_where_it_has_one() -> None:
+    sqs = SimpleNamespace(
+        delivery_info={"sqs_message": {"Attributes": {"ApproximateReceiveCount": "3"}}},
+        headers={},
+    )
+    epoch = broker_epoch(sqs, quorum=False)
+    assert epoch is not None
+    assert (epoch.value, epoch.authority, epoch.source) == (
+        3,
+        Authority.APPROXIMATE,
+        "sqs.approximate_receive_count",
+    )
+    first = SimpleNamespace(delivery_info={}, headers={})
+    again = SimpleNamespace(delivery_info={}, headers={"x-delivery-count": 2})
+    values = [getattr(broker_epoch(m, quorum=True), "value", None) for m in (first, again)]
+    assert values == [1, 3]  # absent on a first delivery; counts the earlier ones
+    assert broker_epoch(first, quorum=False) is None  # Redis, classic queues: minted instead
+
+
+def test_the_timer_fires_only_what_is_still_armed_and_forgets_what_ended() -> None:
+    watchdog = Watchdog()
+    fired: list[str] = []
+    for _ in range(1000):  # tasks that ended long before their visibility timeout
+        watchdog.disarm(watchdog.arm(time.monotonic() + 3600, lambda: fired.append("ended")))
+    late = watchdog.arm(time.monotonic() + 0.05, lambda: fired.append("late"))
+    cancelled = watchdog.arm(time.monotonic() + 0.05, lambda: fired.append("cancelled"))
+    watchdog.disarm(cancelled)
+    deadline = time.monotonic() + 10
+    while fired != ["late"]:
+        assert time.monotonic() < deadline, fired
+        time.sleep(0.01)
+    watchdog.disarm(late)  # after it fired: nothing
+    assert len(watchdog._heap) <= 2  # the ended tasks' timers were not kept for an hour

@@ -1,0 +1,123 @@
+"""`LockWatcher` fed the etcd gateway's JSON as a watch delivers it: who holds a lock or an
+election, how its end is told, and bad input counted without stopping the watch. The real
+server, the broker and the worker are in tests/integration/test_adapter_etcd.py."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])")
+
+from detector.adapters._etcd_watch import Kv, parse_response
+from detector.adapters._watch import WatchMetrics
+from detector.adapters.etcd import LockWatcher
+from detector.contracts.events import parse_event_obj
+
+PREFIX = "/election/payments/"
+LIVE, GONE = 0x1A, 0x2B  # leases: one alive, one expired
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def put(key: str, create: int, mod: int, lease: int) -> dict[str, Any]:
+    kv = {"key": b64(key), "create_revision": str(create), "mod_revision": str(mod)}
+    return {"kv": {**kv, "lease": str(lease), "version": "1"}}
+
+
+def delete(key: str, mod: int) -> dict[str, Any]:
+    return {"type": "DELETE", "kv": {"key": b64(key), "mod_revision": str(mod)}}
+
+
+def response(revision: int, *events: dict[str, Any]) -> Any:
+    return parse_response({"result": {"header": {"revision": str(revision)}, "events": events}})
+
+
+def ttl(lease: int) -> tuple[int, int]:
+    return (-1, 0) if lease == GONE else (7, 10)
+
+
+def watcher() -> tuple[LockWatcher, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return LockWatcher([PREFIX], ttl, WatchMetrics("etcd", registry)), registry
+
+
+def kinds(events: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    for e in events:
+        parse_event_obj(e)  # every event is valid input
+    return [(e["kind"], e["owner_epoch"], e["seq"]) for e in events]
+
+
+def test_the_holder_is_the_oldest_key_and_an_expired_lease_is_a_loss() -> None:
+    w, _ = watcher()
+    a, b = f"{PREFIX}{GONE:x}", f"{PREFIX}{LIVE:x}"
+    assert w.relist(PREFIX, 4, [], reason="start") == []
+    assert kinds(w.apply(PREFIX, response(5, put(a, 5, 5, GONE)))) == [("lease_acquired", 5, 5)]
+    assert w.apply(PREFIX, response(6, put(b, 6, 6, LIVE))) == []  # a candidate waiting
+    # etcd removes A's key with its expired lease: A lost it, B holds from that revision.
+    assert kinds(w.apply(PREFIX, response(9, delete(a, 9)))) == [
+        ("lease_lost", 5, 9),
+        ("lease_acquired", 6, 9),
+    ]
+    ended = w.apply(PREFIX, response(12, delete(b, 12)))
+    assert kinds(ended) == [("lease_released", 6, 12)]  # its lease alive: it let go
+    assert ended[0]["source"] == "coordinator"
+    assert ended[0]["attrs"]["epoch_from"] == "etcd.create_revision"
+
+
+def test_a_sibling_key_is_not_part_of_the_lock() -> None:
+    w = LockWatcher(["/locks/pay"], ttl, WatchMetrics("etcd", CollectorRegistry()))
+    assert w.apply("/locks/pay", response(3, put("/locks/payroll", 3, 3, LIVE))) == []
+    assert kinds(w.apply("/locks/pay", response(4, put("/locks/pay", 4, 4, LIVE)))) == [
+        ("lease_acquired", 4, 4)
+    ]
+
+
+def test_an_unreadable_key_value_is_counted_and_the_watch_goes_on() -> None:
+    w, registry = watcher()
+    bad = {"kv": {"key": b64(f"{PREFIX}x"), "create_revision": "soon", "mod_revision": "5"}}
+    events = w.apply(PREFIX, response(6, bad, put(f"{PREFIX}{LIVE:x}", 6, 6, LIVE)))
+    assert kinds(events) == [("lease_acquired", 6, 6)]
+    assert (
+        registry.get_sample_value(
+            "splitbrain_watch_events_invalid_total",
+            {"watcher": "etcd", "reason": "bad_create_revision"},
+        )
+        == 1.0
+    )
+
+
+def test_a_relist_after_compaction_reports_a_new_holder_marked_and_at_the_listing() -> None:
+    w, registry = watcher()
+    w.apply(PREFIX, response(5, put(f"{PREFIX}{GONE:x}", 5, 5, GONE)))
+    compacted = parse_response(
+        {"result": {"header": {"revision": "40"}, "compact_revision": "30", "canceled": True}}
+    )
+    w.compacted(PREFIX, compacted)
+    relisted = w.relist(PREFIX, 40, [Kv(f"{PREFIX}{LIVE:x}", 20, 20, LIVE)], reason="compacted")
+    # Its predecessor's end is what the gap lost: no event for it; the acquisition at 40.
+    assert kinds(relisted) == [("lease_acquired", 20, 40)]
+    assert relisted[0]["attrs"]["after_gap"] == "compacted"
+    assert (
+        registry.get_sample_value(
+            "splitbrain_watch_gaps_total", {"watcher": "etcd", "reason": "compacted"}
+        )
+        == 1.0
+    )
+
+
+def test_a_restart_resumes_from_the_saved_state_without_repeating_itself() -> None:
+    w, _ = watcher()
+    w.apply(PREFIX, response(5, put(f"{PREFIX}{LIVE:x}", 5, 5, LIVE)))
+    again, _ = watcher()
+    again.restore(w.state())
+    assert again.units[PREFIX].revision == 5
+    assert again.apply(PREFIX, response(5, put(f"{PREFIX}{LIVE:x}", 5, 5, LIVE))) == []
+    assert kinds(again.apply(PREFIX, response(8, delete(f"{PREFIX}{LIVE:x}", 8)))) == [
+        ("lease_released", 5, 8)
+    ]

