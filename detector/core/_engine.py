@@ -521,10 +521,12 @@ class Detector:
             ep = st.episode((lo, False))
             if ep.worker is None:
                 ep.worker = f_lo.worker_id
-            # Every commit of either epoch is an occurrence of the duplicate: the latest one
-            # is what a verification must come after.
-            occurrence = later(_last_commit(eff, lo), _last_commit(eff, hi))
-            add_condition(ep, cond, occurrence, eff.verified, cap)
+            # Every commit of either epoch is an occurrence of the duplicate: without a total
+            # order, the last one and what a verification must come after are among these.
+            for occurrence in dict.fromkeys(
+                (ev, f_lo, f_hi, _last_commit(eff, lo), _last_commit(eff, hi))
+            ):
+                add_condition(ep, cond, occurrence, eff.verified, cap)
             ep.truncated |= uncertain
             touched.append(ep)
         pair = eff.twice.setdefault((ev.epoch, ev.source), [])
@@ -556,7 +558,8 @@ class Detector:
             if ep.worker is None:
                 ep.worker = second.worker_id
             latest = eff.lasts[(ev.epoch, f"{_COMMITTED}:{ev.source}")]
-            add_condition(ep, cond, later(second, latest), eff.verified, cap)
+            for occurrence in dict.fromkeys((ev, pair[0], second, latest)):  # as for a failover
+                add_condition(ep, cond, occurrence, eff.verified, cap)
             ep.truncated |= uncertain
             touched.append(ep)
         return touched

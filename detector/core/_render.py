@@ -23,7 +23,14 @@ from detector.contracts.findings import (
 
 from ._episode import outcome, shown
 from ._records import AcquisitionRecord, ConditionRecord, EventRecord, before
-from ._rules import acquisition, current_owner_before, displacing, first_higher, worker_of
+from ._rules import (
+    acquisition,
+    current_owner_before,
+    displacing,
+    first_higher,
+    placed_by_seq,
+    worker_of,
+)
 from ._state import Cut, Episode, WorkflowState
 
 SEVERITY_OF: Final = {
@@ -217,8 +224,13 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
     current = _owner(
         None if latest is None else current_owner_before(state, latest), None, ep.displaced_epoch
     )
-    placed = [c for c in conds if _by_seq(c, transition)]
-    authoritative = bool(placed) and (transition is not None or len(placed) == len(conds))
+    # Placed after the takeover by seq; a retry has none: its commits placed by seq at all.
+    if ep.retry:
+        placed = [c for c in conds if c.seq is not None]
+        authoritative = bool(placed) and len(placed) == len(conds)
+    else:
+        placed = [c for c in conds if placed_by_seq(state, ep.displaced_epoch, c.seq)]
+        authoritative = bool(placed)
     if authoritative and conds[0] is not placed[0]:
         conds.remove(placed[0])
         conds.insert(0, placed[0])  # the witness names a condition placed by seq first
@@ -273,14 +285,6 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
         conditions_omitted=max(ep.total - len(conds), 0),
         effect_keys_omitted=tracked - len(ep.shown),
     )
-
-
-def _by_seq(c: ConditionRecord, transition: AcquisitionRecord | None) -> bool:
-    """Was the condition placed after the transition by `seq` (DESIGN §4)? Without a
-    transition (a retry), placed by `seq` at all."""
-    if c.seq is None:
-        return False
-    return transition is None or (transition.seq is not None and c.seq >= transition.seq)
 
 
 def _lag(transition: AcquisitionRecord | None, last: EventRecord | None) -> EvidenceLag | None:

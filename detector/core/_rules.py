@@ -56,6 +56,15 @@ def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bo
     return min_pos[i] < pos
 
 
+def placed_by_seq(state: WorkflowState, epoch: int, seq: int | None) -> bool:
+    """Is an event of `epoch` at `seq` after a higher epoch's acquisition by `seq` (not only by
+    arrival)?"""
+    if seq is None:
+        return False
+    epochs, min_seq, _, _ = _index(state)
+    return min_seq[bisect_right(epochs, epoch)] <= seq
+
+
 def displacing(state: WorkflowState, ev: EventRecord) -> AcquisitionRecord | None:
     """The stale event's transition: the earliest acquisition of a higher epoch before it."""
     return earliest(a for a in state.acqs if a.epoch > ev.epoch and before(a, ev))
