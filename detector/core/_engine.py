@@ -319,7 +319,7 @@ class Detector:
         effect_key = event.effect_key
         if self._seen(st, event.event_id, kind, epoch, seq, worker, effect_key):
             return []
-        late = seq is not None and seq < st.max_seq
+        late = seq is not None and seq <= st.max_seq  # at one seq an acquisition is first
         # An unknown id may be a forgotten one, unless its seq is past every seq seen.
         uncertain = bool(st.cut & _IDS_CUT) and (seq is None or seq <= st.max_seq)
         if seq is not None and seq > st.max_seq:

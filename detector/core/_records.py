@@ -81,10 +81,9 @@ def before(a: Ordered, b: Ordered) -> bool:
     return tie(a) < tie(b)
 
 
-def tie(r: Ordered) -> str:
-    """Where a record stands among the events at its `seq`: acquisitions first (`""` is below
-    every event id, which is never empty), then by id."""
-    return "" if type(r) is AcquisitionRecord else r.event_id
+def tie(r: Ordered) -> tuple[bool, str]:
+    """Where a record stands among the events at its `seq`: acquisitions first, then by id."""
+    return (type(r) is not AcquisitionRecord, r.event_id)
 
 
 def earlier(a: OrderedT, b: OrderedT) -> OrderedT:
@@ -134,8 +133,9 @@ def acq_print(a: AcquisitionRecord) -> int:
 
 NONE: Final = -1  # no member of that class; seq and pos are never negative
 Marks = list[Any]
-# The tie of a point that is an acquisition (`tie`), and of a point from a state written before
-# ties were ordered (a pending occurrence then counts as the last at its seq: harder to verify).
+# The id of a point that is an acquisition (first at its seq, below every event id, which is
+# never empty), and of a point from a state written before ties were ordered (a pending
+# occurrence then counts as the last at its seq: harder to verify).
 ACQUISITION: Final = ""
 LAST_ID: Final = "\U0010ffff"
 
@@ -162,7 +162,8 @@ def mark(m: Marks, seq: int | None, pos: int, eid: str) -> bool:
 
 
 def any_after(m: Marks, seq: int | None, pos: int, eid: str) -> bool:
-    """Is some member strictly after the point (seq, pos) with tie `eid` (`tie`)?"""
+    """Is some member (never an acquisition) strictly after the point (seq, pos) with id `eid`
+    (`ACQUISITION` for an acquisition)?"""
     if seq is not None:
         return bool(m[0] > seq or (m[0] == seq and m[3] > eid) or m[1] > pos)
     return bool(m[2] > pos)
@@ -181,9 +182,10 @@ class Latest(NamedTuple):
 
     `top` is the member with seq that is last by seq, `unseq` the highest arrival of a member
     without seq, `last` the member that arrived last. The last event of the set is the one no
-    other follows: `top` when nothing without seq arrived after it, else `last` when it has no
-    seq. There is at most one such; with none (a cycle of the pairwise rule), it is the one that
-    arrived last.
+    other follows: `last` when it has no seq, else `top` when nothing without seq arrived after
+    it. There is at most one such; with none (a cycle of the pairwise rule), it is `top`, the
+    last by seq (never an event a seq shows to be earlier than another, when arrival decides
+    nothing between them).
     """
 
     top: EventRecord | None
@@ -193,7 +195,7 @@ class Latest(NamedTuple):
     @property
     def latest(self) -> EventRecord:
         top = self.top
-        return top if top is not None and top.pos > self.unseq else self.last
+        return self.last if top is None or self.last.seq is None else top
 
 
 def extend(s: Latest | None, e: EventRecord) -> Latest:

@@ -126,7 +126,7 @@ def _keys(ep: Episode, first: str) -> tuple[dict[str, list[str]], str]:
             named[what] = keys[:room]
             room -= len(named[what])
     more = len(ep.keys) + ep.keys_over - sum(map(len, named.values()))
-    return named, f" (and {more} more effect keys)" if more else ""
+    return named, f" (and {more} more effect key{'s' if more > 1 else ''})" if more else ""
 
 
 def _retry_owners(top: ConditionRecord, now: str) -> str:

@@ -13,8 +13,8 @@ arrival; two events at one `seq` are ordered an acquisition first, then by `even
 arrival). In mixed seq/no-seq workflows that relation may be cyclic. What §4 defines pairwise is
 computed from `before` alone for any history: which events are stale, which conditions and
 findings exist, severity; "the last" of a set (the last stale event, the latest condition) is the
-member no other member follows, and when a cycle leaves none, the one that arrived last
-(decision: DESIGN names no other); a fence counts when it is not before any stale event of its
+member no other member follows, and when a cycle leaves none, the last by seq (decision:
+DESIGN names none; arrival then decides nothing); a fence counts when it is not before any stale event of its
 epoch; `current`; the ordering. What needs "the earliest" (witnesses, the transition) and silence
 on believed times is only defined when the relation is a total order: for a cyclic workflow
 those fields are None and tests must not compare them (a status that hinges on silence there
@@ -309,8 +309,8 @@ class Workflow:
                     both = a.source == "destination" and b.source == "destination"
                     if a.epoch != b.epoch:
                         f = finding("displaced", min(a.epoch, b.epoch))
-                        cond = ("duplicate_effect", "failover", key)
-                        f.add(cond, later, "critical", both, a, b)
+                        dup = ("duplicate_effect", "failover", key)
+                        f.add(dup, later, "critical", both, a, b)
                     elif a.source == b.source:
                         f = finding("retry", a.epoch)
                         f.add(("duplicate_effect", "retry", key), later, "warning", both, a, b)
@@ -322,10 +322,12 @@ class Workflow:
         return found
 
     def last(self, xs: Iterable[E]) -> E:
-        """The member no other member follows; with none (a cycle), the last to arrive."""
+        """The member no other member follows; with none (a cycle), the last by seq."""
         members = list(xs)
         top = [x for x in members if not any(before(x, y) for y in members)]
-        return top[0] if top else max(members, key=lambda e: e.arrival)
+        if top:
+            return top[0]
+        return max((x for x in members if x.seq is not None), key=lambda e: (e.seq, tie(e)))
 
     def placed_by_seq(self, f: OracleFinding, e: E) -> bool:
         if e.seq is None:
