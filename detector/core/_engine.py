@@ -332,7 +332,8 @@ class Detector:
         else:
             if obs is not None:
                 st.last_at = obs if st.last_at is None else max(st.last_at, obs)
-            self._clock(st, seq, pos, obs, worker, source)
+            at_seq = ("0" if kind == _ACQUIRED_VALUE else "1") + event.event_id  # `tie`
+            self._clock(st, seq, pos, obs, worker, source, at_seq)
         if kind == _ACQUIRED_VALUE:
             acq = new_record(AcquisitionRecord, (epoch, seq, pos, event.event_id, worker, obs))
             self._acquire(st, acq, event)
@@ -697,12 +698,13 @@ class Detector:
         obs: float | None,
         worker: str,
         source: str,
+        at_seq: str,
     ) -> None:
         """Audit: every event's place and time, for silence measured at `finish`."""
         clock = st.clock
         if clock is None:
             clock = st.clock = []
-        clock.append((seq, pos, obs, worker, source))
+        clock.append((seq, pos, obs, worker, source, at_seq))
         if len(clock) > self.config.max_evidence:
             del clock[: len(clock) // 4]
             self._cut(st, Cut.CLOCK)

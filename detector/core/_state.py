@@ -136,7 +136,8 @@ def evidence_of(records: Iterable[EventRecord]) -> Evidence:
 
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
-ClockEntry = tuple[int | None, int, float | None, str, str]  # seq, pos, time, worker, source
+# seq, pos, time, worker, source, and the place at its seq (`_records.tie`, as one string)
+ClockEntry = tuple[int | None, int, float | None, str, str, str]
 # `WorkflowState.lease_until` once the current epoch released its lease.
 LEASE_RELEASED: Final = -math.inf
 
@@ -485,7 +486,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
         fences=None if fences is None else {epoch: _fence_points(m) for epoch, m in fences},
         found=found or None,
-        clock=None if clock is None else [(a, b, c, d, e) for a, b, c, d, e in clock],
+        clock=None if clock is None else [_clock_entry(*entry) for entry in clock],
         cut=cut,
         forgotten=None if forgotten is None else marks_of(forgotten),
         blind_below=blind_below,
@@ -499,6 +500,13 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         if len(fields) < V3_FIELDS or fields[19] is None
         else {epoch: latest_of(row) for epoch, row in fields[19]},
     )
+
+
+def _clock_entry(
+    seq: int | None, pos: int, t: float | None, worker: str, source: str, at_seq: str = ""
+) -> ClockEntry:
+    """An entry as a state holds it; before version 5 without its place at its seq."""
+    return (seq, pos, t, worker, source, at_seq)
 
 
 def _fence_points(row: list[Any]) -> list[FencePoint]:

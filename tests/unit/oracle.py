@@ -14,11 +14,11 @@ arrival). In mixed seq/no-seq workflows that relation may be cyclic. What §4 de
 computed from `before` alone for any history: which events are stale, which conditions and
 findings exist, severity; "the last" of a set (the last stale event, the latest condition) is the
 member no other member follows, and when a cycle leaves none, the last by seq (decision:
-DESIGN names none; arrival then decides nothing); a fence counts when it is not before any stale event of its
-epoch; `current`; the ordering. What needs "the earliest" (witnesses, the transition) and silence
-on believed times is only defined when the relation is a total order: for a cyclic workflow
-those fields are None and tests must not compare them (a status that hinges on silence there
-included).
+DESIGN names none; arrival then decides nothing); a fence counts when it is not before any
+stale event of its epoch; `current`; the ordering. What needs "the earliest" (witnesses, the
+transition) and silence on believed times is only defined when the relation is a total order:
+for a cyclic workflow those fields are None and tests must not compare them (a status that
+hinges on silence there included).
 
 Rules, as modelled:
 
