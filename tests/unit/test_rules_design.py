@@ -1317,3 +1317,19 @@ def test_a_response_names_a_few_keys_and_counts_the_rest() -> None:
     assert "key-00, key-01 and key-02" in f.response
     assert "(and 27 more effect keys)" in f.response
     assert "key-03" not in f.response
+
+
+def test_fences_beyond_what_is_kept_make_the_finding_say_its_evidence_was_cut() -> None:
+    """DESIGN §4 Retention: fences that arrive against their seq order, each after the last, are
+    all candidates (pairwise, none makes another redundant); beyond the few kept, the finding
+    says `evidence_truncated`, and is not high."""
+    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 80, -1)]
+    f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences]))
+    assert status(f) == "resolved"
+    assert f.evidence_truncated and f.confidence != "high"
+
+
+def test_a_few_fences_against_their_seq_order_cut_nothing() -> None:
+    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 96, -1)]
+    f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences]))
+    assert (status(f), f.evidence_truncated, f.confidence) == ("resolved", False, "high")
