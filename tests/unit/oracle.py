@@ -135,6 +135,9 @@ class OracleFinding:
     resolved: bool | None = None
     ordering: str | None = None
     confidence: str | None = None
+    # Condition -> is its witness placed after the takeover by seq (None without a witness): a
+    # finding that lists only some conditions takes its ordering from those.
+    placed: dict[CondKey, bool] | None = None
 
     @property
     def displaced(self) -> int | None:
@@ -338,10 +341,10 @@ class Workflow:
 
     def ordering_of(self, f: OracleFinding) -> str | None:
         if self.order is not None:
-            witnesses = [self.earliest(ts) for ts in f.triggers.values()]
+            f.placed = {k: self.placed_by_seq(f, self.earliest(ts)) for k, ts in f.triggers.items()}
+            placed = list(f.placed.values())
         else:  # no witness: defined when every trigger agrees
-            witnesses = [e for ts in f.triggers.values() for e in ts]
-        placed = [self.placed_by_seq(f, w) for w in witnesses]
+            placed = [self.placed_by_seq(f, e) for ts in f.triggers.values() for e in ts]
         if self.order is None and len(set(placed)) > 1:
             return None
         by_seq = all(placed) if f.tag == "retry" else any(placed)

@@ -129,10 +129,16 @@ def differences(f: Finding, o: OracleFinding) -> list[str]:
     current = f.current.owner_epoch if f.current else None
     if current != o.current:
         out.append(f"{k}: current {current}, oracle {o.current}")
-    if o.confidence is not None and f.confidence != o.confidence:
+    ordering = o.ordering
+    if skipped and o.placed is not None:
+        # §4: the ordering is taken from the listed conditions
+        placed = [o.placed[ck] for ck in listed]
+        by_seq = all(placed) if o.tag == "retry" else any(placed)
+        ordering = "authoritative_seq" if by_seq else "arrival"
+    if o.confidence is not None and ordering == o.ordering and f.confidence != o.confidence:
         out.append(f"{k}: confidence {f.confidence}, oracle {o.confidence}")
-    if o.ordering is not None and f.ordering != o.ordering:
-        out.append(f"{k}: ordering {f.ordering}, oracle {o.ordering}")
+    if ordering is not None and f.ordering != ordering:
+        out.append(f"{k}: ordering {f.ordering}, oracle {ordering}")
     keys = set(f.effect_keys)
     more = f.effect_keys_omitted
     if not keys <= o.effect_keys or len(keys) + more != len(o.effect_keys):
