@@ -39,18 +39,19 @@ class Believed:
 
 def linear(clock: list[ClockEntry]) -> list[ClockEntry]:
     """One order consistent with the pairwise rule: arrival, with each run of events that carry
-    `seq` between two that do not sorted by `seq`."""
+    `seq` between two that do not sorted by `seq` (and at one seq, acquisitions first, then by
+    `event_id`: the entry's tie)."""
     entries = sorted(clock, key=lambda e: e[1])
     out: list[ClockEntry] = []
     run: list[ClockEntry] = []
     for e in entries:
         if e[0] is None:
-            out.extend(sorted(run, key=lambda r: (r[0], r[1])))
+            out.extend(sorted(run, key=lambda r: (r[0], r[5])))
             run = []
             out.append(e)
         else:
             run.append(e)
-    out.extend(sorted(run, key=lambda r: (r[0], r[1])))
+    out.extend(sorted(run, key=lambda r: (r[0], r[5])))
     return out
 
 
@@ -59,7 +60,7 @@ def believe(clock: list[ClockEntry], skew_s: float) -> Believed:
     flags = _flags(order, skew_s)
     latest: list[float | None] = []
     now: float | None = None
-    for (_, _, t, _, _), believed in zip(order, flags, strict=True):
+    for (_, _, t, *_), believed in zip(order, flags, strict=True):
         if believed and t is not None:
             now = t if now is None else max(now, t)
         latest.append(now)
@@ -73,7 +74,7 @@ def _flags(order: list[ClockEntry], skew_s: float) -> list[bool]:
     flags = [False] * len(order)
     top: float | None = None
     doubted: list[int] = []
-    for i, (_, _, t, _, _) in enumerate(order):
+    for i, (_, _, t, *_) in enumerate(order):
         if t is None:
             continue
         if top is not None and t > top + skew_s and not _vouched(order, doubted, i, skew_s):

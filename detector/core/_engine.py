@@ -47,6 +47,7 @@ from ._lease import (
 )
 from ._records import (
     ACQ_ID,
+    ACQUISITION,
     EVENT_ID,
     RETAINED,
     AcquisitionRecord,
@@ -57,13 +58,15 @@ from ._records import (
     before,
     earlier,
     ev_print,
+    extend,
     fingerprint,
     later,
     mark,
     marks,
+    union,
 )
 from ._render import render, severity_of
-from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, displaced, fenced_after
+from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, add_fence, displaced, fenced
 from ._state import (
     LEASE_RELEASED,
     LIST_FROM,
@@ -84,9 +87,10 @@ _RELEASED: Final = Kind.LEASE_RELEASED.value
 _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
 _VERIFIED: Final = Kind.OUTCOME_VERIFIED.value
 _LOST: Final = Kind.LEASE_LOST.value
+_UNCERTAIN: Final = Kind.OWNERSHIP_UNCERTAIN.value
 _FENCES: Final = frozenset({_LOST, _RELEASED})
 # Kinds lease health looks at (acquisitions apart).
-_LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, Kind.OWNERSHIP_UNCERTAIN.value})
+_LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, _UNCERTAIN})
 _REJECTED: Final = Kind.EFFECT_REJECTED.value
 _DESTINATION: Final = Source.DESTINATION.value
 _VERIFIER: Final = Source.VERIFIER.value
@@ -315,7 +319,7 @@ class Detector:
         effect_key = event.effect_key
         if self._seen(st, event.event_id, kind, epoch, seq, worker, effect_key):
             return []
-        late = seq is not None and seq < st.max_seq
+        late = seq is not None and seq <= st.max_seq  # at one seq an acquisition is first
         # An unknown id may be a forgotten one, unless its seq is past every seq seen.
         uncertain = bool(st.cut & _IDS_CUT) and (seq is None or seq <= st.max_seq)
         if seq is not None and seq > st.max_seq:
@@ -328,7 +332,8 @@ class Detector:
         else:
             if obs is not None:
                 st.last_at = obs if st.last_at is None else max(st.last_at, obs)
-            self._clock(st, seq, pos, obs, worker, source)
+            at_seq = ("0" if kind == _ACQUIRED_VALUE else "1") + event.event_id  # `tie`
+            self._clock(st, seq, pos, obs, worker, source, at_seq)
         if kind == _ACQUIRED_VALUE:
             acq = new_record(AcquisitionRecord, (epoch, seq, pos, event.event_id, worker, obs))
             self._acquire(st, acq, event)
@@ -412,20 +417,42 @@ class Detector:
         if kind in _FENCES or (kind == _REJECTED and ev.source == _DESTINATION):
             if st.fences is None:
                 st.fences = {}
-            m = st.fences.get(ev.epoch)
-            if m is None:
-                m = st.fences[ev.epoch] = marks()
-            if mark(m, ev.seq, ev.pos):
+            points = st.fences.setdefault(ev.epoch, [])
+            added = add_fence(points, ev.seq, ev.event_id, ev.pos)
+            if added:
                 ep = st.episodes.get((ev.epoch, False))
+                if added > 1:  # fences were dropped: a status may hinge on one of them
+                    ep = st.episode((ev.epoch, False))
+                    ep.truncated = True
                 if ep is not None:
                     touched.append(ep)
         elif kind == _VERIFIED and ev.source == _VERIFIER and key is not None:
             eff = self._effect(st, key)
             if eff.verified is None:
                 eff.verified = marks()
-            if mark(eff.verified, ev.seq, ev.pos):
+            if mark(eff.verified, ev.seq, ev.pos, ev.event_id):
                 touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
+        elif (
+            kind == _UNCERTAIN
+            and acqs
+            and ev.epoch < acqs[-1].epoch
+            and displaced(st, ev.epoch, ev.seq, ev.pos)
+        ):
+            touched.extend(self._alive(st, ev, at))
         return touched
+
+    def _alive(self, st: WorkflowState, ev: EventRecord, at: float | None) -> list[Episode]:
+        """A displaced owner unsure of its lease is alive: its silence starts again (DESIGN §4
+        "Time and silence"); it is no fence."""
+        if st.uncertain is None:
+            st.uncertain = {}
+        st.uncertain[ev.epoch] = extend(st.uncertain.get(ev.epoch), ev)
+        ep = st.episodes.get((ev.epoch, False))
+        if ep is None:
+            return []
+        if at is not None:
+            ep.last_stale_at = at
+        return [ep]
 
     def _stale(
         self, st: WorkflowState, ev: EventRecord, at: float | None, uncertain: bool
@@ -446,7 +473,7 @@ class Detector:
             ep, cond, ev, None if eff is None else eff.verified, self.config.max_effect_keys
         )
         ep.first_stale = ev if ep.first_stale is None else earlier(ep.first_stale, ev)
-        ep.last_stale = ev if ep.last_stale is None else later(ep.last_stale, ev)
+        ep.stale = extend(ep.stale, ev)
         if at is not None:
             ep.last_stale_at = at  # the displaced owner acted: silence starts again
         if uncertain:
@@ -495,10 +522,12 @@ class Detector:
             ep = st.episode((lo, False))
             if ep.worker is None:
                 ep.worker = f_lo.worker_id
-            # Every commit of either epoch is an occurrence of the duplicate: the latest one
-            # is what a verification must come after.
-            occurrence = later(_last_commit(eff, lo), _last_commit(eff, hi))
-            add_condition(ep, cond, occurrence, eff.verified, cap)
+            # Every commit of either epoch is an occurrence of the duplicate: without a total
+            # order, the last one and what a verification must come after are among these.
+            for occurrence in dict.fromkeys(
+                (ev, f_lo, f_hi, _last_commit(eff, lo), _last_commit(eff, hi))
+            ):
+                add_condition(ep, cond, occurrence, eff.verified, cap)
             ep.truncated |= uncertain
             touched.append(ep)
         pair = eff.twice.setdefault((ev.epoch, ev.source), [])
@@ -523,14 +552,15 @@ class Detector:
                     (ev.epoch,),
                     second.source,
                     second.trace,
-                    (second.worker_id,),
+                    (pair[0].worker_id, second.worker_id),
                 ),
             )
             ep = st.episode((ev.epoch, True))
             if ep.worker is None:
                 ep.worker = second.worker_id
             latest = eff.lasts[(ev.epoch, f"{_COMMITTED}:{ev.source}")]
-            add_condition(ep, cond, later(second, latest), eff.verified, cap)
+            for occurrence in dict.fromkeys((ev, pair[0], second, latest)):  # as for a failover
+                add_condition(ep, cond, occurrence, eff.verified, cap)
             ep.truncated |= uncertain
             touched.append(ep)
         return touched
@@ -540,9 +570,12 @@ class Detector:
     ) -> None:
         """A late acquisition: what it displaces among what the workflow still holds."""
         for ev in list(st.evidence):
-            if ev.epoch < acq.epoch and ev.kind in STALE_CONDITION and before(acq, ev):
-                self._stale(st, ev, at, uncertain)
-        if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos):
+            if ev.epoch < acq.epoch and before(acq, ev):
+                if ev.kind in STALE_CONDITION:
+                    self._stale(st, ev, at, uncertain)
+                elif ev.kind == _UNCERTAIN:
+                    self._alive(st, ev, at)
+        if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos, ACQUISITION):
             # Raw events after it are gone: the latest effects per key still tell, but other
             # stale events and earlier witnesses may be among what was forgotten.
             st.blind_below = max(st.blind_below, acq.epoch)
@@ -635,7 +668,7 @@ class Detector:
         if st.forgotten is None:
             st.forgotten = marks()
         for e in gone:
-            mark(st.forgotten, e.seq, e.pos)
+            mark(st.forgotten, e.seq, e.pos, e.event_id)
             if e.effect_key is not None and e.kind in EFFECT_OCCURRENCES:
                 _keep_last(self._effect(st, e.effect_key), e)
 
@@ -665,12 +698,13 @@ class Detector:
         obs: float | None,
         worker: str,
         source: str,
+        at_seq: str,
     ) -> None:
         """Audit: every event's place and time, for silence measured at `finish`."""
         clock = st.clock
         if clock is None:
             clock = st.clock = []
-        clock.append((seq, pos, obs, worker, source))
+        clock.append((seq, pos, obs, worker, source, at_seq))
         if len(clock) > self.config.max_evidence:
             del clock[: len(clock) // 4]
             self._cut(st, Cut.CLOCK)
@@ -886,9 +920,11 @@ class Detector:
             if not st.found:
                 continue
             now = believed.now
+            alive = st.uncertain or {}
             for ep in st.episodes.values():
-                last = ep.last_stale
-                then = None if last is None else believed.at(last)
+                # Silence is measured from the displaced epoch's last sign of life.
+                heard = None if ep.stale is None else union(ep.stale, alive.get(ep.displaced_epoch))
+                then = None if heard is None else believed.at(heard.latest)
                 quiet = now is not None and then is not None and now - then >= q
                 if st.cut & Cut.CLOCK and _hinges_on_silence(st, ep):
                     ep.truncated = True  # the times it is measured on were partly forgotten
@@ -1062,17 +1098,17 @@ def _resolved(st: WorkflowState, ep: Episode, quiet: bool) -> bool:
     condition; never by retrying."""
     if ep.pending or ep.keys_over:
         return False
-    last = ep.last_stale
-    return ep.retry or last is None or quiet or fenced_after(st, ep.displaced_epoch, last)
+    stale = ep.stale
+    return ep.retry or stale is None or quiet or fenced(st, ep.displaced_epoch, stale)
 
 
 def _hinges_on_silence(st: WorkflowState, ep: Episode) -> bool:
     """Does the status depend on the quiet period alone (verified, not otherwise fenced)?"""
-    last = ep.last_stale
+    stale = ep.stale
     return (
-        not (ep.pending or ep.keys_over or ep.retry or last is None)
-        and last is not None
-        and not fenced_after(st, ep.displaced_epoch, last)
+        not (ep.pending or ep.keys_over or ep.retry)
+        and stale is not None
+        and not fenced(st, ep.displaced_epoch, stale)
     )
 
 

@@ -13,7 +13,7 @@ from typing import Final
 from detector.contracts.events import Source
 from detector.contracts.findings import ConditionKind
 
-from ._records import ConditionRecord, EventRecord, Marks, any_after, before, later
+from ._records import ConditionRecord, EventRecord, Marks, any_after, before, extend
 from ._state import Episode, Point
 
 LISTED: Final = 20  # conditions a revision lists; the rest are counted
@@ -41,6 +41,14 @@ def _better(c: ConditionRecord, old: ConditionRecord) -> bool:
     return before(c, old) or (not before(old, c) and (c.epochs or ()) < (old.epochs or ()))
 
 
+def outcome(bits: int) -> str:
+    """What happened to a key, by its conditions: committed (by a stale commit or a duplicate),
+    else rejected (the fence held), else attempted."""
+    if bits & (_COMMITTED | 8 | 16):
+        return "committed"
+    return "rejected" if bits & _REJECTED else "attempted"
+
+
 def _unanswered(bits: int) -> int:
     return int(bool(bits & _ATTEMPT) and not bits & _REJECTED)
 
@@ -52,9 +60,7 @@ def add_condition(
 
     `verified` is the key's verifications so far; `cap` bounds the keys an episode tracks.
     """
-    if occurrence.seq is None or cond.seq is None:
-        ep.unseq = True
-    ep.latest = occurrence if ep.latest is None else later(ep.latest, occurrence)
+    ep.latest = extend(ep.latest, occurrence)
     key = cond.effect_key
     if cond.kind is ConditionKind.STALE_ACTIVITY or key is None:
         if not ep.activity:
@@ -83,8 +89,9 @@ def add_condition(
     ep.keys[key] = new
     if old is None:
         _show(ep.shown, key)
-    if verified is None or not any_after(verified, occurrence.seq, occurrence.pos):
-        _pend(ep.pending.setdefault(key, []), (occurrence.seq, occurrence.pos))
+    point = (occurrence.seq, occurrence.pos, occurrence.event_id)
+    if verified is None or not any_after(verified, *point):
+        _pend(ep.pending.setdefault(key, []), point)
     _list(ep, cond)
 
 
@@ -93,7 +100,7 @@ def verify(ep: Episode, key: str, verified: Marks) -> bool:
     points = ep.pending.get(key)
     if not points:
         return False
-    left = [p for p in points if not any_after(verified, p[0], p[1])]
+    left = [p for p in points if not any_after(verified, *p)]
     if len(left) == len(points):
         return False
     if left:
@@ -107,7 +114,7 @@ def _dominates(a: Point, b: Point) -> bool:
     """Does verifying `a` imply verifying `b`? (Only within one kind of point.)"""
     if a[0] is None or b[0] is None:
         return a[0] is None and b[0] is None and a[1] >= b[1]
-    return a[0] >= b[0] and a[1] >= b[1]
+    return (a[0], a[2]) >= (b[0], b[2]) and a[1] >= b[1]
 
 
 def _pend(points: list[Point], p: Point) -> None:
@@ -121,9 +128,10 @@ def _pend(points: list[Point], p: Point) -> None:
         rest = [q for q in points if q[0] is None]
         merged: list[Point] = []
         if seqd:
-            merged.append((max(q[0] for q in seqd if q[0] is not None), max(q[1] for q in seqd)))
+            top = max(seqd, key=lambda q: (q[0], q[2]))
+            merged.append((top[0], max(q[1] for q in seqd), top[2]))
         if rest:
-            merged.append((None, max(q[1] for q in rest)))
+            merged.append((None, max(q[1] for q in rest), ""))
         points[:] = merged
 
 

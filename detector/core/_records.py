@@ -1,9 +1,10 @@
 """Compact records of retained evidence, and the one pairwise order every rule compares by.
 
 Records are tuples, because a tracked workflow must stay small. Order (DESIGN §4): by `seq` when
-both sides carry one, else by arrival (`pos`, the position within the workflow). That pairwise
-rule is not transitive across mixed histories, so "the latest of a set" is kept as `Marks`: the
-three extremes that answer "is any member after this point?" exactly for either kind of point.
+both sides carry one (two events at one `seq`: an acquisition first, then by `event_id`), else by
+arrival (`pos`, the position within the workflow). That pairwise rule is not transitive across
+mixed histories, so a set is kept by its extremes: `Marks` (points only) and `Latest` (records),
+which answer "is any member after this point?" exactly for either kind of point.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from operator import itemgetter
-from typing import Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from detector.contracts.findings import ConditionKind
 
@@ -69,11 +70,20 @@ OrderedT = TypeVar("OrderedT", EventRecord, AcquisitionRecord, ConditionRecord)
 
 
 def before(a: Ordered, b: Ordered) -> bool:
-    """Did `a` happen before `b`? By `seq` when both carry one, else by arrival (also for two
-    events at one `seq`, which an authoritative order should not have)."""
-    if a.seq is not None and b.seq is not None and a.seq != b.seq:
-        return a.seq < b.seq
-    return a.pos < b.pos
+    """Did `a` happen before `b`? By `seq` when both carry one, else by arrival. Two events at
+    one `seq`: an acquisition first, then by `event_id` (arrival never decides between them)."""
+    sa = a.seq
+    sb = b.seq
+    if sa is None or sb is None:
+        return a.pos < b.pos
+    if sa != sb:
+        return sa < sb
+    return tie(a) < tie(b)
+
+
+def tie(r: Ordered) -> tuple[bool, str]:
+    """Where a record stands among the events at its `seq`: acquisitions first, then by id."""
+    return (type(r) is not AcquisitionRecord, r.event_id)
 
 
 def earlier(a: OrderedT, b: OrderedT) -> OrderedT:
@@ -118,22 +128,29 @@ def acq_print(a: AcquisitionRecord) -> int:
     return fingerprint("lease_acquired", a.epoch, a.seq, a.worker_id, None)
 
 
-# ---- Marks: [highest seq, highest pos of a member without seq, highest pos] -----------------
+# ---- Marks: [highest seq, highest pos of a member without seq, highest pos, the highest id at
+# the highest seq] --------------------------------------------------------------------------
 
 NONE: Final = -1  # no member of that class; seq and pos are never negative
-Marks = list[int]
+Marks = list[Any]
+# The id of a point that is an acquisition (first at its seq, below every event id, which is
+# never empty), and of a point from a state written before ties were ordered (a pending
+# occurrence then counts as the last at its seq: harder to verify).
+ACQUISITION: Final = ""
+LAST_ID: Final = "\U0010ffff"
 
 
 def marks() -> Marks:
-    return [NONE, NONE, NONE]
+    return [NONE, NONE, NONE, ACQUISITION]
 
 
-def mark(m: Marks, seq: int | None, pos: int) -> bool:
+def mark(m: Marks, seq: int | None, pos: int, eid: str) -> bool:
     """Add a point; say whether any extreme moved."""
     moved = False
     if seq is not None:
-        if seq > m[0]:
+        if seq > m[0] or (seq == m[0] and eid > m[3]):
             m[0] = seq
+            m[3] = eid
             moved = True
     elif pos > m[1]:
         m[1] = pos
@@ -144,15 +161,82 @@ def mark(m: Marks, seq: int | None, pos: int) -> bool:
     return moved
 
 
-def any_after(m: Marks, seq: int | None, pos: int) -> bool:
-    """Is some member strictly after the point (seq, pos)?"""
+def any_after(m: Marks, seq: int | None, pos: int, eid: str) -> bool:
+    """Is some member (never an acquisition) strictly after the point (seq, pos) with id `eid`
+    (`ACQUISITION` for an acquisition)?"""
     if seq is not None:
-        return m[0] > seq or m[1] > pos
-    return m[2] > pos
+        return bool(m[0] > seq or (m[0] == seq and m[3] > eid) or m[1] > pos)
+    return bool(m[2] > pos)
 
 
-def any_at_or_after(m: Marks, seq: int | None, pos: int) -> bool:
-    """Is some member the point itself or after it (not before it)?"""
-    if seq is not None:
-        return m[0] >= seq or m[1] >= pos
-    return m[2] >= pos
+def marks_of(row: list[Any]) -> Marks:
+    """Marks as a state holds them (written before ties were ordered: without the id)."""
+    return [*row, ACQUISITION] if len(row) == 3 else list(row)
+
+
+# ---- Latest: a set of events by its extremes ---------------------------------------------------
+
+
+class Latest(NamedTuple):
+    """A set of events, for "which is the last?" and "is any after this point?".
+
+    `top` is the member with seq that is last by seq, `unseq` the highest arrival of a member
+    without seq, `last` the member that arrived last. The last event of the set is the one no
+    other follows: `last` when it has no seq, else `top` when nothing without seq arrived after
+    it. There is at most one such; with none (a cycle of the pairwise rule), it is `top`, the
+    last by seq (never an event a seq shows to be earlier than another, when arrival decides
+    nothing between them).
+    """
+
+    top: EventRecord | None
+    unseq: int
+    last: EventRecord
+
+    @property
+    def latest(self) -> EventRecord:
+        top = self.top
+        return self.last if top is None or self.last.seq is None else top
+
+
+def extend(s: Latest | None, e: EventRecord) -> Latest:
+    """The set with `e` in it (the same object when nothing changed)."""
+    if s is None:
+        return Latest(e, NONE, e) if e.seq is not None else Latest(None, e.pos, e)
+    top, unseq, last = s
+    changed = False
+    if e.seq is not None:
+        if top is None or before(top, e):
+            top = e
+            changed = True
+    elif e.pos > unseq:
+        unseq = e.pos
+        changed = True
+    if e.pos > last.pos:
+        last = e
+        changed = True
+    return Latest(top, unseq, last) if changed else s
+
+
+def union(a: Latest | None, b: Latest | None) -> Latest | None:
+    if a is None or b is None:
+        return a if b is None else b
+    out = extend(a, b.last)
+    if b.top is not None:
+        out = extend(out, b.top)
+    return out if b.unseq <= out.unseq else out._replace(unseq=b.unseq)
+
+
+def after(s: Latest, r: Ordered) -> bool:
+    """Is some member of the set after `r`?"""
+    if r.seq is None:
+        return s.last.pos > r.pos
+    top = s.top
+    return s.unseq > r.pos or (top is not None and before(r, top))
+
+
+def latest_of(row: list[Any]) -> Latest:
+    """A set as a state holds it; written before sets were kept: its one latest record."""
+    if len(row) == 3:
+        top, unseq, last = row
+        return Latest(None if top is None else EventRecord(*top), unseq, EventRecord(*last))
+    return extend(None, EventRecord(*row))

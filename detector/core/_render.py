@@ -21,9 +21,16 @@ from detector.contracts.findings import (
     StaleEventRef,
 )
 
-from ._episode import shown
+from ._episode import outcome, shown
 from ._records import AcquisitionRecord, ConditionRecord, EventRecord, before
-from ._rules import acquisition, current_owner_before, displacing, first_higher, worker_of
+from ._rules import (
+    acquisition,
+    current_owner_before,
+    displacing,
+    first_higher,
+    placed_by_seq,
+    worker_of,
+)
 from ._state import Cut, Episode, WorkflowState
 
 SEVERITY_OF: Final = {
@@ -102,53 +109,94 @@ def _who(owner: Owner | None, fallback: str) -> str:
     return f"{owner.worker_id} (epoch {owner.owner_epoch})" if owner else fallback
 
 
+def _listing(keys: list[str]) -> str:
+    return keys[0] if len(keys) == 1 else f"{', '.join(keys[:-1])} and {keys[-1]}"
+
+
+def _keys(ep: Episode, first: str) -> tuple[dict[str, list[str]], str]:
+    """At most a few of the episode's keys by what happened to each, those of `first` first;
+    and a note of how many more the finding holds."""
+    by: dict[str, list[str]] = {first: [], "committed": [], "attempted": [], "rejected": []}
+    for key in ep.shown:
+        by[outcome(ep.keys.get(key, 0))].append(key)
+    named: dict[str, list[str]] = {}
+    room = _KEYS_IN_RESPONSE
+    for what, keys in by.items():
+        if keys and room:
+            named[what] = keys[:room]
+            room -= len(named[what])
+    more = len(ep.keys) + ep.keys_over - sum(map(len, named.values()))
+    return named, f" (and {more} more effect key{'s' if more > 1 else ''})" if more else ""
+
+
+def _retry_owners(top: ConditionRecord, now: str) -> str:
+    epoch = f" (epoch {top.epochs[0]})" if top.epochs else ""
+    workers = top.workers or ()
+    if len(workers) == 2 and workers[0] != workers[1]:
+        return f"once by {workers[0]} and once by {workers[1]}{epoch}"
+    return f"twice by {workers[-1]}{epoch}" if workers else f"twice by {now}"
+
+
 def _response(
-    top: ConditionRecord, displaced: Owner | None, current: Owner | None, keys: list[str], more: int
+    top: ConditionRecord, ep: Episode, displaced: Owner | None, current: Owner | None
 ) -> str:
     who = _who(displaced, "the worker")
     now = _who(current, "the current owner")
-    shown = keys[:_KEYS_IN_RESPONSE]
-    more += len(keys) - len(shown)
-    effects = ", ".join(shown) if shown else "the affected effects"
-    if more:
-        effects += f" and {more} more"
     if top.kind is ConditionKind.DUPLICATE_EFFECT:
+        if top.cause == "retry":
+            return (
+                f"{top.effect_key} was committed {_retry_owners(top, now)}: check the "
+                "destination's idempotency key, treat the outcome as uncertain until it is "
+                "verified, and do not retry it again."
+            )
         # Named from the duplicate's own commits, not from whoever holds the lease now.
         owners = [
             f"{w} (epoch {e})" for w, e in zip(top.workers or (), top.epochs or (), strict=False)
         ]
-        if top.cause == "retry":
-            by = owners[0] if owners else now
-            return (
-                f"{top.effect_key} was committed twice by {by}: check the destination's "
-                "idempotency key, treat the outcome as uncertain until it is verified, and do "
-                "not retry it again."
-            )
         pair = " and ".join(owners) if owners else f"{who} and {now}"
         return (
             f"{top.effect_key} was committed under two owners ({pair}). Treat the outcome as "
             "uncertain until an external check or a human verifies it; do not auto-retry "
             f"{owners[-1] if owners else now}."
         )
-    return {
-        ConditionKind.STALE_ACTIVITY: (
+    if top.kind is ConditionKind.STALE_ACTIVITY:
+        return (
             f"Stop or quarantine {who}; it lost the lease to {now} but is still working. "
             "Check it emits nothing more."
-        ),
-        ConditionKind.STALE_EFFECT_REJECTED: (
-            f"The fence held: keep the rejection receipt for {effects}. Find out why {who} "
-            f"missed its lease loss, and check that {now} still progresses."
-        ),
-        ConditionKind.STALE_EFFECT_ATTEMPT: (
-            f"Freeze {effects}. {who} tried to act after losing the lease to {now}: find out "
-            "whether the destination enforces the fencing token."
-        ),
-        ConditionKind.STALE_EFFECT_COMMITTED: (
-            f"The fence failed or did not exist: {who} committed {effects} after {now} took "
-            "over. Freeze later effects, inspect the result, and decide whether compensation "
-            "is safe."
-        ),
+        )
+    first = {
+        ConditionKind.STALE_EFFECT_COMMITTED: "committed",
+        ConditionKind.STALE_EFFECT_ATTEMPT: "attempted",
+        ConditionKind.STALE_EFFECT_REJECTED: "rejected",
     }[top.kind]
+    named, more = _keys(ep, first)
+    main = _listing(named.get(first, [])) or "the affected effects"
+    also = "".join(
+        f"; {_ALSO[what]} {_listing(keys)}" for what, keys in named.items() if what != first
+    )
+    if top.kind is ConditionKind.STALE_EFFECT_COMMITTED:
+        return (
+            f"The fence failed or did not exist: {who} committed {main} after {now} took "
+            f"over{also}{more}. Freeze later effects, inspect the result, and decide whether "
+            "compensation is safe."
+        )
+    if top.kind is ConditionKind.STALE_EFFECT_ATTEMPT:
+        return (
+            f"Freeze {main}{also}{more}. {who} tried to act after losing the lease to {now}: "
+            "find out whether the destination enforces the fencing token."
+        )
+    return (
+        f"The fence held: keep the rejection receipt for {main}{also}{more}. Find out why "
+        f"{who} missed its lease loss, and check that {now} still progresses."
+    )
+
+
+# How a response names keys other than those of its highest condition.
+_ALSO: Final = {
+    "committed": "it committed",
+    "attempted": "it attempted",
+    "rejected": "the destination rejected",
+}
 
 
 def _transition(
@@ -165,21 +213,27 @@ def _transition(
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
     conds = sorted(shown(ep), key=_in_order)
-    latest = ep.latest
+    latest = None if ep.latest is None else ep.latest.latest
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
     transition: AcquisitionRecord | None = None
-    if ep.retry:
-        displaced = None
-        owner = (None if latest is None else current_owner_before(state, latest)) or acquisition(
-            state, ep.displaced_epoch
-        )
-        current = _owner(owner, fallback, ep.displaced_epoch)
-    else:
+    displaced: Owner | None = None
+    if not ep.retry:
         displaced = _owner(acquisition(state, ep.displaced_epoch), fallback, ep.displaced_epoch)
         transition = _transition(state, ep, conds)
-        cur = (None if latest is None else current_owner_before(state, latest)) or transition
-        current = _owner(cur, None, ep.displaced_epoch)
-    authoritative = not ep.unseq and (transition is None or transition.seq is not None)
+    # The highest epoch acquired before the latest condition; none acquired: null.
+    current = _owner(
+        None if latest is None else current_owner_before(state, latest), None, ep.displaced_epoch
+    )
+    # Placed after the takeover by seq; a retry has none: its commits placed by seq at all.
+    if ep.retry:
+        placed = [c for c in conds if c.seq is not None]
+        authoritative = bool(placed) and len(placed) == len(conds)
+    else:
+        placed = [c for c in conds if placed_by_seq(state, ep.displaced_epoch, c.seq)]
+        authoritative = bool(placed)
+    if authoritative and conds[0] is not placed[0]:
+        conds.remove(placed[0])
+        conds.insert(0, placed[0])  # the witness names a condition placed by seq first
     # An attempt whose effect a destination then rejected is settled: the fence held.
     rejected = {c.effect_key for c in conds if c.kind is ConditionKind.STALE_EFFECT_REJECTED}
     open_conds = [
@@ -225,7 +279,7 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
         ordering="authoritative_seq" if authoritative else "arrival",
         confidence=_confidence(ep, authoritative, truncated),
         evidence_lag=_lag(transition, last),
-        response=_response(top, displaced, current, ep.shown, tracked - len(ep.shown)),
+        response=_response(top, ep, displaced, current),
         trace_links=[c.trace for c in conds if c.trace is not None],
         evidence_truncated=truncated,
         conditions_omitted=max(ep.total - len(conds), 0),

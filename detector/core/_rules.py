@@ -1,7 +1,8 @@
 """The detection rules of DESIGN §4 as pure questions about one workflow's state.
 
 Each answers in time independent of how many conditions or keys a finding holds: staleness by a
-binary search over the acquisitions' suffix minima, fences and verifications by `Marks`.
+binary search over the acquisitions' suffix minima, verifications by `Marks`, fences by a few
+points tested against the extremes of the episode's stale events (`Latest`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Final
 from detector.contracts.events import Kind
 from detector.contracts.findings import ConditionKind
 
-from ._records import AcquisitionRecord, EventRecord, any_at_or_after, before, earliest
-from ._state import WorkflowState
+from ._records import AcquisitionRecord, EventRecord, Latest, before, earliest
+from ._state import FencePoint, WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
     Kind.PROGRESS.value: ConditionKind.STALE_ACTIVITY,
@@ -46,12 +47,22 @@ def _index(state: WorkflowState) -> tuple[list[int], list[int], list[int], list[
 
 
 def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bool:
-    """Is some acquisition of a higher epoch before the point (seq, pos)?"""
+    """Is some acquisition of a higher epoch before the event at (seq, pos)? (At one seq an
+    acquisition comes first.)"""
     epochs, min_seq, min_unseq, min_pos = _index(state)
     i = bisect_right(epochs, epoch)
     if seq is not None:
-        return min_seq[i] < seq or min_unseq[i] < pos
+        return min_seq[i] <= seq or min_unseq[i] < pos
     return min_pos[i] < pos
+
+
+def placed_by_seq(state: WorkflowState, epoch: int, seq: int | None) -> bool:
+    """Is an event of `epoch` at `seq` after a higher epoch's acquisition by `seq` (not only by
+    arrival)?"""
+    if seq is None:
+        return False
+    epochs, min_seq, _, _ = _index(state)
+    return min_seq[bisect_right(epochs, epoch)] <= seq
 
 
 def displacing(state: WorkflowState, ev: EventRecord) -> AcquisitionRecord | None:
@@ -65,11 +76,50 @@ def first_higher(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:
     return earliest(a for a in state.acqs if a.epoch > epoch)
 
 
-def fenced_after(state: WorkflowState, epoch: int, last: EventRecord) -> bool:
-    """Did `epoch` show it knew it lost, or hit a fence, at or after `last`?"""
+# Fence points kept per epoch: those with seq that no other is at or after in both seq and
+# arrival, and one for the latest without seq. More than this only in a flood of fences that
+# arrive against their seq order: the middle ones are dropped, and the finding says so.
+FENCE_POINTS: Final = 8
+
+
+def add_fence(points: list[FencePoint], seq: int | None, eid: str, pos: int) -> int:
+    """Add a fence: 0 when it changes nothing, 1 when it does, 2 when points were dropped."""
+    if seq is None:
+        for i, (s, _, p) in enumerate(points):
+            if s is None:
+                if p >= pos:
+                    return 0
+                points[i] = (None, eid, pos)
+                return 1
+        points.append((None, eid, pos))
+        return 1
+    key = (seq, eid)
+    if any(s is not None and (s, e) >= key and p >= pos for s, e, p in points):
+        return 0
+    points[:] = [q for q in points if q[0] is None or (q[0], q[1]) > key or q[2] > pos]
+    points.append((seq, eid, pos))
+    if len(points) <= FENCE_POINTS:
+        return 1
+    seqd = [q for q in points if q[0] is not None]
+    keep = {max(seqd, key=lambda q: (q[0], q[1])), max(seqd, key=lambda q: q[2])}
+    points[:] = [q for q in points if q[0] is None or q in keep]
+    return 2
+
+
+def fenced(state: WorkflowState, epoch: int, stale: Latest) -> bool:
+    """Did `epoch` show it knew it lost, or hit a fence, not before any of its stale events?"""
     fences = state.fences
-    m = None if fences is None else fences.get(epoch)
-    return m is not None and any_at_or_after(m, last.seq, last.pos)
+    points = None if fences is None else fences.get(epoch)
+    if not points:
+        return False
+    top = stale.top
+    for seq, eid, pos in points:
+        if seq is None:
+            if stale.last.pos <= pos:
+                return True
+        elif stale.unseq <= pos and (top is None or (top.seq, top.event_id) <= (seq, eid)):
+            return True
+    return False
 
 
 def acquisition(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:

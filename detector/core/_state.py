@@ -24,19 +24,28 @@ from ._lease import UNLABELLED, Labels
 from ._records import (
     ACQ_ID,
     EVENT_ID,
+    LAST_ID,
+    NONE,
     RETAINED,
     AcquisitionRecord,
     ConditionRecord,
     EventRecord,
+    Latest,
     Marks,
+    latest_of,
+    marks_of,
 )
 
-# 4: an effect's record that is also a retained raw event is written as its index in the
-# evidence, not a copy (a commit is in `firsts`, `twice` and `lasts` too: a quarter of a state's
-# bytes, `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has
-# the same layout, without references, and is read as it is. 1 (JSON) and 2 (the retained
-# records only) are read by replaying their records (`detector.core._upgrade`).
-STATE_VERSION: Final = 4
+# 5: two events at one seq are ordered by id (DESIGN §4): marks and pending occurrences carry the
+# id, fences are points, an episode keeps its stale events and conditions as `Latest`, and the
+# workflow the times its displaced owners said they were uncertain; version 4 states are read
+# as they are, each of these from what they kept. 4: an effect's record that is also a retained
+# raw event is written as its index in the evidence, not a copy (a commit is in `firsts`,
+# `twice` and `lasts` too: a quarter of a state's bytes, `bench/bench_worker.py`). 3: compact
+# effects, fences and pending verifications; it has the same layout, without references, and is
+# read as it is. 1 (JSON) and 2 (the retained records only) are read by replaying their records
+# (`detector.core._upgrade`).
+STATE_VERSION: Final = 5
 
 
 class Cut(IntFlag):
@@ -49,7 +58,8 @@ class Cut(IntFlag):
     CLOCK = 16  # the times silence is measured on
 
 
-Point = tuple[int | None, int]  # (seq, pos)
+Point = tuple[int | None, int, str]  # (seq, pos, event_id): an occurrence awaiting verification
+FencePoint = tuple[int | None, str, int]  # (seq, event_id, pos) of a fence (`_rules.add_fence`)
 
 
 @dataclass(slots=True)
@@ -90,10 +100,9 @@ class Episode:
     unconfirmed: int = 0  # committed/rejected/duplicate conditions no destination confirmed
     confirmations: int = 0
     unanswered: int = 0  # keys attempted and never rejected
-    unseq: bool = False  # an occurrence without seq: the order is arrival
     first_stale: EventRecord | None = None
-    last_stale: EventRecord | None = None
-    latest: EventRecord | None = None  # the latest event that triggered any condition
+    stale: Latest | None = None  # the displaced epoch's stale events
+    latest: Latest | None = None  # the events that triggered any condition
     last_stale_at: float | None = None  # the caller's clock (a worker's processing time)
     # The caller's clock when the finding last went open (its first revision, or a reopening):
     # metrics only (the age of open findings, their time to resolution), never a verdict.
@@ -106,6 +115,11 @@ class Episode:
     @property
     def key(self) -> tuple[int, bool]:
         return (self.displaced_epoch, self.retry)
+
+    @property
+    def last_stale(self) -> EventRecord | None:
+        """The stale event no other stale event follows (DESIGN §4)."""
+        return None if self.stale is None else self.stale.latest
 
 
 # Retained raw events: a tuple while short, which has no spare capacity (most workflows hold two
@@ -122,7 +136,8 @@ def evidence_of(records: Iterable[EventRecord]) -> Evidence:
 
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
-ClockEntry = tuple[int | None, int, float | None, str, str]  # seq, pos, time, worker, source
+# seq, pos, time, worker, source, and the place at its seq (`_records.tie`, as one string)
+ClockEntry = tuple[int | None, int, float | None, str, str, str]
 # `WorkflowState.lease_until` once the current epoch released its lease.
 LEASE_RELEASED: Final = -math.inf
 
@@ -139,7 +154,7 @@ class WorkflowState:
     # scan of its few records (most never do).
     ids: dict[str, int] | None = None
     effects: dict[str, Effect] | None = None
-    fences: dict[int, Marks] | None = None  # epoch -> when it was known fenced
+    fences: dict[int, list[FencePoint]] | None = None  # epoch -> when it was known fenced
     # None until the first finding: most workflows never have one, and an empty dict costs 64 B.
     found: dict[EpisodeKey, Episode] | None = None
     clock: list[ClockEntry] | None = None  # audit only: the emitters' times, for silence
@@ -161,6 +176,9 @@ class WorkflowState:
     # Lease health only, never a verdict: the `lease_until` (the coordination store's clock) of
     # the current epoch's latest acquisition or heartbeat, or `LEASE_RELEASED`.
     lease_until: float | None = None
+    # Displaced epoch -> its `ownership_uncertain` events after the takeover: they end its
+    # silence (DESIGN §4), like its stale events.
+    uncertain: dict[int, Latest] | None = None
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
         default=None, compare=False, repr=False
@@ -274,7 +292,7 @@ def _effect(row: list[Any], evidence: Evidence) -> Effect:
         firsts={e.epoch: e for e in firsts},
         confirmed=None if row[1] is None else set(row[1]),
         twice={(epoch, source): [record(r) for r in evs] for epoch, source, evs in row[2]},
-        verified=None if row[3] is None else list(row[3]),
+        verified=None if row[3] is None else marks_of(row[3]),
         lasts={(epoch, kind): record(r) for epoch, kind, r in row[4]},
     )
 
@@ -295,9 +313,9 @@ def _episode_row(ep: Episode) -> list[Any]:
         ep.unconfirmed,
         ep.confirmations,
         ep.unanswered,
-        ep.unseq,
+        None,  # was "an occurrence without seq" (to version 4): the ordering no longer reads it
         ep.first_stale,
-        ep.last_stale,
+        ep.stale,
         ep.latest,
         ep.last_stale_at,
         ep.shown,
@@ -327,14 +345,16 @@ def _episode(row: list[Any]) -> Episode:
         keys_over=row[7],
         total=row[8],
         activity=row[9],
-        pending={k: [(p[0], p[1]) for p in pts] for k, pts in row[10].items()},
+        pending={
+            k: [(p[0], p[1], p[2] if len(p) > 2 else LAST_ID) for p in pts]
+            for k, pts in row[10].items()
+        },
         unconfirmed=row[11],
         confirmations=row[12],
         unanswered=row[13],
-        unseq=row[14],
         first_stale=_ev(row[15]),
-        last_stale=_ev(row[16]),
-        latest=_ev(row[17]),
+        stale=None if row[16] is None else latest_of(row[16]),
+        latest=None if row[17] is None else latest_of(row[17]),
         last_stale_at=row[18],
         shown=row[19],
         digest=row[20],
@@ -368,6 +388,7 @@ def encode_state(state: WorkflowState) -> bytes:
             state.labels,
             state.lease_s,
             state.lease_until,
+            None if state.uncertain is None else list(state.uncertain.items()),
         ]
     )
 
@@ -412,8 +433,8 @@ def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dic
 
 
 # Version 3 states written before `lease_until` have one field less, and a tool class alone
-# where `labels` are now.
-V3_FIELDS: Final = 19
+# where `labels` are now; versions 3 and 4 have no `uncertain`.
+V3_FIELDS: Final = 20
 
 
 def _labels(value: list[str] | str | None) -> Labels | None:
@@ -426,9 +447,9 @@ def _labels(value: list[str] | str | None) -> Labels | None:
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3 or 4 state from its unpacked fields (`detector.core.decode_state` reads
+    """A version 3, 4 or 5 state from its unpacked fields (`detector.core.decode_state` reads
     any)."""
-    if len(fields) not in (V3_FIELDS - 1, V3_FIELDS):
+    if len(fields) not in (V3_FIELDS - 2, V3_FIELDS - 1, V3_FIELDS):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
     (
         _,
@@ -450,7 +471,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         labels,
         lease_s,
     ) = fields[:18]
-    if len(fields) == V3_FIELDS:
+    if len(fields) > 18:
         lease_until = fields[18]
     else:  # written before `lease_until`: a release since the acquisition is all it tells
         lease_until = None if released_at is None else LEASE_RELEASED
@@ -463,11 +484,11 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
-        fences=None if fences is None else {epoch: list(m) for epoch, m in fences},
+        fences=None if fences is None else {epoch: _fence_points(m) for epoch, m in fences},
         found=found or None,
-        clock=None if clock is None else [(a, b, c, d, e) for a, b, c, d, e in clock],
+        clock=None if clock is None else [_clock_entry(*entry) for entry in clock],
         cut=cut,
-        forgotten=forgotten,
+        forgotten=None if forgotten is None else marks_of(forgotten),
         blind_below=blind_below,
         last_at=last_at,
         released_at=released_at,
@@ -475,4 +496,29 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         lease_s=lease_s,
         labels=_labels(labels),
         lease_until=lease_until,
+        uncertain=None
+        if len(fields) < V3_FIELDS or fields[19] is None
+        else {epoch: latest_of(row) for epoch, row in fields[19]},
     )
+
+
+def _clock_entry(
+    seq: int | None, pos: int, t: float | None, worker: str, source: str, at_seq: str = ""
+) -> ClockEntry:
+    """An entry as a state holds it; before version 5 without its place at its seq."""
+    return (seq, pos, t, worker, source, at_seq)
+
+
+def _fence_points(row: list[Any]) -> list[FencePoint]:
+    """Fence points as a state holds them. Before version 5, marks: the highest seq (a point at
+    the first id of that seq, arrived before every stale event without seq, so no later than
+    the fence was) and the latest fence without seq."""
+    if row and not isinstance(row[0], list):
+        top_seq, unseq, _ = row[:3]
+        points: list[FencePoint] = []
+        if unseq != NONE:
+            points.append((None, "", unseq))
+        if top_seq != NONE:
+            points.append((top_seq, "", 0))
+        return points
+    return [(s, e, p) for s, e, p in row]

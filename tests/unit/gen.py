@@ -11,7 +11,13 @@ A history is a list of `Row`s (compact, so a failing example prints readably) in
   the authoritative one, so every field of a finding is defined;
 - `"any"`: any permutation of a mixed history: the pairwise rule may have cycles, only what §4
   defines pairwise (which conditions exist) is compared;
-- `"in_order"`: arrival is the authoritative order.
+- `"in_order"`: arrival is the authoritative order;
+- `"acq_last"`: every event carries seq, and the acquisitions arrive after everything else
+  (a coordinator's log read after the workers'): each displaces events that arrived before it.
+
+Seq modes: `"all"` (seq on every event, each its own), `"tied"` (on every event, and some
+neighbours share one: DESIGN §4 orders them an acquisition first, then by `event_id`),
+`"mixed"`, `"none"`.
 
 Small histories are drawn from structured strategies (hypothesis shrinks them); long ones
 (hundreds of events per workflow) from a seeded `random.Random`, which is fast to generate;
@@ -77,6 +83,16 @@ def with_seq(rows: Sequence[Row], has_seq: Sequence[bool]) -> list[Row]:
     return [r._replace(seq=i + 1 if s else None) for i, (r, s) in pairs]
 
 
+def tied(rows: Sequence[Row], same: Sequence[bool]) -> list[Row]:
+    """Number the authoritative order, an event whose `same` is true at its predecessor's seq."""
+    out: list[Row] = []
+    seq = 0
+    for i, (r, s) in enumerate(zip(rows, same, strict=True)):
+        seq += 0 if s and i else 1
+        out.append(r._replace(seq=seq))
+    return out
+
+
 # ---- small, shrinkable workflows --------------------------------------------------------------
 
 KEYS = ("k0", "k1", "k2")
@@ -137,6 +153,8 @@ def small_workflow(draw: st.DrawFn, wf: str, seq: str = "all") -> list[Row]:
             key = drawn_key or (None if kind in ("heartbeat", "progress") else KEYS[0])
             source = vsrc if kind == "outcome_verified" else src
             out.append(row(wf, len(out), kind, actor, key, source, t))
+    if seq == "tied":
+        return tied(out, draw(st.lists(st.booleans(), min_size=len(out), max_size=len(out))))
     return with_seq(out, draw(seq_flags(len(out), seq)))
 
 
@@ -182,7 +200,7 @@ def clean_workflow(draw: st.DrawFn, wf: str) -> list[Row]:
 
 
 def seq_flags(n: int, mode: str) -> st.SearchStrategy[list[bool]]:
-    if mode == "all":
+    if mode in ("all", "tied"):
         return st.just([True] * n)
     if mode == "none":
         return st.just([False] * n)
@@ -216,6 +234,9 @@ def arrival(draw: st.DrawFn, per_wf: Sequence[Sequence[Row]], mode: str) -> list
     for rows in per_wf:
         if mode in ("seq", "any"):
             arrived.append(list(draw(st.permutations(rows))))
+        elif mode == "acq_last":
+            acqs = [r for r in rows if r.kind == "lease_acquired"]
+            arrived.append([r for r in rows if r.kind != "lease_acquired"] + acqs)
         elif mode == "acyclic":
             arrived.append([r for seg in segments(rows) for r in draw(st.permutations(seg))])
         else:
@@ -322,6 +343,8 @@ def long_workflow(rng: random.Random, wf: str, seq: str = "all") -> list[Row]:
         t += rng.choice((10.0, 700.0))
         add("heartbeat", acquired[-1])
     flags = [True] * len(out)
+    if seq == "tied":
+        return tied(out, [rng.random() < 0.2 for _ in out])
     if seq == "none":
         flags = [False] * len(out)
     elif seq == "mixed":

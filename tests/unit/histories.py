@@ -180,7 +180,10 @@ class Run:
             f
             for f in self.findings(wf)
             if (f.displaced.owner_epoch if f.displaced else None) == displaced
-            and (retry_epoch is None or (f.current and f.current.owner_epoch == retry_epoch))
+            and (
+                retry_epoch is None
+                or any(c.cause == "retry" and c.epochs == [retry_epoch] for c in f.conditions)
+            )
         ]
         assert len(hits) == 1, f"expected one finding for {wf}/{displaced}, got {hits}"
         return hits[0]

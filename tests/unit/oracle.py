@@ -9,13 +9,16 @@ later event with that id changes nothing, whatever its seq or content. Arrival p
 the surviving events only (any monotone numbering gives the same pairwise answers).
 
 Order. `before(a, b)` is the one pairwise rule of §4: by `seq` when both carry one, else by
-arrival. Decision: two distinct events with the *same* seq fall back to arrival (DESIGN is
-silent; generated histories never reuse a seq). In mixed seq/no-seq workflows that relation may
-be cyclic. Everything the rules define pairwise — which events are stale, which conditions and
-findings exist, severity — is computed from `before` alone and holds for any history. What needs
-"earliest"/"latest" (witnesses, the latest condition, `current`, the transition, the last stale
-event, fences, verification, silence) is only defined when the relation is a total order; for a
-cyclic workflow those fields are None and tests must not compare them.
+arrival; two events at one `seq` are ordered an acquisition first, then by `event_id` (never by
+arrival). In mixed seq/no-seq workflows that relation may be cyclic. What §4 defines pairwise is
+computed from `before` alone for any history: which events are stale, which conditions and
+findings exist, severity; "the last" of a set (the last stale event, the latest condition) is the
+member no other member follows, and when a cycle leaves none, the last by seq (decision:
+DESIGN names none; arrival then decides nothing); a fence counts when it is not before any
+stale event of its epoch; `current`; the ordering. What needs "the earliest" (witnesses, the
+transition) and silence on believed times is only defined when the relation is a total order:
+for a cyclic workflow those fields are None and tests must not compare them (a status that
+hinges on silence there included).
 
 Rules, as modelled:
 
@@ -27,23 +30,28 @@ Rules, as modelled:
   one; triggered by the later commit of each such pair. retry duplicate: a key committed twice
   under one epoch by the same source (distinct ids), a finding of its own (`displaced` null).
 - a condition's witness is its earliest trigger (for a duplicate this is the later of the two
-  earliest commits); the latest condition is the latest trigger of any condition, repeats
-  included; `current` is the highest epoch acquired before it.
+  earliest commits); the latest condition is the last trigger of any condition, repeats
+  included; `current` is the highest epoch acquired before it, None when none is.
 - transition (of the finding): the transition of its last stale event, the earliest acquisition
   of a higher epoch before it (in a total order every stale event of an epoch has the same one).
 - resolved = fenced and verified. fenced: no stale event (vacuous), or a lease_lost /
-  lease_released of the displaced epoch, or a destination's effect_rejected of it, at or after
-  the last stale event, or (audit, after `finish()`) silence. verified: every affected key has a
-  verifier's outcome_verified after the latest trigger of a condition on that key.
+  lease_released of the displaced epoch, or a destination's effect_rejected of it, that is not
+  before any stale event of the epoch, or (audit, after `finish()`) silence. verified: every
+  trigger of a condition on an affected key has a verifier's outcome_verified of that key after
+  it (pairwise; in a total order: one after the latest trigger).
 - silence (audit): the workflow's events are walked in its order; a time more than the clock-skew
   bound beyond the latest believed time is pending until an event from a different worker or
   source reports a time within the bound of it (then both are believed). Decision: belief is
-  final, i.e. taken at the end of the history; the believed time of the last stale event is the
-  latest time believed at or before it in that order, and the episode is quiet when the latest
-  believed time of the workflow is at least the quiet period after it. No time: never quiet.
-- ordering: `authoritative_seq` when every event of the workflow carries seq, `arrival` when
-  none does; None (not compared) for mixed workflows, where DESIGN leaves the finding-level
-  label open.
+  final, i.e. taken at the end of the history. Silence is measured from the displaced epoch's
+  last sign of life: the last of its stale events and its `ownership_uncertain` events after the
+  takeover (no fence, and it ends silence). Its believed time is the latest time believed at or
+  before it in that order, and the episode is quiet when the latest believed time of the
+  workflow is at least the quiet period after it. No time: never quiet.
+- ordering: `authoritative_seq` when at least one condition's witness was placed after the
+  takeover by seq, `arrival` otherwise. Decision: a witness is placed by seq when it carries seq
+  and some acquisition of an epoch above the displaced one that carries seq is before it; for a
+  retry (no takeover), when every witness carries seq. In a cyclic workflow (no witness) it is
+  defined only when every trigger agrees.
 - confidence: high = authoritative ordering and destination confirmation; medium = one of the
   two; low = neither. Destination confirmation: every confirming condition (stale commit, stale
   rejection, duplicate) has a trigger from a destination — for a duplicate, a pair of commits
@@ -95,10 +103,15 @@ class E:
 
 
 def before(a: E, b: E) -> bool:
-    """DESIGN §4's pairwise order: seq when both carry one, else arrival."""
-    if a.seq is not None and b.seq is not None and a.seq != b.seq:
-        return a.seq < b.seq
+    """DESIGN §4's pairwise order: seq when both carry one (at one seq: an acquisition first,
+    then event_id), else arrival."""
+    if a.seq is not None and b.seq is not None:
+        return (a.seq, tie(a)) < (b.seq, tie(b))
     return a.arrival < b.arrival
+
+
+def tie(e: E) -> tuple[bool, str]:
+    return (e.kind != "lease_acquired", e.event_id)
 
 
 @dataclass
@@ -109,6 +122,9 @@ class OracleFinding:
     tag: str  # "displaced" | "retry"
     epoch: int
     triggers: dict[CondKey, list[E]] = field(default_factory=dict)
+    # Every event that is an occurrence of a condition: its triggers and, for a duplicate, every
+    # commit of its pairs (the latest of them is what a verification must come after).
+    occurrences: dict[CondKey, list[E]] = field(default_factory=dict)
     confirmed: dict[CondKey, bool] = field(default_factory=dict)
     stale: list[E] = field(default_factory=list)
     severity: str = "info"
@@ -119,6 +135,9 @@ class OracleFinding:
     resolved: bool | None = None
     ordering: str | None = None
     confidence: str | None = None
+    # Condition -> is its witness placed after the takeover by seq (None without a witness): a
+    # finding that lists only some conditions takes its ordering from those.
+    placed: dict[CondKey, bool] | None = None
 
     @property
     def displaced(self) -> int | None:
@@ -137,8 +156,9 @@ class OracleFinding:
     def effect_keys(self) -> set[str]:
         return {key for _, _, key in self.triggers if key is not None}
 
-    def add(self, cond: CondKey, trigger: E, severity: str, confirmed: bool) -> None:
+    def add(self, cond: CondKey, trigger: E, severity: str, confirmed: bool, *pair: E) -> None:
         self.triggers.setdefault(cond, []).append(trigger)
+        self.occurrences.setdefault(cond, []).extend(pair or (trigger,))
         self.confirmed[cond] = self.confirmed.get(cond, False) or confirmed
         if SEVERITY[severity] > SEVERITY[self.severity]:
             self.severity = severity
@@ -189,7 +209,7 @@ def _compare(a: E, b: E) -> int:
 def total_order(events: Sequence[E]) -> list[E] | None:
     """The workflow's events sorted by `before`, or None when `before` has a cycle."""
     if all(e.seq is not None for e in events):
-        return sorted(events, key=lambda e: (e.seq, e.arrival))
+        return sorted(events, key=lambda e: (e.seq, tie(e)))
     if all(e.seq is None for e in events):
         return sorted(events, key=lambda e: e.arrival)
     order = sorted(events, key=functools.cmp_to_key(_compare))
@@ -249,11 +269,6 @@ class Workflow:
         self.acqs = [e for e in events if e.kind == "lease_acquired"]
         self.order = total_order(events)
         self.rank = {e.event_id: i for i, e in enumerate(self.order or ())}
-        with_seq = {e.seq is not None for e in events}
-        self.ordering = {
-            frozenset({True}): "authoritative_seq",
-            frozenset({False}): "arrival",
-        }.get(frozenset(with_seq))
         self.quiet_period_s = quiet_period_s
         self.verifications: dict[str, list[E]] = defaultdict(list)
         for e in events:
@@ -263,9 +278,6 @@ class Workflow:
 
     def earliest(self, xs: Iterable[E]) -> E:
         return min(xs, key=lambda e: self.rank[e.event_id])
-
-    def latest(self, xs: Iterable[E]) -> E:
-        return max(xs, key=lambda e: self.rank[e.event_id])
 
     def stale(self, e: E) -> bool:
         return any(a.epoch > e.epoch and before(a, e) for a in self.acqs)
@@ -300,22 +312,48 @@ class Workflow:
                     both = a.source == "destination" and b.source == "destination"
                     if a.epoch != b.epoch:
                         f = finding("displaced", min(a.epoch, b.epoch))
-                        f.add(("duplicate_effect", "failover", key), later, "critical", both)
+                        dup = ("duplicate_effect", "failover", key)
+                        f.add(dup, later, "critical", both, a, b)
                     elif a.source == b.source:
                         f = finding("retry", a.epoch)
-                        f.add(("duplicate_effect", "retry", key), later, "warning", both)
+                        f.add(("duplicate_effect", "retry", key), later, "warning", both, a, b)
 
         for f in found.values():
-            f.ordering = self.ordering
+            f.ordering = self.ordering_of(f)
             f.confidence = self.confidence(f)
-            if self.order is not None:
-                self.settle(f)
+            self.settle(f)
         return found
 
-    def confidence(self, f: OracleFinding) -> str | None:
-        if self.ordering is None:
+    def last(self, xs: Iterable[E]) -> E:
+        """The member no other member follows; with none (a cycle), the last by seq."""
+        members = list(xs)
+        top = [x for x in members if not any(before(x, y) for y in members)]
+        if top:
+            return top[0]
+        return max((x for x in members if x.seq is not None), key=lambda e: (e.seq, tie(e)))
+
+    def placed_by_seq(self, f: OracleFinding, e: E) -> bool:
+        if e.seq is None:
+            return False
+        if f.tag == "retry":
+            return True
+        return any(a.epoch > f.epoch and a.seq is not None and before(a, e) for a in self.acqs)
+
+    def ordering_of(self, f: OracleFinding) -> str | None:
+        if self.order is not None:
+            f.placed = {k: self.placed_by_seq(f, self.earliest(ts)) for k, ts in f.triggers.items()}
+            placed = list(f.placed.values())
+        else:  # no witness: defined when every trigger agrees
+            placed = [self.placed_by_seq(f, e) for ts in f.triggers.values() for e in ts]
+        if self.order is None and len(set(placed)) > 1:
             return None
-        authoritative = self.ordering == "authoritative_seq"
+        by_seq = all(placed) if f.tag == "retry" else any(placed)
+        return "authoritative_seq" if by_seq else "arrival"
+
+    def confidence(self, f: OracleFinding) -> str | None:
+        if f.ordering is None:
+            return None
+        authoritative = f.ordering == "authoritative_seq"
         if all(kind == "stale_activity" for kind, _, _ in f.triggers):
             destination = True  # only activity: the second criterion is waived
         else:
@@ -325,34 +363,49 @@ class Workflow:
 
     def settle(self, f: OracleFinding) -> None:
         """The order-dependent fields: witnesses, current, transition, status."""
-        f.witness = {k: self.earliest(ts) for k, ts in f.triggers.items()}
-        latest = self.latest(e for ts in f.triggers.values() for e in ts)
+        latest = self.last(e for ts in f.occurrences.values() for e in ts)
         f.current = max((a.epoch for a in self.acqs if before(a, latest)), default=None)
         if f.stale:
-            last = f.last_stale = self.latest(f.stale)
-            higher = [a for a in self.acqs if a.epoch > f.epoch and before(a, last)]
-            f.transition = self.earliest(higher)
-        f.resolved = self.fenced(f) and self.verified(f)
+            f.last_stale = self.last(f.stale)
+        if self.order is not None:
+            f.witness = {k: self.earliest(ts) for k, ts in f.triggers.items()}
+            if f.last_stale is not None:
+                last = f.last_stale
+                higher = [a for a in self.acqs if a.epoch > f.epoch and before(a, last)]
+                f.transition = self.earliest(higher)
+        verified = self.verified(f)
+        if not verified or f.tag == "retry" or not f.stale or self.fenced(f):
+            f.resolved = verified
+        elif self.order is not None:
+            f.resolved = self.quiet(f)
+        # else: it hinges on silence in a cyclic workflow: not defined
 
     def fenced(self, f: OracleFinding) -> bool:
-        last = f.last_stale
-        if f.tag == "retry" or last is None:
-            return True  # no stale event: fenced by the handoff
+        """A fence of the displaced epoch that is not before any of its stale events."""
         for e in self.events:
-            if e.epoch != f.epoch or not (e is last or before(last, e)):
+            if e.epoch != f.epoch:
                 continue
-            if e.kind in FENCE_KINDS:
+            fence = e.kind in FENCE_KINDS or (
+                e.kind == "effect_rejected" and e.source == "destination"
+            )
+            if fence and not any(before(e, s) for s in f.stale):
                 return True
-            if e.kind == "effect_rejected" and e.source == "destination":
-                return True
-        return self.quiet(last)
+        return False
 
-    def quiet(self, last: E) -> bool:
+    def quiet(self, f: OracleFinding) -> bool:
+        """Silence since the displaced epoch's last sign of life: its stale events and its
+        `ownership_uncertain` events after the takeover."""
         if not self.believed or self.order is None:
             return False
+        alive = [
+            e
+            for e in self.events
+            if e.epoch == f.epoch and e.kind == "ownership_uncertain" and self.stale(e)
+        ]
+        anchor = self.last([*f.stale, *alive])
         upto = [
             self.believed[e.event_id]
-            for e in self.order[: self.rank[last.event_id] + 1]
+            for e in self.order[: self.rank[anchor.event_id] + 1]
             if e.event_id in self.believed
         ]
         if not upto:
@@ -360,12 +413,10 @@ class Workflow:
         return max(self.believed.values()) - max(upto) >= self.quiet_period_s
 
     def verified(self, f: OracleFinding) -> bool:
-        by_key: dict[str, list[E]] = defaultdict(list)
-        for (_, _, key), ts in f.triggers.items():
-            if key is not None:
-                by_key[key].extend(ts)
-        for key, ts in by_key.items():
-            latest = self.latest(ts)
-            if not any(before(latest, v) for v in self.verifications[key]):
-                return False
+        for (_, _, key), ts in f.occurrences.items():
+            if key is None:
+                continue
+            for t in ts:
+                if not any(before(t, v) for v in self.verifications[key]):
+                    return False
         return True

@@ -1010,3 +1010,326 @@ def test_config_for_audit_exists_and_raises_the_caps() -> None:
     for cap in ("max_evidence", "max_acquisitions", "max_effect_keys", "max_event_ids"):
         assert getattr(audit_caps, cap) >= 10 * getattr(worker_caps, cap), cap
     assert (worker_caps.quiet_period_s, worker_caps.clock_skew_s) == (600.0, 3600.0)
+
+
+# ---- §4 two events at one seq: an acquisition first, then event_id ---------------------------
+
+TIED_KINDS = ["heartbeat", "progress", "effect_attempted", "effect_committed", "effect_rejected"]
+
+
+@pytest.mark.parametrize("kind", TIED_KINDS)
+@pytest.mark.parametrize("first", [True, False])
+def test_an_event_at_the_takeovers_own_seq_is_stale_whichever_arrives_first(
+    kind: str, first: bool
+) -> None:
+    """A lower epoch's event at the takeover's own seq is stale, in both arrival orders."""
+    stale = act("x5", kind, 17, "alpha", 5, key=None if kind in ("heartbeat", "progress") else K)
+    events = [acq("a17", 17, "alpha", 1), *([stale] if first else []), acq("a18", 18, "beta", 5)]
+    f = one(audit(events if first else [*events, stale]))
+    assert f.transition is not None and f.transition.event_id == "a18"
+    assert f.current is not None and f.current.owner_epoch == 18
+    assert f.evidence_lag is not None and f.evidence_lag.seq == 0
+    assert f.ordering == "authoritative_seq"
+
+
+TIE_CURRENT = [
+    acq("a2", 2, "w2", 1),
+    acq("a3", 3, "w3", 7),
+    commit("c7", 2, "w2", 7),
+    act("h6", "heartbeat", 2, "w2", 6),
+    acq("a1", 1, "w1", 0),
+]
+
+
+@pytest.mark.parametrize("arrival", list(itertools.permutations(range(5))))
+def test_current_and_transition_with_a_tie_do_not_depend_on_arrival(
+    arrival: tuple[int, ...],
+) -> None:
+    """Epoch 3 acquired at seq 7 and 2's commit at seq 7: the acquisition is first, so the commit
+    is stale, 3 is current and the transition; the heartbeat at 6 is not stale."""
+    f = one(audit([TIE_CURRENT[i] for i in arrival]))
+    assert f.current is not None and (f.current.worker_id, f.current.owner_epoch) == ("w3", 3)
+    assert f.transition is not None and f.transition.event_id == "a3"
+    assert kinds(f) == [("stale_effect_committed", "c7", 7)]
+    assert f.evidence_lag is not None and f.evidence_lag.seq == 0
+    assert "w3 (epoch 3)" in f.response
+
+
+@pytest.mark.parametrize(("fence_id", "expected"), [("z-lost", "resolved"), ("a-lost", "open")])
+@pytest.mark.parametrize("fence_first", [True, False])
+def test_a_fence_and_a_stale_event_at_one_seq_are_ordered_by_event_id(
+    fence_id: str, expected: str, fence_first: bool
+) -> None:
+    """Neither is an acquisition: `event_id` decides ("m-hb" < "z-lost"), never arrival."""
+    hb = act("m-hb", "heartbeat", 17, "alpha", 6)
+    lost = act(fence_id, "lease_lost", 17, "alpha", 6)
+    r = audit([*takeover(), *([lost, hb] if fence_first else [hb, lost])])
+    assert status(one(r)) == expected
+
+
+@pytest.mark.parametrize(("verify_id", "expected"), [("z-v", "resolved"), ("a-v", "open")])
+@pytest.mark.parametrize("arrival", list(itertools.permutations(range(3))))
+def test_a_verification_at_the_seq_of_a_commit_is_ordered_by_event_id(
+    verify_id: str, expected: str, arrival: tuple[int, ...]
+) -> None:
+    tail = [
+        commit("m-c", 17, "alpha", 6),
+        verify(verify_id, 6),
+        act("l9", "lease_lost", 17, "x", 9),
+    ]
+    r = audit([*takeover(), *(tail[i] for i in arrival)])
+    assert status(one(r)) == expected
+
+
+@pytest.mark.parametrize("arrival", list(itertools.permutations(range(4))))
+def test_two_acquisitions_at_one_seq_are_ordered_by_event_id(arrival: tuple[int, ...]) -> None:
+    """Epochs 3 ("b3") and 4 ("a4") acquired at seq 5, 2 stale at 6: the earliest displacing
+    acquisition is a4 by id, in every arrival order."""
+    events = [
+        acq("a2", 2, "w2", 1),
+        acq("b3", 3, "w3", 5),
+        acq("a4", 4, "w4", 5),
+        act("h6", "heartbeat", 2, "w2", 6),
+    ]
+    f = one(audit([events[i] for i in arrival]))
+    assert f.transition is not None and f.transition.event_id == "a4"
+    assert f.current is not None and f.current.owner_epoch == 4
+
+
+# ---- §4 one side without seq: pairwise, not total --------------------------------------------
+
+
+def mixed_cycle(kind: str, fence: str) -> list[OwnershipEvent]:
+    """A stale event at seq 10, one without seq, then one at seq 5 and the fence at seq 7: the
+    seq-10 event is after the fence by seq, so the fence does not count."""
+    key = K if kind.startswith("effect") else None
+    return [
+        *takeover(),
+        act("s10", kind, 17, "alpha", 10, key=key),
+        act("h", "heartbeat", 17, "alpha"),
+        act("p5", "progress", 17, "alpha", 5 + 1),
+        act("f7", fence, 17, "alpha", 7),
+    ]
+
+
+@pytest.mark.parametrize("fence", ["lease_lost", "heartbeat_lost", "lease_released"])
+@pytest.mark.parametrize("kind", ["effect_committed", "heartbeat", "progress", "effect_attempted"])
+def test_a_fence_before_any_stale_event_of_its_epoch_does_not_count(kind: str, fence: str) -> None:
+    f = one(audit(mixed_cycle(kind, fence)))
+    assert status(f) == "open"
+    # Every stale event is followed by another (a cycle): the last by seq is named, never one a
+    # seq shows to be earlier.
+    assert f.last_stale_event is not None and f.last_stale_event.event_id == "s10"
+
+
+@pytest.mark.parametrize("fence", ["lease_lost", "heartbeat_lost"])
+def test_a_fence_after_every_stale_event_counts_in_a_mixed_history(fence: str) -> None:
+    """The fence at seq 11 is after s10 by seq and after h and p6 by arrival."""
+    events = [*mixed_cycle("heartbeat", fence)[:-1], act("f11", fence, 17, "alpha", 11)]
+    assert status(one(audit(events))) == "resolved"
+
+
+def test_the_last_stale_event_is_the_one_no_other_follows() -> None:
+    """s6 arrives first, h (no seq) after it: h follows s6 and nothing follows h."""
+    events = [
+        *takeover(),
+        act("s6", "heartbeat", 17, "alpha", 6),
+        act("h", "heartbeat", 17, "alpha"),
+        act("l5", "lease_lost", 17, "alpha"),
+    ]
+    f = one(audit(events))
+    assert f.last_stale_event is not None and f.last_stale_event.event_id == "h"
+    assert status(f) == "resolved"  # the fence without seq arrived after both
+
+
+def test_current_is_taken_before_the_latest_condition_by_the_pairwise_order() -> None:
+    """Epoch 19's acquisition (no seq) arrives after the seq-9 commit, before the heartbeat
+    without seq: the latest condition is that heartbeat, and 19 was acquired before it."""
+    events = [
+        *takeover(),
+        commit("c9", 17, "alpha", 9),
+        acq("a19", 19, "gamma"),
+        act("h", "heartbeat", 17, "alpha"),
+    ]
+    f = one(audit(events))
+    assert f.current is not None and f.current.owner_epoch == 19
+
+
+# ---- §4 Time and silence: ownership_uncertain ends silence, and is no fence ------------------
+
+
+def uncertain_history(t_uncertain: float, *, seq: bool = True) -> list[OwnershipEvent]:
+    """17 is stale at t=10, says it is uncertain at `t_uncertain`, and beta reports t=1000."""
+    return [
+        acq("a17", 17, "alpha", 1 if seq else None, t=0),
+        acq("a18", 18, "beta", 5 if seq else None, t=5),
+        act("h6", "heartbeat", 17, "alpha", 6 if seq else None, t=10),
+        act("u7", "ownership_uncertain", 17, "alpha", 7 if seq else None, t=t_uncertain),
+        act("b8", "heartbeat", 18, "beta", 8 if seq else None, t=1000),
+    ]
+
+
+@pytest.mark.parametrize("seq", [True, False])
+def test_ownership_uncertain_restarts_the_quiet_period_in_audit(seq: bool) -> None:
+    assert status(one(audit(uncertain_history(20, seq=seq)))) == "resolved"  # 980 s quiet
+    assert status(one(audit(uncertain_history(600, seq=seq)))) == "open"  # 400 s only
+
+
+@pytest.mark.parametrize("arrival", list(itertools.permutations(range(5))))
+def test_ownership_uncertain_ends_silence_in_every_arrival_order(arrival: tuple[int, ...]) -> None:
+    """Even when it arrives before the acquisition that displaced it."""
+    events = uncertain_history(600)
+    f = one(audit([events[i] for i in arrival]))
+    assert status(f) == "open"
+    assert f.last_stale_event is not None and f.last_stale_event.event_id == "h6"
+
+
+def test_ownership_uncertain_restarts_a_workers_quiet_period() -> None:
+    events = uncertain_history(600)
+    r = worker([(0, events[0]), (1, events[1]), (10, events[2]), (500, events[3])])
+    r.advance(BASE_TS + 700)  # 690 s after the stale heartbeat, 200 s after the uncertainty
+    assert status(one(r)) == "open"
+    r.advance(BASE_TS + 1101)
+    assert status(one(r)) == "resolved"
+
+
+def test_ownership_uncertain_is_no_fence() -> None:
+    events = [*takeover(), act("h6", "heartbeat", 17, "alpha", 6)]
+    events.append(act("u7", "ownership_uncertain", 17, "alpha", 7))
+    assert status(one(audit(events))) == "open"
+
+
+def test_an_ownership_uncertain_before_the_takeover_does_not_end_silence() -> None:
+    """It arrives late (processing time 500), but it is from before the takeover (seq 4)."""
+    events = uncertain_history(20)
+    late = act("u4", "ownership_uncertain", 17, "alpha", 4)
+    r = worker([(0, events[0]), (1, events[1]), (10, events[2]), (500, late)])
+    r.advance(BASE_TS + 700)
+    assert status(one(r)) == "resolved"
+
+
+# ---- §4 ordering: a condition placed after the transition by seq -----------------------------
+
+
+def test_a_later_occurrence_placed_only_by_arrival_does_not_lower_the_ordering() -> None:
+    events = [
+        *takeover(),
+        commit("c6", 17, "alpha", 6),
+        act("h", "heartbeat", 17, "alpha"),
+        commit("c", 17, "alpha", key="other"),
+    ]
+    f = one(audit(events))
+    assert (f.ordering, f.confidence) == ("authoritative_seq", "high")
+
+
+def test_the_witness_names_a_condition_placed_by_seq_first() -> None:
+    """The heartbeat without seq arrived first (it comes first by arrival); the commit at seq 9
+    is the condition placed by seq, and is named first."""
+    events = [*takeover(), act("h", "heartbeat", 17, "alpha"), commit("c9", 17, "alpha", 9)]
+    f = one(audit(events))
+    assert f.ordering == "authoritative_seq"
+    assert f.conditions[0].event_id == "c9"
+
+
+@pytest.mark.parametrize("transition_seq", [True, False])
+def test_without_a_condition_placed_by_seq_the_ordering_is_arrival(transition_seq: bool) -> None:
+    """No condition carries seq, or the takeover does not: arrival, so never high."""
+    events = [
+        acq("a17", 17, "alpha", 1),
+        acq("a18", 18, "beta", 5 if transition_seq else None),
+        commit("c", 17, "alpha", None if transition_seq else 9),
+    ]
+    f = one(audit(events))
+    assert (f.ordering, f.confidence) == ("arrival", "medium")
+
+
+# ---- §5 the words of a response ---------------------------------------------------------------
+
+
+def retry(workers: tuple[str, str], *, acquired: bool) -> list[OwnershipEvent]:
+    events = [acq("a5", 5, "una", 1)] if acquired else []
+    return [
+        *events,
+        commit("c1", 5, workers[0], 2, key="reply-to/msg-8f2"),
+        commit("c2", 5, workers[1], 3, key="reply-to/msg-8f2"),
+    ]
+
+
+@pytest.mark.parametrize("acquired", [True, False])
+def test_a_retry_by_two_workers_names_both(acquired: bool) -> None:
+    f = one(audit(retry(("una", "vic"), acquired=acquired)))
+    assert "committed once by una and once by vic (epoch 5)" in f.response
+    assert "twice" not in f.response
+
+
+def test_a_retry_by_one_worker_says_twice() -> None:
+    f = one(audit(retry(("vic", "vic"), acquired=True)))
+    assert "committed twice by vic (epoch 5)" in f.response
+
+
+def test_a_retry_without_an_acquisition_has_no_current_owner() -> None:
+    """`current` is the highest epoch acquired before the latest condition: none here."""
+    f = one(audit(retry(("una", "vic"), acquired=False)))
+    assert f.current is None and f.displaced is None
+
+
+def test_a_retry_after_its_acquisition_names_the_current_owner() -> None:
+    f = one(audit(retry(("una", "vic"), acquired=True)))
+    assert f.current is not None and (f.current.worker_id, f.current.owner_epoch) == ("una", 5)
+
+
+def keyed(kind: str, eid: str, seq: int, key: str) -> OwnershipEvent:
+    source = "worker" if kind == "effect_attempted" else "destination"
+    return act(eid, kind, 17, "alpha", seq, key=key, source=source)
+
+
+def test_a_stale_commits_response_names_each_key_by_what_happened() -> None:
+    events = [
+        *takeover(),
+        keyed("effect_committed", "c6", 6, "k-committed"),
+        keyed("effect_attempted", "t7", 7, "k-attempted"),
+        keyed("effect_rejected", "r8", 8, "k-rejected"),
+        keyed("effect_attempted", "t9", 9, "k-refused"),
+        keyed("effect_rejected", "r10", 10, "k-refused"),
+    ]
+    f = one(audit(events))
+    committed = f.response.split("committed", 1)[1].split(" after ", 1)[0]
+    assert "k-committed" in committed
+    assert "k-rejected" not in committed and "k-refused" not in committed
+    assert "it attempted k-attempted" in f.response
+    assert "the destination rejected k-refused (and 1 more effect key)" in f.response
+
+
+def test_an_attempts_response_does_not_freeze_a_rejected_key_as_attempted() -> None:
+    events = [
+        *takeover(),
+        keyed("effect_attempted", "t7", 7, "k-attempted"),
+        keyed("effect_rejected", "r8", 8, "k-rejected"),
+    ]
+    f = one(audit(events))
+    assert f.response.startswith("Freeze k-attempted; the destination rejected k-rejected.")
+
+
+def test_a_response_names_a_few_keys_and_counts_the_rest() -> None:
+    events = [*takeover()]
+    events += [keyed("effect_committed", f"c{i}", 6 + i, f"key-{i:02d}") for i in range(30)]
+    f = one(audit(events))
+    assert "key-00, key-01 and key-02" in f.response
+    assert "(and 27 more effect keys)" in f.response
+    assert "key-03" not in f.response
+
+
+def test_fences_beyond_what_is_kept_make_the_finding_say_its_evidence_was_cut() -> None:
+    """DESIGN §4 Retention: fences that arrive against their seq order, each after the last, are
+    all candidates (pairwise, none makes another redundant); beyond the few kept, the finding
+    says `evidence_truncated`, and is not high."""
+    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 80, -1)]
+    f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences]))
+    assert status(f) == "resolved"
+    assert f.evidence_truncated and f.confidence != "high"
+
+
+def test_a_few_fences_against_their_seq_order_cut_nothing() -> None:
+    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 96, -1)]
+    f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences]))
+    assert (status(f), f.evidence_truncated, f.confidence) == ("resolved", False, "high")

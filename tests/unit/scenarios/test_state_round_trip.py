@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 
 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
-    """Version 4 writes an effect's copy of a retained event as its index in the evidence; the
+    """Versions 4 and 5 write an effect's copy of a retained event as its index in the evidence; the
     same state written as version 3 (full copies) still decodes, to the same state."""
     import msgpack  # noqa: PLC0415
 
@@ -71,7 +72,7 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     r = run(seed_history())
     state = r.detector.states[W]
     fields = msgpack.unpackb(encode_state(state))
-    assert fields[0] == 4
+    assert fields[0] == 5
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
     assert references, "a commit retained as evidence is referenced, not copied"
@@ -117,3 +118,57 @@ def test_a_state_of_an_unknown_version_or_damaged_is_refused(raw: bytes, problem
 
     with pytest.raises(ValueError, match=problem):
         decode_state(raw)
+
+
+def _as_version_4(fields: list[Any]) -> list[Any]:
+    """A version 5 state's fields as version 4 wrote them: marks of three, fences as marks,
+    pending points of two, an episode's stale events and conditions as their latest record,
+    clock entries of five, no `uncertain`."""
+
+    def marks(m: list[Any] | None) -> list[Any] | None:
+        return None if m is None else m[:3]
+
+    def latest(s: list[Any] | None) -> list[Any] | None:
+        if s is None:
+            return None
+        top, _, last = s
+        found: list[Any] = top if top is not None and last[3] is not None else last
+        return found
+
+    old = [4, *fields[1:19]]
+    effects = old[6] or []
+    for _, row in effects:
+        row[3] = marks(row[3])
+    fences = old[7] or []
+    for pair in fences:
+        (seq, _, pos), *_ = sorted(pair[1], key=lambda p: (p[0] is not None, p[0] or 0))
+        pair[1] = [-1 if seq is None else seq, pos if seq is None else -1, pos]
+    for ep in old[8]:
+        ep[10] = {k: [p[:2] for p in pts] for k, pts in ep[10].items()}
+        ep[14] = False
+        ep[16], ep[17] = latest(ep[16]), latest(ep[17])
+    old[9] = None if old[9] is None else [entry[:5] for entry in old[9]]
+    old[11] = marks(old[11])
+    return old
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_a_version_4_state_still_decodes_and_goes_on(resolved: bool) -> None:
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    first = [
+        *takeover(),
+        commit("c", 17, "alpha", 7),
+        ev("f", "lease_lost", W, 17, "alpha", seq=8),
+        *([verify("v", 9)] if resolved else []),
+    ]
+    r = run(first)
+    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    restored = Detector(states={W: decode_state(msgpack.packb(_as_version_4(fields)))})
+    assert restored.findings() == r.findings(W)
+    later = commit("c2", 17, "alpha", 12, key="other")
+    (up,) = restored.observe(later)
+    (straight,) = r.detector.observe(later)
+    assert up == straight
