@@ -6,13 +6,13 @@ binary search over the acquisitions' suffix minima, fences and verifications by 
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Final
 
 from detector.contracts.events import Kind
 from detector.contracts.findings import ConditionKind
 
-from ._records import AcquisitionRecord, EventRecord, any_at_or_after, before, earliest
+from ._records import AcquisitionRecord, EventRecord, any_at_or_after, before, earlier, earliest
 from ._state import WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
@@ -31,7 +31,7 @@ _NEVER: Final = 2**64  # above every seq and pos
 
 def _index(state: WorkflowState) -> tuple[list[int], list[int], list[int], list[int]]:
     """Epochs ascending, and from each index on: the lowest seq, the lowest arrival of an
-    acquisition without seq, and the lowest arrival."""
+    acquisition without seq, and the lowest arrival (each list ends with `_NEVER`)."""
     if state.index is None:
         acqs = state.acqs
         n = len(acqs)
@@ -45,6 +45,35 @@ def _index(state: WorkflowState) -> tuple[list[int], list[int], list[int], list[
     return state.index
 
 
+def appended(state: WorkflowState) -> None:
+    """The last acquisition is a new highest epoch: extend the index instead of rebuilding it.
+    Only the suffixes it lowers change, and acquisitions usually come in order: none does."""
+    index = state.index
+    if index is None:
+        return
+    a = state.acqs[-1]
+    epochs, min_seq, min_unseq, min_pos = index
+    epochs.append(a.epoch)
+    for suffix, value in (
+        (min_seq, _NEVER if a.seq is None else a.seq),
+        (min_unseq, _NEVER if a.seq is not None else a.pos),
+        (min_pos, a.pos),
+    ):
+        suffix.insert(len(suffix) - 1, value)
+        i = len(suffix) - 3
+        while i >= 0 and suffix[i] > value:
+            suffix[i] = value
+            i -= 1
+
+
+def dropped_first(state: WorkflowState, n: int) -> None:
+    """The `n` lowest epochs' acquisitions were dropped: the suffixes after them still hold."""
+    index = state.index
+    if index is not None:
+        for part in index:
+            del part[:n]
+
+
 def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bool:
     """Is some acquisition of a higher epoch before the point (seq, pos)?"""
     epochs, min_seq, min_unseq, min_pos = _index(state)
@@ -54,15 +83,37 @@ def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bo
     return min_pos[i] < pos
 
 
+def _earliest_above(
+    state: WorkflowState, epoch: int, ev: EventRecord | None
+) -> AcquisitionRecord | None:
+    """The earliest acquisition of an epoch above `epoch` (before `ev`, when given). The walk
+    goes up the epochs and stops once no later acquisition can come before the one found: the
+    same answer as looking at them all, in a step or two when acquisitions come in order."""
+    epochs, min_seq, min_unseq, min_pos = _index(state)
+    acqs = state.acqs
+    found: AcquisitionRecord | None = None
+    for i in range(bisect_right(epochs, epoch), len(acqs)):
+        if found is not None and (
+            min_pos[i] > found.pos
+            if found.seq is None
+            else min_seq[i] > found.seq and min_unseq[i] > found.pos
+        ):
+            break
+        a = acqs[i]
+        if ev is None or before(a, ev):
+            found = a if found is None else earlier(found, a)
+    return found
+
+
 def displacing(state: WorkflowState, ev: EventRecord) -> AcquisitionRecord | None:
     """The stale event's transition: the earliest acquisition of a higher epoch before it."""
-    return earliest(a for a in state.acqs if a.epoch > ev.epoch and before(a, ev))
+    return _earliest_above(state, ev.epoch, ev)
 
 
 def first_higher(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:
     """The earliest acquisition of a higher epoch: the handoff of an owner that never acted
     after it."""
-    return earliest(a for a in state.acqs if a.epoch > epoch)
+    return _earliest_above(state, epoch, None)
 
 
 def fenced_after(state: WorkflowState, epoch: int, last: EventRecord) -> bool:
@@ -73,21 +124,20 @@ def fenced_after(state: WorkflowState, epoch: int, last: EventRecord) -> bool:
 
 
 def acquisition(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:
-    for a in state.acqs:
-        if a.epoch == epoch:
-            return a
-    return None
+    epochs = _index(state)[0]
+    i = bisect_left(epochs, epoch)
+    return state.acqs[i] if i < len(epochs) and epochs[i] == epoch else None
 
 
 def current_owner_before(state: WorkflowState, last: EventRecord) -> AcquisitionRecord | None:
-    """The highest epoch acquired before the episode's latest condition."""
-    best: AcquisitionRecord | None = None
-    for a in state.acqs:
-        if (before(a, last) or a.event_id == last.event_id) and (
-            best is None or a.epoch > best.epoch
-        ):
-            best = a
-    return best
+    """The highest epoch acquired before the episode's latest condition: down from the top,
+    which usually is."""
+    acqs = state.acqs
+    for i in range(len(acqs) - 1, -1, -1):
+        a = acqs[i]
+        if before(a, last) or a.event_id == last.event_id:
+            return a
+    return None
 
 
 def worker_of(state: WorkflowState, epoch: int) -> str | None:

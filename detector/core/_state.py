@@ -120,6 +120,16 @@ def evidence_of(records: Iterable[EventRecord]) -> Evidence:
     return kept if len(kept) < LIST_FROM else list(kept)
 
 
+# Acquisitions, sorted by epoch: the same shapes as `Evidence`, for the same reasons (a lease
+# that flaps thousands of times appends to a list instead of copying a tuple each time).
+Acquisitions = tuple[AcquisitionRecord, ...] | list[AcquisitionRecord]
+
+
+def acquisitions_of(records: Iterable[AcquisitionRecord]) -> Acquisitions:
+    kept = tuple(records)
+    return kept if len(kept) < LIST_FROM else list(kept)
+
+
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
 ClockEntry = tuple[int | None, int, float | None, str, str]  # seq, pos, time, worker, source
@@ -133,7 +143,7 @@ class WorkflowState:
 
     pos: int = 0
     max_seq: int = -1
-    acqs: tuple[AcquisitionRecord, ...] = ()  # sorted by epoch
+    acqs: Acquisitions = ()  # sorted by epoch
     evidence: Evidence = ()
     # Seen event ids and a fingerprint of their content; built once the workflow outgrows a
     # scan of its few records (most never do).
@@ -163,6 +173,12 @@ class WorkflowState:
     lease_until: float | None = None
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    # Not persisted: the retained events with `seq` that no acquisition displaces yet, by epoch
+    # and sorted by seq, for acquisitions that arrive after the events they displace. Built at
+    # the first such acquisition, dropped when raw events are forgotten.
+    undisplaced: dict[int, list[EventRecord]] | None = field(
         default=None, compare=False, repr=False
     )
 
@@ -459,7 +475,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
-        acqs=tuple(AcquisitionRecord(*a) for a in acqs),
+        acqs=acquisitions_of(AcquisitionRecord(*a) for a in acqs),
         evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
