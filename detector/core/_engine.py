@@ -95,6 +95,8 @@ _COMMITTED: Final = Kind.EFFECT_COMMITTED.value
 _VERIFIED: Final = Kind.OUTCOME_VERIFIED.value
 _LOST: Final = Kind.LEASE_LOST.value
 _FENCES: Final = frozenset({_LOST, _RELEASED})
+# `Effect.lasts` slots of a commit, one per source (`_keep_last`).
+_COMMIT_SLOTS: Final = tuple(f"{_COMMITTED}:{source.value}" for source in Source)
 # Kinds lease health looks at (acquisitions apart).
 _LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, Kind.OWNERSHIP_UNCERTAIN.value})
 _REJECTED: Final = Kind.EFFECT_REJECTED.value
@@ -940,7 +942,7 @@ class Detector:
                 last = ep.last_stale
                 then = None if last is None else believed.at(last)
                 quiet = now is not None and then is not None and now - then >= q
-                if st.cut & Cut.CLOCK and _hinges_on_silence(st, ep):
+                if (st.cut & Cut.CLOCK or believed.cut) and _hinges_on_silence(st, ep):
                     ep.truncated = True  # the times it is measured on were partly forgotten
                 update = self._settle(key, st, ep, quiet, None)
                 if update is not None:
@@ -1129,10 +1131,12 @@ def _keep_last(eff: Effect, ev: EventRecord) -> None:
 
 
 def _last_commit(eff: Effect, epoch: int) -> EventRecord:
-    """The latest commit of the key under `epoch`, from any source (there is at least one)."""
+    """The latest commit of the key under `epoch`, from any source (there is at least one):
+    a look-up per source, however many epochs committed the key."""
     found: EventRecord | None = None
-    for (e, kind), ev in eff.lasts.items():
-        if e == epoch and kind.startswith(_COMMITTED):
+    for slot in _COMMIT_SLOTS:
+        ev = eff.lasts.get((epoch, slot))
+        if ev is not None:
             found = ev if found is None else later(found, ev)
     assert found is not None
     return found

@@ -328,6 +328,12 @@ def _episode_row(ep: Episode) -> list[Any]:
 EPISODE_FIELDS: Final = 24
 
 
+def _frontier(points: list[list[Any]]) -> list[Point]:
+    """A key's pending points in the order `_episode._pend` keeps (states written before it
+    kept them in arrival order)."""
+    return sorted(((p[0], p[1]) for p in points), key=lambda p: (p[0] is None, p[0] or 0))
+
+
 def _episode(row: list[Any]) -> Episode:
     if len(row) not in (EPISODE_FIELDS - 1, EPISODE_FIELDS):
         raise ValueError(f"damaged finding state: {len(row)} fields, not {EPISODE_FIELDS}")
@@ -343,7 +349,7 @@ def _episode(row: list[Any]) -> Episode:
         keys_over=row[7],
         total=row[8],
         activity=row[9],
-        pending={k: [(p[0], p[1]) for p in pts] for k, pts in row[10].items()},
+        pending={k: _frontier(pts) for k, pts in row[10].items()},
         unconfirmed=row[11],
         confirmations=row[12],
         unanswered=row[13],
