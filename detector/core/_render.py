@@ -301,7 +301,7 @@ def _fit(f: Finding) -> Finding:
             "confidence": "medium" if f.confidence == "high" else f.confidence,
         }
     )
-    while _size(f) > MAX_REVISION_BYTES:
+    while _bound(f) > MAX_REVISION_BYTES and _size(f) > MAX_REVISION_BYTES:
         firsts: dict[tuple[str, str | None], Condition] = {}
         for c in f.conditions:
             firsts.setdefault((c.kind.value, c.cause), c)
