@@ -1,7 +1,8 @@
 """Turn an episode into the published `splitbrain.finding/v1` document, with operator guidance.
 
 Rendering reads only the episode's bounded lists and counters, so a revision costs the same for
-the first condition and the ten-thousandth, and stays far below 64 KiB.
+the first condition and the ten-thousandth. Bounded lists are not bounded bytes (keys of 512
+characters, which JSON may escape six-fold): `_fit` keeps every revision under 64 KiB.
 """
 
 from __future__ import annotations
