@@ -1089,11 +1089,19 @@ def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
 
 def _moved_by(ep: Episode, acq: AcquisitionRecord) -> bool:
     """Could a late acquisition rename this finding's displaced owner, its transition or its
-    current owner? Not when it comes after the finding's first stale event and its latest
-    condition: both are chosen among acquisitions before those."""
+    current owner? Not when it comes after the finding's latest condition (`current`) and its
+    first stale event (the transition): both are chosen among acquisitions before those."""
     if ep.displaced_epoch == acq.epoch:
         return True
-    return any(point is None or not before(point, acq) for point in (ep.latest, ep.first_stale))
+    latest = ep.latest
+    if latest is None or not before(latest, acq):
+        return True
+    if ep.retry:
+        return False
+    first = ep.first_stale
+    if first is None:  # a duplicate after a clean handoff: the first higher epoch's
+        return acq.epoch > ep.displaced_epoch
+    return not before(first, acq)
 
 
 def _pin(
