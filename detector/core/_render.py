@@ -165,6 +165,10 @@ def _transition(
 
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
+    return _fit(_document(workflow_key, state, ep, revision))
+
+
+def _document(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
     conds = sorted(shown(ep), key=_in_order)
     latest = ep.latest
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
@@ -196,43 +200,41 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
         or bool(state.cut & _WORKFLOW_CUTS)
         or (not ep.retry and ep.displaced_epoch < state.blind_below)
     )
-    return _fit(
-        Finding(
-            finding_id=finding_id(workflow_key, ep.displaced_epoch, ep.retry),
-            revision=revision,
-            status=ep.status,
-            severity=ep.severity,
-            workflow_key=workflow_key,
-            displaced=displaced,
-            current=current,
-            transition=None
-            if transition is None
-            else EventRef(event_id=transition.event_id, seq=transition.seq),
-            conditions=[
-                Condition(
-                    kind=c.kind,
-                    event_id=c.event_id,
-                    seq=c.seq,
-                    effect_key=c.effect_key,
-                    cause=c.cause,
-                    epochs=None if c.epochs is None else list(c.epochs),
-                )
-                for c in conds
-            ],
-            last_stale_event=None
-            if last is None
-            else StaleEventRef(event_id=last.event_id, seq=last.seq, kind=last.kind),
-            effect_keys=list(ep.shown),
-            sink_outcome=_sink_outcome(ep, conds),
-            ordering="authoritative_seq" if authoritative else "arrival",
-            confidence=_confidence(ep, authoritative, truncated),
-            evidence_lag=_lag(transition, last),
-            response=_response(top, displaced, current, ep.shown, tracked - len(ep.shown)),
-            trace_links=[c.trace for c in conds if c.trace is not None],
-            evidence_truncated=truncated,
-            conditions_omitted=max(ep.total - len(conds), 0),
-            effect_keys_omitted=tracked - len(ep.shown),
-        )
+    return Finding(
+        finding_id=finding_id(workflow_key, ep.displaced_epoch, ep.retry),
+        revision=revision,
+        status=ep.status,
+        severity=ep.severity,
+        workflow_key=workflow_key,
+        displaced=displaced,
+        current=current,
+        transition=None
+        if transition is None
+        else EventRef(event_id=transition.event_id, seq=transition.seq),
+        conditions=[
+            Condition(
+                kind=c.kind,
+                event_id=c.event_id,
+                seq=c.seq,
+                effect_key=c.effect_key,
+                cause=c.cause,
+                epochs=None if c.epochs is None else list(c.epochs),
+            )
+            for c in conds
+        ],
+        last_stale_event=None
+        if last is None
+        else StaleEventRef(event_id=last.event_id, seq=last.seq, kind=last.kind),
+        effect_keys=list(ep.shown),
+        sink_outcome=_sink_outcome(ep, conds),
+        ordering="authoritative_seq" if authoritative else "arrival",
+        confidence=_confidence(ep, authoritative, truncated),
+        evidence_lag=_lag(transition, last),
+        response=_response(top, displaced, current, ep.shown, tracked - len(ep.shown)),
+        trace_links=[c.trace for c in conds if c.trace is not None],
+        evidence_truncated=truncated,
+        conditions_omitted=max(ep.total - len(conds), 0),
+        effect_keys_omitted=tracked - len(ep.shown),
     )
 
 
