@@ -7,8 +7,22 @@ Two adversarial workflows, each fed through the engine with the worker's caps an
   of the current owner, a takeover every 1,000 events, and a displaced owner acting now and then).
 
 Prints the cost per event in each tenth of the history (flat means no growth with size), the
-largest revision, and the revisions published. Asserts nothing.
-Run: `python bench/bench_growth.py [--keys N] [--events N]`.
+largest revision, and the revisions published.
+
+Then each dimension DESIGN §4 says the work per event must not grow with, at N and at 4N, with
+`audit`'s caps and no clock (as `audit` runs), printing both times and their ratio (flat: at most
+4.5; the time includes `finish`, the better of two runs):
+- late acquisitions: N stale commits, then the N/200 acquisitions that displaced them (what
+  `cat workers.jsonl coordinator.jsonl | splitbrain audit -` gives);
+- a flapping lease: N acquisitions, each followed by the displaced owner's heartbeat;
+- one effect key committed once by each of N owners in turn (every pair of owners is a
+  duplicate in the lower one's finding, whose latest condition, and so `current`, each new
+  commit moves: N²/2 revisions are the output itself, so the cost per revision is what stays
+  flat);
+- long values: N/20 long effect keys (512 characters that JSON escapes), each attempted and
+  committed by the displaced owner and committed again by the new one (the largest revision
+  must stay under 64 KiB).
+Asserts nothing. Run: `python bench/bench_growth.py [--keys N] [--events N] [--scale N]`.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import argparse
 import platform
 import time
 from collections.abc import Iterator
+from typing import Final
 
 from detector import gc_tuning
 from detector.contracts.events import OwnershipEvent, parse_event_obj
@@ -62,6 +77,75 @@ def long_workflow(events: int) -> Iterator[OwnershipEvent]:
             yield _ev(n, "heartbeat" if n % 3 else "progress", epoch, f"w{epoch}")
 
 
+def late_acquisitions(n: int) -> Iterator[OwnershipEvent]:
+    acquisitions = max(n // 200, 2)
+    for i in range(n):  # the workers' file: epoch 1 went on committing
+        seq = acquisitions + 1 + i
+        yield _ev(seq, "effect_committed", 1, "alpha", effect_key=f"row/{i}")
+    for epoch in range(1, acquisitions + 1):  # then the coordinator's
+        yield _ev(epoch, "lease_acquired", epoch, f"w{epoch}", source="coordinator")
+
+
+def flapping(n: int) -> Iterator[OwnershipEvent]:
+    for epoch in range(1, n + 1):
+        yield _ev(2 * epoch, "lease_acquired", epoch, f"w{epoch % 7}", source="coordinator")
+        yield _ev(2 * epoch + 1, "heartbeat", epoch - 1, f"w{(epoch - 1) % 7}")
+
+
+def recommitted(n: int) -> Iterator[OwnershipEvent]:
+    for epoch in range(1, n + 1):
+        yield _ev(2 * epoch, "lease_acquired", epoch, f"w{epoch}", source="coordinator")
+        yield _ev(2 * epoch + 1, "effect_committed", epoch, f"w{epoch}", effect_key="ledger/close")
+
+
+def long_values(n: int) -> Iterator[OwnershipEvent]:
+    yield _ev(1, "lease_acquired", 1, "alpha", source="coordinator")
+    yield _ev(2, "lease_acquired", 2, "beta", source="coordinator")
+    for i in range(max(n // 20, 1)):
+        key = "\u0001" * 500 + f"{i:012d}"
+        yield _ev(3 + 3 * i, "effect_attempted", 1, "alpha", effect_key=key)
+        yield _ev(4 + 3 * i, "effect_committed", 1, "alpha", effect_key=key)
+        yield _ev(5 + 3 * i, "effect_committed", 2, "beta", effect_key=key)
+
+
+GROWTH: Final = {
+    "late acquisitions": (late_acquisitions, 10_000),
+    "flapping lease": (flapping, 2_000),
+    "key of N owners": (recommitted, 100),
+    "long values": (long_values, 2_000),
+}
+
+
+def timed(events: list[OwnershipEvent]) -> tuple[float, int, int]:
+    """Seconds to feed the history to an `audit` engine and finish; the revisions; the largest
+    revision's bytes."""
+    detector = Detector(Config.for_audit())
+    largest = revisions = 0
+    started = time.perf_counter()
+    for event in events:
+        for update in detector.observe(event):
+            revisions += 1
+            largest = max(largest, len(update.finding.to_json().encode()))
+    for update in detector.finish():
+        revisions += 1
+        largest = max(largest, len(update.finding.to_json().encode()))
+    return time.perf_counter() - started, revisions, largest
+
+
+def growth(scale: float) -> None:
+    print("growth, audit caps: time at N and at 4N (flat: ratio <= 4.5)")
+    for name, (history, base) in GROWTH.items():
+        n = max(int(base * scale), 1)
+        small, big = list(history(n)), list(history(4 * n))
+        # The better of two runs each: a shared machine's noise is what a single run measures.
+        (t1, r1, b1), (t4, r4, b4) = (min(timed(h), timed(h)) for h in (small, big))
+        print(
+            f"  {name:<18} N={n:>6}: {t1:8.3f} s; 4N: {t4:8.3f} s; ratio {t4 / t1:5.2f}; "
+            f"revisions {r1} and {r4} (per revision {t1 / max(r1, 1) * 1e6:.0f} and "
+            f"{t4 / max(r4, 1) * 1e6:.0f} µs); largest revision {max(b1, b4)} B"
+        )
+
+
 def run(name: str, events: list[OwnershipEvent], config: Config) -> None:
     detector = Detector(config)
     tenth = max(len(events) // 10, 1)
@@ -88,9 +172,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--scale", type=float, default=1.0, help="N of each growth dimension")
+    parser.add_argument("--growth-only", action="store_true")
     args = parser.parse_args()
     gc_tuning.tune()
     print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    growth(args.scale)
+    if args.growth_only:
+        return
     histories = {
         "zombie, distinct keys": list(zombie(args.keys)),
         "one long workflow": list(long_workflow(args.events)),

@@ -10,13 +10,19 @@ not depend on the order in which events arrived.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
+from math import inf
 from typing import Final
 
 from ._records import EventRecord
 from ._state import ClockEntry
 
-_DOUBTED: Final = 64  # disbelieved times kept to be vouched for later; the rest stay counted
+# Emitters whose disbelieved times wait to be vouched for, each in its own sorted list: a time
+# is checked against each other emitter's list by bisection. Past this many at once, the
+# earliest emitter's times are forgotten, and the findings that hinge on silence say so.
+_DOUBTING: Final = 64
+Emitter = tuple[str, str]  # worker, source
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,7 @@ class Believed:
     index: dict[int, int]  # arrival position -> place in the order
     latest: list[float | None]
     disbelieved: int
+    cut: bool = False  # some disbelieved times were forgotten before they could be vouched for
 
     @property
     def now(self) -> float | None:
@@ -57,7 +64,7 @@ def linear(clock: list[ClockEntry]) -> list[ClockEntry]:
 
 def believe(clock: list[ClockEntry], skew_s: float) -> Believed:
     order = linear(clock)
-    flags = _flags(order, skew_s)
+    flags, cut = _flags(order, skew_s)
     latest: list[float | None] = []
     now: float | None = None
     for (_, _, t, *_), believed in zip(order, flags, strict=True):
@@ -65,45 +72,62 @@ def believe(clock: list[ClockEntry], skew_s: float) -> Believed:
             now = t if now is None else max(now, t)
         latest.append(now)
     disbelieved = sum(1 for e, f in zip(order, flags, strict=True) if e[2] is not None and not f)
-    return Believed({e[1]: i for i, e in enumerate(order)}, latest, disbelieved)
+    return Believed({e[1]: i for i, e in enumerate(order)}, latest, disbelieved, cut)
 
 
-def _flags(order: list[ClockEntry], skew_s: float) -> list[bool]:
-    """Which times are believed, in the end: vouching is retroactive, so a time believed late
-    still stands at its own place in the order."""
+def _flags(order: list[ClockEntry], skew_s: float) -> tuple[list[bool], bool]:
+    """Which times are believed, in the end (vouching is retroactive, so a time believed late
+    still stands at its own place in the order); and whether waiting times were forgotten.
+    Each time is looked up once per emitter that has times waiting, by bisection."""
     flags = [False] * len(order)
     top: float | None = None
-    doubted: list[int] = []
-    for i, (_, _, t, *_) in enumerate(order):
+    doubted: dict[Emitter, list[tuple[float, int]]] = {}  # emitter -> (time, place), sorted
+    cut = False
+    for i, (_, _, t, worker, source, *_) in enumerate(order):
         if t is None:
             continue
-        if top is not None and t > top + skew_s and not _vouched(order, doubted, i, skew_s):
-            doubted.append(i)
-            del doubted[:-_DOUBTED]
+        if top is not None and t > top + skew_s and not _near(doubted, (worker, source), t, skew_s):
+            waiting = doubted.get((worker, source))
+            if waiting is None:
+                if len(doubted) >= _DOUBTING:
+                    del doubted[next(iter(doubted))]
+                    cut = True
+                waiting = doubted[(worker, source)] = []
+            insort(waiting, (t, i))
             continue
         # Believed; and a believed time vouches for doubted ones near it, which may vouch on.
         pending = [i]
         while pending:
             j = pending.pop()
             flags[j] = True
-            tj = order[j][2]
+            tj, wj, sj = order[j][2:5]
             assert tj is not None
             top = tj if top is None else max(top, tj)
-            near = [d for d in doubted if _agree(order[d], order[j], skew_s)]
-            doubted = [d for d in doubted if d not in near]
-            pending.extend(near)
-    return flags
+            pending.extend(_near(doubted, (wj, sj), tj, skew_s, take=True))
+    return flags, cut
 
 
-def _agree(a: ClockEntry, b: ClockEntry, skew_s: float) -> bool:
-    """Two emitters, one time within the bound."""
-    return (
-        (a[3] != b[3] or a[4] != b[4])
-        and a[2] is not None
-        and b[2] is not None
-        and abs(a[2] - b[2]) <= skew_s
-    )
-
-
-def _vouched(order: list[ClockEntry], doubted: list[int], i: int, skew_s: float) -> bool:
-    return any(_agree(order[d], order[i], skew_s) for d in doubted)
+def _near(
+    doubted: dict[Emitter, list[tuple[float, int]]],
+    emitter: Emitter,
+    t: float,
+    skew_s: float,
+    take: bool = False,
+) -> list[int]:
+    """The places of other emitters' doubted times within the bound of `t`: all of them, taken
+    out of `doubted`, when `take`; else at most one (is `t` vouched for?)."""
+    found: list[int] = []
+    for other, times in list(doubted.items()):
+        if other == emitter:
+            continue
+        lo = bisect_left(times, (t - skew_s, -1))
+        hi = bisect_right(times, (t + skew_s, inf))
+        if lo == hi:
+            continue
+        if not take:
+            return [times[lo][1]]
+        found.extend(place for _, place in times[lo:hi])
+        del times[lo:hi]
+        if not times:
+            del doubted[other]
+    return found

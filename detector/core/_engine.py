@@ -22,12 +22,13 @@ named otherwise):
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from itertools import islice
 from math import isnan
+from operator import itemgetter
 from sys import intern
 from typing import Any, ClassVar, Final
 
@@ -46,6 +47,7 @@ from ._lease import (
     LeaseStats,
 )
 from ._records import (
+    ACQ_EPOCH,
     ACQ_ID,
     ACQUISITION,
     EVENT_ID,
@@ -66,7 +68,15 @@ from ._records import (
     union,
 )
 from ._render import render, severity_of
-from ._rules import EFFECT_OCCURRENCES, STALE_CONDITION, add_fence, displaced, fenced
+from ._rules import (
+    EFFECT_OCCURRENCES,
+    STALE_CONDITION,
+    add_fence,
+    appended,
+    displaced,
+    dropped_first,
+    fenced,
+)
 from ._state import (
     LEASE_RELEASED,
     LIST_FROM,
@@ -75,6 +85,7 @@ from ._state import (
     Episode,
     Evidence,
     WorkflowState,
+    acquisitions_of,
     evidence_of,
     forget_packed,
 )
@@ -89,8 +100,12 @@ _VERIFIED: Final = Kind.OUTCOME_VERIFIED.value
 _LOST: Final = Kind.LEASE_LOST.value
 _UNCERTAIN: Final = Kind.OWNERSHIP_UNCERTAIN.value
 _FENCES: Final = frozenset({_LOST, _RELEASED})
+# `Effect.lasts` slots of a commit, one per source (`_keep_last`).
+_COMMIT_SLOTS: Final = tuple(f"{_COMMITTED}:{source.value}" for source in Source)
 # Kinds lease health looks at (acquisitions apart).
 _LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, _UNCERTAIN})
+# What a late acquisition can find displaced: evidence, and a displaced owner's sign of life.
+_DISPLACEABLE: Final = frozenset({*STALE_CONDITION, _UNCERTAIN})
 _REJECTED: Final = Kind.EFFECT_REJECTED.value
 _DESTINATION: Final = Source.DESTINATION.value
 _VERIFIER: Final = Source.VERIFIER.value
@@ -106,6 +121,7 @@ _IDS_CUT: Final = int(Cut.EVENT_IDS)
 # NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast
 # (`new_record(EventRecord, values) == EventRecord(*values)`, pinned by a test).
 new_record: Final = tuple.__new__
+_SEQ: Final = itemgetter(EventRecord._fields.index("seq"))
 
 
 # Caps and counts below 1, and periods of 0, would make the engine forget or decide at once.
@@ -324,19 +340,18 @@ class Detector:
         uncertain = bool(st.cut & _IDS_CUT) and (seq is None or seq <= st.max_seq)
         if seq is not None and seq > st.max_seq:
             st.max_seq = seq
-        st.pos += 1
-        pos = st.pos
+        pos = st.pos = st.pos + 1
         source = _VALUE[event.source]
         if at is not None:
             st.last_at = at
         else:
             if obs is not None:
                 st.last_at = obs if st.last_at is None else max(st.last_at, obs)
-            at_seq = ("0" if kind == _ACQUIRED_VALUE else "1") + event.event_id  # `tie`
-            self._clock(st, seq, pos, obs, worker, source, at_seq)
+            tie = ("0" if kind == _ACQUIRED_VALUE else "1") + event.event_id  # acquisitions first
+            self._clock(st, seq, pos, obs, worker, source, tie)
         if kind == _ACQUIRED_VALUE:
             acq = new_record(AcquisitionRecord, (epoch, seq, pos, event.event_id, worker, obs))
-            self._acquire(st, acq, event)
+            self._acquire(st, acq, event, late)
             return self._acquired(key, st, acq, late, at, uncertain)
         trace = event.trace_id
         ev = new_record(
@@ -363,13 +378,14 @@ class Detector:
             kept = st.evidence = [*kept, ev]
         if len(kept) > self.config.max_evidence:
             st.evidence = self._forget(st, kept)
-        acqs = st.acqs
+        if st.undisplaced is not None:
+            _undisplaced(st, ev)
         if kind in _LEASE_KINDS:
             if kind == _HEARTBEAT:
                 self._heartbeat(st, epoch, obs, event)
             else:
                 self._lease_event(key, st, kind, epoch, event)
-        if kind not in _COMPACT_KINDS and not (acqs and epoch < acqs[-1].epoch):
+        if kind not in _COMPACT_KINDS and not (st.acqs and epoch < st.acqs[-1].epoch):
             return []  # the usual case: the current owner's activity or attempt
         touched = self._ingest(st, ev, at, uncertain)
         return self._settle_all(key, st, at, touched) if touched else []
@@ -383,13 +399,13 @@ class Detector:
         at: float | None,
         uncertain: bool,
     ) -> list[FindingUpdate]:
-        if late:
-            self._displace(st, acq, at, uncertain)
+        touched = self._displace(st, acq, at, uncertain) if late else []
         if not st.found:
             return []
         if late:
-            # Any finding may now name another transition or current owner.
-            return self._settle_all(key, st, at, list(st.episodes.values()))
+            # What it displaced, and the findings whose transition or owners it may rename.
+            moved = [ep for ep in st.found.values() if _moved_by(ep, acq)]
+            return self._settle_all(key, st, at, [*touched, *moved])
         # After everything else: it changes no transition and no current owner, only the name
         # of its own epoch's displaced owner.
         ep = st.found.get((acq.epoch, False))
@@ -567,14 +583,27 @@ class Detector:
 
     def _displace(
         self, st: WorkflowState, acq: AcquisitionRecord, at: float | None, uncertain: bool
-    ) -> None:
-        """A late acquisition: what it displaces among what the workflow still holds."""
-        for ev in list(st.evidence):
-            if ev.epoch < acq.epoch and before(acq, ev):
-                if ev.kind in STALE_CONDITION:
-                    self._stale(st, ev, at, uncertain)
-                elif ev.kind == _UNCERTAIN:
-                    self._alive(st, ev, at)
+    ) -> list[Episode]:
+        """A late acquisition: what it displaces among what the workflow still holds. Only the
+        events no acquisition displaced yet are looked at, each once: what was already stale
+        stays so, and its condition is already counted."""
+        touched: list[Episode] = []
+        und = st.undisplaced
+        if und is not None and acq.seq is not None:
+            for epoch in [e for e in und if e < acq.epoch]:
+                kept = und[epoch]
+                i = bisect_left(kept, acq.seq, key=_SEQ)  # at the takeover's seq: after it
+                tail = kept[i:]
+                del kept[i:]
+                for ev in tail:
+                    if not before(acq, ev):
+                        kept.append(ev)
+                    elif ev.kind == _UNCERTAIN:
+                        touched.extend(self._alive(st, ev, at))
+                    else:
+                        touched.append(self._stale(st, ev, at, uncertain))
+                if not kept:
+                    del und[epoch]
         if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos, ACQUISITION):
             # Raw events after it are gone: the latest effects per key still tell, but other
             # stale events and earlier witnesses may be among what was forgotten.
@@ -582,7 +611,8 @@ class Detector:
             for eff in (st.effects or {}).values():
                 for (epoch, _), ev in list(eff.lasts.items()):
                     if epoch < acq.epoch and before(acq, ev):
-                        self._stale(st, ev, at, uncertain)
+                        touched.append(self._stale(st, ev, at, uncertain))
+        return touched
 
     # ---- bounded memory ---------------------------------------------------------------------
 
@@ -660,6 +690,7 @@ class Detector:
         _pin(st, gone, ev_print)
         self._remember(st, gone)
         forget_packed(st)
+        st.undisplaced = None
         return evidence_of(keep[excess - activity :])
 
     def _remember(self, st: WorkflowState, gone: Iterable[EventRecord]) -> None:
@@ -714,36 +745,14 @@ class Detector:
             self.counters.workflows_truncated += 1
         st.cut |= int(what)
 
-    def _acquire(self, st: WorkflowState, acq: AcquisitionRecord, event: OwnershipEvent) -> None:
-        """Keep the acquisition in epoch order. One forgotten at the cap changes no published
-        finding by itself: the next revision of each says its evidence was cut."""
-        # A tuple, sorted by epoch: acquisitions are rare, and a tuple is smaller than a list.
-        acqs = st.acqs
-        top = acqs[-1].epoch if acqs else -1
-        new_epoch = True
-        if acq.epoch > top:
-            acqs = (*acqs, acq)  # the usual case: a takeover by a new, higher epoch
-        else:
-            listed = list(acqs)
-            i = bisect_left([a.epoch for a in listed], acq.epoch)
-            if i < len(listed) and listed[i].epoch == acq.epoch:
-                new_epoch = False
-                if before(acq, listed[i]):
-                    _pin(st, (listed[i],), acq_print)
-                    listed[i] = acq
-                else:
-                    _pin(st, (acq,), acq_print)
-            else:
-                listed.insert(i, acq)
-            acqs = tuple(listed)
-        if len(acqs) > self.config.max_acquisitions:
-            self._index_ids(st)
-            _pin(st, acqs[:1], acq_print)
-            acqs = acqs[1:]
-            self.counters.acquisitions_dropped += 1
-            self._cut(st, Cut.ACQUISITIONS)
-        st.acqs = acqs
-        st.index = None
+    def _acquire(
+        self, st: WorkflowState, acq: AcquisitionRecord, event: OwnershipEvent, late: bool
+    ) -> None:
+        """Keep the acquisition; lease health."""
+        top = st.top
+        if late and st.undisplaced is None:
+            _index_undisplaced(st)  # from what the acquisitions known so far displace
+        new_epoch = self._keep(st, acq)
         stats = self.lease_health.stats_of_attrs(event.attrs)
         if new_epoch and top >= 0:
             stats.reclaimed += 1
@@ -769,6 +778,49 @@ class Detector:
             self.lease_health.acquired(
                 stats.labels[0], event.lease_duration_s, event.heartbeat_interval_s
             )
+
+    def _keep(self, st: WorkflowState, acq: AcquisitionRecord) -> bool:
+        """Keep the acquisition in epoch order; is its epoch new? One forgotten at the cap
+        changes no published finding by itself: the next revision of each says its evidence
+        was cut. A new highest epoch is appended, and the staleness index extended, in
+        constant time."""
+        acqs = st.acqs
+        top = acqs[-1].epoch if acqs else -1
+        new_epoch = True
+        if acq.epoch > top:  # the usual case: a takeover by a new, higher epoch
+            if isinstance(acqs, list):
+                acqs.append(acq)
+            else:
+                acqs = st.acqs = acquisitions_of((*acqs, acq))
+            appended(st)
+        else:
+            listed = acqs if isinstance(acqs, list) else list(acqs)
+            i = bisect_left(listed, acq.epoch, key=ACQ_EPOCH)
+            if i < len(listed) and listed[i].epoch == acq.epoch:
+                new_epoch = False
+                # Folded into the other acquisition of its epoch: the id of the one that goes
+                # must still be known when it comes again, however small the workflow is.
+                self._index_ids(st)[acq.event_id] = RETAINED
+                if before(acq, listed[i]):
+                    _pin(st, (listed[i],), acq_print)
+                    listed[i] = acq
+                else:
+                    _pin(st, (acq,), acq_print)
+            else:
+                listed.insert(i, acq)
+            acqs = st.acqs = acquisitions_of(listed)
+            st.index = None
+        if len(acqs) > self.config.max_acquisitions:
+            self._index_ids(st)
+            _pin(st, acqs[:1], acq_print)
+            if isinstance(acqs, list) and len(acqs) > LIST_FROM:
+                del acqs[0]  # a list stays a list: the shape `acquisitions_of` gives
+            else:
+                st.acqs = acquisitions_of(acqs[1:])
+            dropped_first(st, 1)
+            self.counters.acquisitions_dropped += 1
+            self._cut(st, Cut.ACQUISITIONS)
+        return new_epoch
 
     def _lease_event(
         self, key: str, st: WorkflowState, kind: str, epoch: int, event: OwnershipEvent
@@ -890,6 +942,7 @@ class Detector:
                 # forgotten: acquisitions, fences, effects and episodes stay; raw events go.
                 self._remember(st, st.evidence)
                 st.evidence = ()
+                st.undisplaced = None
                 forget_packed(st)
                 st.ids = None
                 st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
@@ -926,7 +979,7 @@ class Detector:
                 heard = None if ep.stale is None else union(ep.stale, alive.get(ep.displaced_epoch))
                 then = None if heard is None else believed.at(heard.latest)
                 quiet = now is not None and then is not None and now - then >= q
-                if st.cut & Cut.CLOCK and _hinges_on_silence(st, ep):
+                if (st.cut & Cut.CLOCK or believed.cut) and _hinges_on_silence(st, ep):
                     ep.truncated = True  # the times it is measured on were partly forgotten
                 update = self._settle(key, st, ep, quiet, None)
                 if update is not None:
@@ -1049,6 +1102,45 @@ class Detector:
                 stats.zombie_seq[severity].add(lag.seq)
 
 
+def _index_undisplaced(st: WorkflowState) -> None:
+    """The retained events with `seq` that the acquisitions known so far do not displace."""
+    st.undisplaced = {}
+    for ev in st.evidence:
+        _undisplaced(st, ev)
+
+
+def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
+    """Keep `ev` for a later acquisition to displace, unless one already does."""
+    und = st.undisplaced
+    assert und is not None
+    if ev.seq is None or ev.kind not in _DISPLACEABLE or displaced(st, ev.epoch, ev.seq, ev.pos):
+        return
+    kept = und.get(ev.epoch)
+    if kept is None:
+        und[ev.epoch] = [ev]
+    elif ev.seq >= (kept[-1].seq or 0):  # every kept event has a seq
+        kept.append(ev)  # in order, as most are
+    else:
+        insort(kept, ev, key=_SEQ)
+
+
+def _moved_by(ep: Episode, acq: AcquisitionRecord) -> bool:
+    """Could a late acquisition rename this finding's displaced owner, its transition or its
+    current owner? Not when it comes after the finding's latest condition (`current`) and its
+    first stale event (the transition): both are chosen among acquisitions before those."""
+    if ep.displaced_epoch == acq.epoch:
+        return True
+    latest = None if ep.latest is None else ep.latest.latest  # what `current` is chosen before
+    if latest is None or not before(latest, acq):
+        return True
+    if ep.retry:
+        return False
+    first = ep.first_stale
+    if first is None:  # a duplicate after a clean handoff: the first higher epoch's
+        return acq.epoch > ep.displaced_epoch
+    return not before(first, acq)
+
+
 def _pin(
     st: WorkflowState,
     leaving: Iterable[EventRecord] | Iterable[AcquisitionRecord],
@@ -1084,10 +1176,12 @@ def _keep_last(eff: Effect, ev: EventRecord) -> None:
 
 
 def _last_commit(eff: Effect, epoch: int) -> EventRecord:
-    """The latest commit of the key under `epoch`, from any source (there is at least one)."""
+    """The latest commit of the key under `epoch`, from any source (there is at least one):
+    a look-up per source, however many epochs committed the key."""
     found: EventRecord | None = None
-    for (e, kind), ev in eff.lasts.items():
-        if e == epoch and kind.startswith(_COMMITTED):
+    for slot in _COMMIT_SLOTS:
+        ev = eff.lasts.get((epoch, slot))
+        if ev is not None:
             found = ev if found is None else later(found, ev)
     assert found is not None
     return found

@@ -7,7 +7,9 @@ and the occurrences still waiting for a verifier.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from functools import cmp_to_key
+from operator import itemgetter
 from typing import Final
 
 from detector.contracts.events import Source
@@ -18,7 +20,8 @@ from ._state import Episode, Point
 
 LISTED: Final = 20  # conditions a revision lists; the rest are counted
 SHOWN_KEYS: Final = 20  # effect keys a revision lists
-_FRONTIER: Final = 16  # unverified occurrences kept per key before they are merged
+_FRONTIER: Final = 1024  # unverified occurrences kept per key before they are merged
+_AT: Final = itemgetter(0, 2)  # a pending point's place by seq: (seq, event id)
 
 _ATTEMPT: Final = 1
 _COMMITTED: Final = 2
@@ -91,7 +94,7 @@ def add_condition(
         _show(ep.shown, key)
     point = (occurrence.seq, occurrence.pos, occurrence.event_id)
     if verified is None or not any_after(verified, *point):
-        _pend(ep.pending.setdefault(key, []), point)
+        _pend(ep, ep.pending.setdefault(key, []), point)
     _list(ep, cond)
 
 
@@ -110,29 +113,36 @@ def verify(ep: Episode, key: str, verified: Marks) -> bool:
     return True
 
 
-def _dominates(a: Point, b: Point) -> bool:
-    """Does verifying `a` imply verifying `b`? (Only within one kind of point.)"""
-    if a[0] is None or b[0] is None:
-        return a[0] is None and b[0] is None and a[1] >= b[1]
-    return (a[0], a[2]) >= (b[0], b[2]) and a[1] >= b[1]
-
-
-def _pend(points: list[Point], p: Point) -> None:
-    if any(_dominates(q, p) for q in points):
+def _pend(ep: Episode, points: list[Point], p: Point) -> None:
+    """Add an unverified occurrence to its key's frontier: the points no other one dominates
+    (verifying it would verify them). Those with `seq` are kept sorted by seq (ties by event id,
+    as the order breaks them), their positions then falling, and one without seq last: an
+    insertion is a bisection, and the frontier is exact. Past `_FRONTIER` points, which takes
+    thousands of events arriving out of order, they are merged into one no earlier than any:
+    harder to verify, never easier, and the finding says its evidence was cut."""
+    seq, pos, eid = p
+    n = len(points)
+    m = n - 1 if n and points[-1][0] is None else n  # points[:m] have a seq
+    if seq is None:
+        if m == n:
+            points.append(p)
+        elif points[-1][1] < pos:
+            points[-1] = p
         return
-    points[:] = [q for q in points if not _dominates(p, q)]
-    points.append(p)
-    if len(points) > _FRONTIER:
-        # Merged into one point no earlier than any of them: harder to verify, never easier.
-        seqd = [q for q in points if q[0] is not None]
-        rest = [q for q in points if q[0] is None]
-        merged: list[Point] = []
-        if seqd:
-            top = max(seqd, key=lambda q: (q[0], q[2]))
-            merged.append((top[0], max(q[1] for q in seqd), top[2]))
-        if rest:
-            merged.append((None, max(q[1] for q in rest), ""))
-        points[:] = merged
+    at = (seq, eid)
+    i = bisect_left(points, at, hi=m, key=_AT)
+    if i < m and points[i][1] >= pos:
+        return  # points[i]: as late by seq, and the highest position of those
+    end = i + 1 if i < m and _AT(points[i]) == at else i
+    start = i
+    while start > 0 and points[start - 1][1] <= pos:
+        start -= 1
+    points[start:end] = [p]
+    m += 1 - (end - start)
+    if m > _FRONTIER:
+        last = points[m - 1]
+        points[:m] = [(last[0], points[0][1], last[2])]
+        ep.truncated = True
 
 
 def _show(shown: list[str], key: str) -> None:

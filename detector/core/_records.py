@@ -115,6 +115,7 @@ def fingerprint(kind: str, epoch: int, seq: int | None, worker: str, key: str | 
 # A record's `event_id` by position: a NamedTuple's attribute is a Python-level property.
 EVENT_ID: Final = itemgetter(EventRecord._fields.index("event_id"))
 ACQ_ID: Final = itemgetter(AcquisitionRecord._fields.index("event_id"))
+ACQ_EPOCH: Final = itemgetter(AcquisitionRecord._fields.index("epoch"))
 # In an ids index: the content of this id is its retained record's, whose fingerprint is taken
 # when the record is forgotten (most never are), not for every event.
 RETAINED: Final = -1

@@ -1,7 +1,8 @@
 """Turn an episode into the published `splitbrain.finding/v1` document, with operator guidance.
 
 Rendering reads only the episode's bounded lists and counters, so a revision costs the same for
-the first condition and the ten-thousandth, and stays far below 64 KiB.
+the first condition and the ten-thousandth. Bounded lists are not bounded bytes (keys of 512
+characters, which JSON may escape six-fold): `_fit` keeps every revision under 64 KiB.
 """
 
 from __future__ import annotations
@@ -212,6 +213,10 @@ def _transition(
 
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
+    return _fit(_document(workflow_key, state, ep, revision))
+
+
+def _document(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
     conds = sorted(shown(ep), key=_in_order)
     latest = None if ep.latest is None else ep.latest.latest
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
@@ -296,3 +301,81 @@ def _lag(transition: AcquisitionRecord | None, last: EventRecord | None) -> Evid
         seq=None if seq is None or seq < 0 else seq,
         seconds=None if seconds is None or seconds < 0 else seconds,
     )
+
+
+# ---- the byte cap (DESIGN §4 "Retention": every revision stays under 64 KiB encoded) ---------
+
+MAX_REVISION_BYTES: Final = 60 * 1024  # the JSON document; the rest of 64 KiB is the envelope
+_CUT_CHARS: Final = 64  # what a cut effect key keeps, then "…"
+_CUT_RESPONSE_CHARS: Final = 1024
+_ESCAPED: Final = 6  # the most bytes one character takes in JSON (`\u0000`)
+_PER_ITEM: Final = 256  # bytes of a condition or reference besides its strings, at most
+_FIXED: Final = 2048
+
+
+def _bound(f: Finding) -> int:
+    """An upper bound of the encoded size, without encoding: almost every finding is far below
+    the cap, and this is all it costs them."""
+    owners = [o.worker_id for o in (f.displaced, f.current) if o is not None]
+    refs = [r.event_id for r in (f.transition, f.last_stale_event) if r is not None]
+    chars = (
+        len(f.workflow_key)
+        + len(f.response)
+        + sum(map(len, f.effect_keys))
+        + sum(len(c.event_id) + len(c.effect_key or "") for c in f.conditions)
+        + sum(map(len, (*owners, *refs, *f.trace_links)))
+    )
+    items = len(f.conditions) + len(f.effect_keys) + len(f.trace_links)
+    return _ESCAPED * chars + _PER_ITEM * items + _FIXED
+
+
+def _size(f: Finding) -> int:
+    return len(f.to_json().encode())
+
+
+def _cut(value: str, chars: int) -> str:
+    return value if len(value) <= chars else value[:chars] + "…"
+
+
+def _fit(f: Finding) -> Finding:
+    """Keep a revision under the cap. First long effect keys and the response are cut (the
+    finding then says its evidence is cut: `evidence_truncated`, never `high`); then the lists
+    shed their last entries, counted as omitted, down to the first condition of each kind."""
+    if _bound(f) <= MAX_REVISION_BYTES or _size(f) <= MAX_REVISION_BYTES:
+        return f
+    conditions = [
+        c
+        if c.effect_key is None or len(c.effect_key) <= _CUT_CHARS
+        else c.model_copy(update={"effect_key": _cut(c.effect_key, _CUT_CHARS)})
+        for c in f.conditions
+    ]
+    f = f.model_copy(
+        update={
+            "conditions": conditions,
+            "effect_keys": [_cut(k, _CUT_CHARS) for k in f.effect_keys],
+            "response": _cut(f.response, _CUT_RESPONSE_CHARS),
+            "evidence_truncated": True,
+            "confidence": "medium" if f.confidence == "high" else f.confidence,
+        }
+    )
+    while _bound(f) > MAX_REVISION_BYTES and _size(f) > MAX_REVISION_BYTES:
+        firsts: dict[tuple[str, str | None], Condition] = {}
+        for c in f.conditions:
+            firsts.setdefault((c.kind.value, c.cause), c)
+        others = [c for c in f.conditions if all(c is not k for k in firsts.values())]
+        keys = f.effect_keys
+        if not others and not keys:
+            break  # what is left is bounded far below the cap
+        kept_others = others[: len(others) // 2]
+        dropped = set(map(id, others[len(kept_others) :]))
+        kept_keys = keys[: len(keys) // 2]
+        conds = [c for c in f.conditions if id(c) not in dropped]
+        f = f.model_copy(
+            update={
+                "conditions": conds,
+                "effect_keys": kept_keys,
+                "conditions_omitted": f.conditions_omitted + len(dropped),
+                "effect_keys_omitted": f.effect_keys_omitted + len(keys) - len(kept_keys),
+            }
+        )
+    return f

@@ -134,6 +134,16 @@ def evidence_of(records: Iterable[EventRecord]) -> Evidence:
     return kept if len(kept) < LIST_FROM else list(kept)
 
 
+# Acquisitions, sorted by epoch: the same shapes as `Evidence`, for the same reasons (a lease
+# that flaps thousands of times appends to a list instead of copying a tuple each time).
+Acquisitions = tuple[AcquisitionRecord, ...] | list[AcquisitionRecord]
+
+
+def acquisitions_of(records: Iterable[AcquisitionRecord]) -> Acquisitions:
+    kept = tuple(records)
+    return kept if len(kept) < LIST_FROM else list(kept)
+
+
 EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
 # seq, pos, time, worker, source, and the place at its seq (`_records.tie`, as one string)
@@ -148,7 +158,7 @@ class WorkflowState:
 
     pos: int = 0
     max_seq: int = -1
-    acqs: tuple[AcquisitionRecord, ...] = ()  # sorted by epoch
+    acqs: Acquisitions = ()  # sorted by epoch
     evidence: Evidence = ()
     # Seen event ids and a fingerprint of their content; built once the workflow outgrows a
     # scan of its few records (most never do).
@@ -181,6 +191,12 @@ class WorkflowState:
     uncertain: dict[int, Latest] | None = None
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    # Not persisted: the retained events with `seq` that no acquisition displaces yet, by epoch
+    # and sorted by seq, for acquisitions that arrive after the events they displace. Built at
+    # the first such acquisition, dropped when raw events are forgotten.
+    undisplaced: dict[int, list[EventRecord]] | None = field(
         default=None, compare=False, repr=False
     )
 
@@ -330,6 +346,15 @@ def _episode_row(ep: Episode) -> list[Any]:
 EPISODE_FIELDS: Final = 24
 
 
+def _frontier(points: list[list[Any]]) -> list[Point]:
+    """A key's pending points in the order `_episode._pend` keeps (states written before it
+    kept them in arrival order, and without the event id that breaks a tie of seq)."""
+    return sorted(
+        ((p[0], p[1], p[2] if len(p) > 2 else LAST_ID) for p in points),
+        key=lambda p: (p[0] is None, p[0] or 0, p[2]),
+    )
+
+
 def _episode(row: list[Any]) -> Episode:
     if len(row) not in (EPISODE_FIELDS - 1, EPISODE_FIELDS):
         raise ValueError(f"damaged finding state: {len(row)} fields, not {EPISODE_FIELDS}")
@@ -345,10 +370,7 @@ def _episode(row: list[Any]) -> Episode:
         keys_over=row[7],
         total=row[8],
         activity=row[9],
-        pending={
-            k: [(p[0], p[1], p[2] if len(p) > 2 else LAST_ID) for p in pts]
-            for k, pts in row[10].items()
-        },
+        pending={k: _frontier(pts) for k, pts in row[10].items()},
         unconfirmed=row[11],
         confirmations=row[12],
         unanswered=row[13],
@@ -480,7 +502,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
-        acqs=tuple(AcquisitionRecord(*a) for a in acqs),
+        acqs=acquisitions_of(AcquisitionRecord(*a) for a in acqs),
         evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
@@ -516,9 +538,9 @@ def _fence_points(row: list[Any]) -> list[FencePoint]:
     if row and not isinstance(row[0], list):
         top_seq, unseq, _ = row[:3]
         points: list[FencePoint] = []
-        if unseq != NONE:
-            points.append((None, "", unseq))
         if top_seq != NONE:
             points.append((top_seq, "", 0))
+        if unseq != NONE:
+            points.append((None, "", unseq))  # the one without seq comes last
         return points
-    return [(s, e, p) for s, e, p in row]
+    return sorted(((s, e, p) for s, e, p in row), key=lambda q: (q[0] is None, q[0] or 0, q[1]))

@@ -17,7 +17,14 @@ from detector.contracts.findings import Severity, Status
 from ._engine import Config, Detector
 from ._episode import add_condition
 from ._records import AcquisitionRecord, EventRecord
-from ._state import STATE_VERSION, WorkflowState, cond_of, decode_v3, evidence_of
+from ._state import (
+    STATE_VERSION,
+    WorkflowState,
+    acquisitions_of,
+    cond_of,
+    decode_v3,
+    evidence_of,
+)
 
 _V1_FIELDS: Final = (
     "v",
@@ -58,7 +65,7 @@ def _replay(fields: list[Any]) -> WorkflowState:
     engine = Detector(Config.for_audit())
     st = WorkflowState(
         max_seq=max_seq,
-        acqs=tuple(sorted((AcquisitionRecord(*a) for a in acqs), key=lambda a: a.epoch)),
+        acqs=acquisitions_of(sorted((AcquisitionRecord(*a) for a in acqs), key=lambda a: a.epoch)),
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,

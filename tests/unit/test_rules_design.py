@@ -19,6 +19,7 @@ import pytest
 from detector.contracts.events import OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.core import Config, Detector, FindingUpdate
+from detector.core._rules import FENCE_POINTS
 
 from .histories import BASE_TS, Run, ev
 from .oracle import oracle
@@ -1323,10 +1324,21 @@ def test_fences_beyond_what_is_kept_make_the_finding_say_its_evidence_was_cut() 
     """DESIGN §4 Retention: fences that arrive against their seq order, each after the last, are
     all candidates (pairwise, none makes another redundant); beyond the few kept, the finding
     says `evidence_truncated`, and is not high."""
-    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 80, -1)]
+    top = 100 + FENCE_POINTS
+    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(top, 80, -1)]
     f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences]))
     assert status(f) == "resolved"
     assert f.evidence_truncated and f.confidence != "high"
+
+
+def test_fences_against_their_seq_order_are_kept_exactly_within_the_bound() -> None:
+    """Each fence is after the last stale event, or not, by its own place: a fence arriving
+    before a stale event with a lower seq (against the seq order) still counts."""
+    fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 60, -1)]
+    late = act("h50", "heartbeat", 17, "alpha", 50)  # arrives last, placed before them by seq
+    f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences, late]))
+    assert status(f) == "resolved"
+    assert not f.evidence_truncated
 
 
 def test_a_few_fences_against_their_seq_order_cut_nothing() -> None:
