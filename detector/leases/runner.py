@@ -171,6 +171,7 @@ class Runner(Closing):
     async def run_one(self, job_class: str, tool: Tool) -> Execution | None:
         """Claim one job of the class and run it to an end; None when there was none to claim."""
         policy = self._store.policy(job_class)
+        sent = time.monotonic()  # the local lease count starts before the claim is sent
         lease = await asyncio.to_thread(self._store.claim, job_class, self.worker_id)
         if lease is None:
             return None
@@ -182,6 +183,7 @@ class Runner(Closing):
             policy,
             on_lost=lambda: _set_from_thread(loop, lost),
             on_uncertain=self._uncertain,
+            claim_sent=sent,
         )
         beat.start()
         alive = asyncio.create_task(_report_alive(beat, policy.heartbeat_s / 2))

@@ -1,9 +1,15 @@
 """The fenced lease store: jobs in PostgreSQL, claimed under a lease and a fencing token.
 
-Every decision about time is the database's: leases start and are checked with its `now()`, so no
-worker's clock can stretch a lease. Every write an owner makes (extend, complete, fail) is
-conditional on its owner id, its token and an unexpired lease, so a displaced owner cannot move
-the job, and is told so by an answer (`LeaseLost`, `Outcome.REJECTED`) rather than an error.
+Every decision about time is the database's, so no worker's clock can stretch a lease. A lease
+starts at the transaction's `now()` (no later than the statement: never longer than asked). An
+owner's write checks it against `clock_timestamp()`, the time the row is checked, not `now()`:
+an extension whose BEGIN came before the lease ran out, and whose UPDATE came after it (or
+waited for the row's lock past it), is refused. A claim takes an expired lease by `now()`, the
+earlier time, which can only make the takeover later.
+
+Every write an owner makes (extend, complete, fail) is conditional on its owner id, its token
+and an unexpired lease, so a displaced owner cannot move the job, and is told so by an answer
+(`LeaseLost`, `Outcome.REJECTED`) rather than an error.
 
 Each transition, and each refusal, appends one ownership event to `tool_job_outbox` in its own
 transaction, with the job's next `seq` taken there from the job row (which that transaction holds
@@ -134,10 +140,12 @@ _RESULT_REJECTED: Final = _Refusal("result_rejected", Source.DESTINATION, RESULT
 
 # Claimable, or about to be failed for good when its attempts are used up.
 _AVAILABLE: Final = "(state = 'queued' OR (state = 'running' AND lease_until <= now()))"
-# The owner's write is allowed only while its lease holds.
+# The owner's write is allowed only while its lease holds, at the moment the row is checked
+# (again, if the statement waited for the row's lock).
 _HELD: Final = (
     "id = %(job_id)s AND job_class = %(job_class)s AND owner_id = %(owner_id)s"
-    " AND fencing_token = %(fencing_token)s AND state = 'running' AND lease_until > now()"
+    " AND fencing_token = %(fencing_token)s AND state = 'running'"
+    " AND lease_until > clock_timestamp()"
 )
 _FAILURE: Final = "%(error)s::jsonb || jsonb_build_object('attempt', attempt)"
 

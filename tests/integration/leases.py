@@ -15,7 +15,7 @@ from detector.leases import JobClass, Lease
 
 
 def job_class(name: str = "ocr", **policy: float) -> JobClass:
-    """A job class with a one-second lease (L=1 > R x H + J = 2 x 0.2 + 0.3), so that a lapse
+    """A job class with a one-second lease (L=1 > (R+1) x H + J = 3 x 0.2 + 0.3), so that a lapse
     takes a second; `policy` overrides any of its numbers."""
     numbers: dict[str, float] = {
         "lease_s": 1.0,

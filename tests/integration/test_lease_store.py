@@ -142,6 +142,35 @@ def test_an_expired_lease_refuses_its_owner_even_before_anyone_takes_over(
     assert job is not None and job.state is JobState.RUNNING and job.result is None
 
 
+def test_an_extension_that_reaches_the_row_after_its_lease_ran_out_is_refused(
+    postgres_dsn: str, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """The extension's transaction begins while the lease holds, and its UPDATE waits for the
+    row's lock until the lease has run out: the check is the database's time when the row is
+    checked (`clock_timestamp()`), not its transaction's start (`now()`), so it is refused."""
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    answers: list[Lease | LeaseLost] = []
+    with connect(postgres_dsn) as blocker:
+        with blocker.transaction():
+            blocker.execute(
+                "UPDATE tool_jobs SET updated_at = updated_at WHERE id = %s", (lease.job_id,)
+            )
+            extend = threading.Thread(target=lambda: answers.append(store.extend(lease)))
+            extend.start()
+            deadline = time.monotonic() + 10
+            while not db.execute(
+                "SELECT count(*) > 0 AS waiting FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()["waiting"]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the extension never waited for the lock"
+                time.sleep(0.01)
+            wait_lapsed(db, lease)
+        extend.join(10)
+    assert len(answers) == 1 and isinstance(answers[0], LeaseLost)
+    assert outbox(db, lease.job_id)[-1]["kind"] == "heartbeat_lost"
+
+
 def test_a_failed_attempt_is_retried_until_the_class_allows_no_more(store: LeaseStore) -> None:
     job = store.enqueue("ocr", "doc:1:ocr", {})
     for attempt in (1, 2):
