@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from uuid import UUID
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 import pytest
 from psycopg.rows import DictRow
 
@@ -503,3 +504,29 @@ def test_a_database_restart_mid_run_loses_no_job_and_no_outbox_row(
         assert sorted(seqs.get(job_id, [])) == list(range(1, job["event_seq"] + 1))
     for event in events.values():
         parse_event_obj(event)
+
+
+@pytest.mark.parametrize(
+    ("options", "statement_timeout", "search_path"),
+    [
+        ("-c search_path=public", "10s", "public"),
+        ("-c statement_timeout=5000 -csearch_path=public", "5s", "public"),
+        ("--statement-timeout=3000", "3s", '"$user", public'),
+    ],
+)
+def test_a_dsn_with_its_own_options_keeps_the_server_side_timeouts(
+    postgres_dsn: str, options: str, statement_timeout: str, search_path: str
+) -> None:
+    """A DSN's `options` used to replace the store's, silently dropping the statement and idle
+    timeouts: they are merged, and a timeout the DSN sets itself wins."""
+    dsn = make_conninfo(postgres_dsn, options=options)
+    with connect(dsn) as conn:
+        shown = {
+            name: conn.execute(f"SHOW {name}").fetchone()[name]  # type: ignore[index]
+            for name in ("statement_timeout", "idle_in_transaction_session_timeout", "search_path")
+        }
+    assert shown == {
+        "statement_timeout": statement_timeout,
+        "idle_in_transaction_session_timeout": "1min",
+        "search_path": search_path,
+    }
