@@ -19,6 +19,7 @@ from detector.leases.destination import (
     UnknownJobError,
 )
 from detector.leases.errors import (
+    JobKeyConflictError,
     LeaseError,
     LeaseInputError,
     MigrationError,
@@ -36,7 +37,10 @@ from detector.leases.store import (
     Lease,
     LeaseLost,
     LeaseStore,
+    LostReason,
     Outcome,
+    Pruned,
+    Stage,
 )
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "IdempotencyKeyReusedError",
     "Job",
     "JobClass",
+    "JobKeyConflictError",
     "JobState",
     "Labels",
     "Lease",
@@ -55,12 +60,15 @@ __all__ = [
     "LeaseInputError",
     "LeaseLost",
     "LeaseStore",
+    "LostReason",
     "MigrationError",
     "OutboxRelay",
     "OutboxRowError",
     "Outcome",
+    "Pruned",
     "Receipt",
     "Runner",
+    "Stage",
     "Status",
     "StoreUnavailableError",
     "ToolCall",

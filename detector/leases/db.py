@@ -45,7 +45,8 @@ def connect(dsn: str) -> psycopg.Connection[DictRow]:
     keep a password out of the DSN."""
     given = conninfo_to_dict(dsn)
     extra = {k: v for k, v in _DEFAULTS.items() if k not in given}
-    extra["options"] = with_server_settings(given.get("options"))
+    options = given.get("options")
+    extra["options"] = with_server_settings(None if options is None else str(options))
     conninfo = make_conninfo(dsn, **extra)
     try:
         return psycopg.connect(conninfo, autocommit=True, row_factory=dict_row)

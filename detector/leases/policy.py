@@ -40,6 +40,17 @@ class JobClass(BaseModel):
     stage_time_limit_s: PositiveSeconds = Field(
         description="how long one attempt may take, whatever its lease says"
     )
+    retry_backoff_s: Seconds = Field(
+        1.0, description="the wait before the 2nd attempt; it doubles with each attempt after"
+    )
+    retry_backoff_max_s: Seconds = Field(300.0, description="the longest wait between attempts")
+
+    def retry_delay_s(self, attempt: int, draw: float) -> float:
+        """The wait before the attempt after `attempt` (which failed retryably), for a uniform
+        `draw` in [0, 1): exponential, capped, with "equal jitter" (half fixed, half drawn), so
+        that jobs that failed together (a provider outage) do not all come back together."""
+        ceiling = min(self.retry_backoff_max_s, self.retry_backoff_s * 2.0 ** (attempt - 1))
+        return ceiling / 2 + ceiling / 2 * draw
 
     @model_validator(mode="after")
     def _lease_outlasts_missed_heartbeats(self) -> Self:

@@ -132,10 +132,23 @@ CREATE INDEX tool_jobs_attempts ON tool_jobs (job_class, attempt)
     WHERE state IN ('queued', 'running');
 """
 
+# Retries wait until `not_before` (backoff with jitter); an operator's cancel is a state of its own;
+# pruning reads finished jobs by age.
+_RETRIES_CANCEL_RETENTION: Final = """
+ALTER TABLE tool_jobs ADD COLUMN not_before timestamptz;
+ALTER TABLE tool_jobs DROP CONSTRAINT tool_jobs_state_check;
+ALTER TABLE tool_jobs ADD CONSTRAINT tool_jobs_state_check
+    CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled'));
+CREATE INDEX tool_jobs_finished ON tool_jobs (updated_at)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
+CREATE INDEX fenced_receipts_job ON fenced_receipts (job_id);
+"""
+
 MIGRATIONS: Final = (
     Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),
     Migration(2, "fenced destination", _FENCED_DESTINATION),
     Migration(3, "indexes for relay pruning and claim reaping", _INDEXES),
+    Migration(4, "retry backoff, cancel and retention", _RETRIES_CANCEL_RETENTION),
 )
 
 

@@ -29,9 +29,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 from uuid import UUID
@@ -42,11 +43,13 @@ from psycopg.rows import DictRow
 from detector.closing import Closing
 from detector.contracts.events import MAX_KEY_CHARS, Source
 from detector.leases.db import connect, one_line
-from detector.leases.errors import LeaseInputError, StoreUnavailableError
+from detector.leases.errors import JobKeyConflictError, LeaseInputError, StoreUnavailableError
 from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
 
 log = logging.getLogger(__name__)
+# Backoff jitter: spreads retries, nothing to do with secrets.
+_jitter: Final = random.Random()
 
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
 MAX_OWNER_CHARS: Final = 256  # an event's worker_id
@@ -60,6 +63,19 @@ class JobState(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # an operator's stop: the running owner, if any, is fenced
+
+
+FINISHED: Final = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class LostReason(StrEnum):
+    """Why an owner's write found its lease gone (`heartbeat_lost`'s `detail.reason`)."""
+
+    TAKEN_OVER = "taken_over"  # another owner claimed the job under a newer token
+    CANCELLED = "cancelled"  # an operator cancelled the job (`splitbrain leases cancel`)
+    FINISHED = "finished"  # the job already succeeded or failed
+    EXPIRED = "expired"  # the lease ran out and nobody has claimed the job yet
 
 
 class Outcome(StrEnum):
@@ -117,29 +133,62 @@ class Job:
     labels: Labels
     created_at: datetime
     updated_at: datetime
+    not_before: datetime | None = None  # a retry waits until then
 
 
 _JOB_COLUMNS: Final = (
     "id, job_class, state, owner_id, fencing_token, attempt, lease_until, heartbeat_at, "
-    "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at"
+    "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at,"
+    " not_before"
 )
 
 
 @dataclass(frozen=True, slots=True)
+class Stage:
+    """The next stage of a chain of persisted stages: the job enqueued in the transaction that
+    completes the current one (`LeaseStore.complete(..., then=...)`)."""
+
+    job_class: str
+    idempotency_key: str
+    payload: Any
+    labels: Labels | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What one `prune` deleted."""
+
+    jobs: int
+    outbox_rows: int
+    receipts: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Refusal:
-    """The event of an owner's write refused because its lease no longer holds."""
+    """The event of an owner's write refused because its lease no longer holds; `refused` names
+    the write (`detail.refused`), and a lease-lost event also says why (`detail.reason`)."""
 
     kind: EventKind
     source: Source
+    refused: str
     destination: str | None = None
 
 
-_LEASE_LOST: Final = _Refusal("heartbeat_lost", Source.WORKER)
-_RESULT_REJECTED: Final = _Refusal("result_rejected", Source.DESTINATION, RESULT_DESTINATION)
+_EXTEND_REFUSED: Final = _Refusal("heartbeat_lost", Source.WORKER, "extend")
+# A refused request start is its own event: `heartbeat_lost` (the owner learns it is displaced,
+# and nothing was sent), told apart by `detail.refused` and carrying the request id.
+_REQUEST_REFUSED: Final = _Refusal("heartbeat_lost", Source.WORKER, "request_start")
+_RESULT_REJECTED: Final = _Refusal(
+    "result_rejected", Source.DESTINATION, "result", RESULT_DESTINATION
+)
 
 
-# Claimable, or about to be failed for good when its attempts are used up.
-_AVAILABLE: Final = "(state = 'queued' OR (state = 'running' AND lease_until <= now()))"
+# Claimable (a retry once its backoff is over), or about to be failed for good when its attempts
+# are used up.
+_AVAILABLE: Final = (
+    "((state = 'queued' AND (not_before IS NULL OR not_before <= now()))"
+    " OR (state = 'running' AND lease_until <= now()))"
+)
 # The owner's write is allowed only while its lease holds, at the moment the row is checked
 # (again, if the statement waited for the row's lock).
 _HELD: Final = (
@@ -154,11 +203,14 @@ INSERT INTO tool_jobs (job_class, idempotency_key, payload, tool_class, model, p
 VALUES (%(job_class)s, %(idempotency_key)s, %(payload)s::jsonb, %(tool_class)s, %(model)s,
         %(provider)s)
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING {_JOB_COLUMNS}, true AS created
+RETURNING {_JOB_COLUMNS}, true AS created, true AS same
 """
-_JOB_BY_KEY: Final = (
-    f"SELECT {_JOB_COLUMNS}, false AS created FROM tool_jobs WHERE idempotency_key = %s"
-)
+# The key's job, and whether it is the same operation (class and payload) as the one asked for.
+_JOB_BY_KEY: Final = f"""
+SELECT {_JOB_COLUMNS}, false AS created,
+       job_class = %(job_class)s AND payload = %(payload)s::jsonb AS same
+  FROM tool_jobs WHERE idempotency_key = %(idempotency_key)s
+"""
 _JOB_BY_ID: Final = f"SELECT {_JOB_COLUMNS} FROM tool_jobs WHERE id = %s"
 # Jobs whose last attempt ended without an answer (or whose class now allows fewer attempts):
 # nobody may claim them again, so they fail for good.
@@ -213,10 +265,39 @@ RETURNING {event_columns()}
 """
 _FAIL: Final = f"""
 UPDATE tool_jobs
-   SET state = %(state)s, error = {_FAILURE}, event_seq = event_seq + 1, updated_at = now()
+   SET state = %(state)s, error = {_FAILURE}, event_seq = event_seq + 1, updated_at = now(),
+       not_before = now() + %(delay)s
  WHERE {_HELD}
 RETURNING {event_columns()}
 """
+# An operator's stop: the job takes the next token (held by the canceller, under no lease), so
+# the running owner's writes are refused and a fenced destination refuses its fence; two events,
+# the canceller's acquisition of that token and its release, make any later effect of the
+# displaced owner stale to the detector.
+_CANCEL: Final = f"""
+UPDATE tool_jobs AS j
+   SET state = 'cancelled', owner_id = %(by)s, fencing_token = j.fencing_token + 1,
+       lease_until = NULL, not_before = NULL, event_seq = j.event_seq + 2, updated_at = now(),
+       error = jsonb_build_object('reason', 'cancelled', 'by', %(by)s::text,
+                                  'attempt', j.attempt)
+  FROM (SELECT id, state FROM tool_jobs WHERE id = %(job_id)s FOR UPDATE) AS was
+ WHERE j.id = was.id AND was.state IN ('queued', 'running')
+RETURNING was.state AS was_state, {event_columns("j.")}
+"""
+# Finished jobs last changed before the horizon, whose events are all relayed.
+_PRUNABLE: Final = """
+SELECT id FROM tool_jobs AS j
+ WHERE state IN ('succeeded', 'failed', 'cancelled') AND updated_at < now() - %(older_than)s
+   AND NOT EXISTS (SELECT 1 FROM tool_job_outbox AS o
+                    WHERE o.job_id = j.id AND o.relayed_at IS NULL)
+ LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED
+"""
+_PRUNE_RECEIPTS: Final = "DELETE FROM fenced_receipts WHERE job_id = ANY(%s)"
+_PRUNE_OUTBOX_OF: Final = "DELETE FROM tool_job_outbox WHERE job_id = ANY(%s)"
+_PRUNE_JOBS: Final = "DELETE FROM tool_jobs WHERE id = ANY(%s)"
+# The same statement as the relay's pruning (`detector.leases.relay`).
+_PRUNE_RELAYED: Final = "DELETE FROM tool_job_outbox WHERE relayed_at < now() - %s"
 
 
 class LeaseStore(Closing):
@@ -251,30 +332,41 @@ class LeaseStore(Closing):
         payload: Any,
         labels: Labels | None = None,
     ) -> Job:
-        """A new queued job, or the job this idempotency key already names (as it is now)."""
-        self.policy(job_class)
-        _check_text("idempotency_key", idempotency_key, MAX_KEY_CHARS)
-        body = self._json("payload", payload)
-        labels = labels or Labels()
-        params = {
-            "job_class": job_class,
-            "idempotency_key": idempotency_key,
-            "payload": body,
-            **labels.model_dump(),
-        }
+        """A new queued job, or the job this idempotency key already names (as it is now), if it
+        is the same operation: `JobKeyConflictError` if that job has another class or payload."""
+        stage = Stage(job_class, idempotency_key, payload, labels)
+        params = self._stage_params(stage)
         with self._transaction() as conn:
+            return self._enqueue(conn, params)
+
+    def _stage_params(self, stage: Stage) -> dict[str, Any]:
+        self.policy(stage.job_class)
+        _check_text("idempotency_key", stage.idempotency_key, MAX_KEY_CHARS)
+        return {
+            "job_class": stage.job_class,
+            "idempotency_key": stage.idempotency_key,
+            "payload": self._json("payload", stage.payload),
+            **(stage.labels or Labels()).model_dump(),
+        }
+
+    def _enqueue(self, conn: psycopg.Connection[DictRow], params: dict[str, Any]) -> Job:
+        row = None
+        while row is None:
             row = conn.execute(_ENQUEUE, params).fetchone()
             if row is None:
-                # The key's job committed before our insert, so this newer snapshot sees it.
-                row = conn.execute(_JOB_BY_KEY, (idempotency_key,)).fetchone()
-        assert row is not None  # jobs are never deleted
+                # The key's job committed before our insert, so this newer snapshot sees it
+                # (unless it was pruned meanwhile: then the insert is tried again).
+                row = conn.execute(_JOB_BY_KEY, params).fetchone()
         job = _job(row)
+        digest = _digest(params["payload"])
+        if not row["same"]:
+            raise JobKeyConflictError(job, params["job_class"], digest)
         log.info(
             "%s job=%s class=%s payload_sha256=%s",
             "enqueued" if row["created"] else "enqueue repeated",
             job.id,
-            job_class,
-            _digest(body),
+            job.job_class,
+            digest,
         )
         return job
 
@@ -349,7 +441,7 @@ class LeaseStore(Closing):
         `LeaseLost` when this owner no longer holds it (an answer, not an error to retry)."""
         policy = self.policy(lease.job_class)
         with self._transaction() as conn:
-            row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _LEASE_LOST)
+            row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _EXTEND_REFUSED)
             if row is not None:
                 append(conn, row, "heartbeat_ok", lease_until=row["lease_until"])
         if row is None:
@@ -381,7 +473,9 @@ class LeaseStore(Closing):
         if effect_key is not None:
             _check_text("effect_key", effect_key, MAX_KEY_CHARS)
         with self._transaction() as conn:
-            row = self._while_held(conn, _REQUEST, {}, lease, _LEASE_LOST)
+            row = self._while_held(
+                conn, _REQUEST, {}, lease, _REQUEST_REFUSED, {"request": request_id}
+            )
             if row is not None:
                 append(
                     conn,
@@ -409,10 +503,13 @@ class LeaseStore(Closing):
         )
         return lease
 
-    def complete(self, lease: Lease, result: Any) -> Outcome:
+    def complete(self, lease: Lease, result: Any, *, then: Stage | None = None) -> Outcome:
         """Record the result, only while the lease holds; otherwise REJECTED and the job is
-        left as it is (never shown as succeeded)."""
+        left as it is (never shown as succeeded). `then`, the next stage of a chain, is
+        enqueued in the same transaction: both happen, or neither (a key conflict of the next
+        stage raises `JobKeyConflictError` and completes nothing)."""
         body = self._json("result", result)
+        following = None if then is None else self._stage_params(then)
         with self._transaction() as conn:
             row = self._while_held(
                 conn,
@@ -424,6 +521,8 @@ class LeaseStore(Closing):
             )
             if row is not None:
                 append(conn, row, "lease_released", detail={"outcome": Outcome.SUCCEEDED})
+                if following is not None:
+                    self._enqueue(conn, following)
         return self._answer(lease, Outcome.SUCCEEDED if row else Outcome.REJECTED, body)
 
     def fail(self, lease: Lease, error: Any, *, retryable: bool) -> Outcome:
@@ -431,26 +530,85 @@ class LeaseStore(Closing):
         retryable and the class allows another attempt, else FAILED for good with the reason;
         REJECTED (nothing changed) when the lease no longer holds."""
         self._json("error", error)
+        policy = self.policy(lease.job_class)
+        delay_s = None
         if not retryable:
             outcome, reason = Outcome.FAILED, FailureReason.NOT_RETRYABLE
-        elif lease.attempt >= self.policy(lease.job_class).max_attempts:
+        elif lease.attempt >= policy.max_attempts:
             outcome, reason = Outcome.FAILED, FailureReason.ATTEMPTS_EXHAUSTED
         else:
             outcome, reason = Outcome.REQUEUED, FailureReason.RETRYING
+            delay_s = policy.retry_delay_s(lease.attempt, _jitter.random())
         record = _failure(reason, error)
         state = JobState.QUEUED if outcome is Outcome.REQUEUED else JobState.FAILED
+        params = {
+            "state": state,
+            "error": record,
+            "delay": None if delay_s is None else timedelta(seconds=delay_s),
+        }
+        detail: dict[str, Any] = {"outcome": outcome, "reason": reason}
+        if delay_s is not None:
+            detail["retry_in_s"] = round(delay_s, 3)
         with self._transaction() as conn:
             row = self._while_held(
-                conn,
-                _FAIL,
-                {"state": state, "error": record},
-                lease,
-                _RESULT_REJECTED,
-                {"attempted": "fail"},
+                conn, _FAIL, params, lease, _RESULT_REJECTED, {"attempted": "fail"}
             )
             if row is not None:
-                append(conn, row, "lease_released", detail={"outcome": outcome, "reason": reason})
+                append(conn, row, "lease_released", detail=detail)
         return self._answer(lease, outcome if row else Outcome.REJECTED, record)
+
+    def cancel(self, job_id: UUID, *, by: str = "operator") -> Job | None:
+        """An operator's stop of a queued or running job, as an ordered transition: the job
+        takes the next token, held by `by` under no lease, and ends `cancelled`. The running
+        owner's writes are refused from then on, a fenced destination refuses its fence, and
+        the events (`job_claimed` by `by`, then `lease_released` with outcome `cancelled`)
+        make any later effect of it stale to the detector. None when the job is not queued or
+        running (finished already, or unknown)."""
+        _check_text("by", by, MAX_OWNER_CHARS)
+        with self._transaction() as conn:
+            row = conn.execute(_CANCEL, {"job_id": job_id, "by": by}).fetchone()
+            if row is None:
+                return None
+            detail = {"outcome": JobState.CANCELLED, "cancelled_state": row["was_state"]}
+            taken = {**row, "event_seq": row["event_seq"] - 1}
+            append(conn, taken, "job_claimed", source=Source.COORDINATOR, detail=detail)
+            append(conn, row, "lease_released", source=Source.COORDINATOR, detail=detail)
+            job = conn.execute(_JOB_BY_ID, (job_id,)).fetchone()
+        assert job is not None
+        log.warning(
+            "cancelled job=%s token=%d was=%s by=%s",
+            job_id,
+            row["fencing_token"],
+            row["was_state"],
+            by,
+        )
+        return _job(job)
+
+    def prune(self, older_than: timedelta, *, batch: int = 1000) -> Pruned:
+        """Delete finished jobs (succeeded, failed, cancelled) last changed before `older_than`
+        ago whose events are all relayed, with their outbox rows and fenced receipts, and the
+        relayed outbox rows that old of every job; a batch of jobs per transaction. After it, a
+        repeat of a pruned job's idempotency key is a new job, and a destination's repeat of
+        a pruned receipt a new decision: the retention is also the idempotency window."""
+        jobs = outbox_rows = receipts = 0
+        while True:
+            with self._transaction() as conn:
+                ids = [
+                    r["id"]
+                    for r in conn.execute(
+                        _PRUNABLE, {"older_than": older_than, "batch": batch}
+                    ).fetchall()
+                ]
+                if ids:
+                    receipts += conn.execute(_PRUNE_RECEIPTS, (ids,)).rowcount
+                    outbox_rows += conn.execute(_PRUNE_OUTBOX_OF, (ids,)).rowcount
+                    jobs += conn.execute(_PRUNE_JOBS, (ids,)).rowcount
+            if len(ids) < batch:
+                break
+        with self._transaction() as conn:
+            outbox_rows += conn.execute(_PRUNE_RELAYED, (older_than,)).rowcount
+        log.info("pruned jobs=%d outbox_rows=%d receipts=%d", jobs, outbox_rows, receipts)
+        return Pruned(jobs, outbox_rows, receipts)
 
     def job(self, job_id: UUID) -> Job | None:
         with self._transaction() as conn:
@@ -492,13 +650,16 @@ class LeaseStore(Closing):
         if row is None:
             job = next_seq(conn, lease.job_id)
             if job is not None:
+                why: dict[str, str] = {"reason": _lost_reason(job, lease)}
+                if refusal.kind == "heartbeat_lost":
+                    why["refused"] = refusal.refused
                 append(
                     conn,
                     job,
                     refusal.kind,
                     owner=(lease.owner_id, lease.fencing_token, lease.attempt),
                     source=refusal.source,
-                    detail=detail,
+                    detail={**why, **(detail or {})},
                     destination=refusal.destination,
                 )
         return row
@@ -541,6 +702,15 @@ class LeaseStore(Closing):
         return text
 
 
+def _lost_reason(job: DictRow, lease: Lease) -> LostReason:
+    """Why the job row refuses `lease`'s owner, as the refusing transaction sees it."""
+    if job["fencing_token"] != lease.fencing_token:
+        return LostReason.CANCELLED if job["state"] == "cancelled" else LostReason.TAKEN_OVER
+    if job["state"] != JobState.RUNNING:
+        return LostReason.FINISHED
+    return LostReason.EXPIRED
+
+
 def _check_text(field: str, value: str, limit: int) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= limit:
         raise LeaseInputError(field, f"expected a string of 1 to {limit} characters")
@@ -572,4 +742,5 @@ def _job(row: DictRow) -> Job:
         labels=row_labels(row),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        not_before=row["not_before"],
     )

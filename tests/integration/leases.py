@@ -25,6 +25,7 @@ def job_class(name: str = "ocr", **policy: float) -> JobClass:
         "max_attempts": 3,
         "tool_timeout_s": 5,
         "stage_time_limit_s": 60,
+        "retry_backoff_s": 0,  # a retry is claimable at once, unless a test says otherwise
     }
     return JobClass.model_validate({"name": name, **numbers, **policy})
 
