@@ -1,8 +1,10 @@
 """`splitbrain leases`: the fenced PostgreSQL lease store of the job-queue practice.
 
 `migrate` creates or updates its tables; `inspect` shows who owns which running job and flags
-the leases that expired. The database is named by `--dsn` (also `--leases-dsn`) or
-`SPLITBRAIN_LEASES_DSN`, a libpq connection string. A password never goes into a DSN given
+the leases that expired; `cancel` stops a job as an ordered, fencing transition; `prune` deletes
+finished jobs and relayed outbox rows past a horizon (the relay also does, on its schedule).
+The database is named by `--dsn` (also `--leases-dsn`) or `SPLITBRAIN_LEASES_DSN`, a libpq
+connection string. A password never goes into a DSN given
 on the command line, which `ps` and shell history keep: libpq reads it from PGPASSWORD or
 ~/.pgpass, or the whole DSN can come from the variable.
 """
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, Any, Final
+from uuid import UUID
 
 from pydantic import AfterValidator, Field
 
@@ -140,6 +143,7 @@ def run_relay(args: argparse.Namespace) -> int:
         topic=args.topic,
         batch=args.batch,
         retention=timedelta(hours=args.retention_h),
+        job_retention=timedelta(hours=args.job_retention_h),
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -149,6 +153,43 @@ def run_relay(args: argparse.Namespace) -> int:
     finally:
         relay.close()
     print(f"relayed {relay.published} event(s) to {args.topic}", file=sys.stderr)
+    return ExitCode.OK
+
+
+@_reports_errors("cancel")
+def run_cancel(args: argparse.Namespace) -> int:
+    """Exit 0: cancelled; 1: not queued or running (finished already, or no such job)."""
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    with LeaseStore(dsn, ()) as store:
+        job = store.cancel(args.job, by=args.by)
+        if job is None:
+            found = store.job(args.job)
+    if job is None:
+        state = "no such job" if found is None else f"it is {found.state}"
+        print(f"splitbrain leases cancel: {args.job} not cancelled: {state}", file=sys.stderr)
+        return ExitCode.FAILED
+    print(
+        f"cancelled job {job.id} (token now {job.fencing_token}, held by {printable(args.by)}): "
+        "a running owner's writes, and its fence at a fenced destination, are refused"
+    )
+    return ExitCode.OK
+
+
+@_reports_errors("prune")
+def run_prune(args: argparse.Namespace) -> int:
+    from datetime import timedelta  # noqa: PLC0415
+
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    with LeaseStore(dsn, ()) as store:
+        pruned = store.prune(timedelta(hours=args.older_than))
+    print(
+        f"pruned {count(pruned.jobs, 'finished job')}, {count(pruned.outbox_rows, 'outbox row')}"
+        f" and {count(pruned.receipts, 'destination receipt')} older than {args.older_than}h"
+    )
     return ExitCode.OK
 
 
@@ -295,6 +336,18 @@ def _duration(seconds: float) -> str:
     return f"{sign}{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
+# `detector.leases.retention.DEFAULT_JOB_RETENTION`, which a test holds equal: importing it here
+# would import psycopg for every command.
+DEFAULT_JOB_RETENTION_H: Final = 7 * 24.0
+
+
+def _job_id(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a job id (a UUID), got {text!r}") from None
+
+
 def _add_dsn(p: argparse.ArgumentParser) -> None:
     LeasesSettings.add_flags(p)
     p.add_argument(
@@ -379,5 +432,54 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="HOURS",
         help="delete relayed rows older than this (default: 24)",
     )
+    p.add_argument(
+        "--job-retention-h",
+        type=positive_int,
+        default=int(DEFAULT_JOB_RETENTION_H),
+        metavar="HOURS",
+        help="delete finished jobs whose events are all relayed, with their outbox rows and "
+        "destination receipts, once older than this; it is also the idempotency window "
+        f"(default: {DEFAULT_JOB_RETENTION_H:g})",
+    )
     add_kafka_arguments(p)
     p.set_defaults(run=run_relay)
+
+    p = actions.add_parser(
+        "cancel",
+        help="stop a queued or running job: its owner is fenced, and the detector told",
+        description="Cancel the job as an ordered transition: it takes the next fencing token "
+        "(held by --by, under no lease) and ends cancelled, so its running owner's writes are "
+        "refused, a fenced destination refuses its fence, and its events (job_claimed by --by, "
+        "then lease_released with outcome cancelled) make any later effect of the owner stale "
+        "to the detector. Exit 0: cancelled; 1: the job is not queued or running (finished, or "
+        "no such job); 2: the DSN or the database cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument("job", type=_job_id, metavar="JOB", help="the job's id (a UUID)")
+    p.add_argument(
+        "--by",
+        default="operator",
+        metavar="NAME",
+        help="who cancels, recorded as the new token's owner (default: operator)",
+    )
+    p.set_defaults(run=run_cancel)
+
+    p = actions.add_parser(
+        "prune",
+        help="delete finished jobs and relayed outbox rows older than a horizon",
+        description="Delete the finished jobs (succeeded, failed, cancelled) last changed "
+        "before the horizon whose events are all relayed, with their outbox rows and a fenced "
+        "destination's receipts, and every outbox row relayed before it. A pruned job's "
+        "idempotency key enqueues a new job: the horizon is also the idempotency window. "
+        "The relay prunes on its own schedule (--retention-h, --job-retention-h); this is for "
+        "a cron, or a store without a relay. Exit 0; 2: the DSN or the database cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument(
+        "--older-than",
+        type=positive_int,
+        required=True,
+        metavar="HOURS",
+        help="the horizon, in hours before the database's now()",
+    )
+    p.set_defaults(run=run_prune)

@@ -28,6 +28,7 @@ from detector.leases.errors import (
 )
 from detector.leases.policy import JobClass, Labels
 from detector.leases.relay import OutboxRelay
+from detector.leases.retention import Pruned
 from detector.leases.runner import Execution, Runner, Status, ToolCall, ToolFailed
 from detector.leases.schema import migrate
 from detector.leases.store import (
@@ -39,7 +40,6 @@ from detector.leases.store import (
     LeaseStore,
     LostReason,
     Outcome,
-    Pruned,
     Stage,
 )
 

@@ -29,6 +29,7 @@ from detector.kafka.config import KafkaClientError
 from detector.kafka.emit import DeliveryError, Emitter
 from detector.leases.db import connect, one_line
 from detector.leases.errors import OutboxRowError, StoreUnavailableError
+from detector.leases.retention import DEFAULT_JOB_RETENTION, Pruned, prune_jobs, prune_relayed
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +51,14 @@ UPDATE tool_job_outbox AS o SET relayed_at = now()
   FROM unnest(%s::uuid[], %s::bigint[]) AS done(job_id, seq)
  WHERE o.job_id = done.job_id AND o.seq = done.seq
 """
-_PRUNE: Final = "DELETE FROM tool_job_outbox WHERE relayed_at < now() - %s"
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """One relay step: the rows published and marked, and the relayed rows pruned."""
+    """One relay step: the rows published and marked, and what was pruned."""
 
     published: int
-    pruned: int
+    pruned: Pruned
 
 
 class OutboxRelay(Closing):
@@ -72,11 +72,13 @@ class OutboxRelay(Closing):
         topic: str = INPUT_TOPIC,
         batch: int = _BATCH,
         retention: timedelta = DEFAULT_RETENTION,
+        job_retention: timedelta = DEFAULT_JOB_RETENTION,
         ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
     ) -> None:
         self._dsn = dsn
         self._batch = batch
         self._retention = retention
+        self._job_retention = job_retention
         self._ack_timeout_s = ack_timeout_s
         self._kafka = (kafka_config, topic)
         self._emitter = Emitter(kafka_config, topic=topic)
@@ -90,7 +92,8 @@ class OutboxRelay(Closing):
 
     def step(self, *, prune: bool = True) -> Batch:
         """Publish one batch of unrelayed rows, then mark them relayed; with `prune`, delete
-        the relayed rows older than the retention.
+        the relayed rows older than the retention and a batch of the finished jobs older than
+        the job retention (`detector.leases.retention`).
 
         Raises `StoreUnavailableError` when the database does not answer and `DeliveryError`
         when Kafka did not acknowledge the batch: either way nothing was marked, and the rows
@@ -110,7 +113,11 @@ class OutboxRelay(Closing):
                 if rows:
                     self._emitter.flush(self._ack_timeout_s)
                     conn.execute(_MARK, ([r["job_id"] for r in rows], [r["seq"] for r in rows]))
-                pruned = conn.execute(_PRUNE, (self._retention,)).rowcount if prune else 0
+                pruned = Pruned()
+                if prune:
+                    pruned = prune_relayed(conn, self._retention) + prune_jobs(
+                        conn, self._job_retention
+                    )
         except psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
         except DeliveryError:
@@ -120,7 +127,7 @@ class OutboxRelay(Closing):
             self._emitter = Emitter(self._kafka[0], topic=self._kafka[1])
             raise
         self.published += len(rows)
-        return Batch(len(rows), max(pruned, 0))
+        return Batch(len(rows), pruned)
 
     def run(
         self,
@@ -153,7 +160,7 @@ class OutboxRelay(Closing):
                 log.info("relay resumed")
                 failing = False
             if batch.published:
-                log.debug("relayed %d event(s), pruned %d", batch.published, batch.pruned)
+                log.debug("relayed %d event(s), pruned %s", batch.published, batch.pruned)
             else:
                 stop.wait(idle_s)
 

@@ -46,6 +46,7 @@ from detector.leases.db import connect, one_line
 from detector.leases.errors import JobKeyConflictError, LeaseInputError, StoreUnavailableError
 from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
+from detector.leases.retention import DEFAULT_BATCH, Pruned, prune_jobs, prune_relayed
 
 log = logging.getLogger(__name__)
 # Backoff jitter: spreads retries, nothing to do with secrets.
@@ -152,15 +153,6 @@ class Stage:
     idempotency_key: str
     payload: Any
     labels: Labels | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Pruned:
-    """What one `prune` deleted."""
-
-    jobs: int
-    outbox_rows: int
-    receipts: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,20 +276,6 @@ UPDATE tool_jobs AS j
  WHERE j.id = was.id AND was.state IN ('queued', 'running')
 RETURNING was.state AS was_state, {event_columns("j.")}
 """
-# Finished jobs last changed before the horizon, whose events are all relayed.
-_PRUNABLE: Final = """
-SELECT id FROM tool_jobs AS j
- WHERE state IN ('succeeded', 'failed', 'cancelled') AND updated_at < now() - %(older_than)s
-   AND NOT EXISTS (SELECT 1 FROM tool_job_outbox AS o
-                    WHERE o.job_id = j.id AND o.relayed_at IS NULL)
- LIMIT %(batch)s
-   FOR UPDATE SKIP LOCKED
-"""
-_PRUNE_RECEIPTS: Final = "DELETE FROM fenced_receipts WHERE job_id = ANY(%s)"
-_PRUNE_OUTBOX_OF: Final = "DELETE FROM tool_job_outbox WHERE job_id = ANY(%s)"
-_PRUNE_JOBS: Final = "DELETE FROM tool_jobs WHERE id = ANY(%s)"
-# The same statement as the relay's pruning (`detector.leases.relay`).
-_PRUNE_RELAYED: Final = "DELETE FROM tool_job_outbox WHERE relayed_at < now() - %s"
 
 
 class LeaseStore(Closing):
@@ -584,31 +562,25 @@ class LeaseStore(Closing):
         )
         return _job(job)
 
-    def prune(self, older_than: timedelta, *, batch: int = 1000) -> Pruned:
-        """Delete finished jobs (succeeded, failed, cancelled) last changed before `older_than`
-        ago whose events are all relayed, with their outbox rows and fenced receipts, and the
-        relayed outbox rows that old of every job; a batch of jobs per transaction. After it, a
-        repeat of a pruned job's idempotency key is a new job, and a destination's repeat of
-        a pruned receipt a new decision: the retention is also the idempotency window."""
-        jobs = outbox_rows = receipts = 0
+    def prune(self, older_than: timedelta, *, batch: int = DEFAULT_BATCH) -> Pruned:
+        """Delete finished jobs whose events are all relayed and the relayed outbox rows, older
+        than `older_than` (`detector.leases.retention`), a batch of jobs per transaction."""
+        pruned = Pruned()
         while True:
             with self._transaction() as conn:
-                ids = [
-                    r["id"]
-                    for r in conn.execute(
-                        _PRUNABLE, {"older_than": older_than, "batch": batch}
-                    ).fetchall()
-                ]
-                if ids:
-                    receipts += conn.execute(_PRUNE_RECEIPTS, (ids,)).rowcount
-                    outbox_rows += conn.execute(_PRUNE_OUTBOX_OF, (ids,)).rowcount
-                    jobs += conn.execute(_PRUNE_JOBS, (ids,)).rowcount
-            if len(ids) < batch:
+                step = prune_jobs(conn, older_than, batch)
+            pruned += step
+            if step.jobs < batch:
                 break
         with self._transaction() as conn:
-            outbox_rows += conn.execute(_PRUNE_RELAYED, (older_than,)).rowcount
-        log.info("pruned jobs=%d outbox_rows=%d receipts=%d", jobs, outbox_rows, receipts)
-        return Pruned(jobs, outbox_rows, receipts)
+            pruned += prune_relayed(conn, older_than)
+        log.info(
+            "pruned jobs=%d outbox_rows=%d receipts=%d",
+            pruned.jobs,
+            pruned.outbox_rows,
+            pruned.receipts,
+        )
+        return pruned
 
     def job(self, job_id: UUID) -> Job | None:
         with self._transaction() as conn:

@@ -700,3 +700,46 @@ def test_a_dsn_with_its_own_options_keeps_the_server_side_timeouts(
         "idle_in_transaction_session_timeout": "1min",
         "search_path": search_path,
     }
+
+
+def test_the_cancel_and_prune_commands(
+    postgres_dsn: str,
+    store: LeaseStore,
+    db: psycopg.Connection[DictRow],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    leases = ["leases", "cancel", "--dsn", postgres_dsn]
+    assert main([*leases, str(lease.job_id), "--by", "ops"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert out.startswith(f"cancelled job {lease.job_id} (token now 2, held by ops)")
+    assert isinstance(store.extend(lease), LeaseLost)
+    assert main([*leases, str(lease.job_id)]) == ExitCode.FAILED
+    assert capsys.readouterr().err == (
+        f"splitbrain leases cancel: {lease.job_id} not cancelled: it is cancelled\n"
+    )
+    with pytest.raises(SystemExit) as bad:
+        main([*leases, "not-a-uuid"])
+    assert bad.value.code == ExitCode.UNUSABLE
+    assert "expected a job id (a UUID), got 'not-a-uuid'" in capsys.readouterr().err
+
+    db.execute("UPDATE tool_job_outbox SET relayed_at = now() - interval '3 hours'")
+    db.execute("UPDATE tool_jobs SET updated_at = now() - interval '3 hours'")
+    prune = ["leases", "prune", "--dsn", postgres_dsn, "--older-than"]
+    assert main([*prune, "4"]) == ExitCode.OK
+    assert capsys.readouterr().out == (
+        "pruned 0 finished jobs, 0 outbox rows and 0 destination receipts older than 4h\n"
+    )
+    assert main([*prune, "2"]) == ExitCode.OK
+    assert capsys.readouterr().out == (
+        "pruned 1 finished job, 4 outbox rows and 0 destination receipts older than 2h\n"
+    )
+    assert store.job(lease.job_id) is None
+
+
+def test_the_relay_s_default_job_retention_is_the_library_s() -> None:
+    from detector.cli.leases import DEFAULT_JOB_RETENTION_H
+    from detector.leases.retention import DEFAULT_JOB_RETENTION
+
+    assert DEFAULT_JOB_RETENTION_H * 3600 == DEFAULT_JOB_RETENTION.total_seconds()
