@@ -23,6 +23,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
 from detector.cli.audit import audit_lines
+from detector.cli.leases import DEFAULT_JOB_RETENTION_H
 from detector.cli.main import main
 from detector.contracts.events import Kind, Source, parse_event_obj
 from detector.errors import ExitCode
@@ -42,6 +43,7 @@ from detector.leases import (
     migrate,
 )
 from detector.leases.db import connect
+from detector.leases.retention import DEFAULT_JOB_RETENTION
 from detector.testing.kafka import free_port
 from detector.testing.postgres import LocalPostgres
 from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
@@ -739,7 +741,4 @@ def test_the_cancel_and_prune_commands(
 
 
 def test_the_relay_s_default_job_retention_is_the_library_s() -> None:
-    from detector.cli.leases import DEFAULT_JOB_RETENTION_H
-    from detector.leases.retention import DEFAULT_JOB_RETENTION
-
-    assert DEFAULT_JOB_RETENTION_H * 3600 == DEFAULT_JOB_RETENTION.total_seconds()
+    assert DEFAULT_JOB_RETENTION.total_seconds() == DEFAULT_JOB_RETENTION_H * 3600
