@@ -407,7 +407,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = actions.add_parser(
         "relay",
-        help="publish the lease store's outbox to the input topic (at least once, in seq order)",
+        help="publish the lease store's outbox to the input topic (at least once, with seq)",
         description="Publish every transition recorded in tool_job_outbox to Kafka, keyed by "
         "job, and mark it relayed once Kafka acknowledged it; relayed rows older than the "
         "retention are deleted. Runs until SIGTERM or SIGINT; an unreachable database or broker "

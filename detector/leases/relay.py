@@ -38,7 +38,12 @@ DEFAULT_RETENTION: Final = timedelta(hours=24)
 # How long a batch may wait for Kafka's acknowledgements before it is left for the next try.
 DEFAULT_ACK_TIMEOUT_S: Final = 30.0
 
-# Oldest first; within a job, in seq order, so a partition holds a job's events in its order.
+# Oldest first. What order holds: within one batch a job's rows go out in seq order (sorted before
+# they are published). Across batches and across relays it is not guaranteed: `created_at` is
+# its transaction's start, which need not follow seq, and several relays skip each other's
+# locked rows, so a job's later row can be published first. Nothing depends on it: every event
+# carries the seq it took under the job row's lock, and the detector orders by seq, whatever the
+# order of arrival (DESIGN §4), and drops a redelivery by its event id.
 _PENDING: Final = """
 SELECT job_id, seq, event FROM tool_job_outbox
  WHERE relayed_at IS NULL
@@ -103,6 +108,7 @@ class OutboxRelay(Closing):
             conn = self._connection()
             with conn.transaction():
                 rows = conn.execute(_PENDING, (self._batch,)).fetchall()
+                rows.sort(key=lambda r: (r["job_id"], r["seq"]))
                 for row in rows:
                     try:
                         self._emitter.emit(row["event"])

@@ -292,3 +292,36 @@ def test_the_local_lease_count_starts_when_the_claim_was_sent_and_a_late_extensi
         beat.join()
     assert beat.presumed_held() and not beat.lost
     assert any(r.message.startswith("extend late") for r in caplog.records)
+
+
+def test_ownership_uncertain_is_recorded_when_a_failure_cannot_be_written(
+    postgres_dsn: str,
+    store: LeaseStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The tool's own error comes back while the database is cut off: the failure cannot be
+    recorded, and ownership uncertain is recorded on that path too; the call's duration and
+    outcome are logged."""
+    job = store.enqueue("ocr", "doc:13:ocr", {"doc": 13})
+    params = conninfo_to_dict(postgres_dsn)
+    with TcpProxy(str(params.get("host", "127.0.0.1")), int(str(params["port"]))) as proxy:
+        cut_dsn = make_conninfo(postgres_dsn, port=str(proxy.port), connect_timeout="2")
+        runner = Runner(cut_dsn, CLASSES, "w1")
+
+        async def failing(call: ToolCall) -> str:
+            proxy.cut()
+            raise ToolFailed("http_503", retryable=True)
+
+        with caplog.at_level(logging.INFO, logger="detector.leases"):
+            try:
+                execution = asyncio.run(runner.run_one("ocr", failing))
+            finally:
+                runner.close()
+    assert execution is not None and execution.status is Status.OWNERSHIP_UNCERTAIN
+    messages = [r.message for r in caplog.records]
+    assert any(f"ownership uncertain job={job.id} token=1" in m for m in messages)
+    assert any(
+        m.startswith(f"tool call job={job.id} token=1 try=1 class=None outcome=failed:http_503")
+        and "duration_s=" in m
+        for m in messages
+    )
