@@ -141,6 +141,10 @@ ALTER TABLE tool_jobs ADD CONSTRAINT tool_jobs_state_check
     CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled'));
 CREATE INDEX tool_jobs_finished ON tool_jobs (updated_at)
     WHERE state IN ('succeeded', 'failed', 'cancelled');
+-- What a claim reads: the oldest queued jobs of a class, and its running jobs by lease end
+-- (tool_jobs_claimable would pass over every running job whose lease holds).
+CREATE INDEX tool_jobs_queued ON tool_jobs (job_class, created_at) WHERE state = 'queued';
+CREATE INDEX tool_jobs_leased ON tool_jobs (job_class, lease_until) WHERE state = 'running';
 CREATE INDEX fenced_receipts_job ON fenced_receipts (job_id);
 """
 

@@ -215,9 +215,27 @@ UPDATE tool_jobs AS j
  WHERE j.id = spent.id
 RETURNING {event_columns("j.")}
 """
-# The claim: one statement picks the oldest available job of the class, skipping rows another
-# claimer holds, and takes it under the next token.
+# The claim: one statement picks a job whose lease expired (soonest expired first) or else the
+# oldest claimable queued job of the class, skipping rows another claimer holds, and takes it
+# under the next token. Each candidate is read from its own partial index (`tool_jobs_queued`,
+# `tool_jobs_leased`), so a claim does not pass over the running jobs whose leases hold; the
+# second is read only when the first finds nothing, so at most one row is locked.
 _CLAIM: Final = f"""
+WITH expired AS (
+    SELECT id FROM tool_jobs
+     WHERE job_class = %(job_class)s AND state = 'running' AND lease_until <= now()
+       AND attempt < %(max_attempts)s
+     ORDER BY lease_until
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+), queued AS (
+    SELECT id FROM tool_jobs
+     WHERE job_class = %(job_class)s AND state = 'queued'
+       AND (not_before IS NULL OR not_before <= now()) AND attempt < %(max_attempts)s
+     ORDER BY created_at
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+)
 UPDATE tool_jobs AS j
    SET state = 'running',
        owner_id = %(owner_id)s,
@@ -227,11 +245,7 @@ UPDATE tool_jobs AS j
        heartbeat_at = now(),
        event_seq = j.event_seq + 1,
        updated_at = now()
-  FROM (SELECT id FROM tool_jobs
-         WHERE job_class = %(job_class)s AND attempt < %(max_attempts)s AND {_AVAILABLE}
-         ORDER BY created_at
-         LIMIT 1
-           FOR UPDATE SKIP LOCKED) AS next
+  FROM (SELECT id FROM expired UNION ALL SELECT id FROM queued LIMIT 1) AS next
  WHERE j.id = next.id
 RETURNING j.idempotency_key, j.payload, {event_columns("j.")}
 """
@@ -361,8 +375,12 @@ class LeaseStore(Closing):
             "max_attempts": policy.max_attempts,
             "error": _failure(FailureReason.ATTEMPTS_EXHAUSTED, {"code": "lease_expired"}),
         }
-        with self._transaction() as conn:
-            for spent in conn.execute(_REAP, params).fetchall():
+        # Two round trips, pipelined: BEGIN, the reaping and the claim go out together; then the
+        # events and COMMIT (five one after another, unpipelined).
+        with self._transaction(pipeline=True) as conn:
+            reaped = conn.execute(_REAP, params)
+            taken = conn.execute(_CLAIM, params)
+            for spent in reaped.fetchall():
                 append(
                     conn,
                     spent,
@@ -381,7 +399,7 @@ class LeaseStore(Closing):
                     spent["attempt"],
                     FailureReason.ATTEMPTS_EXHAUSTED,
                 )
-            row = conn.execute(_CLAIM, params).fetchone()
+            row = taken.fetchone()
             if row is None:
                 return None
             append(
@@ -590,13 +608,18 @@ class LeaseStore(Closing):
     # -- internals --------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[DictRow]]:
+    def _transaction(self, *, pipeline: bool = False) -> Iterator[psycopg.Connection[DictRow]]:
         """One database transaction. A connection that broke is replaced first; a database
-        that does not answer, or a connection lost mid-call, is `StoreUnavailableError`."""
+        that does not answer, or a connection lost mid-call, is `StoreUnavailableError`. With
+        `pipeline`, statements are sent without waiting for the answers before them (until a
+        result is read), and COMMIT with the last ones."""
         try:
             if self._conn.broken:
                 self._conn = connect(self._dsn)
-            with self._conn.transaction():
+            with contextlib.ExitStack() as stack:
+                if pipeline:
+                    stack.enter_context(self._conn.pipeline())
+                stack.enter_context(self._conn.transaction())
                 yield self._conn
         except psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
