@@ -193,6 +193,47 @@ def run_prune(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@_reports_errors("destination")
+def run_destination(args: argparse.Namespace) -> int:
+    """Serve the example destination until SIGTERM or SIGINT, with a job to probe it with."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from detector.leases.http_destination import DestinationServer  # noqa: PLC0415
+    from detector.leases.policy import JobClass  # noqa: PLC0415
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The job `probe` names: enqueued once per destination name, never claimed.
+    probe = JobClass(
+        name="splitbrain-probe",
+        lease_s=60,
+        heartbeat_s=10,
+        missed_heartbeats=2,
+        reserve_s=10,
+        max_attempts=1,
+        tool_timeout_s=10,
+        stage_time_limit_s=60,
+    )
+    with LeaseStore(dsn, [probe]) as store:
+        job = store.enqueue(probe.name, f"{probe.name}:{args.name}", {})
+    server = DestinationServer(
+        dsn, args.name, fenced=not args.unfenced, host=args.host, port=args.port
+    ).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    mode = "UNFENCED: a displaced owner's effect lands" if args.unfenced else "fenced"
+    print(f"listening on {server.url} ({mode}, destination {printable(args.name)})")
+    print(f"probe it: splitbrain probe {server.url} --job {job.id}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+    return ExitCode.OK
+
+
 # The contract of `inspect --format json`: a new field may be added, none renamed or removed.
 INSPECT_SCHEMA: Final = "splitbrain.leases-inspect/v1"
 
@@ -341,6 +382,12 @@ def _duration(seconds: float) -> str:
 DEFAULT_JOB_RETENTION_H: Final = 7 * 24.0
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return int(text)
+
+
 def _job_id(text: str) -> UUID:
     try:
         return UUID(text)
@@ -443,6 +490,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_kafka_arguments(p)
     p.set_defaults(run=run_relay)
+
+    p = actions.add_parser(
+        "destination",
+        help="serve the example fenced destination over HTTP, for trying it and `probe`",
+        description="Serve the example destination (POST /effects/<entity>, the fenced-effect "
+        "protocol) on HOST:PORT until SIGTERM or SIGINT, its receipts in the lease store's "
+        "database, and print the id of a job to probe it with (`splitbrain probe URL --job "
+        "JOB`). --unfenced serves a destination that enforces no fence, as most do, to see "
+        "what the detector and the probe say about it. Exit 0 on a signal; 2: the DSN, the "
+        "database or the port cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument("--host", default="127.0.0.1", metavar="HOST", help="(default: 127.0.0.1)")
+    p.add_argument(
+        "--port", type=_port, default=8787, metavar="PORT", help="0: a free one (default: 8787)"
+    )
+    p.add_argument(
+        "--name",
+        default="example-destination",
+        metavar="NAME",
+        help="the destination's name in its receipts and events (default: example-destination)",
+    )
+    p.add_argument(
+        "--unfenced",
+        action="store_true",
+        help="accept every fence (an effect still once per key and fence)",
+    )
+    p.set_defaults(run=run_destination)
 
     p = actions.add_parser(
         "cancel",

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "detector.cli.page",
     "detector.cli.demo",
     "detector.cli.export",
+    "detector.cli.probe",
 )
 
 
