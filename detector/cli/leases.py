@@ -132,7 +132,10 @@ def run_relay(args: argparse.Namespace) -> int:
     import threading  # noqa: PLC0415
     from datetime import timedelta  # noqa: PLC0415
 
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
     from detector.kafka.config import client_config  # noqa: PLC0415
+    from detector.leases.gauges import LeaseGauges  # noqa: PLC0415
     from detector.leases.relay import OutboxRelay  # noqa: PLC0415
 
     dsn = LeasesSettings.from_args(args).dsn(args)
@@ -144,7 +147,12 @@ def run_relay(args: argparse.Namespace) -> int:
         batch=args.batch,
         retention=timedelta(hours=args.retention_h),
         job_retention=timedelta(hours=args.job_retention_h),
+        gauges=LeaseGauges() if args.metrics_port else None,
     )
+    if relay.gauges is not None:
+        start_http_server(
+            args.metrics_port, addr=args.metrics_address, registry=relay.gauges.registry
+        )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -487,6 +495,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="delete finished jobs whose events are all relayed, with their outbox rows and "
         "destination receipts, once older than this; it is also the idempotency window "
         f"(default: {DEFAULT_JOB_RETENTION_H:g})",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=0,
+        metavar="PORT",
+        help="serve /metrics on this port: live lease gauges read from the database and the "
+        "relay's progress (default: 0, off)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address /metrics listens on; 0.0.0.0 (or ::) for a scraper on another host "
+        "(default: 127.0.0.1)",
     )
     add_kafka_arguments(p)
     p.set_defaults(run=run_relay)

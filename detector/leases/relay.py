@@ -29,6 +29,7 @@ from detector.kafka.config import KafkaClientError
 from detector.kafka.emit import DeliveryError, Emitter
 from detector.leases.db import connect, one_line
 from detector.leases.errors import OutboxRowError, StoreUnavailableError
+from detector.leases.gauges import LeaseGauges
 from detector.leases.retention import DEFAULT_JOB_RETENTION, Pruned, prune_jobs, prune_relayed
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,9 @@ class OutboxRelay(Closing):
         retention: timedelta = DEFAULT_RETENTION,
         job_retention: timedelta = DEFAULT_JOB_RETENTION,
         ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
+        gauges: LeaseGauges | None = None,
     ) -> None:
+        self.gauges = gauges
         self._dsn = dsn
         self._batch = batch
         self._retention = retention
@@ -133,7 +136,20 @@ class OutboxRelay(Closing):
             self._emitter = Emitter(self._kafka[0], topic=self._kafka[1])
             raise
         self.published += len(rows)
+        if self.gauges is not None:
+            self.gauges.stepped(len(rows))
         return Batch(len(rows), pruned)
+
+    def refresh_gauges(self) -> None:
+        """Read the live lease gauges (`detector.leases.gauges`); `StoreUnavailableError` when
+        the database does not answer (the gauges then keep their last values, and the last
+        step's time shows the stall)."""
+        if self.gauges is None:
+            return
+        try:
+            self.gauges.refresh(self._connection())
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
 
     def run(
         self,
@@ -142,15 +158,20 @@ class OutboxRelay(Closing):
         idle_s: float = 0.2,
         retry_s: float = 1.0,
         prune_every_s: float = 60.0,
+        gauges_every_s: float = 5.0,
     ) -> None:
         """Relay until `stop` is set: at once while there is a backlog, every `idle_s` when
         there is none, and every `retry_s` while the database or Kafka does not answer;
-        pruning every `prune_every_s`."""
+        pruning every `prune_every_s`, and reading the gauges every `gauges_every_s`."""
         failing = False
         pruned_at = -prune_every_s
+        read_at = -gauges_every_s
         while not stop.is_set():
             prune = time.monotonic() - pruned_at >= prune_every_s
             try:
+                if time.monotonic() - read_at >= gauges_every_s:
+                    read_at = time.monotonic()
+                    self.refresh_gauges()
                 batch = self.step(prune=prune)
             except (StoreUnavailableError, DeliveryError) as exc:
                 if not failing:
