@@ -52,46 +52,46 @@ class LeaseGauges:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.jobs = Gauge(
-            "splitbrain_leases_jobs",
+            "splitbrain_lease_store_jobs",
             "Open jobs of the lease store by job class and state (queued, running)",
             ["job_class", "state"],
             registry=r,
         )
         self.expired = Gauge(
-            "splitbrain_leases_expired",
+            "splitbrain_lease_store_expired",
             "Running jobs whose lease ran out and that no worker has claimed again yet",
             ["job_class"],
             registry=r,
         )
         self.heartbeat_age = Gauge(
-            "splitbrain_leases_heartbeat_age_seconds",
+            "splitbrain_lease_store_heartbeat_age_seconds",
             "Time since the running leases' last claim or extension, on the database's clock, "
             "as quantiles (1: the oldest)",
             ["job_class", "quantile"],
             registry=r,
         )
         self.lease_left = Gauge(
-            "splitbrain_leases_lease_remaining_seconds",
+            "splitbrain_lease_store_lease_remaining_seconds",
             "Lease left of the running jobs, on the database's clock, as quantiles (0: the "
             "least; negative once expired)",
             ["job_class", "quantile"],
             registry=r,
         )
         self.unrelayed = Gauge(
-            "splitbrain_leases_outbox_unrelayed",
+            "splitbrain_lease_store_outbox_unrelayed",
             "Outbox rows not yet published to Kafka",
             registry=r,
         )
         self.oldest_unrelayed = Gauge(
-            "splitbrain_leases_outbox_oldest_unrelayed_age_seconds",
+            "splitbrain_lease_store_outbox_oldest_unrelayed_age_seconds",
             "Age of the oldest outbox row not yet published: the relay's lag (0 when none)",
             registry=r,
         )
         self.relayed = Counter(
-            "splitbrain_leases_relayed", "Outbox rows this relay published", registry=r
+            "splitbrain_lease_store_relayed", "Outbox rows this relay published", registry=r
         )
         self.last_step = Gauge(
-            "splitbrain_leases_relay_last_step_timestamp_seconds",
+            "splitbrain_lease_store_relay_last_step_timestamp_seconds",
             "When this relay last completed a step (published a batch or found none), Unix time",
             registry=r,
         )

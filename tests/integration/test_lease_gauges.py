@@ -27,40 +27,40 @@ def test_gauges_show_a_silent_worker_s_lease_running_out_and_the_outbox_backlog(
         store.enqueue("web", "q:1:search", {})
         silent = claimed(store.claim("ocr", "w1"))  # and never extends again
         gauges.refresh(db)
-        assert sample(gauges, "splitbrain_leases_jobs", job_class="ocr", state="queued") == 2
-        assert sample(gauges, "splitbrain_leases_jobs", job_class="ocr", state="running") == 1
-        assert sample(gauges, "splitbrain_leases_jobs", job_class="web", state="queued") == 1
-        assert sample(gauges, "splitbrain_leases_expired", job_class="ocr") == 0
+        assert sample(gauges, "splitbrain_lease_store_jobs", job_class="ocr", state="queued") == 2
+        assert sample(gauges, "splitbrain_lease_store_jobs", job_class="ocr", state="running") == 1
+        assert sample(gauges, "splitbrain_lease_store_jobs", job_class="web", state="queued") == 1
+        assert sample(gauges, "splitbrain_lease_store_expired", job_class="ocr") == 0
         left = sample(
-            gauges, "splitbrain_leases_lease_remaining_seconds", job_class="ocr", quantile="0"
+            gauges, "splitbrain_lease_store_lease_remaining_seconds", job_class="ocr", quantile="0"
         )
         assert left is not None and 0 < left <= 1.0
         # No running job of the class: no heartbeat series for it.
         assert (
-            sample(gauges, "splitbrain_leases_heartbeat_age_seconds", job_class="web", quantile="1")
+            sample(gauges, "splitbrain_lease_store_heartbeat_age_seconds", job_class="web", quantile="1")
             is None
         )
 
         wait_lapsed(db, silent)
         gauges.refresh(db)
-        assert sample(gauges, "splitbrain_leases_expired", job_class="ocr") == 1
+        assert sample(gauges, "splitbrain_lease_store_expired", job_class="ocr") == 1
         oldest = sample(
-            gauges, "splitbrain_leases_heartbeat_age_seconds", job_class="ocr", quantile="1"
+            gauges, "splitbrain_lease_store_heartbeat_age_seconds", job_class="ocr", quantile="1"
         )
         assert oldest is not None and oldest >= 1.0  # the lease is one second long
         left = sample(
-            gauges, "splitbrain_leases_lease_remaining_seconds", job_class="ocr", quantile="0"
+            gauges, "splitbrain_lease_store_lease_remaining_seconds", job_class="ocr", quantile="0"
         )
         assert left is not None and left <= 0
-        assert sample(gauges, "splitbrain_leases_outbox_unrelayed") == 1  # the claim
-        age = sample(gauges, "splitbrain_leases_outbox_oldest_unrelayed_age_seconds")
+        assert sample(gauges, "splitbrain_lease_store_outbox_unrelayed") == 1  # the claim
+        age = sample(gauges, "splitbrain_lease_store_outbox_oldest_unrelayed_age_seconds")
         assert age is not None and age >= 1.0
 
         # The job reclaimed and finished, the outbox relayed: the series follow.
         store.complete(claimed(store.claim("ocr", "w2")), {})
         db.execute("UPDATE tool_job_outbox SET relayed_at = now()")
         gauges.refresh(db)
-        assert sample(gauges, "splitbrain_leases_expired", job_class="ocr") == 0
-        assert sample(gauges, "splitbrain_leases_jobs", job_class="ocr", state="running") == 0
-        assert sample(gauges, "splitbrain_leases_outbox_unrelayed") == 0
-        assert sample(gauges, "splitbrain_leases_outbox_oldest_unrelayed_age_seconds") == 0
+        assert sample(gauges, "splitbrain_lease_store_expired", job_class="ocr") == 0
+        assert sample(gauges, "splitbrain_lease_store_jobs", job_class="ocr", state="running") == 0
+        assert sample(gauges, "splitbrain_lease_store_outbox_unrelayed") == 0
+        assert sample(gauges, "splitbrain_lease_store_outbox_oldest_unrelayed_age_seconds") == 0

@@ -46,6 +46,7 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$job": "splitbrain",
     "$page_job": "splitbrain-page",
+    "$relay_job": "splitbrain-relay",
 }
 
 
@@ -307,7 +308,7 @@ def test_every_metric_and_label_is_exported_by_a_worker(where: str, expr: str) -
     """Or by the pager bridge, for the dashboard's Pager bridge row, or by the lease store's
     relay."""
     exported = exported_samples() | (bridge_samples() if "splitbrain_page_" in expr else {})
-    exported |= relay_samples() if "splitbrain_leases_" in expr else {}
+    exported |= relay_samples() if "splitbrain_lease_store_" in expr else {}
     selectors, grouping = references(expr)
     assert selectors, f"{where}: no metric found in {expr!r}"
     for name, _ in selectors:
@@ -333,11 +334,14 @@ def test_the_dashboard_shows_every_metric_a_worker_exports() -> None:
 
 
 def test_pager_panels_read_the_bridges_job_and_the_others_the_workers() -> None:
+    """And the lease store relay's panels its job."""
     for panel in panels():
         for target in panel.get("targets", []):
             page = "splitbrain_page_" in target["expr"]
+            relay = "splitbrain_lease_store_" in target["expr"]
             assert ('job=~"$page_job"' in target["expr"]) == page, panel["title"]
-            assert ('job=~"$job"' in target["expr"]) != page, panel["title"]
+            assert ('job=~"$relay_job"' in target["expr"]) == relay, panel["title"]
+            assert ('job=~"$job"' in target["expr"]) != (page or relay), panel["title"]
 
 
 def test_known_label_values_are_exported_before_their_first_increment() -> None:
