@@ -204,24 +204,24 @@ SELECT {_JOB_COLUMNS}, false AS created,
   FROM tool_jobs WHERE idempotency_key = %(idempotency_key)s
 """
 _JOB_BY_ID: Final = f"SELECT {_JOB_COLUMNS} FROM tool_jobs WHERE id = %s"
-# Jobs whose last attempt ended without an answer (or whose class now allows fewer attempts):
-# nobody may claim them again, so they fail for good.
-_REAP: Final = f"""
-UPDATE tool_jobs AS j
-   SET state = 'failed', error = {_FAILURE}, event_seq = j.event_seq + 1, updated_at = now()
-  FROM (SELECT id FROM tool_jobs
-         WHERE job_class = %(job_class)s AND attempt >= %(max_attempts)s AND {_AVAILABLE}
-           FOR UPDATE SKIP LOCKED) AS spent
- WHERE j.id = spent.id
-RETURNING {event_columns("j.")}
-"""
-# The claim: one statement picks a job whose lease expired (soonest expired first) or else the
-# oldest claimable queued job of the class, skipping rows another claimer holds, and takes it
-# under the next token. Each candidate is read from its own partial index (`tool_jobs_queued`,
-# `tool_jobs_leased`), so a claim does not pass over the running jobs whose leases hold; the
-# second is read only when the first finds nothing, so at most one row is locked.
+# The claim, in one statement. `spent`: the class's jobs whose last attempt ended without an
+# answer (or whose class now allows fewer attempts) fail for good, since nobody may claim them
+# again. Then a job whose lease expired (soonest expired first), or else the oldest claimable
+# queued job, is taken under the next token, skipping rows another claimer holds. Each candidate
+# is read from its own partial index (`tool_jobs_leased`, `tool_jobs_queued`), so a claim does
+# not pass over running jobs whose leases hold, and the second is read only when the first finds
+# nothing, so at most one row is taken. The rows of both come back, `claimed` telling them apart.
 _CLAIM: Final = f"""
-WITH expired AS (
+WITH spent AS (
+    UPDATE tool_jobs AS s
+       SET state = 'failed', error = {_FAILURE}, event_seq = s.event_seq + 1, updated_at = now()
+     WHERE s.id IN (SELECT id FROM tool_jobs
+                     WHERE job_class = %(job_class)s AND attempt >= %(max_attempts)s
+                       AND {_AVAILABLE}
+                       FOR UPDATE SKIP LOCKED)
+    RETURNING false AS claimed, NULL::text AS idempotency_key, NULL::jsonb AS payload,
+              {event_columns("s.")}
+), expired AS (
     SELECT id FROM tool_jobs
      WHERE job_class = %(job_class)s AND state = 'running' AND lease_until <= now()
        AND attempt < %(max_attempts)s
@@ -235,19 +235,21 @@ WITH expired AS (
      ORDER BY created_at
      LIMIT 1
        FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE tool_jobs AS j
+       SET state = 'running',
+           owner_id = %(owner_id)s,
+           fencing_token = j.fencing_token + 1,
+           attempt = j.attempt + 1,
+           lease_until = now() + %(lease)s,
+           heartbeat_at = now(),
+           event_seq = j.event_seq + 1,
+           updated_at = now()
+      FROM (SELECT id FROM expired UNION ALL SELECT id FROM queued LIMIT 1) AS next
+     WHERE j.id = next.id
+    RETURNING true AS claimed, j.idempotency_key, j.payload, {event_columns("j.")}
 )
-UPDATE tool_jobs AS j
-   SET state = 'running',
-       owner_id = %(owner_id)s,
-       fencing_token = j.fencing_token + 1,
-       attempt = j.attempt + 1,
-       lease_until = now() + %(lease)s,
-       heartbeat_at = now(),
-       event_seq = j.event_seq + 1,
-       updated_at = now()
-  FROM (SELECT id FROM expired UNION ALL SELECT id FROM queued LIMIT 1) AS next
- WHERE j.id = next.id
-RETURNING j.idempotency_key, j.payload, {event_columns("j.")}
+SELECT * FROM spent UNION ALL SELECT * FROM taken
 """
 _EXTEND: Final = f"""
 UPDATE tool_jobs
@@ -375,15 +377,17 @@ class LeaseStore(Closing):
             "max_attempts": policy.max_attempts,
             "error": _failure(FailureReason.ATTEMPTS_EXHAUSTED, {"code": "lease_expired"}),
         }
-        # Two round trips, pipelined: BEGIN, the reaping and the claim go out together; then the
-        # events and COMMIT (five one after another, unpipelined).
+        # Two round trips, pipelined: BEGIN and the claim go out together; then the events and
+        # COMMIT.
+        row = None
         with self._transaction(pipeline=True) as conn:
-            reaped = conn.execute(_REAP, params)
-            taken = conn.execute(_CLAIM, params)
-            for spent in reaped.fetchall():
+            for found in conn.execute(_CLAIM, params).fetchall():
+                if found["claimed"]:
+                    row = found
+                    continue
                 append(
                     conn,
-                    spent,
+                    found,
                     "lease_released",
                     source=Source.COORDINATOR,
                     detail={
@@ -393,13 +397,12 @@ class LeaseStore(Closing):
                 )
                 log.warning(
                     "failed job=%s class=%s token=%d attempt=%d reason=%s",
-                    spent["id"],
+                    found["id"],
                     job_class,
-                    spent["fencing_token"],
-                    spent["attempt"],
+                    found["fencing_token"],
+                    found["attempt"],
                     FailureReason.ATTEMPTS_EXHAUSTED,
                 )
-            row = taken.fetchone()
             if row is None:
                 return None
             append(
