@@ -37,7 +37,12 @@ def test_gauges_show_a_silent_worker_s_lease_running_out_and_the_outbox_backlog(
         assert left is not None and 0 < left <= 1.0
         # No running job of the class: no heartbeat series for it.
         assert (
-            sample(gauges, "splitbrain_lease_store_heartbeat_age_seconds", job_class="web", quantile="1")
+            sample(
+                gauges,
+                "splitbrain_lease_store_heartbeat_age_seconds",
+                job_class="web",
+                quantile="1",
+            )
             is None
         )
 
