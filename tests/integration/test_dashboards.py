@@ -403,6 +403,7 @@ def evaluate(prom: Prometheus, start: float, end: float) -> dict[str, Any]:
         "$__range": span,
         "$job": "splitbrain",
         "$page_job": "splitbrain-page",
+        "$relay_job": "splitbrain-relay",
     }
     # A graph of a two-minute range: Grafana's $__rate_interval is at least 4 scrape intervals.
     graphed = {**at_end, "$__rate_interval": f"{10 * SCRAPE_S}s"}
