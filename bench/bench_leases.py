@@ -3,6 +3,8 @@
 1. Claims and extends per second, with p50/p99 per call, at 1, 4 and 16 workers: threads of one
    process, each with its own `LeaseStore` (its own connection), as a worker runs its heartbeats;
    and the same counts above 1 as processes, to show whether the GIL is what bounds the threads.
+   Beside the claims, in the same run, the physical limit: a bare `SELECT ... FOR UPDATE SKIP
+   LOCKED` + `UPDATE` loop on the same table, and the store's claim rate as a fraction of it.
 2. The outbox relay's throughput: the outbox filled with whole job lives (claim, two extends,
    complete), then drained by `relay_until_empty` to a fresh topic at two batch sizes.
 3. The lag from a transition's commit (taken right after `claim`/`extend` returns) to its event
@@ -43,7 +45,29 @@ from detector.testing.kafka import LocalKafka
 from detector.testing.postgres import LocalPostgres
 from detector.testing.topics import WorkerTopics, end_offsets
 
-Mode = Literal["claim", "extend"]
+Mode = Literal["claim", "extend", "bare"]
+# The physical limit a claim is compared with: the least a SKIP LOCKED queue does per claim, one
+# transaction of a SELECT ... FOR UPDATE SKIP LOCKED and an UPDATE, with no outbox, no reaping,
+# no lease arithmetic and no event.
+_BARE_PICK = (
+    "SELECT id FROM tool_jobs WHERE job_class = %s AND state = 'queued'"
+    " ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+)
+_BARE_TAKE = (
+    "UPDATE tool_jobs SET state = 'running', owner_id = %s, fencing_token = fencing_token + 1,"
+    " attempt = attempt + 1, lease_until = now() + interval '300 s' WHERE id = %s"
+)
+
+
+def bare_claim(conn: Any, name: str, owner: str) -> bool:
+    with conn.transaction():
+        row = conn.execute(_BARE_PICK, (name,)).fetchone()
+        if row is None:
+            return False
+        conn.execute(_BARE_TAKE, (owner, row["id"]))
+    return True
+
+
 PARTITIONS = 6  # `topics apply --profile local` gives agent.ownership.v1 six partitions
 FILL_THREADS = 4
 BARRIER_S = 120.0  # a worker that cannot connect breaks the barrier instead of hanging the rest
@@ -130,6 +154,19 @@ def drive(
     """One worker: claim until none is left, or extend its own lease for `seconds`."""
     latencies: list[float] = []
     returned: list[float] = []
+    if mode == "bare":
+        with connect(dsn) as conn:
+            barrier.wait()
+            start = end = time.perf_counter()
+            while True:
+                before = time.perf_counter()
+                took = bare_claim(conn, policy.name, owner)
+                end = time.perf_counter()
+                if not took:
+                    break
+                latencies.append(end - before)
+                returned.append(end)
+        return Sample(latencies, returned, start, end)
     with LeaseStore(dsn, [policy]) as store:
         held = store.claim(policy.name, owner) if mode == "extend" else None
         barrier.wait()
@@ -256,9 +293,10 @@ def claims_and_extends(dsn: str, args: argparse.Namespace) -> None:
     ]
     runs += [("processes", in_processes, w) for w in args.workers if w > 1]
     print(
-        f"{'':19}{'claims':>38}{'extends':>26}\n"
+        f"{'':19}{'claims':>38}{'bare SKIP LOCKED':>26}{'extends':>26}\n"
         f"{'mode':10}{'workers':>8}{'ops/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'p50 first→last tenth':>22}{'ops/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'p50 first→last tenth':>22}{'ops/s':>9}{'p50 ms':>9}{'claims/bare':>12}"
+        f"{'ops/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
     )
     for kind, run, workers in runs:
         reset(dsn)
@@ -266,15 +304,20 @@ def claims_and_extends(dsn: str, args: argparse.Namespace) -> None:
         extends = job_class(f"extends-{kind}-{workers}")
         enqueue(dsn, claims.name, args.jobs)
         claimed = run(dsn, claims, workers, "claim", 0.0)
+        reset(dsn)
+        bare_class = job_class(f"bare-{kind}-{workers}")
+        enqueue(dsn, bare_class.name, args.jobs)
+        bare = rate(run(dsn, bare_class, workers, "bare", 0.0))
         enqueue(dsn, extends.name, workers)
         extended = run(dsn, extends, workers, "extend", args.seconds)
         c, e = rate(claimed), rate(extended)
         first, last = tenths(claimed)
-        if c.ops != args.jobs:
-            raise SystemExit(f"{c.ops} claims of {args.jobs} jobs")
+        if c.ops != args.jobs or bare.ops != args.jobs:
+            raise SystemExit(f"{c.ops} claims and {bare.ops} bare claims of {args.jobs} jobs")
         print(
             f"{kind:10}{workers:>8}{c.per_s:>9,.0f}{c.p50_ms:>9.2f}{c.p99_ms:>9.2f}"
-            f"{f'{first:.2f} → {last:.2f}':>22}{e.per_s:>9,.0f}{e.p50_ms:>9.2f}{e.p99_ms:>9.2f}"
+            f"{f'{first:.2f} → {last:.2f}':>22}{bare.per_s:>9,.0f}{bare.p50_ms:>9.2f}"
+            f"{c.per_s / bare.per_s:>12.2f}{e.per_s:>9,.0f}{e.p50_ms:>9.2f}{e.p99_ms:>9.2f}"
         )
     print(
         "threads share one Python process and its GIL (psycopg releases it while it waits for "

@@ -1,8 +1,10 @@
 """`splitbrain leases`: the fenced PostgreSQL lease store of the job-queue practice.
 
 `migrate` creates or updates its tables; `inspect` shows who owns which running job and flags
-the leases that expired. The database is named by `--dsn` (also `--leases-dsn`) or
-`SPLITBRAIN_LEASES_DSN`, a libpq connection string. A password never goes into a DSN given
+the leases that expired; `cancel` stops a job as an ordered, fencing transition; `prune` deletes
+finished jobs and relayed outbox rows past a horizon (the relay also does, on its schedule).
+The database is named by `--dsn` (also `--leases-dsn`) or `SPLITBRAIN_LEASES_DSN`, a libpq
+connection string. A password never goes into a DSN given
 on the command line, which `ps` and shell history keep: libpq reads it from PGPASSWORD or
 ~/.pgpass, or the whole DSN can come from the variable.
 """
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, Any, Final
+from uuid import UUID
 
 from pydantic import AfterValidator, Field
 
@@ -129,7 +132,10 @@ def run_relay(args: argparse.Namespace) -> int:
     import threading  # noqa: PLC0415
     from datetime import timedelta  # noqa: PLC0415
 
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
     from detector.kafka.config import client_config  # noqa: PLC0415
+    from detector.leases.gauges import LeaseGauges  # noqa: PLC0415
     from detector.leases.relay import OutboxRelay  # noqa: PLC0415
 
     dsn = LeasesSettings.from_args(args).dsn(args)
@@ -140,7 +146,13 @@ def run_relay(args: argparse.Namespace) -> int:
         topic=args.topic,
         batch=args.batch,
         retention=timedelta(hours=args.retention_h),
+        job_retention=timedelta(hours=args.job_retention_h),
+        gauges=LeaseGauges() if args.metrics_port else None,
     )
+    if relay.gauges is not None:
+        start_http_server(
+            args.metrics_port, addr=args.metrics_address, registry=relay.gauges.registry
+        )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -149,6 +161,84 @@ def run_relay(args: argparse.Namespace) -> int:
     finally:
         relay.close()
     print(f"relayed {relay.published} event(s) to {args.topic}", file=sys.stderr)
+    return ExitCode.OK
+
+
+@_reports_errors("cancel")
+def run_cancel(args: argparse.Namespace) -> int:
+    """Exit 0: cancelled; 1: not queued or running (finished already, or no such job)."""
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    with LeaseStore(dsn, ()) as store:
+        job = store.cancel(args.job, by=args.by)
+        if job is None:
+            found = store.job(args.job)
+    if job is None:
+        state = "no such job" if found is None else f"it is {found.state}"
+        print(f"splitbrain leases cancel: {args.job} not cancelled: {state}", file=sys.stderr)
+        return ExitCode.FAILED
+    print(
+        f"cancelled job {job.id} (token now {job.fencing_token}, held by {printable(args.by)}): "
+        "a running owner's writes, and its fence at a fenced destination, are refused"
+    )
+    return ExitCode.OK
+
+
+@_reports_errors("prune")
+def run_prune(args: argparse.Namespace) -> int:
+    from datetime import timedelta  # noqa: PLC0415
+
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    with LeaseStore(dsn, ()) as store:
+        pruned = store.prune(timedelta(hours=args.older_than))
+    print(
+        f"pruned {count(pruned.jobs, 'finished job')}, {count(pruned.outbox_rows, 'outbox row')}"
+        f" and {count(pruned.receipts, 'destination receipt')} older than {args.older_than}h"
+    )
+    return ExitCode.OK
+
+
+@_reports_errors("destination")
+def run_destination(args: argparse.Namespace) -> int:
+    """Serve the example destination until SIGTERM or SIGINT, with a job to probe it with."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from detector.leases.http_destination import DestinationServer  # noqa: PLC0415
+    from detector.leases.policy import JobClass  # noqa: PLC0415
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # The job `probe` names: enqueued once per destination name, never claimed.
+    probe = JobClass(
+        name="splitbrain-probe",
+        lease_s=60,
+        heartbeat_s=10,
+        missed_heartbeats=2,
+        reserve_s=10,
+        max_attempts=1,
+        tool_timeout_s=10,
+        stage_time_limit_s=60,
+    )
+    with LeaseStore(dsn, [probe]) as store:
+        job = store.enqueue(probe.name, f"{probe.name}:{args.name}", {})
+    server = DestinationServer(
+        dsn, args.name, fenced=not args.unfenced, host=args.host, port=args.port
+    ).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    mode = "UNFENCED: a displaced owner's effect lands" if args.unfenced else "fenced"
+    print(f"listening on {server.url} ({mode}, destination {printable(args.name)})")
+    print(f"probe it: splitbrain probe {server.url} --job {job.id}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.stop()
     return ExitCode.OK
 
 
@@ -295,6 +385,24 @@ def _duration(seconds: float) -> str:
     return f"{sign}{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
+# `detector.leases.retention.DEFAULT_JOB_RETENTION`, which a test holds equal: importing it here
+# would import psycopg for every command.
+DEFAULT_JOB_RETENTION_H: Final = 7 * 24.0
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def _job_id(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a job id (a UUID), got {text!r}") from None
+
+
 def _add_dsn(p: argparse.ArgumentParser) -> None:
     LeasesSettings.add_flags(p)
     p.add_argument(
@@ -354,7 +462,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = actions.add_parser(
         "relay",
-        help="publish the lease store's outbox to the input topic (at least once, in seq order)",
+        help="publish the lease store's outbox to the input topic (at least once, with seq)",
         description="Publish every transition recorded in tool_job_outbox to Kafka, keyed by "
         "job, and mark it relayed once Kafka acknowledged it; relayed rows older than the "
         "retention are deleted. Runs until SIGTERM or SIGINT; an unreachable database or broker "
@@ -379,5 +487,97 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="HOURS",
         help="delete relayed rows older than this (default: 24)",
     )
+    p.add_argument(
+        "--job-retention-h",
+        type=positive_int,
+        default=int(DEFAULT_JOB_RETENTION_H),
+        metavar="HOURS",
+        help="delete finished jobs whose events are all relayed, with their outbox rows and "
+        "destination receipts, once older than this; it is also the idempotency window "
+        f"(default: {DEFAULT_JOB_RETENTION_H:g})",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=0,
+        metavar="PORT",
+        help="serve /metrics on this port: live lease gauges read from the database and the "
+        "relay's progress (default: 0, off)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address /metrics listens on; 0.0.0.0 (or ::) for a scraper on another host "
+        "(default: 127.0.0.1)",
+    )
     add_kafka_arguments(p)
     p.set_defaults(run=run_relay)
+
+    p = actions.add_parser(
+        "destination",
+        help="serve the example fenced destination over HTTP, for trying it and `probe`",
+        description="Serve the example destination (POST /effects/<entity>, the fenced-effect "
+        "protocol) on HOST:PORT until SIGTERM or SIGINT, its receipts in the lease store's "
+        "database, and print the id of a job to probe it with (`splitbrain probe URL --job "
+        "JOB`). --unfenced serves a destination that enforces no fence, as most do, to see "
+        "what the detector and the probe say about it. Exit 0 on a signal; 2: the DSN, the "
+        "database or the port cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument("--host", default="127.0.0.1", metavar="HOST", help="(default: 127.0.0.1)")
+    p.add_argument(
+        "--port", type=_port, default=8787, metavar="PORT", help="0: a free one (default: 8787)"
+    )
+    p.add_argument(
+        "--name",
+        default="example-destination",
+        metavar="NAME",
+        help="the destination's name in its receipts and events (default: example-destination)",
+    )
+    p.add_argument(
+        "--unfenced",
+        action="store_true",
+        help="accept every fence (an effect still once per key and fence)",
+    )
+    p.set_defaults(run=run_destination)
+
+    p = actions.add_parser(
+        "cancel",
+        help="stop a queued or running job: its owner is fenced, and the detector told",
+        description="Cancel the job as an ordered transition: it takes the next fencing token "
+        "(held by --by, under no lease) and ends cancelled, so its running owner's writes are "
+        "refused, a fenced destination refuses its fence, and its events (job_claimed by --by, "
+        "then lease_released with outcome cancelled) make any later effect of the owner stale "
+        "to the detector. Exit 0: cancelled; 1: the job is not queued or running (finished, or "
+        "no such job); 2: the DSN or the database cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument("job", type=_job_id, metavar="JOB", help="the job's id (a UUID)")
+    p.add_argument(
+        "--by",
+        default="operator",
+        metavar="NAME",
+        help="who cancels, recorded as the new token's owner (default: operator)",
+    )
+    p.set_defaults(run=run_cancel)
+
+    p = actions.add_parser(
+        "prune",
+        help="delete finished jobs and relayed outbox rows older than a horizon",
+        description="Delete the finished jobs (succeeded, failed, cancelled) last changed "
+        "before the horizon whose events are all relayed, with their outbox rows and a fenced "
+        "destination's receipts, and every outbox row relayed before it. A pruned job's "
+        "idempotency key enqueues a new job: the horizon is also the idempotency window. "
+        "The relay prunes on its own schedule (--retention-h, --job-retention-h); this is for "
+        "a cron, or a store without a relay. Exit 0; 2: the DSN or the database cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument(
+        "--older-than",
+        type=positive_int,
+        required=True,
+        metavar="HOURS",
+        help="the horizon, in hours before the database's now()",
+    )
+    p.set_defaults(run=run_prune)

@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "detector.cli.demo",
     "detector.cli.export",
     "detector.cli.watch",
+    "detector.cli.probe",
 )
 
 

@@ -54,8 +54,8 @@ _ENGINE: Final[dict[str, tuple[Any, str]]] = {
         "a workflow with no events for this long is forgotten, in seconds",
     ),
     "idle_sweep_s": (Seconds, "how often every workflow is checked for idleness, in seconds"),
-    "missed_heartbeats": (PositiveInt, "R of the lease rule L > R x H + J"),
-    "jitter_reserve_s": (Seconds, "J of the lease rule L > R x H + J, in seconds"),
+    "missed_heartbeats": (PositiveInt, "R of the lease rule L > (R+1) x H + J"),
+    "jitter_reserve_s": (Seconds, "J of the lease rule L > (R+1) x H + J, in seconds"),
     "max_label_values": (
         PositiveInt,
         "distinct values kept per lease-health metric label (tool_class, model, provider); "

@@ -1,4 +1,7 @@
-"""Lease health: a lease of duration L with heartbeat period H needs L > R*H + J.
+"""Lease health: a lease of duration L with heartbeat period H needs L > (R+1)*H + J.
+
+After R missed heartbeats the next is sent (R+1)*H after the last one that succeeded, and must
+find the lease still held, with J to spare.
 
 Heartbeats prove reachability, not ownership; but a lease too tight for the heartbeat gaps a tool
 class really shows will hand a live worker's workflow to another one — a split-brain we can warn
@@ -184,7 +187,8 @@ class LeaseHealth:
         health.acquisitions += 1
         if lease_s is None or hb_s is None:
             return
-        needed = self.missed_heartbeats * hb_s + self.jitter_reserve_s
+        periods = self.missed_heartbeats + 1
+        needed = periods * hb_s + self.jitter_reserve_s
         if lease_s <= needed:
             health.policy_violations += 1
             if self._first(tool_class, "policy"):
@@ -195,10 +199,10 @@ class LeaseHealth:
                         lease_s,
                         hb_s,
                         None,
-                        f"lease {lease_s:g}s is not longer than {self.missed_heartbeats} x "
-                        f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s: "
-                        f"a worker that misses {self.missed_heartbeats} heartbeats loses its "
-                        "lease while alive",
+                        f"lease {lease_s:g}s is not longer than ({self.missed_heartbeats}+1) x "
+                        f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s "
+                        "(L > (R+1) x H + J): a worker that misses "
+                        f"{self.missed_heartbeats} heartbeats loses its lease while alive",
                     )
                 )
 

@@ -19,6 +19,7 @@ from detector.leases.destination import (
     UnknownJobError,
 )
 from detector.leases.errors import (
+    JobKeyConflictError,
     LeaseError,
     LeaseInputError,
     MigrationError,
@@ -27,6 +28,7 @@ from detector.leases.errors import (
 )
 from detector.leases.policy import JobClass, Labels
 from detector.leases.relay import OutboxRelay
+from detector.leases.retention import Pruned
 from detector.leases.runner import Execution, Runner, Status, ToolCall, ToolFailed
 from detector.leases.schema import migrate
 from detector.leases.store import (
@@ -36,7 +38,9 @@ from detector.leases.store import (
     Lease,
     LeaseLost,
     LeaseStore,
+    LostReason,
     Outcome,
+    Stage,
 )
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "IdempotencyKeyReusedError",
     "Job",
     "JobClass",
+    "JobKeyConflictError",
     "JobState",
     "Labels",
     "Lease",
@@ -55,12 +60,15 @@ __all__ = [
     "LeaseInputError",
     "LeaseLost",
     "LeaseStore",
+    "LostReason",
     "MigrationError",
     "OutboxRelay",
     "OutboxRowError",
     "Outcome",
+    "Pruned",
     "Receipt",
     "Runner",
+    "Stage",
     "Status",
     "StoreUnavailableError",
     "ToolCall",

@@ -8,6 +8,9 @@ write, atomically (DESIGN §1). `FencedDestination` does that for effects kept i
   presenting a lower fence is **rejected** with a receipt saying what was refused, the fence
   presented and the fence held; an equal fence is accepted (one owner may make several effects
   on one entity), a higher one is accepted and becomes the fence held.
+- Per job it reads the current token from the job row it locks anyway: a fence below it is a
+  displaced owner's and is **rejected** too, even on an entity its successor has not written to
+  yet (the event's `detail.refused_below` says which fence refused it: `entity` or `job`).
 - Per idempotency key it makes at most one effect. The same key again, at a fence no lower than
   the accepted one's, gets the stored receipt back, **repeated**, and makes no second effect and
   no second event; at a lower fence it is a stale owner's, and is rejected like any other (it
@@ -15,7 +18,9 @@ write, atomically (DESIGN §1). `FencedDestination` does that for effects kept i
   does not use the key up: the owner that displaced the rejected one sends the same key (a
   job's key names its operation, not an attempt) and must be able to make the effect. A
   repeat of a rejected request that presents no higher fence than it did gets the stored
-  rejection back.
+  rejection back. A repeat under a higher fence than the accepted one's raises the entity's
+  fence to it, as an accepted request would: the older owner cannot then commit another key
+  on that entity.
 - Every decision publishes an ownership event with `source: "destination"`: `effect_committed`
   or `effect_rejected`, under the fence the request **presented** (not the job's current token),
   with the request's effect key.
@@ -39,10 +44,8 @@ destination in another database could not take a seq in the job's order: its eve
 ordered by their arrival in the partition only, which is weaker (a late-delivered receipt from
 before the takeover would look stale). That is not built here.
 
-A per-entity fence protects the entity from owners older than the newest one that wrote to it:
-a displaced owner whose successor has not written to the entity yet is accepted. That is the
-fencing-token pattern, and the detector sees it (the commit is at a displaced epoch, after the
-takeover's seq).
+The entity's fence alone would protect it only from owners older than the newest one that wrote
+to it; the job's token closes the window between a takeover and the new owner's first write.
 """
 
 from __future__ import annotations
@@ -217,6 +220,11 @@ _ENTITY_HOLD: Final = """
 UPDATE fenced_entities SET fence = %(fence_held)s, updated_at = now()
  WHERE destination = %(destination)s AND entity = %(entity)s
 """
+# A repeat under a higher fence proves that fence's owner exists: no lower one may write now.
+_ENTITY_RAISE: Final = """
+UPDATE fenced_entities SET fence = %(fence)s, updated_at = now()
+ WHERE destination = %(destination)s AND entity = %(entity)s AND fence < %(fence)s
+"""
 # Takes the key (or waits for the transaction that holds it, and then takes nothing).
 _RECEIPT: Final = f"""
 INSERT INTO fenced_receipts ({_RECEIPT_COLUMNS}, fenced)
@@ -325,6 +333,9 @@ class FencedDestination(Closing):
             receipt = _receipt(stored, repeated=True)
             if (receipt.entity, receipt.effect_key) != (request.entity, request.key):
                 raise IdempotencyKeyReusedError(receipt) from None
+            if self.fenced and receipt.accepted and request.fence > receipt.fence:
+                with self._transaction() as conn:
+                    conn.execute(_ENTITY_RAISE, params)
         log.log(
             logging.INFO if receipt.accepted else logging.WARNING,
             "%s destination=%s job=%s seq=%d entity=%s key_sha256=%s fence=%d held=%d"
@@ -365,7 +376,11 @@ class FencedDestination(Closing):
             stored = conn.execute(_STORED, params).fetchone()
             if stored is not None:
                 raise _Repeated(stored)
-            accepted = not self.fenced or request.fence >= held
+            # Below the job's current token is a displaced owner's, even on an entity its
+            # successor has not written to yet.
+            token: int = job["fencing_token"]
+            below = "entity" if request.fence < held else "job" if request.fence < token else None
+            accepted = not self.fenced or below is None
             fence_held = max(held, request.fence) if accepted else held
             seq: int = job["event_seq"]
             mine = {**params, "accepted": accepted, "fence_held": fence_held, "seq": seq}
@@ -390,6 +405,9 @@ class FencedDestination(Closing):
                 "fence_held": fence_held,
                 "fenced": self.fenced,
             }
+            if not accepted:
+                detail["refused_below"] = below  # the entity's fence, or the job's token
+                detail["job_fence"] = token
             if attempt is None:
                 detail["attempt"] = None  # a displaced owner's attempt is not the job's
             if digest is not None:

@@ -3,7 +3,12 @@ answers (`LeaseLost`, `Outcome.REJECTED`), which a worker acts on rather than re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from detector.errors import SplitbrainError
+
+if TYPE_CHECKING:
+    from detector.leases.store import Job
 
 
 class LeaseError(SplitbrainError):
@@ -18,6 +23,19 @@ class LeaseInputError(LeaseError, ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class JobKeyConflictError(LeaseInputError):
+    """The idempotency key already names a job of another class or payload: the key names one
+    operation, and this is a different one. Nothing was written."""
+
+    def __init__(self, existing: Job, job_class: str, payload_sha256: str) -> None:
+        super().__init__(
+            "idempotency_key",
+            f"already names job {existing.id} of class {existing.job_class!r} with another "
+            f"class or payload (asked: class {job_class!r}, payload_sha256={payload_sha256})",
+        )
+        self.existing = existing
 
 
 class StoreUnavailableError(LeaseError):

@@ -10,6 +10,15 @@ limit. Each extension's answer is one of three, and each is kept apart:
 - zero rows (`LeaseLost`): another owner, or an expired lease; the executor is told at once;
 - no answer (`StoreUnavailableError`): ownership uncertain; reported once per outage, with the
   last confirmed lease, and extension goes on being tried, because only the database can say.
+
+The period is kept from one extension's send to the next's, not from its answer: a slow or failed
+extension does not push the next one back unless it took longer than a period (then the next is
+sent as soon as it returns). So after the last success, attempt R+1 is sent (R+1) x H later plus
+only what the failed attempts took beyond H each, which the store's connection bounds
+(`detector.leases.db`: 10 s for a statement or a silent network, 10 s more to reconnect); the
+class's rule L > (R+1) x H + J counts the periods, and its reserve J must cover that excess when
+H is shorter than a failed extension. The local count of the lease starts when the claim or the
+extension was sent, never when it returned, so it never outlasts the database's.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ class Heartbeat(threading.Thread):
         *,
         on_lost: Callable[[], None],
         on_uncertain: Callable[[Uncertainty], None],
+        claim_sent: float | None = None,
     ) -> None:
         super().__init__(name=f"heartbeat-{lease.job_id}", daemon=True)
         self._store = store
@@ -57,11 +67,12 @@ class Heartbeat(threading.Thread):
         self._stop_event = threading.Event()
         self._answered = threading.Condition()
         self._answers = 0
-        started = time.monotonic()
+        # When the claim was sent (monotonic): its statement ran after it, so the lease lasts at
+        # least L from there. Counted from the claim's return, it could outlast the database's.
+        started = time.monotonic() if claim_sent is None else claim_sent
         self._began = started
-        self._reported = started
+        self._reported = time.monotonic()
         self.lease = lease
-        # The claim's statement ran after `started`, so its lease lasts at least L from there.
         self._held_until = started + policy.lease_s
         self.lost = False
         self.uncertain = False
@@ -101,8 +112,10 @@ class Heartbeat(threading.Thread):
         period = self._policy.heartbeat_s
         silent_after = self._policy.tool_timeout_s + period
         stage_end = self._began + self._policy.stage_time_limit_s
-        while not self._stop_event.wait(period):
+        due = self._began + period
+        while not self._stop_event.wait(max(0.0, due - time.monotonic())):
             now = time.monotonic()
+            due = now + period  # from this send, whatever its answer takes
             if now - self._reported > silent_after:
                 log.warning(
                     "heartbeat stopped job=%s token=%d reason=executor_silent silent_s=%.1f",
@@ -123,6 +136,17 @@ class Heartbeat(threading.Thread):
 
     def _extend(self, sent: float) -> bool:
         """One extension; False when the lease is lost and the thread should end."""
+        left = self._held_until - sent
+        if left < self._policy.heartbeat_s + self._policy.reserve_s:
+            # Not "extend early": fewer misses than this one left before the lease runs out.
+            log.warning(
+                "extend late job=%s token=%d left_s=%.2f period_s=%g reserve_s=%g",
+                self.lease.job_id,
+                self.lease.fencing_token,
+                left,
+                self._policy.heartbeat_s,
+                self._policy.reserve_s,
+            )
         try:
             answer = self._store.extend(self.lease)
         except StoreUnavailableError as exc:

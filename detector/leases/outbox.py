@@ -41,6 +41,7 @@ def event_columns(table: str = "") -> str:
     names = (
         "id",
         "job_class",
+        "state",
         "owner_id",
         "fencing_token",
         "attempt",

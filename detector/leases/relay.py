@@ -29,6 +29,8 @@ from detector.kafka.config import KafkaClientError
 from detector.kafka.emit import DeliveryError, Emitter
 from detector.leases.db import connect, one_line
 from detector.leases.errors import OutboxRowError, StoreUnavailableError
+from detector.leases.gauges import LeaseGauges
+from detector.leases.retention import DEFAULT_JOB_RETENTION, Pruned, prune_jobs, prune_relayed
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,12 @@ DEFAULT_RETENTION: Final = timedelta(hours=24)
 # How long a batch may wait for Kafka's acknowledgements before it is left for the next try.
 DEFAULT_ACK_TIMEOUT_S: Final = 30.0
 
-# Oldest first; within a job, in seq order, so a partition holds a job's events in its order.
+# Oldest first. What order holds: within one batch a job's rows go out in seq order (sorted before
+# they are published). Across batches and across relays it is not guaranteed: `created_at` is
+# its transaction's start, which need not follow seq, and several relays skip each other's
+# locked rows, so a job's later row can be published first. Nothing depends on it: every event
+# carries the seq it took under the job row's lock, and the detector orders by seq, whatever the
+# order of arrival (DESIGN §4), and drops a redelivery by its event id.
 _PENDING: Final = """
 SELECT job_id, seq, event FROM tool_job_outbox
  WHERE relayed_at IS NULL
@@ -50,15 +57,14 @@ UPDATE tool_job_outbox AS o SET relayed_at = now()
   FROM unnest(%s::uuid[], %s::bigint[]) AS done(job_id, seq)
  WHERE o.job_id = done.job_id AND o.seq = done.seq
 """
-_PRUNE: Final = "DELETE FROM tool_job_outbox WHERE relayed_at < now() - %s"
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """One relay step: the rows published and marked, and the relayed rows pruned."""
+    """One relay step: the rows published and marked, and what was pruned."""
 
     published: int
-    pruned: int
+    pruned: Pruned
 
 
 class OutboxRelay(Closing):
@@ -72,11 +78,15 @@ class OutboxRelay(Closing):
         topic: str = INPUT_TOPIC,
         batch: int = _BATCH,
         retention: timedelta = DEFAULT_RETENTION,
+        job_retention: timedelta = DEFAULT_JOB_RETENTION,
         ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
+        gauges: LeaseGauges | None = None,
     ) -> None:
+        self.gauges = gauges
         self._dsn = dsn
         self._batch = batch
         self._retention = retention
+        self._job_retention = job_retention
         self._ack_timeout_s = ack_timeout_s
         self._kafka = (kafka_config, topic)
         self._emitter = Emitter(kafka_config, topic=topic)
@@ -90,7 +100,8 @@ class OutboxRelay(Closing):
 
     def step(self, *, prune: bool = True) -> Batch:
         """Publish one batch of unrelayed rows, then mark them relayed; with `prune`, delete
-        the relayed rows older than the retention.
+        the relayed rows older than the retention and a batch of the finished jobs older than
+        the job retention (`detector.leases.retention`).
 
         Raises `StoreUnavailableError` when the database does not answer and `DeliveryError`
         when Kafka did not acknowledge the batch: either way nothing was marked, and the rows
@@ -100,6 +111,7 @@ class OutboxRelay(Closing):
             conn = self._connection()
             with conn.transaction():
                 rows = conn.execute(_PENDING, (self._batch,)).fetchall()
+                rows.sort(key=lambda r: (r["job_id"], r["seq"]))
                 for row in rows:
                     try:
                         self._emitter.emit(row["event"])
@@ -110,7 +122,11 @@ class OutboxRelay(Closing):
                 if rows:
                     self._emitter.flush(self._ack_timeout_s)
                     conn.execute(_MARK, ([r["job_id"] for r in rows], [r["seq"] for r in rows]))
-                pruned = conn.execute(_PRUNE, (self._retention,)).rowcount if prune else 0
+                pruned = Pruned()
+                if prune:
+                    pruned = prune_relayed(conn, self._retention) + prune_jobs(
+                        conn, self._job_retention
+                    )
         except psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
         except DeliveryError:
@@ -120,7 +136,20 @@ class OutboxRelay(Closing):
             self._emitter = Emitter(self._kafka[0], topic=self._kafka[1])
             raise
         self.published += len(rows)
-        return Batch(len(rows), max(pruned, 0))
+        if self.gauges is not None:
+            self.gauges.stepped(len(rows))
+        return Batch(len(rows), pruned)
+
+    def refresh_gauges(self) -> None:
+        """Read the live lease gauges (`detector.leases.gauges`); `StoreUnavailableError` when
+        the database does not answer (the gauges then keep their last values, and the last
+        step's time shows the stall)."""
+        if self.gauges is None:
+            return
+        try:
+            self.gauges.refresh(self._connection())
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
 
     def run(
         self,
@@ -129,15 +158,20 @@ class OutboxRelay(Closing):
         idle_s: float = 0.2,
         retry_s: float = 1.0,
         prune_every_s: float = 60.0,
+        gauges_every_s: float = 5.0,
     ) -> None:
         """Relay until `stop` is set: at once while there is a backlog, every `idle_s` when
         there is none, and every `retry_s` while the database or Kafka does not answer;
-        pruning every `prune_every_s`."""
+        pruning every `prune_every_s`, and reading the gauges every `gauges_every_s`."""
         failing = False
         pruned_at = -prune_every_s
+        read_at = -gauges_every_s
         while not stop.is_set():
             prune = time.monotonic() - pruned_at >= prune_every_s
             try:
+                if time.monotonic() - read_at >= gauges_every_s:
+                    read_at = time.monotonic()
+                    self.refresh_gauges()
                 batch = self.step(prune=prune)
             except (StoreUnavailableError, DeliveryError) as exc:
                 if not failing:
@@ -153,7 +187,7 @@ class OutboxRelay(Closing):
                 log.info("relay resumed")
                 failing = False
             if batch.published:
-                log.debug("relayed %d event(s), pruned %d", batch.published, batch.pruned)
+                log.debug("relayed %d event(s), pruned %s", batch.published, batch.pruned)
             else:
                 stop.wait(idle_s)
 

@@ -171,6 +171,7 @@ class Runner(Closing):
     async def run_one(self, job_class: str, tool: Tool) -> Execution | None:
         """Claim one job of the class and run it to an end; None when there was none to claim."""
         policy = self._store.policy(job_class)
+        sent = time.monotonic()  # the local lease count starts before the claim is sent
         lease = await asyncio.to_thread(self._store.claim, job_class, self.worker_id)
         if lease is None:
             return None
@@ -182,6 +183,7 @@ class Runner(Closing):
             policy,
             on_lost=lambda: _set_from_thread(loop, lost),
             on_uncertain=self._uncertain,
+            claim_sent=sent,
         )
         beat.start()
         alive = asyncio.create_task(_report_alive(beat, policy.heartbeat_s / 2))
@@ -223,7 +225,7 @@ class Runner(Closing):
                 )
                 timeout = min(policy.tool_timeout_s, stage_end - time.monotonic())
                 try:
-                    result = await _call(tool, call, timeout, lost)
+                    result = await _timed(_call(tool, call, timeout, lost), call)
                 except TimeoutError:
                     reason = "stage_time_limit" if time.monotonic() >= stage_end else "tool_timeout"
                     log.warning(
@@ -287,6 +289,8 @@ class Runner(Closing):
         if beat.uncertain:
             wait_s = self._store.policy(lease.job_class).stage_time_limit_s
             if not await asyncio.to_thread(beat.wait_for_answer, wait_s):
+                # Recorded again: the result in hand is given up while ownership is unknown.
+                self._uncertain(Uncertainty(lease, beat.lease.lease_until, "store_silent"))
                 raise _Uncertain("store_silent")
         await _stop(beat)
         if beat.lost:
@@ -307,6 +311,7 @@ class Runner(Closing):
                 self._store.fail, lease, {"code": code}, retryable=retryable
             )
         except StoreUnavailableError as exc:
+            self._uncertain(Uncertainty(lease, beat.lease.lease_until, str(exc)))
             raise _Uncertain("failure_not_recorded") from exc
         return ended(_OUTCOMES[outcome], code)
 
@@ -361,6 +366,36 @@ async def _call(tool: Tool, call: ToolCall, timeout: float, lost: asyncio.Event)
     if watch in done:
         raise _Lost
     raise TimeoutError
+
+
+async def _timed(answer: Awaitable[Any], call: ToolCall) -> Any:
+    """The tool call's answer, its duration logged whatever the outcome (ids and codes only)."""
+    began = time.monotonic()
+    outcome = "ok"
+    try:
+        return await answer
+    except TimeoutError:
+        outcome = "timeout"
+        raise
+    except ToolFailed as exc:
+        outcome = f"failed:{exc.code}"
+        raise
+    except _Lost:
+        outcome = "lease_lost"
+        raise
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        log.info(
+            "tool call job=%s token=%d try=%d class=%s outcome=%s duration_s=%.3f",
+            call.job_id,
+            call.fencing_token,
+            call.try_number,
+            call.labels.tool_class,
+            outcome,
+            time.monotonic() - began,
+        )
 
 
 async def _stop(beat: Heartbeat) -> None:

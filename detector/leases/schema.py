@@ -132,6 +132,22 @@ CREATE INDEX tool_jobs_attempts ON tool_jobs (job_class, attempt)
     WHERE state IN ('queued', 'running');
 """
 
+# Retries wait until `not_before` (backoff with jitter); an operator's cancel is a state of its own;
+# pruning reads finished jobs by age.
+_RETRIES_CANCEL_RETENTION: Final = """
+ALTER TABLE tool_jobs ADD COLUMN not_before timestamptz;
+ALTER TABLE tool_jobs DROP CONSTRAINT tool_jobs_state_check;
+ALTER TABLE tool_jobs ADD CONSTRAINT tool_jobs_state_check
+    CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled'));
+CREATE INDEX tool_jobs_finished ON tool_jobs (updated_at)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
+-- What a claim reads: the oldest queued jobs of a class, and its running jobs by lease end
+-- (tool_jobs_claimable would pass over every running job whose lease holds).
+CREATE INDEX tool_jobs_queued ON tool_jobs (job_class, created_at) WHERE state = 'queued';
+CREATE INDEX tool_jobs_leased ON tool_jobs (job_class, lease_until) WHERE state = 'running';
+CREATE INDEX fenced_receipts_job ON fenced_receipts (job_id);
+"""
+
 # LangGraph threads (detector/adapters/langgraph.py). LangGraph has no owner epoch: a run on a
 # thread takes the next one here, as a claim takes the next fencing token, and every checkpoint
 # it records takes the thread's next seq under the same row lock. The first child of each parent
@@ -162,7 +178,8 @@ MIGRATIONS: Final = (
     Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),
     Migration(2, "fenced destination", _FENCED_DESTINATION),
     Migration(3, "indexes for relay pruning and claim reaping", _INDEXES),
-    Migration(4, "langgraph threads: epochs, seq and first children", _LANGGRAPH),
+    Migration(4, "retry backoff, cancel and retention", _RETRIES_CANCEL_RETENTION),
+    Migration(5, "langgraph threads: epochs, seq and first children", _LANGGRAPH),
 )
 
 

@@ -1,9 +1,15 @@
 """The fenced lease store: jobs in PostgreSQL, claimed under a lease and a fencing token.
 
-Every decision about time is the database's: leases start and are checked with its `now()`, so no
-worker's clock can stretch a lease. Every write an owner makes (extend, complete, fail) is
-conditional on its owner id, its token and an unexpired lease, so a displaced owner cannot move
-the job, and is told so by an answer (`LeaseLost`, `Outcome.REJECTED`) rather than an error.
+Every decision about time is the database's, so no worker's clock can stretch a lease. A lease
+starts at the transaction's `now()` (no later than the statement: never longer than asked). An
+owner's write checks it against `clock_timestamp()`, the time the row is checked, not `now()`:
+an extension whose BEGIN came before the lease ran out, and whose UPDATE came after it (or
+waited for the row's lock past it), is refused. A claim takes an expired lease by `now()`, the
+earlier time, which can only make the takeover later.
+
+Every write an owner makes (extend, complete, fail) is conditional on its owner id, its token
+and an unexpired lease, so a displaced owner cannot move the job, and is told so by an answer
+(`LeaseLost`, `Outcome.REJECTED`) rather than an error.
 
 Each transition, and each refusal, appends one ownership event to `tool_job_outbox` in its own
 transaction, with the job's next `seq` taken there from the job row (which that transaction holds
@@ -23,9 +29,10 @@ import dataclasses
 import hashlib
 import json
 import logging
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 from uuid import UUID
@@ -36,11 +43,14 @@ from psycopg.rows import DictRow
 from detector.closing import Closing
 from detector.contracts.events import MAX_KEY_CHARS, Source
 from detector.leases.db import connect, one_line
-from detector.leases.errors import LeaseInputError, StoreUnavailableError
+from detector.leases.errors import JobKeyConflictError, LeaseInputError, StoreUnavailableError
 from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
+from detector.leases.retention import DEFAULT_BATCH, Pruned, prune_jobs, prune_relayed
 
 log = logging.getLogger(__name__)
+# Backoff jitter: spreads retries, nothing to do with secrets.
+_jitter: Final = random.Random()
 
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
 MAX_OWNER_CHARS: Final = 256  # an event's worker_id
@@ -54,6 +64,19 @@ class JobState(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # an operator's stop: the running owner, if any, is fenced
+
+
+FINISHED: Final = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class LostReason(StrEnum):
+    """Why an owner's write found its lease gone (`heartbeat_lost`'s `detail.reason`)."""
+
+    TAKEN_OVER = "taken_over"  # another owner claimed the job under a newer token
+    CANCELLED = "cancelled"  # an operator cancelled the job (`splitbrain leases cancel`)
+    FINISHED = "finished"  # the job already succeeded or failed
+    EXPIRED = "expired"  # the lease ran out and nobody has claimed the job yet
 
 
 class Outcome(StrEnum):
@@ -111,33 +134,59 @@ class Job:
     labels: Labels
     created_at: datetime
     updated_at: datetime
+    not_before: datetime | None = None  # a retry waits until then
 
 
 _JOB_COLUMNS: Final = (
     "id, job_class, state, owner_id, fencing_token, attempt, lease_until, heartbeat_at, "
-    "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at"
+    "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at,"
+    " not_before"
 )
 
 
 @dataclass(frozen=True, slots=True)
+class Stage:
+    """The next stage of a chain of persisted stages: the job enqueued in the transaction that
+    completes the current one (`LeaseStore.complete(..., then=...)`)."""
+
+    job_class: str
+    idempotency_key: str
+    payload: Any
+    labels: Labels | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class _Refusal:
-    """The event of an owner's write refused because its lease no longer holds."""
+    """The event of an owner's write refused because its lease no longer holds; `refused` names
+    the write (`detail.refused`), and a lease-lost event also says why (`detail.reason`)."""
 
     kind: EventKind
     source: Source
+    refused: str
     destination: str | None = None
 
 
-_LEASE_LOST: Final = _Refusal("heartbeat_lost", Source.WORKER)
-_RESULT_REJECTED: Final = _Refusal("result_rejected", Source.DESTINATION, RESULT_DESTINATION)
+_EXTEND_REFUSED: Final = _Refusal("heartbeat_lost", Source.WORKER, "extend")
+# A refused request start is its own event: `heartbeat_lost` (the owner learns it is displaced,
+# and nothing was sent), told apart by `detail.refused` and carrying the request id.
+_REQUEST_REFUSED: Final = _Refusal("heartbeat_lost", Source.WORKER, "request_start")
+_RESULT_REJECTED: Final = _Refusal(
+    "result_rejected", Source.DESTINATION, "result", RESULT_DESTINATION
+)
 
 
-# Claimable, or about to be failed for good when its attempts are used up.
-_AVAILABLE: Final = "(state = 'queued' OR (state = 'running' AND lease_until <= now()))"
-# The owner's write is allowed only while its lease holds.
+# Claimable (a retry once its backoff is over), or about to be failed for good when its attempts
+# are used up.
+_AVAILABLE: Final = (
+    "((state = 'queued' AND (not_before IS NULL OR not_before <= now()))"
+    " OR (state = 'running' AND lease_until <= now()))"
+)
+# The owner's write is allowed only while its lease holds, at the moment the row is checked
+# (again, if the statement waited for the row's lock).
 _HELD: Final = (
     "id = %(job_id)s AND job_class = %(job_class)s AND owner_id = %(owner_id)s"
-    " AND fencing_token = %(fencing_token)s AND state = 'running' AND lease_until > now()"
+    " AND fencing_token = %(fencing_token)s AND state = 'running'"
+    " AND lease_until > clock_timestamp()"
 )
 _FAILURE: Final = "%(error)s::jsonb || jsonb_build_object('attempt', attempt)"
 
@@ -146,42 +195,61 @@ INSERT INTO tool_jobs (job_class, idempotency_key, payload, tool_class, model, p
 VALUES (%(job_class)s, %(idempotency_key)s, %(payload)s::jsonb, %(tool_class)s, %(model)s,
         %(provider)s)
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING {_JOB_COLUMNS}, true AS created
+RETURNING {_JOB_COLUMNS}, true AS created, true AS same
 """
-_JOB_BY_KEY: Final = (
-    f"SELECT {_JOB_COLUMNS}, false AS created FROM tool_jobs WHERE idempotency_key = %s"
-)
+# The key's job, and whether it is the same operation (class and payload) as the one asked for.
+_JOB_BY_KEY: Final = f"""
+SELECT {_JOB_COLUMNS}, false AS created,
+       job_class = %(job_class)s AND payload = %(payload)s::jsonb AS same
+  FROM tool_jobs WHERE idempotency_key = %(idempotency_key)s
+"""
 _JOB_BY_ID: Final = f"SELECT {_JOB_COLUMNS} FROM tool_jobs WHERE id = %s"
-# Jobs whose last attempt ended without an answer (or whose class now allows fewer attempts):
-# nobody may claim them again, so they fail for good.
-_REAP: Final = f"""
-UPDATE tool_jobs AS j
-   SET state = 'failed', error = {_FAILURE}, event_seq = j.event_seq + 1, updated_at = now()
-  FROM (SELECT id FROM tool_jobs
-         WHERE job_class = %(job_class)s AND attempt >= %(max_attempts)s AND {_AVAILABLE}
-           FOR UPDATE SKIP LOCKED) AS spent
- WHERE j.id = spent.id
-RETURNING {event_columns("j.")}
-"""
-# The claim: one statement picks the oldest available job of the class, skipping rows another
-# claimer holds, and takes it under the next token.
+# The claim, in one statement. `spent`: the class's jobs whose last attempt ended without an
+# answer (or whose class now allows fewer attempts) fail for good, since nobody may claim them
+# again. Then a job whose lease expired (soonest expired first), or else the oldest claimable
+# queued job, is taken under the next token, skipping rows another claimer holds. Each candidate
+# is read from its own partial index (`tool_jobs_leased`, `tool_jobs_queued`), so a claim does
+# not pass over running jobs whose leases hold, and the second is read only when the first finds
+# nothing, so at most one row is taken. The rows of both come back, `claimed` telling them apart.
 _CLAIM: Final = f"""
-UPDATE tool_jobs AS j
-   SET state = 'running',
-       owner_id = %(owner_id)s,
-       fencing_token = j.fencing_token + 1,
-       attempt = j.attempt + 1,
-       lease_until = now() + %(lease)s,
-       heartbeat_at = now(),
-       event_seq = j.event_seq + 1,
-       updated_at = now()
-  FROM (SELECT id FROM tool_jobs
-         WHERE job_class = %(job_class)s AND attempt < %(max_attempts)s AND {_AVAILABLE}
-         ORDER BY created_at
-         LIMIT 1
-           FOR UPDATE SKIP LOCKED) AS next
- WHERE j.id = next.id
-RETURNING j.idempotency_key, j.payload, {event_columns("j.")}
+WITH spent AS (
+    UPDATE tool_jobs AS s
+       SET state = 'failed', error = {_FAILURE}, event_seq = s.event_seq + 1, updated_at = now()
+     WHERE s.id IN (SELECT id FROM tool_jobs
+                     WHERE job_class = %(job_class)s AND attempt >= %(max_attempts)s
+                       AND {_AVAILABLE}
+                       FOR UPDATE SKIP LOCKED)
+    RETURNING false AS claimed, NULL::text AS idempotency_key, NULL::jsonb AS payload,
+              {event_columns("s.")}
+), expired AS (
+    SELECT id FROM tool_jobs
+     WHERE job_class = %(job_class)s AND state = 'running' AND lease_until <= now()
+       AND attempt < %(max_attempts)s
+     ORDER BY lease_until
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+), queued AS (
+    SELECT id FROM tool_jobs
+     WHERE job_class = %(job_class)s AND state = 'queued'
+       AND (not_before IS NULL OR not_before <= now()) AND attempt < %(max_attempts)s
+     ORDER BY created_at
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE tool_jobs AS j
+       SET state = 'running',
+           owner_id = %(owner_id)s,
+           fencing_token = j.fencing_token + 1,
+           attempt = j.attempt + 1,
+           lease_until = now() + %(lease)s,
+           heartbeat_at = now(),
+           event_seq = j.event_seq + 1,
+           updated_at = now()
+      FROM (SELECT id FROM expired UNION ALL SELECT id FROM queued LIMIT 1) AS next
+     WHERE j.id = next.id
+    RETURNING true AS claimed, j.idempotency_key, j.payload, {event_columns("j.")}
+)
+SELECT * FROM spent UNION ALL SELECT * FROM taken
 """
 _EXTEND: Final = f"""
 UPDATE tool_jobs
@@ -205,9 +273,24 @@ RETURNING {event_columns()}
 """
 _FAIL: Final = f"""
 UPDATE tool_jobs
-   SET state = %(state)s, error = {_FAILURE}, event_seq = event_seq + 1, updated_at = now()
+   SET state = %(state)s, error = {_FAILURE}, event_seq = event_seq + 1, updated_at = now(),
+       not_before = now() + %(delay)s
  WHERE {_HELD}
 RETURNING {event_columns()}
+"""
+# An operator's stop: the job takes the next token (held by the canceller, under no lease), so
+# the running owner's writes are refused and a fenced destination refuses its fence; two events,
+# the canceller's acquisition of that token and its release, make any later effect of the
+# displaced owner stale to the detector.
+_CANCEL: Final = f"""
+UPDATE tool_jobs AS j
+   SET state = 'cancelled', owner_id = %(by)s, fencing_token = j.fencing_token + 1,
+       lease_until = NULL, not_before = NULL, event_seq = j.event_seq + 2, updated_at = now(),
+       error = jsonb_build_object('reason', 'cancelled', 'by', %(by)s::text,
+                                  'attempt', j.attempt)
+  FROM (SELECT id, state FROM tool_jobs WHERE id = %(job_id)s FOR UPDATE) AS was
+ WHERE j.id = was.id AND was.state IN ('queued', 'running')
+RETURNING was.state AS was_state, {event_columns("j.")}
 """
 
 
@@ -243,30 +326,41 @@ class LeaseStore(Closing):
         payload: Any,
         labels: Labels | None = None,
     ) -> Job:
-        """A new queued job, or the job this idempotency key already names (as it is now)."""
-        self.policy(job_class)
-        _check_text("idempotency_key", idempotency_key, MAX_KEY_CHARS)
-        body = self._json("payload", payload)
-        labels = labels or Labels()
-        params = {
-            "job_class": job_class,
-            "idempotency_key": idempotency_key,
-            "payload": body,
-            **labels.model_dump(),
-        }
+        """A new queued job, or the job this idempotency key already names (as it is now), if it
+        is the same operation: `JobKeyConflictError` if that job has another class or payload."""
+        stage = Stage(job_class, idempotency_key, payload, labels)
+        params = self._stage_params(stage)
         with self._transaction() as conn:
+            return self._enqueue(conn, params)
+
+    def _stage_params(self, stage: Stage) -> dict[str, Any]:
+        self.policy(stage.job_class)
+        _check_text("idempotency_key", stage.idempotency_key, MAX_KEY_CHARS)
+        return {
+            "job_class": stage.job_class,
+            "idempotency_key": stage.idempotency_key,
+            "payload": self._json("payload", stage.payload),
+            **(stage.labels or Labels()).model_dump(),
+        }
+
+    def _enqueue(self, conn: psycopg.Connection[DictRow], params: dict[str, Any]) -> Job:
+        row = None
+        while row is None:
             row = conn.execute(_ENQUEUE, params).fetchone()
             if row is None:
-                # The key's job committed before our insert, so this newer snapshot sees it.
-                row = conn.execute(_JOB_BY_KEY, (idempotency_key,)).fetchone()
-        assert row is not None  # jobs are never deleted
+                # The key's job committed before our insert, so this newer snapshot sees it
+                # (unless it was pruned meanwhile: then the insert is tried again).
+                row = conn.execute(_JOB_BY_KEY, params).fetchone()
         job = _job(row)
+        digest = _digest(params["payload"])
+        if not row["same"]:
+            raise JobKeyConflictError(job, params["job_class"], digest)
         log.info(
             "%s job=%s class=%s payload_sha256=%s",
             "enqueued" if row["created"] else "enqueue repeated",
             job.id,
-            job_class,
-            _digest(body),
+            job.job_class,
+            digest,
         )
         return job
 
@@ -283,11 +377,17 @@ class LeaseStore(Closing):
             "max_attempts": policy.max_attempts,
             "error": _failure(FailureReason.ATTEMPTS_EXHAUSTED, {"code": "lease_expired"}),
         }
+        # Four round trips: BEGIN, the claim, its event, COMMIT. Pipelining them into two was
+        # measured slower on a local server (psycopg's pipeline costs more than it saves there).
+        row = None
         with self._transaction() as conn:
-            for spent in conn.execute(_REAP, params).fetchall():
+            for found in conn.execute(_CLAIM, params).fetchall():
+                if found["claimed"]:
+                    row = found
+                    continue
                 append(
                     conn,
-                    spent,
+                    found,
                     "lease_released",
                     source=Source.COORDINATOR,
                     detail={
@@ -297,13 +397,12 @@ class LeaseStore(Closing):
                 )
                 log.warning(
                     "failed job=%s class=%s token=%d attempt=%d reason=%s",
-                    spent["id"],
+                    found["id"],
                     job_class,
-                    spent["fencing_token"],
-                    spent["attempt"],
+                    found["fencing_token"],
+                    found["attempt"],
                     FailureReason.ATTEMPTS_EXHAUSTED,
                 )
-            row = conn.execute(_CLAIM, params).fetchone()
             if row is None:
                 return None
             append(
@@ -341,7 +440,7 @@ class LeaseStore(Closing):
         `LeaseLost` when this owner no longer holds it (an answer, not an error to retry)."""
         policy = self.policy(lease.job_class)
         with self._transaction() as conn:
-            row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _LEASE_LOST)
+            row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _EXTEND_REFUSED)
             if row is not None:
                 append(conn, row, "heartbeat_ok", lease_until=row["lease_until"])
         if row is None:
@@ -373,7 +472,9 @@ class LeaseStore(Closing):
         if effect_key is not None:
             _check_text("effect_key", effect_key, MAX_KEY_CHARS)
         with self._transaction() as conn:
-            row = self._while_held(conn, _REQUEST, {}, lease, _LEASE_LOST)
+            row = self._while_held(
+                conn, _REQUEST, {}, lease, _REQUEST_REFUSED, {"request": request_id}
+            )
             if row is not None:
                 append(
                     conn,
@@ -401,10 +502,13 @@ class LeaseStore(Closing):
         )
         return lease
 
-    def complete(self, lease: Lease, result: Any) -> Outcome:
+    def complete(self, lease: Lease, result: Any, *, then: Stage | None = None) -> Outcome:
         """Record the result, only while the lease holds; otherwise REJECTED and the job is
-        left as it is (never shown as succeeded)."""
+        left as it is (never shown as succeeded). `then`, the next stage of a chain, is
+        enqueued in the same transaction: both happen, or neither (a key conflict of the next
+        stage raises `JobKeyConflictError` and completes nothing)."""
         body = self._json("result", result)
+        following = None if then is None else self._stage_params(then)
         with self._transaction() as conn:
             row = self._while_held(
                 conn,
@@ -416,6 +520,8 @@ class LeaseStore(Closing):
             )
             if row is not None:
                 append(conn, row, "lease_released", detail={"outcome": Outcome.SUCCEEDED})
+                if following is not None:
+                    self._enqueue(conn, following)
         return self._answer(lease, Outcome.SUCCEEDED if row else Outcome.REJECTED, body)
 
     def fail(self, lease: Lease, error: Any, *, retryable: bool) -> Outcome:
@@ -423,26 +529,79 @@ class LeaseStore(Closing):
         retryable and the class allows another attempt, else FAILED for good with the reason;
         REJECTED (nothing changed) when the lease no longer holds."""
         self._json("error", error)
+        policy = self.policy(lease.job_class)
+        delay_s = None
         if not retryable:
             outcome, reason = Outcome.FAILED, FailureReason.NOT_RETRYABLE
-        elif lease.attempt >= self.policy(lease.job_class).max_attempts:
+        elif lease.attempt >= policy.max_attempts:
             outcome, reason = Outcome.FAILED, FailureReason.ATTEMPTS_EXHAUSTED
         else:
             outcome, reason = Outcome.REQUEUED, FailureReason.RETRYING
+            delay_s = policy.retry_delay_s(lease.attempt, _jitter.random())
         record = _failure(reason, error)
         state = JobState.QUEUED if outcome is Outcome.REQUEUED else JobState.FAILED
+        params = {
+            "state": state,
+            "error": record,
+            "delay": None if delay_s is None else timedelta(seconds=delay_s),
+        }
+        detail: dict[str, Any] = {"outcome": outcome, "reason": reason}
+        if delay_s is not None:
+            detail["retry_in_s"] = round(delay_s, 3)
         with self._transaction() as conn:
             row = self._while_held(
-                conn,
-                _FAIL,
-                {"state": state, "error": record},
-                lease,
-                _RESULT_REJECTED,
-                {"attempted": "fail"},
+                conn, _FAIL, params, lease, _RESULT_REJECTED, {"attempted": "fail"}
             )
             if row is not None:
-                append(conn, row, "lease_released", detail={"outcome": outcome, "reason": reason})
+                append(conn, row, "lease_released", detail=detail)
         return self._answer(lease, outcome if row else Outcome.REJECTED, record)
+
+    def cancel(self, job_id: UUID, *, by: str = "operator") -> Job | None:
+        """An operator's stop of a queued or running job, as an ordered transition: the job
+        takes the next token, held by `by` under no lease, and ends `cancelled`. The running
+        owner's writes are refused from then on, a fenced destination refuses its fence, and
+        the events (`job_claimed` by `by`, then `lease_released` with outcome `cancelled`)
+        make any later effect of it stale to the detector. None when the job is not queued or
+        running (finished already, or unknown)."""
+        _check_text("by", by, MAX_OWNER_CHARS)
+        with self._transaction() as conn:
+            row = conn.execute(_CANCEL, {"job_id": job_id, "by": by}).fetchone()
+            if row is None:
+                return None
+            detail = {"outcome": JobState.CANCELLED, "cancelled_state": row["was_state"]}
+            taken = {**row, "event_seq": row["event_seq"] - 1}
+            append(conn, taken, "job_claimed", source=Source.COORDINATOR, detail=detail)
+            append(conn, row, "lease_released", source=Source.COORDINATOR, detail=detail)
+            job = conn.execute(_JOB_BY_ID, (job_id,)).fetchone()
+        assert job is not None
+        log.warning(
+            "cancelled job=%s token=%d was=%s by=%s",
+            job_id,
+            row["fencing_token"],
+            row["was_state"],
+            by,
+        )
+        return _job(job)
+
+    def prune(self, older_than: timedelta, *, batch: int = DEFAULT_BATCH) -> Pruned:
+        """Delete finished jobs whose events are all relayed and the relayed outbox rows, older
+        than `older_than` (`detector.leases.retention`), a batch of jobs per transaction."""
+        pruned = Pruned()
+        while True:
+            with self._transaction() as conn:
+                step = prune_jobs(conn, older_than, batch)
+            pruned += step
+            if step.jobs < batch:
+                break
+        with self._transaction() as conn:
+            pruned += prune_relayed(conn, older_than)
+        log.info(
+            "pruned jobs=%d outbox_rows=%d receipts=%d",
+            pruned.jobs,
+            pruned.outbox_rows,
+            pruned.receipts,
+        )
+        return pruned
 
     def job(self, job_id: UUID) -> Job | None:
         with self._transaction() as conn:
@@ -484,13 +643,16 @@ class LeaseStore(Closing):
         if row is None:
             job = next_seq(conn, lease.job_id)
             if job is not None:
+                why: dict[str, str] = {"reason": _lost_reason(job, lease)}
+                if refusal.kind == "heartbeat_lost":
+                    why["refused"] = refusal.refused
                 append(
                     conn,
                     job,
                     refusal.kind,
                     owner=(lease.owner_id, lease.fencing_token, lease.attempt),
                     source=refusal.source,
-                    detail=detail,
+                    detail={**why, **(detail or {})},
                     destination=refusal.destination,
                 )
         return row
@@ -533,6 +695,15 @@ class LeaseStore(Closing):
         return text
 
 
+def _lost_reason(job: DictRow, lease: Lease) -> LostReason:
+    """Why the job row refuses `lease`'s owner, as the refusing transaction sees it."""
+    if job["fencing_token"] != lease.fencing_token:
+        return LostReason.CANCELLED if job["state"] == "cancelled" else LostReason.TAKEN_OVER
+    if job["state"] != JobState.RUNNING:
+        return LostReason.FINISHED
+    return LostReason.EXPIRED
+
+
 def _check_text(field: str, value: str, limit: int) -> None:
     if not isinstance(value, str) or not 0 < len(value) <= limit:
         raise LeaseInputError(field, f"expected a string of 1 to {limit} characters")
@@ -564,4 +735,5 @@ def _job(row: DictRow) -> Job:
         labels=row_labels(row),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        not_before=row["not_before"],
     )

@@ -15,7 +15,7 @@ from detector.leases import JobClass, Lease
 
 
 def job_class(name: str = "ocr", **policy: float) -> JobClass:
-    """A job class with a one-second lease (L=1 > R x H + J = 2 x 0.2 + 0.3), so that a lapse
+    """A job class with a one-second lease (L=1 > (R+1) x H + J = 3 x 0.2 + 0.3), so that a lapse
     takes a second; `policy` overrides any of its numbers."""
     numbers: dict[str, float] = {
         "lease_s": 1.0,
@@ -25,6 +25,7 @@ def job_class(name: str = "ocr", **policy: float) -> JobClass:
         "max_attempts": 3,
         "tool_timeout_s": 5,
         "stage_time_limit_s": 60,
+        "retry_backoff_s": 0,  # a retry is claimable at once, unless a test says otherwise
     }
     return JobClass.model_validate({"name": name, **numbers, **policy})
 

@@ -161,6 +161,8 @@ def test_a_lower_fence_is_rejected_with_a_receipt_and_an_effect_rejected_event(
         "idempotency_key": "invoice:42:refund",
         "fence_held": 2,
         "fenced": True,
+        "refused_below": "entity",
+        "job_fence": 2,
         "payload_sha256": raw["detail"]["payload_sha256"],
     }
     assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:capture"]
@@ -248,7 +250,7 @@ def test_a_repeated_key_returns_the_earlier_receipt_and_makes_no_second_effect_o
     assert after[0][-1]["kind"] == "job_claimed"  # w2's claim: no event of the repeats
     # Below it, the key is a stale owner's: refused, never handed the accepted receipt.
     stale = destination.apply(effect(w2, "invoice:42:capture", fence=0), {"amount": 1})
-    assert (stale.status, stale.fence, stale.fence_held) == ("rejected", 0, 1)
+    assert (stale.status, stale.fence, stale.fence_held) == ("rejected", 0, 7)  # raised by 7
     assert calls == [1] and effects(db) == before[1]
     assert outbox(db, w1.job_id)[-1]["kind"] == "effect_rejected"
     after = (outbox(db, w1.job_id), effects(db), count(db, "fenced_receipts"))
@@ -318,6 +320,58 @@ def test_an_effect_that_fails_leaves_no_receipt_no_event_and_the_key_free(
     assert [count(db, t) for t in tables] == [0, 0, 0]
     done = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
     assert (done.status, done.fence_held, done.seq) == ("accepted", 1, 2)
+
+
+# -- the job's token, and the three orders of a displaced owner's effect ------------------------
+
+
+def test_a_displaced_owner_is_refused_before_its_successor_writes_to_the_entity(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """W1's late effect lands between the takeover and W2's first write: the entity has no
+    fence yet, the job's token refuses it; W2 then makes the effect under the same key, once."""
+    w1, w2 = takeover(store, db)
+    late = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert (late.status, late.fence, late.fence_held) == ("rejected", 1, 1)
+    raw = outbox(db, w1.job_id)[-1]
+    assert raw["kind"] == "effect_rejected"
+    assert (raw["detail"]["refused_below"], raw["detail"]["job_fence"]) == ("job", 2)
+    done = destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
+    assert (done.status, done.fence, done.fence_held) == ("accepted", 2, 2)
+    assert [(e["idempotency_key"], e["fence"]) for e in effects(db)] == [("invoice:42:capture", 2)]
+    assert findings(db, w1.job_id) == {("stale_effect_rejected", 1)}
+
+
+def test_an_effect_landed_before_the_takeover_is_repeated_to_the_successor_and_fences_it(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """W1's effect lands before the cut: W2's request under the same key is `repeated`, nothing
+    is done twice, and the repeat raises the entity's fence, so W1 cannot then commit another
+    key on the entity (under the job's token or any other job's)."""
+    store.enqueue("ocr", "invoice:42:capture", {}, Labels(tool_class="ocr"))
+    w1 = claimed(store.claim("ocr", "w1"))
+    first = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
+    assert first.status == "accepted"
+    wait_lapsed(db, w1)
+    w2 = claimed(store.claim("ocr", "w2"))
+    again = destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
+    assert (again.status, again.decision, again.fence) == ("repeated", Decision.ACCEPTED, 1)
+    assert entity_fence(db) == 2
+    other_job = store.enqueue("ocr", "invoice:42:refund", {}).id
+    for job_id in (w1.job_id, other_job):
+        stale = destination.apply(
+            EffectRequest(
+                job_id=job_id,
+                worker_id="w1",
+                fence=1,
+                idempotency_key=f"invoice:42:refund:{job_id}",
+                entity=ENTITY,
+            ),
+            {"amount": -100},
+        )
+        assert (stale.status, stale.fence_held) == ("rejected", 2)
+    assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:capture"]
+    assert {kind for kind, _ in findings(db, w1.job_id)} <= {"stale_effect_rejected"}
 
 
 # -- the unfenced mode --------------------------------------------------------------------------

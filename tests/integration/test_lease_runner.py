@@ -23,6 +23,7 @@ from psycopg.rows import DictRow
 
 from detector.leases import LeaseStore
 from detector.leases.db import connect
+from detector.leases.heartbeat import Heartbeat
 from detector.leases.runner import (
     FENCE_HEADER,
     IDEMPOTENCY_HEADER,
@@ -32,7 +33,7 @@ from detector.leases.runner import (
     ToolFailed,
 )
 from detector.testing.proxy import TcpProxy
-from tests.integration.leases import job_class
+from tests.integration.leases import claimed, job_class
 
 OCR = job_class("ocr", tool_timeout_s=1.5, stage_time_limit_s=30)
 CLASSES = (OCR,)
@@ -260,3 +261,67 @@ def test_a_store_that_stops_answering_makes_ownership_uncertain_and_stops_new_re
     assert calls == [1]
     assert any(f"ownership uncertain job={job.id} token=1" in r.message for r in caplog.records)
     assert [k for k, _ in kinds(db)] == ["job_claimed", "tool_request_started"]
+
+
+def test_the_local_lease_count_starts_when_the_claim_was_sent_and_a_late_extension_is_named(
+    postgres_dsn: str, store: LeaseStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim sent L - J ago (its answer held up on the way back) is no longer presumed held,
+    however recently it returned; its heartbeat, already overdue, extends at once and says it
+    extends late (less than a period and the reserve left); the extension's lease is counted
+    from when it was sent, and is presumed held again."""
+    store.enqueue("ocr", "doc:1:ocr", {})
+    sent = time.monotonic()
+    lease = claimed(store.claim("ocr", "w1"))
+    caplog.set_level(logging.WARNING, logger="detector.leases.heartbeat")
+    with LeaseStore(postgres_dsn, CLASSES) as beat_store:
+        fresh = Heartbeat(beat_store, lease, OCR, on_lost=lambda: None, on_uncertain=print)
+        assert fresh.presumed_held()  # counted from now: what the claim's return would give
+        beat = Heartbeat(
+            beat_store,
+            lease,
+            OCR,
+            on_lost=lambda: None,
+            on_uncertain=print,
+            claim_sent=sent - (OCR.lease_s - OCR.reserve_s),
+        )
+        assert not beat.presumed_held()
+        beat.start()
+        wait_until(lambda: beat.lease.lease_until > lease.lease_until, "the first extension")
+        beat.finish()
+        beat.join()
+    assert beat.presumed_held() and not beat.lost
+    assert any(r.message.startswith("extend late") for r in caplog.records)
+
+
+def test_ownership_uncertain_is_recorded_when_a_failure_cannot_be_written(
+    postgres_dsn: str,
+    store: LeaseStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The tool's own error comes back while the database is cut off: the failure cannot be
+    recorded, and ownership uncertain is recorded on that path too; the call's duration and
+    outcome are logged."""
+    job = store.enqueue("ocr", "doc:13:ocr", {"doc": 13})
+    params = conninfo_to_dict(postgres_dsn)
+    with TcpProxy(str(params.get("host", "127.0.0.1")), int(str(params["port"]))) as proxy:
+        cut_dsn = make_conninfo(postgres_dsn, port=str(proxy.port), connect_timeout="2")
+        runner = Runner(cut_dsn, CLASSES, "w1")
+
+        async def failing(call: ToolCall) -> str:
+            proxy.cut()
+            raise ToolFailed("http_503", retryable=True)
+
+        with caplog.at_level(logging.INFO, logger="detector.leases"):
+            try:
+                execution = asyncio.run(runner.run_one("ocr", failing))
+            finally:
+                runner.close()
+    assert execution is not None and execution.status is Status.OWNERSHIP_UNCERTAIN
+    messages = [r.message for r in caplog.records]
+    assert any(f"ownership uncertain job={job.id} token=1" in m for m in messages)
+    assert any(
+        m.startswith(f"tool call job={job.id} token=1 try=1 class=None outcome=failed:http_503")
+        and "duration_s=" in m
+        for m in messages
+    )

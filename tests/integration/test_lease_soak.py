@@ -20,7 +20,7 @@ from detector.cli.audit import audit_lines
 from detector.leases import LeaseStore
 from tests.integration.leases import job_class
 
-# Slack L - R x H = 2 s; stalls last at most 1 s, and a worker's heartbeat may have been due
+# Slack L - (R+1) x H = 1.5 s; stalls last at most 1 s, and a worker's heartbeat may have been due
 # just before one starts (H + stall < L - J).
 SOAK = job_class("soak", lease_s=3.0, heartbeat_s=0.5, reserve_s=1.0)
 WORKERS = 6

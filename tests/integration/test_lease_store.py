@@ -7,23 +7,29 @@ long, so a lapse is a short sleep, measured on the database's clock as the store
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from uuid import UUID
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
+from detector.cli.audit import audit_lines
+from detector.cli.leases import DEFAULT_JOB_RETENTION_H
 from detector.cli.main import main
 from detector.contracts.events import Kind, Source, parse_event_obj
 from detector.errors import ExitCode
 from detector.leases import (
     FailureReason,
+    JobKeyConflictError,
     JobState,
     Labels,
     Lease,
@@ -31,10 +37,13 @@ from detector.leases import (
     LeaseLost,
     LeaseStore,
     Outcome,
+    Pruned,
+    Stage,
     StoreUnavailableError,
     migrate,
 )
 from detector.leases.db import connect
+from detector.leases.retention import DEFAULT_JOB_RETENTION
 from detector.testing.kafka import free_port
 from detector.testing.postgres import LocalPostgres
 from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
@@ -140,6 +149,35 @@ def test_an_expired_lease_refuses_its_owner_even_before_anyone_takes_over(
     assert isinstance(store.extend(lease), LeaseLost)
     job = store.job(lease.job_id)
     assert job is not None and job.state is JobState.RUNNING and job.result is None
+
+
+def test_an_extension_that_reaches_the_row_after_its_lease_ran_out_is_refused(
+    postgres_dsn: str, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """The extension's transaction begins while the lease holds, and its UPDATE waits for the
+    row's lock until the lease has run out: the check is the database's time when the row is
+    checked (`clock_timestamp()`), not its transaction's start (`now()`), so it is refused."""
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    answers: list[Lease | LeaseLost] = []
+    with connect(postgres_dsn) as blocker:
+        with blocker.transaction():
+            blocker.execute(
+                "UPDATE tool_jobs SET updated_at = updated_at WHERE id = %s", (lease.job_id,)
+            )
+            extend = threading.Thread(target=lambda: answers.append(store.extend(lease)))
+            extend.start()
+            deadline = time.monotonic() + 10
+            while not db.execute(
+                "SELECT count(*) > 0 AS waiting FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()["waiting"]:  # type: ignore[index]
+                assert time.monotonic() < deadline, "the extension never waited for the lock"
+                time.sleep(0.01)
+            wait_lapsed(db, lease)
+        extend.join(10)
+    assert len(answers) == 1 and isinstance(answers[0], LeaseLost)
+    assert outbox(db, lease.job_id)[-1]["kind"] == "heartbeat_lost"
 
 
 def test_a_failed_attempt_is_retried_until_the_class_allows_no_more(store: LeaseStore) -> None:
@@ -301,14 +339,178 @@ def test_bad_input_is_refused_naming_the_field(postgres_dsn: str, store: LeaseSt
         assert job is not None and job.state is JobState.RUNNING
 
 
-def test_a_repeated_idempotency_key_returns_the_existing_job(
+def test_a_repeated_idempotency_key_returns_the_existing_job_if_it_is_the_same_operation(
     store: LeaseStore, db: psycopg.Connection[DictRow]
 ) -> None:
-    first = store.enqueue("ocr", "invoice:7:ocr", {"page": 1}, LABELS)
-    again = store.enqueue("ocr", "invoice:7:ocr", {"page": 2})
+    first = store.enqueue("ocr", "invoice:7:ocr", {"page": 1, "lang": "en"}, LABELS)
+    again = store.enqueue("ocr", "invoice:7:ocr", {"lang": "en", "page": 1})  # the same JSON
     assert again == first
+    # Another payload or another class under the key is another operation: an error, not a
+    # silent return of the other job.
+    with pytest.raises(JobKeyConflictError, match="idempotency_key: already names job") as e:
+        store.enqueue("ocr", "invoice:7:ocr", {"page": 2})
+    assert e.value.existing == first
+    with pytest.raises(JobKeyConflictError, match="class 'once'"):
+        store.enqueue("once", "invoice:7:ocr", {"page": 1, "lang": "en"})
     row = db.execute("SELECT count(*) AS n FROM tool_jobs").fetchone()
     assert row is not None and row["n"] == 1
+
+
+# -- retries, cancel, retention, stages ---------------------------------------------------------
+
+
+def test_a_retry_waits_its_backoff_with_jitter_before_it_can_be_claimed(
+    postgres_dsn: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """A provider outage must not burn every attempt in milliseconds: a requeued job is not
+    claimable before its `not_before`, which grows with the attempt, capped, and jittered."""
+    slow = job_class("slow", retry_backoff_s=60, retry_backoff_max_s=100, max_attempts=5)
+    with LeaseStore(postgres_dsn, [slow]) as s:
+        job = s.enqueue("slow", "doc:1:ocr", {})
+        lease = claimed(s.claim("slow", "w1"))
+        assert s.fail(lease, {"code": "http_503"}, retryable=True) is Outcome.REQUEUED
+        assert s.claim("slow", "w2") is None  # queued, but not before its backoff
+        waiting = s.job(job.id)
+        assert waiting is not None and waiting.state is JobState.QUEUED
+        assert waiting.not_before is not None
+        wait_s = (waiting.not_before - waiting.updated_at).total_seconds()
+        assert 30 <= wait_s <= 60  # half of 60 fixed, half drawn
+        released = outbox(db, job.id)[-1]
+        assert released["detail"]["retry_in_s"] == pytest.approx(wait_s, abs=0.01)
+        # Its backoff over (moved here, rather than waited for), it is claimed again.
+        db.execute("UPDATE tool_jobs SET not_before = now() WHERE id = %s", (job.id,))
+        again = claimed(s.claim("slow", "w2"))
+        assert again.attempt == 2
+    # The waits: doubling from the base, capped at the maximum, each between half and all.
+    assert [slow.retry_delay_s(a, 0.0) for a in (1, 2, 3)] == [30, 50, 50]
+    assert [slow.retry_delay_s(a, 1.0) for a in (1, 2, 3)] == [60, 100, 100]
+
+
+def test_cancel_fences_the_running_owner_and_orders_its_later_effects_after_it(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {}, LABELS)
+    lease = claimed(store.claim("ocr", "w1"))
+    done = store.cancel(lease.job_id, by="ops-oncall")
+    assert done is not None and done.state is JobState.CANCELLED
+    assert (done.fencing_token, done.owner_id, done.lease_until) == (2, "ops-oncall", None)
+    assert store.cancel(lease.job_id) is None  # finished: nothing to cancel
+    # The running owner is told it lost, why, and cannot write its result.
+    assert isinstance(store.extend(lease), LeaseLost)
+    assert store.complete(lease, {"text": "late"}) is Outcome.REJECTED
+    assert store.claim("ocr", "w2") is None
+    events = outbox(db, lease.job_id)
+    assert [(e["kind"], e["fencing_token"], e["source"]) for e in events] == [
+        ("job_claimed", 1, "coordinator"),
+        ("job_claimed", 2, "coordinator"),
+        ("lease_released", 2, "coordinator"),
+        ("heartbeat_lost", 1, "worker"),
+        ("result_rejected", 1, "destination"),
+    ]
+    assert events[1]["detail"]["outcome"] == "cancelled"
+    assert events[1]["detail"]["cancelled_state"] == "running"
+    assert (events[3]["detail"]["reason"], events[3]["detail"]["refused"]) == (
+        "cancelled",
+        "extend",
+    )
+    # The detector sees the displaced owner's refused result after the cancel: fenced.
+    result = audit_lines(json.dumps(e).encode() for e in events)
+    displaced = [f.displaced for f in result.findings.values()]
+    assert [d.owner_epoch if d else None for d in displaced] == [1]
+
+
+def test_heartbeat_lost_says_why_and_a_refused_request_start_is_its_own_event(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    wait_lapsed(db, w1)
+    assert isinstance(store.request_started(w1, request_id="req-1"), LeaseLost)
+    assert isinstance(store.extend(w1), LeaseLost)
+    w2 = claimed(store.claim("ocr", "w2"))
+    assert isinstance(store.extend(w1), LeaseLost)
+    assert store.complete(w2, {}) is Outcome.SUCCEEDED
+    assert isinstance(store.extend(w2), LeaseLost)
+    lost = [
+        (
+            e["fencing_token"],
+            e["detail"]["refused"],
+            e["detail"]["reason"],
+            e["detail"].get("request"),
+        )
+        for e in outbox(db, w1.job_id)
+        if e["kind"] == "heartbeat_lost"
+    ]
+    assert lost == [
+        (1, "request_start", "expired", "req-1"),
+        (1, "extend", "expired", None),
+        (1, "extend", "taken_over", None),
+        (2, "extend", "finished", None),
+    ]
+
+
+def test_prune_deletes_finished_relayed_jobs_older_than_the_horizon_and_nothing_else(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    old_done = store.enqueue("ocr", "doc:1:ocr", {}).id
+    store.complete(claimed(store.claim("ocr", "w1")), {})
+    old_unrelayed = store.enqueue("ocr", "doc:2:ocr", {}).id
+    store.complete(claimed(store.claim("ocr", "w1")), {})
+    old_running = store.enqueue("ocr", "doc:3:ocr", {}).id
+    claimed(store.claim("ocr", "w1"))
+    new_done = store.enqueue("ocr", "doc:4:ocr", {}).id
+    store.complete(claimed(store.claim("ocr", "w1")), {})
+    db.execute(
+        "UPDATE tool_job_outbox SET relayed_at = now() - interval '2 days' WHERE job_id <> %s",
+        (old_unrelayed,),
+    )
+    db.execute("UPDATE tool_job_outbox SET relayed_at = now() WHERE job_id = %s", (new_done,))
+    db.execute(
+        "UPDATE tool_jobs SET updated_at = now() - interval '2 days' WHERE id <> %s", (new_done,)
+    )
+    pruned = store.prune(timedelta(days=1))
+    left = {r["id"] for r in db.execute("SELECT id FROM tool_jobs").fetchall()}
+    assert left == {old_unrelayed, old_running, new_done}
+    assert pruned.jobs == 1
+    # The relayed rows that old went too (the running job's claim), not the newer ones.
+    rows = db.execute(
+        "SELECT job_id, relayed_at IS NULL AS pending FROM tool_job_outbox"
+    ).fetchall()
+    assert {r["job_id"] for r in rows} == {old_unrelayed, new_done}
+    assert pruned.outbox_rows == 2 + 1
+    assert store.prune(timedelta(days=1)) == Pruned(0, 0, 0)
+    # A pruned job's key is free again: the retention is the idempotency window.
+    assert store.enqueue("ocr", "doc:1:ocr", {"again": True}).id != old_done
+
+
+def test_a_stage_completes_and_enqueues_the_next_in_one_transaction(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    store.enqueue("ocr", "report:9:extract", {"page": 1})
+    stage1 = claimed(store.claim("ocr", "w1"))
+    taken = store.enqueue("ocr", "report:9:render", {"other": True})
+    # The next stage's key names another operation: the completion is refused as a whole.
+    with pytest.raises(JobKeyConflictError):
+        store.complete(stage1, {"rows": 3}, then=Stage("ocr", "report:9:render", {"rows": 3}))
+    still = store.job(stage1.job_id)
+    assert still is not None and still.state is JobState.RUNNING
+    db.execute("DELETE FROM tool_jobs WHERE id = %s", (taken.id,))
+    outcome = store.complete(
+        stage1, {"rows": 3}, then=Stage("once", "report:9:render", {"rows": 3}, LABELS)
+    )
+    assert outcome is Outcome.SUCCEEDED
+    stage2 = claimed(store.claim("once", "w2"))
+    assert (stage2.idempotency_key, stage2.payload, stage2.labels) == (
+        "report:9:render",
+        {"rows": 3},
+        LABELS,
+    )
+    # A stage whose lease is gone enqueues nothing.
+    wait_lapsed(db, stage2)
+    assert store.complete(stage2, {}, then=Stage("ocr", "report:9:mail", {})) is Outcome.REJECTED
+    assert db.execute(
+        "SELECT count(*) AS n FROM tool_jobs WHERE idempotency_key = 'report:9:mail'"
+    ).fetchone() == {"n": 0}
 
 
 # -- migrations and the command ---------------------------------------------------------------
@@ -319,8 +521,8 @@ def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
-        assert [m.version for m in first.applied] == [1, 2, 3, 4]
-        assert (second.applied, second.version) == ((), 4)
+        assert [m.version for m in first.applied] == [1, 2, 3, 4, 5]
+        assert (second.applied, second.version) == ((), 5)
         assert conn.execute("SELECT * FROM splitbrain_migrations").fetchall() == recorded
 
 
@@ -343,13 +545,14 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: s
         "applied migration 1: tool_jobs and tool_job_outbox",
         "applied migration 2: fenced destination",
         "applied migration 3: indexes for relay pruning and claim reaping",
-        "applied migration 4: langgraph threads: epochs, seq and first children",
-        "schema at version 4",
+        "applied migration 4: retry backoff, cancel and retention",
+        "applied migration 5: langgraph threads: epochs, seq and first children",
+        "schema at version 5",
     ]
     second = migrate_cli("--dsn", postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
-        "schema at version 4: already current, nothing changed\n",
+        "schema at version 5: already current, nothing changed\n",
     )
 
     bad = migrate_cli("--dsn", "not a dsn")
@@ -398,7 +601,7 @@ def test_the_migrate_command_reads_its_variable(
 ) -> None:
     monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
     assert main(["leases", "migrate"]) == 0
-    assert capsys.readouterr().out.endswith("schema at version 4\n")
+    assert capsys.readouterr().out.endswith("schema at version 5\n")
 
 
 # -- a restart mid-run ------------------------------------------------------------------------
@@ -475,3 +678,69 @@ def test_a_database_restart_mid_run_loses_no_job_and_no_outbox_row(
         assert sorted(seqs.get(job_id, [])) == list(range(1, job["event_seq"] + 1))
     for event in events.values():
         parse_event_obj(event)
+
+
+@pytest.mark.parametrize(
+    ("options", "statement_timeout", "search_path"),
+    [
+        ("-c search_path=public", "10s", "public"),
+        ("-c statement_timeout=5000 -csearch_path=public", "5s", "public"),
+        ("--statement-timeout=3000", "3s", '"$user", public'),
+    ],
+)
+def test_a_dsn_with_its_own_options_keeps_the_server_side_timeouts(
+    postgres_dsn: str, options: str, statement_timeout: str, search_path: str
+) -> None:
+    """A DSN's `options` used to replace the store's, silently dropping the statement and idle
+    timeouts: they are merged, and a timeout the DSN sets itself wins."""
+    dsn = make_conninfo(postgres_dsn, options=options)
+    with connect(dsn) as conn:
+        shown = {
+            name: conn.execute(f"SHOW {name}").fetchone()[name]  # type: ignore[index]
+            for name in ("statement_timeout", "idle_in_transaction_session_timeout", "search_path")
+        }
+    assert shown == {
+        "statement_timeout": statement_timeout,
+        "idle_in_transaction_session_timeout": "1min",
+        "search_path": search_path,
+    }
+
+
+def test_the_cancel_and_prune_commands(
+    postgres_dsn: str,
+    store: LeaseStore,
+    db: psycopg.Connection[DictRow],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    leases = ["leases", "cancel", "--dsn", postgres_dsn]
+    assert main([*leases, str(lease.job_id), "--by", "ops"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert out.startswith(f"cancelled job {lease.job_id} (token now 2, held by ops)")
+    assert isinstance(store.extend(lease), LeaseLost)
+    assert main([*leases, str(lease.job_id)]) == ExitCode.FAILED
+    assert capsys.readouterr().err == (
+        f"splitbrain leases cancel: {lease.job_id} not cancelled: it is cancelled\n"
+    )
+    with pytest.raises(SystemExit) as bad:
+        main([*leases, "not-a-uuid"])
+    assert bad.value.code == ExitCode.UNUSABLE
+    assert "expected a job id (a UUID), got 'not-a-uuid'" in capsys.readouterr().err
+
+    db.execute("UPDATE tool_job_outbox SET relayed_at = now() - interval '3 hours'")
+    db.execute("UPDATE tool_jobs SET updated_at = now() - interval '3 hours'")
+    prune = ["leases", "prune", "--dsn", postgres_dsn, "--older-than"]
+    assert main([*prune, "4"]) == ExitCode.OK
+    assert capsys.readouterr().out == (
+        "pruned 0 finished jobs, 0 outbox rows and 0 destination receipts older than 4h\n"
+    )
+    assert main([*prune, "2"]) == ExitCode.OK
+    assert capsys.readouterr().out == (
+        "pruned 1 finished job, 4 outbox rows and 0 destination receipts older than 2h\n"
+    )
+    assert store.job(lease.job_id) is None
+
+
+def test_the_relay_s_default_job_retention_is_the_library_s() -> None:
+    assert DEFAULT_JOB_RETENTION.total_seconds() == DEFAULT_JOB_RETENTION_H * 3600

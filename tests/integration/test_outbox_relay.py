@@ -103,7 +103,7 @@ def test_relayed_rows_are_pruned_after_the_retention(
     )
     try:
         assert relay.step().published == 4
-        assert relay.step().pruned == 4
+        assert relay.step().pruned.outbox_rows == 4
     finally:
         relay.close()
     assert outbox_rows(postgres_dsn) == []

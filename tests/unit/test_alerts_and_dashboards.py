@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from detector.contracts.findings import Severity, Status
 from detector.core import Counters, FindingStats, FindingUpdate, LeaseHealth
+from detector.leases.gauges import LeaseGauges
 from detector.paging.delivery import Outcome
 from detector.paging.metrics import PageMetrics
 from detector.paging.record import SinkName
@@ -45,6 +46,7 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$job": "splitbrain",
     "$page_job": "splitbrain-page",
+    "$relay_job": "splitbrain-relay",
 }
 
 
@@ -195,6 +197,24 @@ def bridge_samples() -> dict[str, set[str]]:
     return samples
 
 
+@functools.cache
+def relay_samples() -> dict[str, set[str]]:
+    """The same for the lease store's relay (`splitbrain leases relay --metrics-port`), which
+    `SplitbrainRelayStalled` reads: its gauges with a label value each."""
+    gauges = LeaseGauges(CollectorRegistry())
+    gauges.stepped(1)
+    gauges.jobs.labels("ocr", "queued").set(1)
+    gauges.expired.labels("ocr").set(0)
+    gauges.heartbeat_age.labels("ocr", "1").set(1)
+    gauges.lease_left.labels("ocr", "0").set(1)
+    samples: dict[str, set[str]] = {}
+    for family in gauges.registry.collect():
+        assert family.samples, f"{family.name}: not driven by this test, add it above"
+        for sample in family.samples:
+            samples.setdefault(sample.name, set()).update(sample.labels)
+    return samples
+
+
 IDENT = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 STRING = r'"(?:[^"\\]|\\.)*"'
 GROUPING = re.compile(
@@ -285,8 +305,10 @@ def test_the_reference_parser_finds_selectors_and_grouping() -> None:
 
 @pytest.mark.parametrize(("where", "expr"), all_expressions())
 def test_every_metric_and_label_is_exported_by_a_worker(where: str, expr: str) -> None:
-    """Or by the pager bridge, for the dashboard's Pager bridge row."""
+    """Or by the pager bridge, for the dashboard's Pager bridge row, or by the lease store's
+    relay."""
     exported = exported_samples() | (bridge_samples() if "splitbrain_page_" in expr else {})
+    exported |= relay_samples() if "splitbrain_lease_store_" in expr else {}
     selectors, grouping = references(expr)
     assert selectors, f"{where}: no metric found in {expr!r}"
     for name, _ in selectors:
@@ -312,11 +334,14 @@ def test_the_dashboard_shows_every_metric_a_worker_exports() -> None:
 
 
 def test_pager_panels_read_the_bridges_job_and_the_others_the_workers() -> None:
+    """And the lease store relay's panels its job."""
     for panel in panels():
         for target in panel.get("targets", []):
             page = "splitbrain_page_" in target["expr"]
+            relay = "splitbrain_lease_store_" in target["expr"]
             assert ('job=~"$page_job"' in target["expr"]) == page, panel["title"]
-            assert ('job=~"$job"' in target["expr"]) != page, panel["title"]
+            assert ('job=~"$relay_job"' in target["expr"]) == relay, panel["title"]
+            assert ('job=~"$job"' in target["expr"]) != (page or relay), panel["title"]
 
 
 def test_known_label_values_are_exported_before_their_first_increment() -> None:

@@ -1,5 +1,5 @@
-"""A job class's lease policy (issue 10; DESIGN §4, lease health): L > R x H + J, checked when
-the class is defined, and no way for a caller to choose its own lease."""
+"""A job class's lease policy (issues 10 and 23; DESIGN §4, lease health): L > (R+1) x H + J,
+checked when the class is defined, and no way for a caller to choose its own lease."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from detector.leases import JobClass, Labels
 
 POLICY: dict[str, Any] = {
     "name": "web_search",
-    "lease_s": 30,
+    "lease_s": 40,
     "heartbeat_s": 5,
     "missed_heartbeats": 3,
     "reserve_s": 10,
@@ -24,10 +24,10 @@ POLICY: dict[str, Any] = {
 
 def test_a_lease_that_outlasts_its_missed_heartbeats_is_accepted() -> None:
     web = JobClass(**POLICY)
-    assert web.lease.total_seconds() == 30
+    assert web.lease.total_seconds() == 40
 
 
-@pytest.mark.parametrize("lease_s", [25, 24.5, 1])
+@pytest.mark.parametrize("lease_s", [30, 29.5, 25, 1])
 def test_a_lease_no_longer_than_its_missed_heartbeats_is_refused_with_the_numbers(
     lease_s: float,
 ) -> None:
@@ -35,14 +35,47 @@ def test_a_lease_no_longer_than_its_missed_heartbeats_is_refused_with_the_number
         JobClass(**{**POLICY, "lease_s": lease_s})
     assert (
         f"job class 'web_search': lease_s={lease_s:g} must be more than "
-        "missed_heartbeats x heartbeat_s + reserve_s = 3 x 5 + 10 = 25 (L > R x H + J)"
+        "(missed_heartbeats + 1) x heartbeat_s + reserve_s = 4 x 5 + 10 = 30"
+        " (L > (R+1) x H + J): after 3 missed heartbeats the next one is sent 4 x 5s after the"
+        " last that succeeded"
     ) in str(refused.value)
+
+
+def test_the_issue_s_example_that_one_miss_loses_is_refused() -> None:
+    """L=36, H=30, R=1, J=5: the heartbeat after one miss is sent 60 s after the last success,
+    when a 36 s lease is long gone."""
+    with pytest.raises(ValidationError, match=r"2 x 30 \+ 5 = 65"):
+        JobClass(
+            **{**POLICY, "lease_s": 36, "heartbeat_s": 30, "missed_heartbeats": 1, "reserve_s": 5}
+        )
+
+
+@pytest.mark.parametrize(
+    ("lease_s", "heartbeat_s", "missed", "reserve_s"),
+    [(40, 5, 3, 10), (2.6, 0.5, 2, 1), (66, 30, 1, 5), (1, 0.2, 2, 0.3), (12, 2, 3, 2)],
+)
+def test_every_accepted_class_extends_early(
+    lease_s: float, heartbeat_s: float, missed: int, reserve_s: float
+) -> None:
+    """The practice's "extend early": the first heartbeat after a success is sent with at least
+    one full period and the reserve left; and the (R+1)-th with the reserve left."""
+    c = JobClass(
+        **{
+            **POLICY,
+            "lease_s": lease_s,
+            "heartbeat_s": heartbeat_s,
+            "missed_heartbeats": missed,
+            "reserve_s": reserve_s,
+        }
+    )
+    assert c.lease_s - c.heartbeat_s > c.heartbeat_s + c.reserve_s
+    assert c.lease_s - (c.missed_heartbeats + 1) * c.heartbeat_s > c.reserve_s
 
 
 def test_the_rule_is_strict_where_floating_point_rounds() -> None:
     """3 x 0.1 + 0.2 is 0.5000000000000001 in floating point: a lease of 0.5 is refused (it is
     not more than the floor), and the message shows the floor as written."""
-    tight = {**POLICY, "heartbeat_s": 0.1, "reserve_s": 0.2}
+    tight = {**POLICY, "heartbeat_s": 0.1, "missed_heartbeats": 2, "reserve_s": 0.2}
     with pytest.raises(ValidationError, match=r"3 x 0.1 \+ 0.2 = 0.5 "):
         JobClass(**{**tight, "lease_s": 0.5})
     assert JobClass(**{**tight, "lease_s": 0.51}).lease_s == 0.51

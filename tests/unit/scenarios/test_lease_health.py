@@ -8,9 +8,10 @@ from ..histories import EventFields, W, acq, ev, run
 
 
 @pytest.mark.parametrize(
-    ("lease", "hb", "warned"), [(60, 30, True), (65, 30, True), (65.5, 30, False), (90, 30, False)]
+    ("lease", "hb", "warned"),
+    [(65, 30, True), (90, 30, True), (95, 30, True), (95.5, 30, False), (120, 30, False)],
 )
-def test_lease_policy_warning_when_lease_not_longer_than_two_heartbeats_plus_jitter(
+def test_lease_policy_warning_when_lease_not_longer_than_three_heartbeats_plus_jitter(
     lease: float, hb: float, warned: bool
 ) -> None:
     r = run(
@@ -35,7 +36,7 @@ def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class() -> None:
     export = {"tool_class": "export"}
     r = run(
         [
-            acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=30, attrs=export),
+            acq("a", 1, "w", 1, t=0, lease_duration_s=90, heartbeat_interval_s=25, attrs=export),
             ev("h1", "heartbeat", W, 1, "w", seq=2, t=30),
             ev("h2", "heartbeat", W, 1, "w", seq=3, t=60),
             ev("h3", "heartbeat", W, 1, "w", seq=4, t=140),  # gap 80 s: 5 s jitter short of 90
@@ -54,7 +55,7 @@ def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class() -> None:
 def test_displaced_heartbeats_do_not_count_as_gaps_of_the_current_owner() -> None:
     lease: EventFields = {
         "lease_duration_s": 90,
-        "heartbeat_interval_s": 30,
+        "heartbeat_interval_s": 25,  # 90 > (2+1) x 25 + 5: no policy warning
         "attrs": {"tool_class": "x"},
     }
     r = run(

@@ -1,0 +1,254 @@
+"""`splitbrain probe URL`: does this destination enforce the fence? The practice's advice
+("check whether the destination enforces the fence") as a command.
+
+It speaks the project's fenced-effect protocol (`POST /effects/<entity>` with `X-Execution-Fence`,
+`Idempotency-Key`, `X-Execution-Job`, `X-Execution-Worker`; 200 accepted or repeated, 409
+rejected: `detector.leases.http_destination`) and sends four requests, on one entity of its own:
+
+1. a write under fence n with a fresh key: the current owner's, which must be accepted;
+2. the same key again under n: one effect per key, answered `repeated`;
+3. a fresh key under n - 1 after n was seen: a displaced owner's new effect, which must be refused;
+4. the first key again under n - 1: a displaced owner retrying its successor's key, which must be
+   refused too, not handed the successor's receipt (it would read as its own success).
+
+Every key and the entity start with `--key-prefix` and a run id: it writes nowhere else, and
+says so before it writes. Exit 0: every guarantee holds; 1: one does not; 2: it cannot run
+(unreachable, the first write refused or answered with an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
+
+from detector.errors import ExitCode
+from detector.report import printable
+
+PROBE_SCHEMA: Final = "splitbrain.probe/v1"
+_TIMEOUT_S: Final = 10.0
+_FENCE: Final = "X-Execution-Fence"
+_KEY: Final = "Idempotency-Key"
+_JOB: Final = "X-Execution-Job"
+_WORKER: Final = "X-Execution-Worker"
+
+
+class _CannotRun(Exception):  # noqa: N818 - exit 2, with the reason
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def summary(self) -> str:
+        said = self.body.get("status") or self.body.get("error") or "-"
+        return f"{self.status} {said}"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    guarantee: str
+    request: str
+    expected: str
+    answer: Answer
+    holds: bool
+
+
+class _Client:
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _CannotRun(f"{url!r}: expected http://HOST[:PORT][/PATH]")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._base = parts.path.rstrip("/")
+
+    def post(self, entity: str, headers: dict[str, str]) -> Answer:
+        make = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = make(self._host, self._port, timeout=_TIMEOUT_S)
+        path = f"{self._base}/effects/{quote(entity, safe='')}"
+        body = json.dumps({"probe": True}).encode()
+        try:
+            conn.request(
+                "POST",
+                path,
+                body,
+                {**headers, "Content-Type": "application/json"},
+            )
+            response = conn.getresponse()
+            raw = response.read()
+        except OSError as exc:
+            raise _CannotRun(f"no answer from {self._host}: {exc}") from None
+        finally:
+            conn.close()
+        try:
+            parsed = json.loads(raw) if raw else {}
+        except ValueError:
+            parsed = {}
+        return Answer(response.status, parsed if isinstance(parsed, dict) else {})
+
+
+def probe(url: str, *, job: str, worker: str, fence: int, prefix: str) -> list[Check]:
+    """The four requests and what each answer says; `_CannotRun` when the first is not
+    accepted (nothing else can be judged then)."""
+    client = _Client(url)
+    run = uuid.uuid4().hex[:12]
+    entity = f"{prefix}{run}"
+    first, fresh = f"{prefix}{run}:a", f"{prefix}{run}:b"
+
+    def send(key: str, at: int) -> Answer:
+        headers = {_FENCE: str(at), _KEY: key, _JOB: job, _WORKER: worker}
+        return client.post(entity, headers)
+
+    accepted = send(first, fence)
+    if accepted.status == 404 and accepted.body.get("field") == _JOB:
+        raise _CannotRun(
+            f"the destination does not know job {job}: pass --job with one it knows "
+            "(`splitbrain leases destination` prints one)"
+        )
+    if accepted.status != 200 or accepted.body.get("status") != "accepted":
+        raise _CannotRun(f"the first write, under fence {fence}, was not accepted: {accepted}")
+    again = send(first, fence)
+    stale = send(fresh, fence - 1)
+    stale_repeat = send(first, fence - 1)
+    return [
+        Check("accepts the current fence", f"key a, fence {fence}", "200 accepted", accepted, True),
+        Check(
+            "one effect per idempotency key",
+            f"key a again, fence {fence}",
+            "200 repeated",
+            again,
+            again.status == 200 and again.body.get("repeated") is True,
+        ),
+        Check(
+            "refuses a lower fence",
+            f"key b, fence {fence - 1}",
+            "409 rejected",
+            stale,
+            stale.status == 409,
+        ),
+        Check(
+            "refuses a lower fence under a key already used",
+            f"key a, fence {fence - 1}",
+            "409 rejected",
+            stale_repeat,
+            stale_repeat.status == 409,
+        ),
+    ]
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    prefix: str = args.key_prefix
+    print(
+        f"probe: writing 4 requests to {printable(args.url)}/effects/ on one entity, every key "
+        f"and the entity under the prefix {printable(prefix)!r} (nothing else is written)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        checks = probe(args.url, job=args.job, worker=args.worker, fence=args.fence, prefix=prefix)
+    except _CannotRun as exc:
+        print(f"splitbrain probe: {printable(str(exc))}", file=sys.stderr)
+        return ExitCode.UNUSABLE
+    holds = all(c.holds for c in checks)
+    if args.format == "json":
+        document = {
+            "schema": PROBE_SCHEMA,
+            "url": args.url,
+            "key_prefix": prefix,
+            "fenced": holds,
+            "checks": [
+                {
+                    "guarantee": c.guarantee,
+                    "request": c.request,
+                    "expected": c.expected,
+                    "status": c.answer.status,
+                    "answer": c.answer.body.get("status") or c.answer.body.get("error"),
+                    "holds": c.holds,
+                }
+                for c in checks
+            ],
+        }
+        print(json.dumps(document, separators=(",", ":")))
+    else:
+        rows = [("GUARANTEE", "REQUEST", "EXPECTED", "ANSWER", "HOLDS")] + [
+            (
+                c.guarantee,
+                c.request,
+                c.expected,
+                printable(c.answer.summary),
+                "yes" if c.holds else "NO",
+            )
+            for c in checks
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for row in rows:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        print(
+            "the destination enforces the fence"
+            if holds
+            else "the destination does NOT enforce the fence: a displaced owner's effect can land"
+        )
+    return ExitCode.OK if holds else ExitCode.FAILED
+
+
+def _fence(text: str) -> int:
+    if not text.isdigit() or int(text) < 1 or int(text) > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text!r}")
+    return int(text)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="check whether a destination enforces the fence (the fenced-effect protocol)",
+        description="Send a destination that speaks the fenced-effect protocol (POST "
+        "/effects/<entity>, X-Execution-Fence, Idempotency-Key) a write under fence N, the same "
+        "key again, a fresh key under N-1, and the first key under N-1, and report which "
+        "guarantees it keeps. Writes only under --key-prefix, and says so first. Exit 0: every "
+        "guarantee holds; 1: one does not; 2: it cannot run (unreachable, the first write "
+        "refused).",
+    )
+    p.add_argument("url", metavar="URL", help="the destination's base URL (http://HOST:PORT)")
+    p.add_argument(
+        "--job",
+        default=str(uuid.UUID(int=0)),
+        metavar="JOB",
+        help="the job id sent as X-Execution-Job (the example destination needs one it knows: "
+        "`splitbrain leases destination` prints it)",
+    )
+    p.add_argument(
+        "--fence",
+        type=_fence,
+        default=2,
+        metavar="N",
+        help="the current owner's fence; the probe's stale one is N-1 (default: 2)",
+    )
+    p.add_argument(
+        "--key-prefix",
+        default="splitbrain-probe:",
+        metavar="PREFIX",
+        help="the namespace of every key and entity written (default: splitbrain-probe:)",
+    )
+    p.add_argument(
+        "--worker",
+        default="splitbrain-probe",
+        metavar="ID",
+        help="the worker id sent (default: splitbrain-probe)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help=f"a table (default) or one JSON document ({PROBE_SCHEMA})",
+    )
+    p.set_defaults(run=run_probe)

@@ -1,0 +1,124 @@
+"""Live lease gauges, read from the database by the relay (`splitbrain leases relay
+--metrics-port`).
+
+The detector's lease metrics are observed when the next event arrives, so a worker that goes
+silent produces nothing there. These are read from the job table itself, on the database's
+clock, every few seconds: per job class the running leases' heartbeat age and lease left (the
+oldest and the distribution), the expired leases no worker has reclaimed yet, the queue, and the
+outbox the relay has not published yet. Labels are the job class (the operator's list) and fixed
+words only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from psycopg.rows import DictRow
+
+# The quantiles of the running leases' heartbeat age (1: the oldest) and of their lease left
+# (0: the least, negative once expired).
+AGE_QUANTILES: Final = (0.5, 0.9, 1.0)
+LEFT_QUANTILES: Final = (0.0, 0.1, 0.5)
+
+_CLASSES: Final = """
+SELECT job_class,
+       count(*) FILTER (WHERE state = 'queued') AS queued,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE state = 'running' AND lease_until <= now()) AS expired,
+       percentile_cont(%(age)s::float8[]) WITHIN GROUP (ORDER BY age) AS age,
+       percentile_cont(%(left)s::float8[]) WITHIN GROUP (ORDER BY lease_left) AS lease_left
+  FROM (SELECT job_class, state, lease_until,
+               CASE WHEN state = 'running'
+                    THEN extract(epoch FROM now() - heartbeat_at)::float8 END AS age,
+               CASE WHEN state = 'running'
+                    THEN extract(epoch FROM lease_until - now())::float8 END AS lease_left
+          FROM tool_jobs WHERE state IN ('queued', 'running')) AS open
+ GROUP BY job_class
+"""
+_OUTBOX: Final = """
+SELECT count(*) AS unrelayed,
+       coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) AS oldest_age
+  FROM tool_job_outbox WHERE relayed_at IS NULL
+"""
+
+
+class LeaseGauges:
+    """The relay's metrics: the gauges it reads from the database, and its own progress."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.jobs = Gauge(
+            "splitbrain_lease_store_jobs",
+            "Open jobs of the lease store by job class and state (queued, running)",
+            ["job_class", "state"],
+            registry=r,
+        )
+        self.expired = Gauge(
+            "splitbrain_lease_store_expired",
+            "Running jobs whose lease ran out and that no worker has claimed again yet",
+            ["job_class"],
+            registry=r,
+        )
+        self.heartbeat_age = Gauge(
+            "splitbrain_lease_store_heartbeat_age_seconds",
+            "Time since the running leases' last claim or extension, on the database's clock, "
+            "as quantiles (1: the oldest)",
+            ["job_class", "quantile"],
+            registry=r,
+        )
+        self.lease_left = Gauge(
+            "splitbrain_lease_store_lease_remaining_seconds",
+            "Lease left of the running jobs, on the database's clock, as quantiles (0: the "
+            "least; negative once expired)",
+            ["job_class", "quantile"],
+            registry=r,
+        )
+        self.unrelayed = Gauge(
+            "splitbrain_lease_store_outbox_unrelayed",
+            "Outbox rows not yet published to Kafka",
+            registry=r,
+        )
+        self.oldest_unrelayed = Gauge(
+            "splitbrain_lease_store_outbox_oldest_unrelayed_age_seconds",
+            "Age of the oldest outbox row not yet published: the relay's lag (0 when none)",
+            registry=r,
+        )
+        self.relayed = Counter(
+            "splitbrain_lease_store_relayed", "Outbox rows this relay published", registry=r
+        )
+        self.last_step = Gauge(
+            "splitbrain_lease_store_relay_last_step_timestamp_seconds",
+            "When this relay last completed a step (published a batch or found none), Unix time",
+            registry=r,
+        )
+
+    def stepped(self, published: int) -> None:
+        self.relayed.inc(published)
+        self.last_step.set(time.time())
+
+    def refresh(self, conn: psycopg.Connection[DictRow]) -> None:
+        """Read the gauges in one snapshot; a class with no open job loses its series."""
+        with conn.transaction():
+            classes = conn.execute(
+                _CLASSES, {"age": list(AGE_QUANTILES), "left": list(LEFT_QUANTILES)}
+            ).fetchall()
+            outbox = conn.execute(_OUTBOX).fetchone()
+        for gauge in (self.jobs, self.expired, self.heartbeat_age, self.lease_left):
+            gauge.clear()
+        for row in classes:
+            name = row["job_class"]
+            self.jobs.labels(name, "queued").set(row["queued"])
+            self.jobs.labels(name, "running").set(row["running"])
+            self.expired.labels(name).set(row["expired"])
+            if row["running"]:
+                for q, value in zip(AGE_QUANTILES, row["age"], strict=True):
+                    self.heartbeat_age.labels(name, f"{q:g}").set(value)
+                for q, value in zip(LEFT_QUANTILES, row["lease_left"], strict=True):
+                    self.lease_left.labels(name, f"{q:g}").set(value)
+        assert outbox is not None
+        self.unrelayed.set(outbox["unrelayed"])
+        self.oldest_unrelayed.set(outbox["oldest_age"])
