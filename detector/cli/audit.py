@@ -63,6 +63,8 @@ def audit_lines(
     """
     detector = Detector(config=config or Config.for_audit())
     result = AuditResult()
+    if windows is not None:
+        lines = windows.reading(lines)
     for item in read_history(lines):
         if isinstance(item, BadLine):
             if strict:

@@ -15,6 +15,9 @@ from detector.timeline.svg import Timeline, draw, text
 from detector.timeline.window import EventWindows, Seen
 from detector.version import package_version
 
+# Findings drawn, worst first; the others are listed in the summary only. A figure with its events
+# is tens of kB: this keeps a report of a history with thousands of findings to a few MB.
+MAX_DRAWN: Final = 50
 CSP: Final = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 STYLE: Final = """
@@ -56,6 +59,10 @@ LEGEND: Final = (
 )
 
 
+def _link(i: int, label: str) -> str:
+    return f'<a href="#f{i}">{label}</a>' if i <= MAX_DRAWN else label
+
+
 def _summary(findings: list[Finding]) -> str:
     rows = []
     for i, f in enumerate(findings, start=1):
@@ -69,12 +76,19 @@ def _summary(findings: list[Finding]) -> str:
             f'data-status="{f.status.value}">'
             f'<td class="sev-{f.severity.value}">{f.severity.value}</td>'
             f"<td>{f.status.value}</td>"
-            f'<td><a href="#f{i}">{text(f.workflow_key)}</a></td>'
+            f"<td>{_link(i, text(f.workflow_key))}</td>"
             f"<td>{text(conditions)}</td><td>{f.confidence} ({f.ordering})</td></tr>"
         )
     head = "<tr><th>severity</th><th>status</th><th>workflow</th><th>conditions</th>"
     head += "<th>confidence</th></tr>"
-    return f'<table class="summary">{head}{"".join(rows)}</table>'
+    table = f'<table class="summary">{head}{"".join(rows)}</table>'
+    if len(findings) > MAX_DRAWN:
+        table += (
+            f'<p class="note">The timelines of the {MAX_DRAWN} worst findings are drawn below; '
+            f"the other {len(findings) - MAX_DRAWN} are listed here only (audit --format json "
+            "prints all of them).</p>"
+        )
+    return table
 
 
 def _raw(seen: Iterable[Seen], timeline: Timeline) -> str:
@@ -133,7 +147,7 @@ def render(
     ordered = sorted(findings, key=lambda f: (-f.severity.rank, f.workflow_key))
     counts = f"{count(events, 'event')}, {count(workflows, 'workflow')}, "
     counts += count(len(ordered), "finding")
-    body = "".join(_finding(i, f, windows) for i, f in enumerate(ordered, start=1))
+    body = "".join(_finding(i, f, windows) for i, f in enumerate(ordered[:MAX_DRAWN], start=1))
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
