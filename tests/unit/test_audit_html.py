@@ -12,6 +12,7 @@ import pytest
 from detector.cli import main
 from detector.timeline.svg import MAX_POINTS
 from tests.paths import SEED_FIXTURE
+from tests.unit.histories import seed_renamed
 
 EVIL = "<script>alert(1)</script>\x1b[2J\x1b]0;owned\x07"
 
@@ -45,14 +46,6 @@ def parsed(page: str) -> Elements:
     doc = Elements()
     doc.feed(page)
     return doc
-
-
-def rename(lines: list[str], old: str, new: str) -> str:
-    events = [json.loads(line) for line in lines]
-    for e in events:
-        if e["workflow_key"] == old:
-            e["workflow_key"] = new
-    return "\n".join(json.dumps(e) for e in events) + "\n"
 
 
 def test_acceptance_history_draws_two_lanes_the_takeover_and_four_conditions(
@@ -93,9 +86,7 @@ def test_the_report_loads_nothing_and_allows_no_script(
 def test_a_workflow_key_with_markup_and_terminal_escapes_is_text(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    history = tmp_path / "evil.jsonl"
-    history.write_text(rename(SEED_FIXTURE.read_text().splitlines(), "export-ledger", EVIL))
-    page = report(tmp_path, history, capsys)
+    page = report(tmp_path, seed_renamed(tmp_path / "evil.jsonl", EVIL), capsys)
     assert "<script" not in page
     assert "\x1b" not in page and "\x07" not in page
     doc = parsed(page)
