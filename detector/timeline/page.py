@@ -48,6 +48,7 @@ svg.timeline .mark .shape{fill:#f59e0b;stroke:#92400e;stroke-width:2}
 svg.timeline .stale .shape{fill:#dc2626;stroke:#7f1d1d}
 svg.timeline .duplicate .shape{fill:#a78bfa;stroke:#5b21b6}
 svg.timeline .mark-label{font-weight:600}
+svg.timeline .closing-label{fill:#1e3a8a;font-size:11px}
 svg.timeline .duplicate-pair{fill:none;stroke:#7c3aed;stroke-width:2.5;stroke-dasharray:2 3}
 """
 

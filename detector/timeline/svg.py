@@ -256,15 +256,21 @@ def draw(finding: Finding, seen: Sequence[Seen]) -> Timeline:
         seq = "" if p.seq is None else str(p.seq)
         where = f"seq {seq}" if seq else "no seq"
         absent = ", not in the kept window" if p.arrival == math.inf else ""
+        css = _css_class(p, displaced)
         tip = f"{p.kind} {p.event_id} ({where}{absent}) epoch {p.epoch} {p.worker}"
         if p.effect_key:
             tip += f" {p.effect_key}"
         out.append(
-            f'<g class="{_css_class(p, displaced)}" data-event-id="{text(p.event_id)}" '
+            f'<g class="{css}" data-event-id="{text(p.event_id)}" '
             f'data-kind="{p.kind}" data-seq="{seq}" data-epoch="{p.epoch}">'
             f"<title>{text(tip)}</title>{_shape(p, x, y)}"
             f'<text class="seq" x="{x}" y="{y + 24}">{seq}</text>'
         )
+        if not p.marks and (p.kind == "outcome_verified" or p.kind in FENCES):
+            out.append(
+                f'<text class="closing-label" x="{x}" y="{y - 16}" '
+                f'transform="rotate(-35 {x} {y - 16})">{p.kind}</text>'
+            )
         for i, kind in enumerate(p.marks):
             label = f"{kind} · {where}"
             ly = y - 16 - 16 * i

@@ -11,7 +11,7 @@ import pytest
 
 from detector.cli import main
 from detector.timeline.svg import MAX_POINTS
-from tests.paths import SEED_FIXTURE
+from tests.paths import ROOT, SEED_FIXTURE
 from tests.unit.histories import seed_renamed
 
 EVIL = "<script>alert(1)</script>\x1b[2J\x1b]0;owned\x07"
@@ -125,3 +125,17 @@ def test_an_unwritable_report_exits_2_naming_the_flag(
     code = main(["audit", str(SEED_FIXTURE), "--html", str(tmp_path / "no" / "r.html")])
     assert code == 2
     assert "--html" in capsys.readouterr().err
+
+
+def test_the_displaced_owners_fence_is_drawn_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = parsed(report(tmp_path, ROOT / "examples" / "job-queue.log", capsys))
+    fences = [(a["data-kind"], a["data-epoch"]) for a in doc.having("g", "fence")]
+    assert fences == [("effect_rejected", "42"), ("lease_lost", "42")]
+    assert [a["data-kind"] for a in doc.having("g", "mark")] == [
+        "heartbeat",
+        "effect_attempted",
+        "effect_rejected",
+    ]
+    assert "lease_lost" in doc.text
