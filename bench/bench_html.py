@@ -46,10 +46,12 @@ def main() -> None:
         html_s, html_rss = run(["audit", str(path), "--fail-on", "none", "--html", str(report)])
         text = report.read_text()
         drawn = text.count('class="event ')
+        listed = text.count('class="finding-row"')
         print(f"audit          {plain_s:7.1f} s  peak RSS {plain_rss / 2**20:7.0f} MiB")
         print(f"audit --html   {html_s:7.1f} s  peak RSS {html_rss / 2**20:7.0f} MiB")
         print(
-            f"report: {len(text.encode()) / 1e6:.2f} MB, {text.count('<section')} findings, "
+            f"report: {len(text.encode()) / 1e6:.2f} MB, {listed} findings listed, "
+            f"{text.count('<section')} drawn, "
             f"{drawn} events drawn"
         )
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from detector.cli import main
-from detector.timeline.svg import MAX_POINTS
+from detector.timeline.svg import MAX_POINTS, draw
 from tests.paths import ROOT, SEED_FIXTURE
-from tests.unit.histories import seed_renamed
+from tests.unit.histories import run, seed_history, seed_renamed
 
 EVIL = "<script>alert(1)</script>\x1b[2J\x1b]0;owned\x07"
 
@@ -139,3 +139,14 @@ def test_the_displaced_owners_fence_is_drawn_and_named(
         "effect_rejected",
     ]
     assert "lease_lost" in doc.text
+
+
+def test_a_finding_alone_draws_its_lanes_takeover_and_conditions() -> None:
+    """What a view over the findings topic has: no events, only the finding."""
+    finding = run(seed_history()).finding("export-ledger", 17)
+    doc = parsed(draw(finding, []).svg)
+    assert [a["data-epoch"] for a in doc.having("g", "lane")] == ["17", "18"]
+    assert [a["data-seq"] for a in doc.having("g", "transition")] == ["5"]
+    assert [a["data-seq"] for a in doc.having("g", "mark")] == ["6", "7", "8", "9"]
+    # The stale commit is a condition too: the duplicate's pair is known from the finding.
+    assert len(doc.having("path", "duplicate-pair")) == 1
