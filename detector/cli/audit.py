@@ -18,6 +18,7 @@ from detector.core import Config, Detector, LeaseWarning
 from detector.errors import ExitCode, SplitbrainError
 from detector.histories.reader import BadLine, UnusableHistoryError, open_history, read_history
 from detector.report import count, finding_lines, printable
+from detector.timeline import EventWindows, render
 
 FAIL_ON_CHOICES: Final = ("info", "warning", "critical", "none")
 # Bad lines kept for the caller; each one is printed as it comes, and all of them are counted.
@@ -52,14 +53,18 @@ def audit_lines(
     strict: bool = False,
     on_bad: TextIO | None = None,
     config: Config | None = None,
+    windows: EventWindows | None = None,
 ) -> AuditResult:
     """Feed a history through a fresh engine (by default with `Config.for_audit()` caps); the
     end of the history is `finish`, where silence is measured on each workflow's own times.
 
-    Each bad line and each dropped optional field is printed to `on_bad` as it comes.
+    Each bad line and each dropped optional field is printed to `on_bad` as it comes. With
+    `windows`, the events around each finding are kept for the HTML report.
     """
     detector = Detector(config=config or Config.for_audit())
     result = AuditResult()
+    if windows is not None:
+        lines = windows.reading(lines)
     for item in read_history(lines):
         if isinstance(item, BadLine):
             if strict:
@@ -77,13 +82,20 @@ def audit_lines(
                 print(printable(message), file=on_bad)
         result.events += 1
         result.workflows.add(event.workflow_key)
-        for update in detector.observe(event):
+        if windows is not None:
+            windows.add(item.lineno, event)
+        updates = detector.observe(event)
+        for update in updates:
             result.findings[update.finding.finding_id] = update.finding
+        if windows is not None and updates:
+            windows.mark(event.workflow_key)
     for update in detector.finish():
         result.findings[update.finding.finding_id] = update.finding
     result.lease_warnings = list(detector.lease_health.warnings)
     result.truncated = detector.truncated_workflows()
     result.times_disbelieved = detector.counters.times_disbelieved
+    if windows is not None:
+        windows.retain({f.workflow_key for f in result.findings.values()})
     return result
 
 
@@ -256,10 +268,15 @@ def run(args: argparse.Namespace) -> int:
         for name in ("max_evidence", "max_acquisitions", "clock_skew_s", "quiet_period_s")
         if getattr(args, name) is not None
     }
+    windows = None if args.html is None else EventWindows()
     try:
         with open_history(args.file) as lines:
             result = audit_lines(
-                lines, strict=args.strict, on_bad=sys.stderr, config=Config.for_audit(**caps)
+                lines,
+                strict=args.strict,
+                on_bad=sys.stderr,
+                config=Config.for_audit(**caps),
+                windows=windows,
             )
     except UnusableHistoryError as exc:
         return _fail(f"cannot use {args.file}: {exc}")
@@ -272,6 +289,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.file}: none of its {count(result.bad_count, 'line')} is a valid event "
             "(JSON or logfmt, one per line)"
         )
+    if windows is not None:
+        try:
+            _write_html(args.html, args.file, result, windows)
+        except OSError as exc:
+            return _fail(f"--html: cannot write {args.html}: {exc.strerror or exc}")
     problems = None if expected is None else check_expectation(result, expected)
     if problems is not None:
         status = ExitCode.FAILED if problems else ExitCode.OK
@@ -284,6 +306,18 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         silence_stdout()
     return status
+
+
+def _write_html(path: str, source: str, result: AuditResult, windows: EventWindows) -> None:
+    page = render(
+        result.findings.values(),
+        windows,
+        source="standard input" if source == "-" else source,
+        events=result.events,
+        workflows=len(result.workflows),
+    )
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as fh:
+        fh.write(page)
 
 
 def _write(result: AuditResult, fmt: str, problems: list[str] | None) -> None:
@@ -321,6 +355,12 @@ def register(subparsers: Any) -> None:
         "--expect",
         metavar="EXPECTED.json",
         help="check the findings against an expectation file; prints PASS or FAIL",
+    )
+    p.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        help="also write a self-contained HTML report: each finding with the timeline of its "
+        "workflow (no script, nothing fetched)",
     )
     p.add_argument(
         "--fail-on",

@@ -26,6 +26,7 @@ from detector.kafka.config import add_kafka_arguments, client_config, reports_ka
 from detector.paging.alertmanager import DEFAULT_RUNBOOK_URL, AlertmanagerSink
 from detector.paging.bridge import Bridge, BridgeSettings, Sink
 from detector.paging.delivery import Backoff
+from detector.paging.links import FindingLink
 from detector.paging.metrics import PageMetrics
 from detector.paging.pagerduty import DEFAULT_URL as PAGERDUTY_URL
 from detector.paging.pagerduty import PagerDutySink
@@ -65,6 +66,17 @@ def _http_url(value: str | None) -> str | None:
     return value
 
 
+def _finding_url(value: str | None) -> str | None:
+    if value is not None:
+        FindingLink(value)  # raises ValueError, said as the flag's error
+    return value
+
+
+FindingUrl = Annotated[
+    str | None,
+    AfterValidator(_finding_url),
+    Form("an http(s) URL template holding {finding_id} once", "URL"),
+]
 Url = Annotated[
     str | None,
     AfterValidator(_http_url),
@@ -138,6 +150,12 @@ class PageCommandSettings(_PageSettings):
     runbook_url: Name = Field(
         DEFAULT_RUNBOOK_URL, description="runbook_url of the alerts and PagerDuty events"
     )
+    finding_url: FindingUrl = Field(
+        None,
+        description="a link to each finding, {finding_id} replaced by its id (e.g. "
+        "https://splitbrain.example/findings/{finding_id}): Alertmanager's generatorURL and "
+        "finding_url annotation, PagerDuty's links, the webhook's X-Splitbrain-Finding-Url",
+    )
     findings_topic: Name = Field(FINDINGS_TOPIC, description="topic of finding revisions")
     state_topic: Name = Field(
         PAGE_STATE_TOPIC,
@@ -171,15 +189,18 @@ class PageCommandSettings(_PageSettings):
     def sinks(self) -> dict[SinkName, Sink]:
         """The sinks the settings turn on; a `SettingsError` when there is none."""
         out: dict[SinkName, Sink] = {}
+        link = None if self.finding_url is None else FindingLink(self.finding_url)
         if self.alertmanager_url is not None:
-            out[SinkName.ALERTMANAGER] = AlertmanagerSink(self.alertmanager_url, self.runbook_url)
+            out[SinkName.ALERTMANAGER] = AlertmanagerSink(
+                self.alertmanager_url, self.runbook_url, link
+            )
         if self.pagerduty_routing_key is not None:
             assert self.pagerduty_url is not None
             out[SinkName.PAGERDUTY] = PagerDutySink(
-                self.pagerduty_routing_key, self.pagerduty_url, self.runbook_url
+                self.pagerduty_routing_key, self.pagerduty_url, self.runbook_url, link
             )
         if self.webhook_url is not None:
-            out[SinkName.WEBHOOK] = WebhookSink(self.webhook_url, self.webhook_secret)
+            out[SinkName.WEBHOOK] = WebhookSink(self.webhook_url, self.webhook_secret, link)
         elif self.webhook_secret is not None:
             raise SettingsError(
                 f"a webhook secret is set but no webhook: pass {flag('webhook_url')} or set "

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from detector.contracts.findings import Finding, Status
 from detector.paging.delivery import Request
+from detector.paging.links import FindingLink
 from detector.paging.record import Sent, SinkName
 from detector.paging.state import ALERT_SEVERITY, Action, Delivery, Entry, condition_of
 from detector.report import printable, witness
@@ -67,13 +68,18 @@ def summary(finding: Finding) -> str:
     )
 
 
-def alert_annotations(finding: Finding, runbook_url: str) -> dict[str, str]:
-    return {
+def alert_annotations(
+    finding: Finding, runbook_url: str, link: FindingLink | None = None
+) -> dict[str, str]:
+    notes = {
         "summary": summary(finding),
         "witness": printable(witness(finding)),
         "response": printable(finding.response),
         "runbook_url": runbook_url,
     }
+    if link is not None:
+        notes["finding_url"] = link.of(finding.finding_id)
+    return notes
 
 
 def alert(
@@ -82,12 +88,15 @@ def alert(
     starts: datetime,
     ends: datetime | None,
     runbook_url: str,
+    link: FindingLink | None = None,
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "labels": alert_labels,
-        "annotations": alert_annotations(finding, runbook_url),
+        "annotations": alert_annotations(finding, runbook_url, link),
         "startsAt": timestamp(starts),
     }
+    if link is not None:
+        doc["generatorURL"] = link.of(finding.finding_id)
     if ends is not None:
         doc["endsAt"] = timestamp(max(ends, starts))
     return doc
@@ -104,6 +113,7 @@ def endpoint(url: str) -> str:
 class AlertmanagerSink:
     url: str
     runbook_url: str = DEFAULT_RUNBOOK_URL
+    link: FindingLink | None = None
 
     def alerts(self, delivery: Delivery, now: datetime) -> list[dict[str, Any]]:
         f, prev = delivery.finding, delivery.previous
@@ -114,13 +124,13 @@ class AlertmanagerSink:
         )
         if delivery.action is Action.FIRE:
             current = labels(f)
-            out = [alert(f, current, delivery.first_seen, None, self.runbook_url)]
+            out = [alert(f, current, delivery.first_seen, None, self.runbook_url, self.link)]
             if held is not None and held != current:
-                out.append(alert(f, held, delivery.first_seen, now, self.runbook_url))
+                out.append(alert(f, held, delivery.first_seen, now, self.runbook_url, self.link))
             return out
         # Resolved when the finding's resolving revision was published (not in the future).
         ends = min(delivery.revision_at, now)
-        return [alert(f, held or labels(f), delivery.first_seen, ends, self.runbook_url)]
+        return [alert(f, held or labels(f), delivery.first_seen, ends, self.runbook_url, self.link)]
 
     def request(self, delivery: Delivery, now: datetime) -> Request:
         return self._post(self.alerts(delivery, now))
@@ -131,7 +141,7 @@ class AlertmanagerSink:
         for e in entries:
             sent = e.sent.get(SinkName.ALERTMANAGER)
             held = labels(e.finding) if sent is None else sent_labels(e.finding, sent)
-            docs.append(alert(e.finding, held, e.first_seen, None, self.runbook_url))
+            docs.append(alert(e.finding, held, e.first_seen, None, self.runbook_url, self.link))
         return self._post(docs)
 
     def _post(self, docs: list[dict[str, Any]]) -> Request:

@@ -18,6 +18,7 @@ from pydantic import SecretStr
 from detector.contracts.findings import Finding
 from detector.paging.alertmanager import DEFAULT_RUNBOOK_URL, summary, timestamp
 from detector.paging.delivery import Request
+from detector.paging.links import FindingLink
 from detector.paging.state import Action, Delivery, condition_of
 from detector.report import printable, witness
 
@@ -72,6 +73,7 @@ class PagerDutySink:
     routing_key: SecretStr
     url: str = DEFAULT_URL
     runbook_url: str = DEFAULT_RUNBOOK_URL
+    link: FindingLink | None = None
 
     def event(self, delivery: Delivery) -> dict[str, Any]:
         f = delivery.finding
@@ -83,6 +85,8 @@ class PagerDutySink:
         if delivery.action is Action.RESOLVE:
             return doc
         doc["client"] = "splitbrain"
+        if self.link is not None:
+            doc["links"] = [{"href": self.link.of(f.finding_id), "text": "the finding"}]
         doc["payload"] = {
             "summary": _cut(summary(f), MAX_SUMMARY),
             "source": _cut(printable(f.workflow_key), MAX_SOURCE) or "splitbrain",

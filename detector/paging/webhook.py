@@ -18,9 +18,11 @@ from typing import Final
 from pydantic import SecretStr
 
 from detector.paging.delivery import Request
+from detector.paging.links import FindingLink
 from detector.paging.state import Delivery
 
 SIGNATURE_HEADER: Final = "X-Splitbrain-Signature"
+LINK_HEADER: Final = "X-Splitbrain-Finding-Url"
 
 
 def _header_value(text: str) -> str:
@@ -43,6 +45,7 @@ def verify(secret: bytes, body: bytes, header: str | None) -> bool:
 class WebhookSink:
     url: str
     secret: SecretStr | None = None
+    link: FindingLink | None = None
 
     def request(self, delivery: Delivery, now: datetime) -> Request:
         f = delivery.finding
@@ -53,6 +56,8 @@ class WebhookSink:
             "X-Splitbrain-Finding-Id": _header_value(f.finding_id),
             "X-Splitbrain-Revision": str(f.revision),
         }
+        if self.link is not None:  # percent-encoded: always a valid header value
+            headers[LINK_HEADER] = self.link.of(f.finding_id)
         if self.secret is not None:
             headers[SIGNATURE_HEADER] = sign(self.secret.get_secret_value().encode(), body)
         return Request(self.url, body, headers)

@@ -10,9 +10,11 @@ clock in seconds after a fixed base (it becomes `observed_at`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from detector.contracts.events import OwnershipEvent, parse_event_json, parse_event_obj
@@ -228,3 +230,13 @@ def logfmt_events(text: str) -> list[OwnershipEvent]:
         obj.setdefault("event_id", f"line-{n}")
         out.append(parse_event_obj(obj, dropped))
     return out
+
+
+def seed_renamed(path: Path, workflow_key: str) -> Path:
+    """The acceptance history written to `path` with `export-ledger` renamed `workflow_key`."""
+    events = [json.loads(line) for line in SEED_FIXTURE.read_text().splitlines()]
+    for e in events:
+        if e["workflow_key"] == "export-ledger":
+            e["workflow_key"] = workflow_key
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path

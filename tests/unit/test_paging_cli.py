@@ -69,6 +69,20 @@ def test_sinks_come_from_flags_and_variables_several_at_once(
     assert SECRET not in repr(s) and SECRET not in repr(bridge)
 
 
+def test_the_finding_url_reaches_every_sink(capsys: pytest.CaptureFixture[str]) -> None:
+    def links(*argv: str) -> list[str | None]:
+        sinks = settings("--alertmanager-url", "http://am", "--webhook-url", "http://h", *argv)
+        am, hook = sinks.sinks().values()
+        assert isinstance(am, AlertmanagerSink) and isinstance(hook, WebhookSink)
+        return [None if s.link is None else s.link.template for s in (am, hook)]
+
+    template = "https://sb.example/findings/{finding_id}"
+    assert links() == [None, None]
+    assert links("--finding-url", template) == [template, template]
+    code, err = run(capsys, "--webhook-url", "http://h", "--finding-url", "https://sb.example/")
+    assert code == 2 and "--finding-url" in err and "{finding_id}" in err
+
+
 def test_the_flag_wins_over_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPLITBRAIN_PAGE_ALERTMANAGER_URL", "http://from-env:9093")
     monkeypatch.setenv("SPLITBRAIN_PAGE_GROUP_ID", "bridge-b")

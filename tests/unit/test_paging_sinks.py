@@ -26,11 +26,12 @@ from detector.paging.delivery import (
     post,
     redact,
 )
+from detector.paging.links import FindingLink
 from detector.paging.metrics import PageMetrics
 from detector.paging.pagerduty import MAX_SUMMARY, PagerDutySink, dedup_key
 from detector.paging.record import Sent, SinkName
 from detector.paging.state import Action, Delivery
-from detector.paging.webhook import SIGNATURE_HEADER, WebhookSink, sign, verify
+from detector.paging.webhook import LINK_HEADER, SIGNATURE_HEADER, WebhookSink, sign, verify
 from detector.testing.kafka import free_port
 from detector.testing.pagerduty import PagerDutyReceiver, validate
 from tests.unit.test_paging_state import REVS
@@ -366,3 +367,45 @@ def test_metrics_are_bounded_and_exported_from_the_start() -> None:
     assert samples[("splitbrain_page_delivery_latency_seconds_count", (("sink", "pagerduty"),))]
     labels = {k for _, ls in samples for k, _ in ls}
     assert labels <= {"sink", "outcome", "severity", "partition", "le"}
+
+
+# ---- the link to the finding ------------------------------------------------------------------
+
+LINK = FindingLink("https://sb.example/findings/{finding_id}")
+
+
+def test_every_sink_carries_the_link_to_its_finding() -> None:
+    f = REVS[3]
+    url = f"https://sb.example/findings/{f.finding_id}"
+    (alert,) = AlertmanagerSink("http://am", link=LINK).alerts(
+        delivery(f, SinkName.ALERTMANAGER, Action.FIRE), NOW
+    )
+    assert (alert["generatorURL"], alert["annotations"]["finding_url"]) == (url, url)
+    event = PagerDutySink(SecretStr(KEY), link=LINK).event(
+        delivery(f, SinkName.PAGERDUTY, Action.TRIGGER)
+    )
+    assert event["links"] == [{"href": url, "text": "the finding"}]
+    assert validate(event, KEY) == []
+    req = WebhookSink("http://hook", link=LINK).request(
+        delivery(f, SinkName.WEBHOOK, Action.POST), NOW
+    )
+    assert req.headers[LINK_HEADER] == url
+    (plain,) = AlertmanagerSink("http://am").alerts(
+        delivery(f, SinkName.ALERTMANAGER, Action.FIRE), NOW
+    )
+    assert "generatorURL" not in plain and "finding_url" not in plain["annotations"]
+
+
+def test_a_finding_id_cannot_leave_its_place_in_the_link() -> None:
+    assert LINK.of("sb-1/../admin?x=1#y\r\n") == (
+        "https://sb.example/findings/sb-1%2F..%2Fadmin%3Fx%3D1%23y%0D%0A"
+    )
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["https://sb.example/findings/", "ftp://sb.example/{finding_id}", "https://u:p@h/{finding_id}"],
+)
+def test_a_link_template_must_be_a_url_holding_the_id_once(template: str) -> None:
+    with pytest.raises(ValueError):
+        FindingLink(template)
