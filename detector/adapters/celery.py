@@ -253,11 +253,16 @@ class CeleryAdapter:
 
     def connect(self) -> None:
         for signal, handler in self._handlers:
-            signal.connect(handler, weak=False)
+            signal.connect(handler, weak=False, dispatch_uid=self._uid(handler))
 
     def uninstall(self) -> None:
         for signal, handler in self._handlers:
-            signal.disconnect(handler)
+            signal.disconnect(handler, dispatch_uid=self._uid(handler))
+
+    def _uid(self, handler: Callable[..., None]) -> str:
+        """One receiver per adapter and handler: Celery 5.6 keys a bound method by its function
+        alone, so a second app's adapter would not be connected at all."""
+        return f"splitbrain-celery-{id(self)}-{handler.__name__}"
 
     # -- the main process ----------------------------------------------------------------------
 
