@@ -31,14 +31,23 @@ from tests.paths import ROOT
 # What the wheel is built from: what the image copies too (Dockerfile).
 BUILT_FROM: Final = ("pyproject.toml", "README.md", "detector")
 TEST_ONLY: Final = ("pytest", "hypothesis", "cryptography", "matplotlib")
+# The modules that need an extra (faust, an adapter's system), and the scenarios built on them.
+OF_AN_EXTRA: Final = (
+    "detector.runtime.faust",
+    *(f"detector.adapters.{m}" for m in ("temporal", "celery", "langgraph", "etcd", "kubernetes")),
+    "detector.adapters._etcd_watch",
+    "detector.adapters._kube_watch",
+    *(f"detector.testing.{m}" for m in ("temporal", "celery_app", "langgraph_graph")),
+    "detector.testing.kube_candidate",
+)
 # Every module of the package, imported as a command would: those of an extra left out.
-IMPORT_ALL: Final = """
+IMPORT_ALL: Final = f"""
 import importlib, pathlib, detector
 top = pathlib.Path(detector.__file__).parent
 for path in sorted(top.rglob("*.py")):
     name = ".".join(("detector", *path.relative_to(top).with_suffix("").parts))
     name = name.removesuffix(".__init__")
-    if not name.endswith("__main__") and not name.startswith("detector.runtime.faust"):
+    if not name.endswith("__main__") and not name.startswith({OF_AN_EXTRA!r}):
         importlib.import_module(name)
 print(detector.__file__)
 """

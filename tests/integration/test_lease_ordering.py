@@ -107,6 +107,8 @@ def test_an_action_after_the_takeover_is_stale_even_when_relayed_before_it(
     found = findings(early)
     assert ("stale_effect_rejected", 1) in conditions(found)
     assert {(f["displaced"]["owner_epoch"], f["severity"]) for f in found} == {(1, "warning")}
-    # The seq W1 would have picked itself (its third event) ties with W2's claim's: nothing.
-    own = [by_seq[1], by_seq[2], {**by_seq[5], "seq": 3}, by_seq[3], by_seq[4]]
+    # A seq W1 picked itself, counting only its own steps (its request 1, its result 2), puts
+    # the refusal before W2's claim (3): nothing. (Its third event, 3, would tie with the claim,
+    # which DESIGN §4 orders first: stale, by luck.)
+    own = [by_seq[1], by_seq[2], {**by_seq[5], "seq": 2}, by_seq[3], by_seq[4]]
     assert ("stale_effect_rejected", 1) not in conditions(findings(own))
