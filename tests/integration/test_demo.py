@@ -260,16 +260,10 @@ def test_a_second_run_on_the_same_state_dir_fails_in_one_line(tmp_path: Path) ->
     assert load_record(state) is None
 
 
-def test_the_celery_demo_pages_a_redelivered_task_and_leaves_nothing_running(
-    tmp_path: Path,
-) -> None:
-    require_stack_tools()
-    program("redis-server", package="redis-server")
-    pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
+def run_source_demo(tmp_path: Path, source: str) -> str:
+    """`demo --source SOURCE` to its end: exit 0, the page it names, nothing left running."""
     state = tmp_path / "demo"
-    demo = Run(
-        command("demo", "--non-interactive", "--source", "celery", "--state-dir", str(state))
-    )
+    demo = Run(command("demo", "--non-interactive", "--source", source, "--state-dir", str(state)))
     try:
         code = demo.wait()
     finally:
@@ -278,6 +272,20 @@ def test_the_celery_demo_pages_a_redelivered_task_and_leaves_nothing_running(
             demo.wait(60)
     out = demo.output
     assert code == 0, out
+    assert re.search(
+        rf"PAGED: the critical finding reached Alertmanager .* {source} zombie", out
+    ), out
+    assert left_running(state, out) == []
+    return out
+
+
+def test_the_celery_demo_pages_a_redelivered_task_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    program("redis-server", package="redis-server")
+    pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
+    out = run_source_demo(tmp_path, "celery")
     # The zombie, live: one worker past the visibility timeout, the other redelivered; both send.
     assert re.search(r"started redis +redis://127\.0\.0\.1:\d+/0 \(pid \d+\)", out), out
     assert re.search(r"celery-\d: epoch 2: sent the email to a@example\.com", out), out
@@ -286,8 +294,6 @@ def test_the_celery_demo_pages_a_redelivered_task_and_leaves_nothing_running(
     assert re.search(
         r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
     ), out
-    assert re.search(r"PAGED: the critical finding reached Alertmanager .* celery zombie", out)
-    assert left_running(state, out) == []
 
 
 def test_the_langgraph_demo_pages_a_forked_thread_and_leaves_nothing_running(
@@ -295,26 +301,13 @@ def test_the_langgraph_demo_pages_a_forked_thread_and_leaves_nothing_running(
 ) -> None:
     require_stack_tools()
     pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
-    state = tmp_path / "demo"
-    demo = Run(
-        command("demo", "--non-interactive", "--source", "langgraph", "--state-dir", str(state))
-    )
-    try:
-        code = demo.wait()
-    finally:
-        if demo.proc.poll() is None:
-            demo.interrupt()
-            demo.wait(60)
-    out = demo.output
-    assert code == 0, out
+    out = run_source_demo(tmp_path, "langgraph")
     # The zombie, live: both pods answered with their own work on one thread.
     assert re.search(r"pod-a answered \['planned', 'work by pod-a', 'replied'\]", out), out
     assert re.search(r"pod-b answered \['planned', 'work by pod-b', 'replied'\]", out), out
     assert re.search(
         r"finding: CRITICAL support-ticket-\w+ .* conditions=.*duplicate_effect", out
     ), out
-    assert re.search(r"PAGED: the critical finding reached Alertmanager .* langgraph zombie", out)
-    assert left_running(state, out) == []
 
 
 def test_the_temporal_demo_pages_a_zombie_attempt_and_leaves_nothing_running(
@@ -322,18 +315,7 @@ def test_the_temporal_demo_pages_a_zombie_attempt_and_leaves_nothing_running(
 ) -> None:
     require_stack_tools()
     pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
-    state = tmp_path / "demo"
-    demo = Run(
-        command("demo", "--non-interactive", "--source", "temporal", "--state-dir", str(state))
-    )
-    try:
-        code = demo.wait()
-    finally:
-        if demo.proc.poll() is None:
-            demo.interrupt()
-            demo.wait(60)
-    out = demo.output
-    assert code == 0, out
+    out = run_source_demo(tmp_path, "temporal")
     # The zombie, live: attempt 1 stalls past its heartbeat timeout, attempt 2 charges on the
     # other worker, then attempt 1 charges again.
     assert re.search(r"started temporal +the test server, 127\.0\.0\.1:\d+ \(pid \d+\)", out), out
@@ -344,8 +326,6 @@ def test_the_temporal_demo_pages_a_zombie_attempt_and_leaves_nothing_running(
     assert re.search(
         r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
     ), out
-    assert re.search(r"PAGED: the critical finding reached Alertmanager .* temporal zombie", out)
-    assert left_running(state, out) == []
 
 
 def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> None:
