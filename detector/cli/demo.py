@@ -303,7 +303,6 @@ class Pause:
     taken_over_by: str | None = None
     other_committed: bool = False
     resumed_at: float | None = None
-    stale_committed: bool = False
     narrated: set[tuple[str, int]] = field(default_factory=set)
 
 
@@ -624,7 +623,6 @@ class Scenario:
                 pause.other_committed = True
                 self.out(f"{owner} committed the payment at example-pay (token {token})")
             elif kind == "effect_committed" and token == pause.token:
-                pause.stale_committed = True
                 self.out(
                     f"{VICTIM} sent its request anyway: example-pay (unfenced) committed the "
                     f"payment a second time, under the stale token {token}"

@@ -628,14 +628,6 @@ def preflight(options: Options, say: Say) -> Tools:
     if pager and alertmanager is None:
         pager = False
         skipped.append(Skipped("pager", "it pages through Alertmanager, which is missing"))
-    elif pager:
-        try:
-            import detector.cli.page  # noqa: F401, PLC0415
-        except ImportError as exc:
-            pager = False
-            skipped.append(
-                Skipped("pager", f"optional, not available in this version ({exc}): skipped")
-            )
     return Tools(prometheus, alertmanager, postgres, pager, tuple(skipped))
 
 
