@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from detector.cli.audit import audit_lines
+from detector.histories.audit import audit_lines
 from detector.testing.kafka import LocalKafka
 from detector.testing.topics import Record, TopicReader, WorkerTopics
 from detector.testing.worker import WorkerGroup, WorkerProcess

@@ -21,8 +21,8 @@ from kubernetes.client import V1Lease, V1LeaseSpec, V1ObjectMeta
 from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._watch import WatchMetrics
 from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, feed
-from detector.cli.audit import audit_lines
 from detector.contracts.events import parse_event_obj
+from detector.histories.audit import audit_lines
 from tests.unit.test_adapter_sink import Recorder
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
