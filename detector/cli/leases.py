@@ -216,7 +216,7 @@ def run_destination(args: argparse.Namespace) -> int:
     # The job `probe` names: enqueued once per destination name, never claimed.
     probe = JobClass(
         name="splitbrain-probe",
-        lease_s=60,
+        lease_s=90,
         heartbeat_s=10,
         missed_heartbeats=2,
         reserve_s=10,
