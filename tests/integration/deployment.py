@@ -109,6 +109,27 @@ def latest(records: Iterable[Record]) -> dict[str, Finding]:
     return out
 
 
+def finding_with(
+    deployment: Deployment, want: set[str], workers: Sequence[WorkerProcess]
+) -> Finding:
+    """The latest revision of the first finding on `deployment`'s findings topic that lists
+    every condition kind in `want`, waited for (failing at once if one of `workers` exited)."""
+    found: list[Finding] = []
+    with deployment.reader(deployment.topics.findings) as reader:
+
+        def listed() -> bool:
+            reader.poll(0.5)
+            found[:] = [
+                f
+                for f in latest(reader.records).values()
+                if want <= {c["kind"] for c in f["conditions"]}
+            ]
+            return bool(found)
+
+        wait_for(listed, f"a finding with {sorted(want)}", DEADLINE_S, workers)
+    return found[0]
+
+
 def assert_each_revision_once(records: Iterable[Record]) -> None:
     """No (finding_id, revision) published twice, and every finding's revisions are 1, 2, … in
     order, with none skipped."""
