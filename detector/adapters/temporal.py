@@ -4,7 +4,7 @@ worker interceptor.
     from detector.adapters.temporal import SplitbrainInterceptor
     Worker(client, ..., interceptors=[SplitbrainInterceptor(worker_id=client.identity)])
 
-and, inside an activity, `detector.adapters.effect_committed("charge/o1")`.
+and, inside an activity or workflow code, `detector.adapters.effect_committed("charge/o1")`.
 
 The server assigns each attempt and answers NOT_FOUND to any other attempt's heartbeat or
 completion: the attempt is a fencing token (ADAPTERS.md, authority A). But it fences only the
