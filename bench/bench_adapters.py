@@ -93,13 +93,20 @@ def bench_temporal(args: argparse.Namespace) -> list[Row]:
                     sink = discarding_sink("temporal")
                     intercepted.append(await _temporal_round(client, unit, args.activities, sink))
                     sink.close()
+            # Batches small enough for the SDK's 2 s deadlock detection on a loaded machine.
             sink = discarding_sink("temporal")
             async with _temporal_worker(client, sink) as queue:
-                per_event: float = await client.execute_workflow(
-                    ProgressBatch.run, args.events, id=f"bench-{uuid.uuid4().hex}", task_queue=queue
-                )
+                per_event = [
+                    await client.execute_workflow(
+                        ProgressBatch.run,
+                        _WORKFLOW_BATCH,
+                        id=f"bench-{uuid.uuid4().hex}",
+                        task_queue=queue,
+                    )
+                    for _ in range(max(args.events // _WORKFLOW_BATCH, 1))
+                ]
             sink.close()
-            return rounds, per_event
+            return rounds, min(per_event)
 
         rounds, workflow_event = asyncio.run(measure())
     cpu, wall, beat = _temporal_per_event(args.events)
@@ -133,12 +140,13 @@ def bench_temporal(args: argparse.Namespace) -> list[Row]:
             workflow_event,
             "us",
             50.0,
-            "progress() in one task: replay and read-only checks, seq",
+            f"best batch of {_WORKFLOW_BATCH} progress() in one task: replay and read-only checks",
         ),
     ]
 
 
 Cost = tuple[float, float]  # µs per activity: the worker process's CPU (all its threads), wall
+_WORKFLOW_BATCH = 1000  # events per workflow task when measuring events from workflow code
 
 
 def _best(costs: list[Cost], which: int) -> float:
