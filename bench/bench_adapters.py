@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import platform
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -69,51 +70,83 @@ def discarding_sink(adapter: str) -> AdapterSink:
 
 
 def bench_temporal(args: argparse.Namespace) -> list[Row]:
-    """No-op activities on the real test server, in rounds alternating a worker without and with
-    the interceptor (the best round of each); then the interceptor's own work per attempt on
-    the worker's event loop: reading the attempt, its two events, the timeout's timer."""
+    """On the real test server, in rounds alternating a worker without and with the interceptor
+    (the best round of each): no-op activities, one after another in one workflow; no-op
+    workflows, one after another (each a run the interceptor acquires and releases). Then the
+    interceptor's own work per attempt on the worker's event loop (reading the attempt, its two
+    events, the timeout's timer), and per event sent from workflow code."""
     from temporalio.client import Client  # noqa: PLC0415
 
-    from detector.testing.temporal import LocalTemporal  # noqa: PLC0415
+    from detector.testing.temporal import LocalTemporal, ProgressBatch  # noqa: PLC0415
 
     with LocalTemporal() as server:
 
-        async def measure() -> tuple[list[Cost], list[Cost]]:
+        async def measure() -> tuple[dict[str, tuple[list[Cost], list[Cost]]], float]:
             client = await Client.connect(server.target)
-            plain: list[Cost] = []
-            intercepted: list[Cost] = []
+            rounds: dict[str, tuple[list[Cost], list[Cost]]] = {
+                "activity": ([], []),
+                "workflow": ([], []),
+            }
             for _ in range(args.rounds):
-                plain.append(await _temporal_round(client, args.activities, None))
-                sink = discarding_sink("temporal")
-                intercepted.append(await _temporal_round(client, args.activities, sink))
-                sink.close()
-            return plain, intercepted
+                for unit, (plain, intercepted) in rounds.items():
+                    plain.append(await _temporal_round(client, unit, args.activities, None))
+                    sink = discarding_sink("temporal")
+                    intercepted.append(await _temporal_round(client, unit, args.activities, sink))
+                    sink.close()
+            # Batches small enough for the SDK's 2 s deadlock detection on a loaded machine.
+            sink = discarding_sink("temporal")
+            async with _temporal_worker(client, sink) as queue:
+                per_event = [
+                    await client.execute_workflow(
+                        ProgressBatch.run,
+                        _WORKFLOW_BATCH,
+                        id=f"bench-{uuid.uuid4().hex}",
+                        task_queue=queue,
+                    )
+                    for _ in range(max(args.events // _WORKFLOW_BATCH, 1))
+                ]
+            sink.close()
+            return rounds, min(per_event)
 
-        plain, intercepted = asyncio.run(measure())
-    base_cpu, with_cpu = _best(plain, 0), _best(intercepted, 0)
-    base_wall, with_wall = _best(plain, 1), _best(intercepted, 1)
+        rounds, workflow_event = asyncio.run(measure())
     cpu, wall, beat = _temporal_per_event(args.events)
-    rounds = f"best of {args.rounds} rounds of {args.activities} activities"
+    note = f"best of {args.rounds} rounds of {args.activities}"
     per_attempt = "an attempt's acquired + released, its timer armed and cancelled"
+    rows = []
+    for unit, (plain, intercepted) in rounds.items():
+        base_cpu, with_cpu = _best(plain, 0), _best(intercepted, 0)
+        base_wall, with_wall = _best(plain, 1), _best(intercepted, 1)
+        rows += [
+            Row("temporal", f"no-op {unit}, worker CPU, no interceptor", base_cpu, "us", note=note),
+            Row("temporal", f"no-op {unit}, worker CPU, SplitbrainInterceptor", with_cpu, "us"),
+            Row("temporal", f"overhead per {unit}, worker CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+            Row("temporal", f"no-op {unit}, wall, no interceptor", base_wall, "us"),
+            Row("temporal", f"no-op {unit}, wall, SplitbrainInterceptor", with_wall, "us"),
+            Row(
+                "temporal",
+                f"overhead per {unit}, wall (the load adds noise)",
+                _pct(with_wall, base_wall),
+                "%",
+            ),
+        ]
     return [
-        Row("temporal", "no-op activity, worker CPU, no interceptor", base_cpu, "us", note=rounds),
-        Row("temporal", "no-op activity, worker CPU, SplitbrainInterceptor", with_cpu, "us"),
-        Row("temporal", "overhead per activity, worker CPU", _pct(with_cpu, base_cpu), "%", 5.0),
-        Row("temporal", "no-op activity, wall, no interceptor", base_wall, "us"),
-        Row("temporal", "no-op activity, wall, SplitbrainInterceptor", with_wall, "us"),
-        Row(
-            "temporal",
-            "overhead per activity, wall (the load adds noise)",
-            _pct(with_wall, base_wall),
-            "%",
-        ),
+        *rows,
         Row("temporal", "per event, emitting thread's CPU", cpu, "us", 50.0, per_attempt),
         Row("temporal", "per event, wall time (the load adds to it)", wall, "us"),
         Row("temporal", "heartbeat() call, CPU (events at the SDK's throttle)", beat, "us"),
+        Row(
+            "temporal",
+            "per event from workflow code, its thread's CPU",
+            workflow_event,
+            "us",
+            50.0,
+            f"best batch of {_WORKFLOW_BATCH} progress() in one task: replay and read-only checks",
+        ),
     ]
 
 
 Cost = tuple[float, float]  # µs per activity: the worker process's CPU (all its threads), wall
+_WORKFLOW_BATCH = 1000  # events per workflow task when measuring events from workflow code
 
 
 def _best(costs: list[Cost], which: int) -> float:
@@ -125,29 +158,46 @@ def _pct(value: float, base: float) -> float:
     return (value - base) / base * 100
 
 
-async def _temporal_round(client: Any, activities: int, sink: AdapterSink | None) -> Cost:
-    """Per no-op activity, run one after another by one workflow (the server is another
-    process: its CPU is not counted)."""
+@contextlib.asynccontextmanager
+async def _temporal_worker(client: Any, sink: AdapterSink | None) -> AsyncIterator[str]:
+    """A worker of the benchmark's workflows and activity, with the interceptor when `sink`;
+    yields its task queue."""
     from temporalio.worker import Worker  # noqa: PLC0415
 
     from detector.adapters.temporal import SplitbrainInterceptor  # noqa: PLC0415
-    from detector.testing.temporal import NoopBatch, noop  # noqa: PLC0415
+    from detector.testing.temporal import NoopBatch, NoopWorkflow, ProgressBatch, noop  # noqa: PLC0415
 
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     interceptors = [] if sink is None else [SplitbrainInterceptor(sink, worker_id="bench")]
     async with Worker(
         client,
         task_queue=queue,
-        workflows=[NoopBatch],
+        workflows=[NoopBatch, NoopWorkflow, ProgressBatch],
         activities=[noop],
         interceptors=interceptors,
     ):
+        yield queue
+
+
+async def _temporal_round(client: Any, unit: str, count: int, sink: AdapterSink | None) -> Cost:
+    """Per no-op `unit`: `count` activities run one after another by one workflow, or `count`
+    workflows run one after another (the server is another process: its CPU is not counted;
+    the client's is, the same in both)."""
+    from detector.testing.temporal import NoopBatch, NoopWorkflow  # noqa: PLC0415
+
+    async with _temporal_worker(client, sink) as queue:
         cpu, wall = time.process_time(), time.perf_counter()
-        await client.execute_workflow(
-            NoopBatch.run, activities, id=f"bench-{uuid.uuid4().hex}", task_queue=queue
-        )
+        if unit == "activity":
+            await client.execute_workflow(
+                NoopBatch.run, count, id=f"bench-{uuid.uuid4().hex}", task_queue=queue
+            )
+        else:
+            for _ in range(count):
+                await client.execute_workflow(
+                    NoopWorkflow.run, id=f"bench-{uuid.uuid4().hex}", task_queue=queue
+                )
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        return cpu / activities * 1e6, wall / activities * 1e6
+        return cpu / count * 1e6, wall / count * 1e6
 
 
 def _temporal_per_event(n: int) -> tuple[float, float, float]:
@@ -540,7 +590,12 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), default=sorted(BENCHES))
-    parser.add_argument("--activities", type=int, default=200, help="per round (Temporal)")
+    parser.add_argument(
+        "--activities",
+        type=int,
+        default=200,
+        help="activities, and workflows, per round (Temporal)",
+    )
     parser.add_argument("--tasks", type=int, default=500, help="per round (Celery)")
     parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
     parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")

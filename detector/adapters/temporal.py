@@ -1,9 +1,10 @@
-"""Temporal: every activity attempt as a lease, through a worker interceptor.
+"""Temporal: every activity attempt, and every workflow run's worker, as a lease, through one
+worker interceptor.
 
     from detector.adapters.temporal import SplitbrainInterceptor
     Worker(client, ..., interceptors=[SplitbrainInterceptor(worker_id=client.identity)])
 
-and, inside an activity, `detector.adapters.effect_committed("charge/o1")`.
+and, inside an activity or workflow code, `detector.adapters.effect_committed("charge/o1")`.
 
 The server assigns each attempt and answers NOT_FOUND to any other attempt's heartbeat or
 completion: the attempt is a fencing token (ADAPTERS.md, authority A). But it fences only the
@@ -22,6 +23,17 @@ attempt that outlives its heartbeat timeout keeps acting: this interceptor makes
   detector orders these events by arrival (DESIGN §4: at most medium confidence).
 - Invisible here: a zombie's completion that the server rejects (only the SDK logs it), and
   `lease_lost` for an attempt that never heartbeats, which is never told.
+
+Workflows: the worker that runs a run's workflow tasks owns it, and only the current task's
+completion is accepted by the server. Key: namespace / workflow id / run id. Epoch and `seq`:
+the history length (`get_current_history_length()`), which the server assigns, only grows per
+run and orders everything the run did (ADAPTERS.md, authority A). The epoch is the length at the
+first point this worker's instance of the run runs live (after replaying what others or a
+previous instance did), so a worker that takes a run over has a higher epoch than any task before
+it. Nothing is sent while replaying, in a query or in an update validator: the events of history
+were sent when it was made. Effect calls in workflow code carry the run's key, epoch and `seq`:
+an effect of a workflow task that the server timed out, done again by the task that replaced it,
+is a failover duplicate ordered by `seq`.
 """
 
 from __future__ import annotations
@@ -34,17 +46,26 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, ClassVar, Concatenate, Final, ParamSpec, Self, TypeVar
 
 import temporalio.activity
 import temporalio.exceptions
+import temporalio.workflow
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ActivityOutboundInterceptor,
     ExecuteActivityInput,
+    ExecuteWorkflowInput,
+    HandleSignalInput,
+    HandleUpdateInput,
     Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
 )
 
 from detector.contracts.events import Kind
@@ -54,8 +75,10 @@ from ._sink import AdapterSink
 
 __all__ = [
     "EPOCH_FROM",
+    "RUN_EPOCH_FROM",
     "SplitbrainInterceptor",
     "owner_epoch",
+    "run_key",
     "workflow_key",
 ]
 
@@ -65,6 +88,7 @@ _P = ParamSpec("_P")
 
 ADAPTER: Final = "temporal"
 EPOCH_FROM: Final = "temporal.scheduled_ms*1000+attempt"
+RUN_EPOCH_FROM: Final = "temporal.history_length"
 MAX_KEY: Final = 512
 _ATTEMPT_SPAN: Final = 1000  # the attempt only breaks ties between equal scheduled times
 _LABEL: Final = 128
@@ -73,17 +97,27 @@ _SDK_THROTTLE_S: Final = 30.0  # the SDK's default heartbeat throttle without a 
 _THROTTLE_SHARE: Final = 0.8  # ... and its share of the heartbeat timeout
 
 
-def workflow_key(info: temporalio.activity.Info) -> str:
-    """namespace/workflow/run/activity (a standalone activity: namespace/-/its run/activity);
-    one longer than the contract's 512 characters is cut and ends in a hash of the whole."""
-    if info.workflow_id is not None:
-        key = f"{info.namespace}/{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
-    else:
-        key = f"{info.namespace}/-/{info.activity_run_id}/{info.activity_id}"
+def _fit(key: str) -> str:
+    """A key longer than the contract's 512 characters is cut and ends in a hash of the whole."""
     if len(key) <= MAX_KEY:
         return key
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     return f"{key[: MAX_KEY - 33]}#{digest}"
+
+
+def workflow_key(info: temporalio.activity.Info) -> str:
+    """An activity's: namespace/workflow/run/activity (a standalone activity: namespace/-/its
+    run/activity)."""
+    if info.workflow_id is not None:
+        return _fit(
+            f"{info.namespace}/{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
+        )
+    return _fit(f"{info.namespace}/-/{info.activity_run_id}/{info.activity_id}")
+
+
+def run_key(info: temporalio.workflow.Info) -> str:
+    """A workflow run's: namespace/workflow/run (its activities' keys go one level deeper)."""
+    return _fit(f"{info.namespace}/{info.workflow_id}/{info.run_id}")
 
 
 def owner_epoch(info: temporalio.activity.Info) -> int:
@@ -97,7 +131,7 @@ def _seconds(value: timedelta | None) -> float | None:
 
 
 def _guarded(method: Callable[Concatenate[_A, _P], None]) -> Callable[Concatenate[_A, _P], None]:
-    """The host's activity never sees a failure of ours: it is logged, never raised."""
+    """The host's activity or workflow never sees a failure of ours: it is logged, never raised."""
 
     @functools.wraps(method)
     def wrapper(self: _A, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
@@ -107,6 +141,32 @@ def _guarded(method: Callable[Concatenate[_A, _P], None]) -> Callable[Concatenat
             log.exception("temporal adapter: %s failed", method.__name__)
 
     return wrapper
+
+
+@contextmanager
+def _ending(end: Callable[[str | None, str | None], None]) -> Iterator[None]:
+    """Runs `end(outcome, error class)` after the block: completed, failed, cancelled, continued
+    as new (a workflow), or None when an activity completes asynchronously (it goes on
+    elsewhere)."""
+    outcome: str | None = "failed"
+    error: str | None = None
+    try:
+        yield
+        outcome = "completed"
+    except temporalio.activity._CompleteAsyncError:
+        outcome = None
+        raise
+    except temporalio.workflow.ContinueAsNewError:
+        outcome = "continued_as_new"
+        raise
+    except (asyncio.CancelledError, temporalio.exceptions.CancelledError):
+        outcome = "cancelled"
+        raise
+    except BaseException as exc:
+        error = type(exc).__name__[:_LABEL]
+        raise
+    finally:
+        end(outcome, error)
 
 
 class _Attempt:
@@ -239,26 +299,117 @@ class _Inbound(ActivityInboundInterceptor):
         attempt = self.attempt = self._root._begin()
         if attempt is None:
             return await super().execute_activity(input)
-        outcome: str | None = "failed"
-        error: str | None = None
+        # Sync activities see the ownership too: the SDK runs them in a copy of this context
+        # (threads; a process pool gets only the lifecycle events, not the user's effect calls).
+        with _ending(attempt.end), owning(attempt.ownership):
+            return await super().execute_activity(input)
+
+
+# ---- workflows -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _RunState:
+    acquired: bool = False
+    replayed: bool = False  # the instance replayed history before it ran live
+
+
+@dataclass(frozen=True)
+class _RunOwnership(Ownership):
+    """A workflow run, as this worker's instance of it holds it. Its epoch is known only once the
+    run is live here (`owner_epoch` is 0 before): the history length at that point. Every event
+    carries the history length as `seq`; none is sent while replaying or read-only."""
+
+    lease_s: float | None = None  # the workflow task timeout: a task not done by then goes on
+    state: _RunState = field(default_factory=_RunState)
+
+    @classmethod
+    def of(cls, info: temporalio.workflow.Info, sink: AdapterSink, worker_id: str) -> Self:
+        return cls(
+            sink,
+            run_key(info),
+            0,
+            worker_id,
+            Authority.SYSTEM,
+            RUN_EPOCH_FROM,
+            {"tool_class": info.workflow_type[:_LABEL], "temporal_task": "workflow"},
+            _seconds(info.task_timeout),
+        )
+
+    def _live(self) -> bool:
+        """Workflow code running for the first time: not history replayed, and not a query or an
+        update validator (read-only, and a query may run on any worker)."""
+        unsafe = temporalio.workflow.unsafe
+        if unsafe.is_replaying():
+            self.state.replayed = True
+            return False
+        return not unsafe.is_read_only()
+
+    def emit(self, kind: Kind, **fields: Any) -> None:
+        """Send one event of the run, acquiring it first if this is its first live moment here;
+        never raises into the workflow, and changes nothing of its history."""
         try:
-            # Sync activities see it too: the SDK runs them in a copy of this context (threads;
-            # a process pool gets only the lifecycle events, not the user's effect calls).
-            with owning(attempt.ownership):
-                result = await super().execute_activity(input)
-            outcome = "completed"
-            return result
-        except temporalio.activity._CompleteAsyncError:
-            outcome = None
-            raise
-        except (asyncio.CancelledError, temporalio.exceptions.CancelledError):
-            outcome = "cancelled"
-            raise
-        except BaseException as exc:
-            error = type(exc).__name__[:_LABEL]
-            raise
-        finally:
-            attempt.end(outcome, error)
+            if self._live():
+                if not self.state.acquired:
+                    self._acquire()
+                super().emit(
+                    kind, seq=temporalio.workflow.info().get_current_history_length(), **fields
+                )
+        except Exception:
+            log.exception("temporal adapter: a workflow event was not sent")
+
+    def _acquire(self) -> None:
+        # The one field that changes: the epoch becomes known (every event reads it from here).
+        object.__setattr__(
+            self, "owner_epoch", temporalio.workflow.info().get_current_history_length()
+        )
+        self.state.acquired = True
+        self.acquired(lease_duration_s=self.lease_s, detail={"replayed": self.state.replayed})
+
+    @_guarded
+    def touch(self) -> None:
+        """At a hook of the run: acquire it if it is live here for the first time."""
+        if not self.state.acquired and self._live():
+            self._acquire()
+
+    def end(self, outcome: str | None, error: str | None = None) -> None:
+        detail = {"outcome": outcome} if error is None else {"outcome": outcome, "error": error}
+        self.emit(Kind.LEASE_RELEASED, detail=detail)
+
+
+class _WorkflowInbound(WorkflowInboundInterceptor):
+    """One per workflow run the worker holds (the SDK makes one with each instance, including
+    one rebuilt by replay). The class is the worker's own, not the sandbox's copy: its code and
+    the adapter's modules run outside the sandbox's restrictions (it only reads the run's info)."""
+
+    root: ClassVar[SplitbrainInterceptor]
+    _run: _RunOwnership | None = None
+
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(outbound)
+        self._run = self.root._workflow_run(outbound)  # `workflow.info()` works only after init
+
+    def _owning(self) -> AbstractContextManager[object]:
+        run = self._run
+        if run is None:
+            return nullcontext()
+        run.touch()
+        return owning(run)
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        run = self._run
+        if run is None:
+            return await super().execute_workflow(input)
+        with _ending(run.end), self._owning():
+            return await super().execute_workflow(input)
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        with self._owning():
+            await super().handle_signal(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        with self._owning():
+            return await super().handle_update_handler(input)
 
 
 class SplitbrainInterceptor(Interceptor):
@@ -266,7 +417,10 @@ class SplitbrainInterceptor(Interceptor):
     server-scheduled attempt), `heartbeat` (at the SDK's own throttle), `lease_lost` when the
     server cancels the attempt as not found, timed out, reset or paused, `ownership_uncertain`
     when the attempt's heartbeat or start-to-close timeout passes by the worker's clock, and
-    `lease_released` at the end. Never raises into the activity; Kafka down is counted drops."""
+    `lease_released` at the end. Workflow runs as leases of the worker running their tasks:
+    `lease_acquired` when a run is first live on this worker, `lease_released` when it ends, each
+    with the history length as `seq`, and never while replaying. Never raises into the activity
+    or workflow; Kafka down is counted drops. Sandboxed workflows need no configuration."""
 
     def __init__(self, sink: AdapterSink | None = None, *, worker_id: str | None = None) -> None:
         """`worker_id`: the worker's identity (`client.identity`; by default Temporal's own
@@ -275,8 +429,18 @@ class SplitbrainInterceptor(Interceptor):
         self.sink = sink if sink is not None else AdapterSink(ADAPTER)
         self.worker_id = (worker_id or f"{os.getpid()}@{socket.gethostname()}")[:256]
 
+        class _Bound(_WorkflowInbound):  # the SDK makes the class with only `next`
+            root: ClassVar[SplitbrainInterceptor] = self
+
+        self._workflow_class = _Bound
+
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _Inbound(next, self)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return self._workflow_class
 
     def _begin(self) -> _Attempt | None:
         try:
@@ -286,3 +450,10 @@ class SplitbrainInterceptor(Interceptor):
             return None
         attempt.start()
         return attempt
+
+    def _workflow_run(self, outbound: WorkflowOutboundInterceptor) -> _RunOwnership | None:
+        try:
+            return _RunOwnership.of(outbound.info(), self.sink, self.worker_id)
+        except Exception:
+            log.exception("temporal adapter: the workflow run could not be read")
+            return None

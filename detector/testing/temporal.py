@@ -33,7 +33,7 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from detector.adapters import AdapterSink, current, effect_attempted, effect_committed
+from detector.adapters import AdapterSink, current, effect_attempted, effect_committed, progress
 from detector.adapters.temporal import SplitbrainInterceptor
 from detector.errors import SplitbrainError
 from detector.testing.kafka import free_port
@@ -258,3 +258,25 @@ class NoopBatch:
     async def run(self, count: int) -> None:
         for _ in range(count):
             await workflow.execute_activity(noop, start_to_close_timeout=timedelta(seconds=30))
+
+
+@workflow.defn(name="noop-workflow", sandboxed=False)
+class NoopWorkflow:
+    """One workflow task, doing nothing."""
+
+    @workflow.run
+    async def run(self) -> None:
+        return None
+
+
+@workflow.defn(name="progress-batch", sandboxed=False)
+class ProgressBatch:
+    """`count` progress events from workflow code, in one task; returns the workflow thread's
+    CPU per event in µs (a benchmark's figure: it is never replayed)."""
+
+    @workflow.run
+    async def run(self, count: int) -> float:
+        cpu = time.thread_time()
+        for _ in range(count):
+            progress()
+        return (time.thread_time() - cpu) / count * 1e6

@@ -1,10 +1,14 @@
-"""The Temporal interceptor's events for one activity attempt, without a server: the SDK's
-activity environment stands in for the worker around the interceptor chain."""
+"""The Temporal interceptor's events without a server: for an activity attempt, the SDK's
+activity environment stands in for the worker around the interceptor chain; for a workflow run,
+the SDK's `Replayer` runs a sandboxed workflow on a history written here (a history whose last
+workflow task is not completed runs that task live, as the worker that got it would)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError
@@ -22,21 +26,25 @@ pytest.importorskip("temporalio", reason="the temporal extra is not installed (.
 import temporalio.activity
 import temporalio.exceptions
 from temporalio.activity import ActivityCancellationDetails, Info
+from temporalio.client import WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ActivityOutboundInterceptor,
     ExecuteActivityInput,
+    Replayer,
 )
 
 from detector.adapters.temporal import (
     EPOCH_FROM,
+    RUN_EPOCH_FROM,
     SplitbrainInterceptor,
     owner_epoch,
     workflow_key,
 )
 from detector.demos import load
 from detector.testing import temporal as temporal_testing
+from tests.unit.temporal_workflows import Notify
 
 T0 = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
 
@@ -161,15 +169,16 @@ def test_an_attempt_is_a_lease_its_effects_carry_key_and_epoch(harness: Harness)
 
 
 def test_a_local_activity_claims_no_server_fence(harness: Harness) -> None:
-    async def noop() -> None:
-        pass
+    async def stamps() -> None:
+        effect_committed("stamp/o3")
 
-    harness.run(noop, info(is_local=True))
-    acquired = harness.events()[0]
+    harness.run(stamps, info(is_local=True))
+    acquired, committed, released = harness.events()
     assert acquired.source is Source.WORKER
-    assert acquired.attrs is not None
-    assert acquired.attrs["epoch_authority"] == "approximate"
-    assert acquired.attrs["temporal_activity"] == "local"
+    for event in (acquired, committed, released):  # every event says it, not only the claim
+        assert event.attrs is not None
+        assert event.attrs["epoch_authority"] == "approximate"
+        assert event.attrs["temporal_activity"] == "local"
 
 
 @pytest.mark.parametrize(
@@ -273,6 +282,116 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+# ---- workflows: the SDK's Replayer runs a sandboxed workflow on a history written here ----------
+
+
+def _payload(value: object) -> dict[str, Any]:
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    return {"metadata": {"encoding": b64("json/plain")}, "data": b64(json.dumps(value))}
+
+
+def _event(event_id: int, kind: str, **attributes: Any) -> dict[str, Any]:
+    first, *rest = kind.lower().split("_")
+    name = first + "".join(word.capitalize() for word in rest)
+    return {
+        "eventId": str(event_id),
+        "eventTime": "2026-12-02T14:00:00Z",
+        "eventType": f"EVENT_TYPE_{kind}",
+        f"{name}EventAttributes": attributes,
+    }
+
+
+_QUEUE = {"name": "notify"}
+# `notify` for order o1: task 1 notifies "started" and waits; the `pay` signal; task 2 notifies
+# "paid" and completes. A history cut after event 3 or 7 leaves that task to run live.
+NOTIFY_O1 = [
+    _event(
+        1,
+        "WORKFLOW_EXECUTION_STARTED",
+        workflowType={"name": "notify"},
+        taskQueue=_QUEUE,
+        input={"payloads": [_payload("o1")]},
+        workflowTaskTimeout="10s",
+        attempt=1,
+    ),
+    _event(2, "WORKFLOW_TASK_SCHEDULED", taskQueue=_QUEUE, startToCloseTimeout="10s", attempt=1),
+    _event(3, "WORKFLOW_TASK_STARTED", scheduledEventId="2"),
+    _event(4, "WORKFLOW_TASK_COMPLETED", scheduledEventId="2", startedEventId="3"),
+    _event(5, "WORKFLOW_EXECUTION_SIGNALED", signalName="pay"),
+    _event(6, "WORKFLOW_TASK_SCHEDULED", taskQueue=_QUEUE, startToCloseTimeout="10s", attempt=1),
+    _event(7, "WORKFLOW_TASK_STARTED", scheduledEventId="6"),
+    _event(8, "WORKFLOW_TASK_COMPLETED", scheduledEventId="6", startedEventId="7"),
+    _event(
+        9,
+        "WORKFLOW_EXECUTION_COMPLETED",
+        result={"payloads": [_payload(7)]},
+        workflowTaskCompletedEventId="8",
+    ),
+]
+
+
+def replay(sink: AdapterSink, events: int) -> None:
+    """The worker's part of the first `events` events of NOTIFY_O1, with the interceptor."""
+    history = WorkflowHistory.from_json("notify-o1", {"events": NOTIFY_O1[:events]})
+    replayer = Replayer(
+        workflows=[Notify], interceptors=[SplitbrainInterceptor(sink, worker_id="w1")]
+    )
+    result = asyncio.run(replayer.replay_workflow(history))
+    assert result.replay_failure is None  # the interceptor changed no command: deterministic
+
+
+def test_a_run_live_here_is_a_lease_its_epoch_and_seq_the_history_length(
+    harness: Harness,
+) -> None:
+    replay(harness.sink, 3)  # the run's first task, live
+    acquired, started = harness.events()  # then it waits: evicted at the end, not released
+    assert (acquired.kind, started.kind) == (Kind.LEASE_ACQUIRED, Kind.EFFECT_COMMITTED)
+    assert acquired.workflow_key.split("/")[1:2] == ["notify-o1"]  # namespace/workflow/run
+    assert acquired.workflow_key.count("/") == 2
+    assert acquired.source is Source.COORDINATOR  # the server assigned it, and fences on it
+    assert acquired.attrs is not None
+    assert acquired.attrs["epoch_authority"] == "system"
+    assert acquired.attrs["epoch_from"] == RUN_EPOCH_FROM
+    assert acquired.attrs["tool_class"] == "notify"
+    assert acquired.lease_duration_s == 10.0  # the workflow task timeout
+    assert acquired.detail == {"replayed": False}
+    for e in (acquired, started):
+        assert (e.workflow_key, e.owner_epoch, e.seq, e.worker_id) == (
+            acquired.workflow_key,
+            3,
+            3,
+            "w1",
+        )
+    assert started.effect_key == "notify/o1/started"  # called in sandboxed workflow code
+
+
+def test_a_run_taken_over_by_replay_sends_nothing_of_what_it_replays(harness: Harness) -> None:
+    replay(harness.sink, 7)  # task 1 replayed; task 2, after the signal, live
+    acquired, signalled, paid, released = harness.events()
+    assert [e.kind for e in harness.events()] == [
+        Kind.LEASE_ACQUIRED,
+        Kind.PROGRESS,
+        Kind.EFFECT_COMMITTED,
+        Kind.LEASE_RELEASED,
+    ]
+    assert acquired.detail == {"replayed": True}
+    assert {(e.owner_epoch, e.seq) for e in harness.events()} == {(7, 7)}
+    assert signalled.detail == {"signal": "pay"}  # the signal handler runs as the run's owner
+    assert paid.effect_key == "notify/o1/paid"  # "started" was task 1's, sent when it ran
+    assert released.detail == {"outcome": "completed"}
+
+
+def test_a_history_replayed_to_its_end_sends_nothing(harness: Harness) -> None:
+    replay(harness.sink, len(NOTIFY_O1))
+    assert harness.events() == []
+
+
+def test_a_broken_sink_never_reaches_the_workflow() -> None:
+    replay(_BrokenSink("temporal", registry=CollectorRegistry()), 7)  # completes, deterministic
 
 
 def test_the_demo_runs_where_the_server_is_and_names_what_is_missing_where_not(
