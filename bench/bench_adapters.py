@@ -52,6 +52,9 @@ class _Discard:
     def publish(self, event: OwnershipEvent, value: bytes) -> None:
         pass
 
+    def publish_json(self, workflow_key: str, value: bytes) -> None:
+        pass
+
     def flush(self, timeout: float = 0) -> None:
         pass
 
