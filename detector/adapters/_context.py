@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -94,11 +94,21 @@ def current() -> Ownership | None:
 @contextmanager
 def owning(ownership: Ownership) -> Iterator[Ownership]:
     """Run a block as `ownership`: effect calls inside it carry its key and epoch."""
-    token = _current.set(ownership)
+    token = enter(ownership)
     try:
         yield ownership
     finally:
-        _current.reset(token)
+        leave(token)
+
+
+def enter(ownership: Ownership) -> Token[Ownership | None]:
+    """`owning` for a hook that starts the block and another that ends it (a signal pair):
+    without a generator's cost per task. `leave` with the token ends it."""
+    return _current.set(ownership)
+
+
+def leave(token: Token[Ownership | None]) -> None:
+    _current.reset(token)
 
 
 def _emit(kind: Kind, **fields: Any) -> bool:

@@ -153,10 +153,11 @@ _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def owner_fields(
-    workflow_key: str, owner_epoch: int, worker_id: str, attrs: Mapping[str, str]
+    workflow_key: str, owner_epoch: int, worker_id: str, attrs: dict[str, str]
 ) -> dict[str, Any] | None:
-    """The fields every event of one owner shares, checked against the contract once; None
-    when one breaks it (its events then take `send`, which drops and logs them by field)."""
+    """The fields every event of one owner shares (`attrs` becomes theirs), checked against
+    the contract once; None when one breaks it (its events then take `send`, which drops and
+    logs them by field)."""
     if not (
         type(workflow_key) is str
         and 0 < len(workflow_key) <= _KEY_MAX
@@ -165,19 +166,22 @@ def owner_fields(
         and type(worker_id) is str
         and 0 < len(worker_id) <= _WORKER_MAX
         and len(attrs) <= _ATTRS_MAX
-        and all(_label(k) and _label(v) for k, v in attrs.items())
+        and _labels(attrs)
     ):
         return None
     return {
         "workflow_key": workflow_key,
         "owner_epoch": owner_epoch,
         "worker_id": worker_id,
-        "attrs": dict(attrs),
+        "attrs": attrs,
     }
 
 
-def _label(value: object) -> bool:
-    return type(value) is str and len(value) <= _LABEL_MAX
+def _labels(attrs: dict[str, str]) -> bool:
+    for k, v in attrs.items():  # a loop: half the cost of `all` over a generator
+        if not (type(k) is str and type(v) is str and len(k) <= _LABEL_MAX >= len(v)):
+            return False
+    return True
 
 
 def _text(limit: int, *, empty: bool = False) -> Callable[[object], bool]:
