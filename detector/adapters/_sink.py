@@ -178,15 +178,17 @@ def owner_fields(
 
 
 def _labels(attrs: dict[str, str]) -> bool:
-    for k, v in attrs.items():  # a loop: half the cost of `all` over a generator
+    for k, v in attrs.items():  # loops here and in `_flat`: half the cost of `all`
         if not (type(k) is str and type(v) is str and len(k) <= _LABEL_MAX >= len(v)):
             return False
     return True
 
 
-def _text(limit: int, *, empty: bool = False) -> Callable[[object], bool]:
+def _text(limit: int, *, shortest: int = 1, optional: bool = True) -> Callable[[object], bool]:
     def check(value: object) -> bool:
-        return type(value) is str and (empty or value != "") and len(value) <= limit
+        if value is None:
+            return optional
+        return type(value) is str and shortest <= len(value) <= limit
 
     return check
 
@@ -205,19 +207,23 @@ def _aware(value: object) -> bool:
 
 def _flat(value: object) -> bool:
     """A `detail` of names and scalars, as adapters write it (nothing nested to check)."""
-    return value is None or (
-        type(value) is dict
-        and all(type(k) is str and type(v) in _SCALARS for k, v in value.items())
-    )
+    if value is None:
+        return True
+    if type(value) is not dict:
+        return False
+    for k, v in value.items():
+        if type(k) is not str or type(v) not in _SCALARS:
+            return False
+    return True
 
 
 # The per-event fields an adapter may give `send_owned`, each with what the contract asks.
 _CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
     "seq": _count,
     "source": lambda v: v is None or type(v) is Source,
-    "event_id": _text(_EVENT_ID_MAX),
-    "effect_key": lambda v: v is None or _text(_EFFECT_KEY_MAX)(v),
-    "destination": lambda v: v is None or _text(_DESTINATION_MAX, empty=True)(v),
+    "event_id": _text(_EVENT_ID_MAX, optional=False),
+    "effect_key": _text(_EFFECT_KEY_MAX),
+    "destination": _text(_DESTINATION_MAX, shortest=0),
     "lease_until": _aware,
     "lease_duration_s": _positive,
     "heartbeat_interval_s": _positive,
@@ -228,15 +234,16 @@ _CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
 def _valid(kind: Kind, fields: Mapping[str, Any], size: int) -> bool:
     """Whether an adapter's event is valid by the contract (a sufficient condition: what it
     cannot tell this cheaply is left to the full validation)."""
+    if type(kind) is not Kind or size > _SHORT_EVENT:
+        return False
+    for name, value in fields.items():
+        check = _CHECKS.get(name)
+        if check is None or not check(value):
+            return False
     return (
-        type(kind) is Kind
-        and size <= _SHORT_EVENT
-        and all(name in _CHECKS and _CHECKS[name](v) for name, v in fields.items())
-        and (
-            kind not in EFFECT_KINDS
-            or kind is Kind.EFFECT_REJECTED
-            or fields.get("effect_key") is not None
-        )
+        kind not in EFFECT_KINDS
+        or kind is Kind.EFFECT_REJECTED
+        or fields.get("effect_key") is not None
     )
 
 
