@@ -49,7 +49,7 @@ from detector.contracts.events import (
 log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY: Final = 10_000
-DEFAULT_LINGER_S: Final = 0.01  # after a wake-up, before taking the batch (Kafka's own is 5 ms)
+DEFAULT_LINGER_S: Final = 0.02  # after a wake-up, before taking the batch: what an event may wait
 _IDLE_WAIT_S: Final = 1.0
 # The host's fields as JSON (datetimes in RFC 3339, enums by value), at a tenth of pydantic's cost
 _ENCODE: Final = msgspec.json.Encoder().encode
