@@ -179,7 +179,7 @@ def owner_fields(
 
 def _labels(attrs: dict[str, str]) -> bool:
     for k, v in attrs.items():  # loops here and in `_flat`: half the cost of `all`
-        if not (type(k) is str and type(v) is str and len(k) <= _LABEL_MAX >= len(v)):
+        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= _LABEL_MAX):
             return False
     return True
 
