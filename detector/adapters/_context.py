@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
 from detector.contracts.events import Kind, Source
 
-from ._sink import AdapterSink
+from ._sink import AdapterSink, owner_fields
 
 
 class Authority(StrEnum):
@@ -43,20 +43,36 @@ class Ownership:
     authority: Authority
     epoch_from: str  # where the epoch came from, e.g. `temporal.attempt` (a bounded label)
     attrs: Mapping[str, str] = field(default_factory=dict)
+    # The fields every event of this owner carries, checked once (None: they break the contract)
+    _fields: dict[str, Any] | None = field(init=False, repr=False, compare=False)
 
-    def emit(self, kind: Kind, **fields: Any) -> None:
-        """Send one event of this owner; never raises into the caller."""
-        attrs = {
+    def __post_init__(self) -> None:
+        fields = owner_fields(self.workflow_key, self.owner_epoch, self.worker_id, self._attrs())
+        object.__setattr__(self, "_fields", fields)
+
+    def _attrs(self) -> dict[str, str]:
+        return {
             **self.attrs,
             AUTHORITY_ATTR: self.authority.value,
             EPOCH_FROM_ATTR: self.epoch_from,
         }
+
+    def emit(self, kind: Kind, **fields: Any) -> None:
+        """Send one event of this owner, with fields the adapter made (`_sink._CHECKS` names
+        them); never raises into the caller."""
+        if self._fields is None:
+            self.checked(kind, **fields)
+        else:
+            self.sink.send_owned(self._fields, kind, fields)
+
+    def checked(self, kind: Kind, **fields: Any) -> None:
+        """Send one event of this owner with fields from the user's code, validated in full."""
         self.sink.send(
             kind,
             workflow_key=self.workflow_key,
             owner_epoch=self.owner_epoch,
             worker_id=self.worker_id,
-            attrs=attrs,
+            attrs=self._attrs(),
             **fields,
         )
 
@@ -78,18 +94,28 @@ def current() -> Ownership | None:
 @contextmanager
 def owning(ownership: Ownership) -> Iterator[Ownership]:
     """Run a block as `ownership`: effect calls inside it carry its key and epoch."""
-    token = _current.set(ownership)
+    token = enter(ownership)
     try:
         yield ownership
     finally:
-        _current.reset(token)
+        leave(token)
+
+
+def enter(ownership: Ownership) -> Token[Ownership | None]:
+    """`owning` for a hook that starts the block and another that ends it (a signal pair):
+    without a generator's cost per task. `leave` with the token ends it."""
+    return _current.set(ownership)
+
+
+def leave(token: Token[Ownership | None]) -> None:
+    _current.reset(token)
 
 
 def _emit(kind: Kind, **fields: Any) -> bool:
     owner = _current.get()
     if owner is None:
         return False
-    owner.emit(kind, **{k: v for k, v in fields.items() if v is not None})
+    owner.checked(kind, **{k: v for k, v in fields.items() if v is not None})
     return True
 
 

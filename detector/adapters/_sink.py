@@ -1,7 +1,12 @@
 """A sink for events made inside someone else's worker: it never blocks, slows or fails it.
 
 The host's thread only appends the event's fields to a bounded queue (a `deque.append`); a
-daemon thread validates and publishes them through `detector.kafka.emit.Emitter`. When Kafka is
+daemon thread encodes and publishes them through `detector.kafka.emit.Emitter`, in batches: once
+woken it lingers a few milliseconds and takes everything queued, and while events keep coming it
+is never woken by the host at all (a wake-up costs the host more than an event). An event an
+adapter built (`send_owned`: an owner's fields checked once, then only typed values of its own)
+is checked by `_valid` against the contract's limits, a few comparisons; any other (`send`, the
+user's effect calls) is validated by the detector's own reading of its JSON. When Kafka is
 down the emitter's own buffer fills, then this queue, and what does not fit is dropped and
 counted (`splitbrain_adapter_events_dropped_total{adapter,reason}`), never raised: a detector
 that stops the fleet it watches would be worse than one that misses an event. Forked children
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -21,17 +27,29 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, get_args
 from uuid import uuid4
 
 import msgspec
+from annotated_types import MaxLen
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from detector.contracts.events import EventError, Kind, OwnershipEvent, parse_event_json
+from detector.contracts.events import (
+    EFFECT_KINDS,
+    MAX_DETAIL_BYTES,
+    MAX_EPOCH,
+    EventError,
+    Kind,
+    OwnershipEvent,
+    ShortLabel,
+    Source,
+    parse_event_json,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY: Final = 10_000
+DEFAULT_LINGER_S: Final = 0.02  # after a wake-up, before taking the batch: what an event may wait
 _IDLE_WAIT_S: Final = 1.0
 # The host's fields as JSON (datetimes in RFC 3339, enums by value), at a tenth of pydantic's cost
 _ENCODE: Final = msgspec.json.Encoder().encode
@@ -50,7 +68,8 @@ class DropReason(StrEnum):
 
 
 class Publisher(Protocol):
-    """What the sink needs of `Emitter`."""
+    """What the sink needs of `Emitter`. One that also has `publish_json(workflow_key, value)`
+    (as `Emitter` does) is given every event that way, without it parsed again."""
 
     def publish(self, event: OwnershipEvent, value: bytes) -> None: ...
 
@@ -115,6 +134,125 @@ class _EventIds:
 _event_id = _EventIds()
 
 
+def _max_length(annotation: Any) -> int:
+    """A length limit of the contract, read from the model (one place says it)."""
+    return next(m.max_length for m in annotation if isinstance(m, MaxLen))
+
+
+_FIELDS: Final = OwnershipEvent.model_fields
+_KEY_MAX: Final = _max_length(_FIELDS["workflow_key"].metadata)
+_WORKER_MAX: Final = _max_length(_FIELDS["worker_id"].metadata)
+_EVENT_ID_MAX: Final = _max_length(_FIELDS["event_id"].metadata)
+_EFFECT_KEY_MAX: Final = _max_length(_FIELDS["effect_key"].metadata)
+_DESTINATION_MAX: Final = _max_length(_FIELDS["destination"].metadata)
+_ATTRS_MAX: Final = _max_length(_FIELDS["attrs"].metadata)
+_LABEL_MAX: Final = _max_length(get_args(ShortLabel)[1].metadata)
+# A whole event this short holds a `detail` well within its limit, however it is spelled.
+_SHORT_EVENT: Final = MAX_DETAIL_BYTES // 2
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def owner_fields(
+    workflow_key: str, owner_epoch: int, worker_id: str, attrs: dict[str, str]
+) -> dict[str, Any] | None:
+    """The fields every event of one owner shares (`attrs` becomes theirs), checked against
+    the contract once; None when one breaks it (its events then take `send`, which drops and
+    logs them by field)."""
+    if not (
+        type(workflow_key) is str
+        and 0 < len(workflow_key) <= _KEY_MAX
+        and type(owner_epoch) is int
+        and 0 <= owner_epoch <= MAX_EPOCH
+        and type(worker_id) is str
+        and 0 < len(worker_id) <= _WORKER_MAX
+        and len(attrs) <= _ATTRS_MAX
+        and _labels(attrs)
+    ):
+        return None
+    return {
+        "workflow_key": workflow_key,
+        "owner_epoch": owner_epoch,
+        "worker_id": worker_id,
+        "attrs": attrs,
+    }
+
+
+def _labels(attrs: dict[str, str]) -> bool:
+    for k, v in attrs.items():  # loops here and in `_flat`: half the cost of `all`
+        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= _LABEL_MAX):
+            return False
+    return True
+
+
+def _text(limit: int, *, shortest: int = 1, optional: bool = True) -> Callable[[object], bool]:
+    def check(value: object) -> bool:
+        if value is None:
+            return optional
+        return type(value) is str and shortest <= len(value) <= limit
+
+    return check
+
+
+def _count(value: object) -> bool:
+    return value is None or (type(value) is int and 0 <= value <= MAX_EPOCH)
+
+
+def _positive(value: object) -> bool:
+    return value is None or (type(value) is float and 0 < value < math.inf)
+
+
+def _aware(value: object) -> bool:
+    return value is None or (type(value) is datetime and value.utcoffset() is not None)
+
+
+def _flat(value: object) -> bool:
+    """A `detail` of names and scalars, as adapters write it (nothing nested to check)."""
+    if value is None:
+        return True
+    if type(value) is not dict:
+        return False
+    for k, v in value.items():
+        if type(k) is not str or type(v) not in _SCALARS:
+            return False
+    return True
+
+
+# The per-event fields an adapter may give `send_owned`, each with what the contract asks.
+_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
+    "seq": _count,
+    "source": lambda v: v is None or type(v) is Source,
+    "event_id": _text(_EVENT_ID_MAX, optional=False),
+    "effect_key": _text(_EFFECT_KEY_MAX),
+    "destination": _text(_DESTINATION_MAX, shortest=0),
+    "lease_until": _aware,
+    "lease_duration_s": _positive,
+    "heartbeat_interval_s": _positive,
+    "detail": _flat,
+}
+
+
+def _valid(kind: Kind, fields: Mapping[str, Any], size: int) -> bool:
+    """Whether an adapter's event is valid by the contract (a sufficient condition: what it
+    cannot tell this cheaply is left to the full validation)."""
+    if type(kind) is not Kind or size > _SHORT_EVENT:
+        return False
+    for name, value in fields.items():
+        check = _CHECKS.get(name)
+        if check is None or not check(value):
+            return False
+    return (
+        kind not in EFFECT_KINDS
+        or kind is Kind.EFFECT_REJECTED
+        or fields.get("effect_key") is not None
+    )
+
+
+# A queued event: the fields of `send`, or (owner fields, kind, own fields, time.time()) of
+# `send_owned`.
+_Owned = tuple[Mapping[str, Any], Kind, dict[str, Any], float]
+_Queued = dict[str, Any] | _Owned
+
+
 class AdapterSink:
     """Queue events from host code; publish them from a thread of its own."""
 
@@ -125,18 +263,23 @@ class AdapterSink:
         publisher: Callable[[], Publisher] = _from_env,
         capacity: int = DEFAULT_CAPACITY,
         registry: CollectorRegistry | None = None,
+        linger_s: float = DEFAULT_LINGER_S,
     ) -> None:
         """`publisher` makes the emitter, in the sender thread (default: `Emitter.from_env`,
-        configured by the `SPLITBRAIN_*` variables)."""
+        configured by the `SPLITBRAIN_*` variables); `linger_s` is how long the sender waits
+        for more events once woken (what an event may wait, against wake-ups per event)."""
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
+        if not 0 <= linger_s <= 1:
+            raise ValueError(f"linger_s must be between 0 and 1 second, not {linger_s}")
         self.adapter = adapter
         self._make = publisher
         self._capacity = capacity
+        self._linger_s = linger_s
         m = _metrics_of(REGISTRY if registry is None else registry)
         self._dropped = {r: m.dropped.labels(adapter, r.value) for r in DropReason}
         self._sent = m.sent.labels(adapter)
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[_Queued] = deque()
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
@@ -150,28 +293,40 @@ class AdapterSink:
     # ---- the host's side: never raises, never waits ------------------------------------------
 
     def send(self, kind: Kind | str, **fields: Any) -> None:
-        """Queue one event (`fields` as `Emitter.emit` takes them). Costs the caller a few
-        microseconds; whatever goes wrong later is counted, not raised."""
+        """Queue one event (`fields` as `Emitter.emit` takes them), validated before it is
+        sent. Costs the caller a few microseconds; whatever goes wrong later is counted, not
+        raised."""
         try:
-            if self._closed:
-                self._dropped[DropReason.CLOSED].inc()
-                return
-            if len(self._queue) >= self._capacity:
-                self._dropped[DropReason.QUEUE_FULL].inc()
-                return
             fields["kind"] = kind
             if "event_id" not in fields:
                 fields["event_id"] = _event_id()
             fields.setdefault("observed_at", datetime.now(UTC))
-            self._queue.append(fields)
-            if self._idle.is_set():  # after the append: the sender re-checks the queue once idle
-                self._idle.clear()
-            if self._thread is None or self._pid != os.getpid():
-                self._start()
-            if self._sleeping:  # else the sender is busy and finds the event itself
-                self._wake.set()
+            self._put(fields)
         except Exception:  # the host's task must never see our failure
             log.exception("adapter %s: an event could not be queued", self.adapter)
+
+    def send_owned(self, owner: Mapping[str, Any], kind: Kind, fields: dict[str, Any]) -> None:
+        """Queue one event an adapter built: `owner` from `owner_fields`, `fields` its own
+        (seq, source, detail, …, as `_CHECKS` lists them). `fields` becomes the sink's."""
+        try:
+            self._put((owner, kind, fields, time.time()))
+        except Exception:  # the host's task must never see our failure
+            log.exception("adapter %s: an event could not be queued", self.adapter)
+
+    def _put(self, item: _Queued) -> None:
+        if self._closed:
+            self._dropped[DropReason.CLOSED].inc()
+            return
+        if len(self._queue) >= self._capacity:
+            self._dropped[DropReason.QUEUE_FULL].inc()
+            return
+        self._queue.append(item)
+        if self._idle.is_set():  # after the append: the sender re-checks the queue once idle
+            self._idle.clear()
+        if self._thread is None:  # first use, or a forked child (`_after_fork`)
+            self._start()
+        if self._sleeping:  # else the sender is lingering or busy, and finds the event itself
+            self._wake.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued event is handed to the producer and the producer has waited
@@ -244,7 +399,11 @@ class AdapterSink:
                 publisher = self._connect()
                 if publisher is None:
                     continue
-            publisher = self._publish(publisher, self._queue.popleft())
+            # Woken by the host, or after a batch: more events come while we wait (a flush or
+            # close ends the wait). The host wakes no one meanwhile.
+            self._wake.wait(self._linger_s)
+            self._wake.clear()
+            publisher = self._batch(publisher)
             unsettled = True
         if publisher is not None:
             self._settle(publisher, _FINAL_SETTLE_S, final=True)
@@ -267,10 +426,52 @@ class AdapterSink:
             time.sleep(_RETRY_S)
             return None
 
-    def _publish(self, publisher: Publisher, fields: Mapping[str, Any]) -> Publisher | None:
+    def _batch(self, publisher: Publisher) -> Publisher | None:
+        """Publish what is queued now (the rest waits for the next batch)."""
+        raw: Callable[[str, bytes], None] | None = getattr(publisher, "publish_json", None)
+        sent = 0
+        try:
+            for _ in range(len(self._queue)):
+                encoded = self._encode(self._queue.popleft())
+                if encoded is None:
+                    continue
+                key, value, event = encoded
+                if raw is not None:
+                    raw(key, value)
+                else:
+                    publisher.publish(event or parse_event_json(value), value)
+                sent += 1
+        except Exception as exc:
+            self._dropped[DropReason.KAFKA].inc()
+            log.warning("adapter %s: event not published (%s)", self.adapter, type(exc).__name__)
+            publisher.close()
+            return None
+        finally:
+            self._sent.inc(sent)
+        return publisher
+
+    def _encode(self, item: _Queued) -> tuple[str, bytes, OwnershipEvent | None] | None:
+        """The event's key and JSON, and its validated form when it took the full validation;
+        None when it was invalid (counted and logged)."""
+        if type(item) is tuple:
+            owner, kind, own, at = item
+            fields = {**owner, "kind": kind, **own}
+            if "event_id" not in own:
+                fields["event_id"] = _event_id()
+            fields["observed_at"] = datetime.fromtimestamp(at, UTC)
+            value = _ENCODE(fields)
+            if _valid(kind, own, len(value)):
+                return owner["workflow_key"], value, None
+        else:
+            assert isinstance(item, dict)
+            fields = item
+        return self._checked(fields)
+
+    def _checked(self, fields: Mapping[str, Any]) -> tuple[str, bytes, OwnershipEvent] | None:
+        """The full validation: the detector's own reading of the bytes sent."""
         try:
             value = _ENCODE(fields)
-            event = parse_event_json(value)  # the detector's own reading of these bytes
+            event = parse_event_json(value)
         except (EventError, TypeError) as exc:
             self._dropped[DropReason.INVALID].inc()
             log.warning(
@@ -279,7 +480,7 @@ class AdapterSink:
                 str(fields.get("workflow_key"))[:512],
                 exc,
             )
-            return publisher
+            return None
         if event.dropped_fields:
             # Sent without them, as a detector would read it; the host's code can fix them.
             log.warning(
@@ -289,15 +490,7 @@ class AdapterSink:
                 ", ".join(f"{d.field} ({d.reason})" for d in event.dropped_fields),
             )
             value = event.model_dump_json(exclude_none=True).encode("utf-8")
-        try:
-            publisher.publish(event, value)
-            self._sent.inc()
-            return publisher
-        except Exception as exc:
-            self._dropped[DropReason.KAFKA].inc()
-            log.warning("adapter %s: event not published (%s)", self.adapter, type(exc).__name__)
-            publisher.close()
-            return None
+        return event.workflow_key, value, event
 
     def _settle(self, publisher: Publisher, timeout: float, *, final: bool = False) -> None:
         """Between bursts: wait for Kafka's acknowledgements, counting the events it refused;

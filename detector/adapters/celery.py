@@ -38,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, ParamSpec
 
@@ -47,7 +47,7 @@ from celery.app.task import Task
 
 from detector.contracts.events import Kind
 
-from ._context import Authority, Ownership, owning
+from ._context import Authority, Ownership, enter, leave
 from ._sink import AdapterSink
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class Watchdog:
 @dataclass(slots=True)
 class _Running:
     ownership: Ownership
-    scope: AbstractContextManager[Ownership]
+    token: Token[Ownership | None]  # the task's effect calls carry its ownership until reset
     timer: int | None
 
 
@@ -345,14 +345,12 @@ class CeleryAdapter:
             ownership.acquired()
         else:
             ownership.acquired(lease_duration_s=visibility)
-        scope = owning(ownership)
-        scope.__enter__()
         timer = None
         if visibility is not None:
             received = req.get(_RECEIVED_AT) or time.time()
             at = time.monotonic() + max(float(received) + visibility - time.time(), 0.0)
             timer = self.watchdog.arm(at, functools.partial(self._uncertain, ownership))
-        self._running[task_id] = _Running(ownership, scope, timer)
+        self._running[task_id] = _Running(ownership, enter(ownership), timer)
 
     def _uncertain(self, ownership: Ownership) -> None:
         ownership.emit(
@@ -370,7 +368,7 @@ class CeleryAdapter:
         if running.timer is not None:
             self.watchdog.disarm(running.timer)
         running.ownership.emit(Kind.LEASE_RELEASED, detail={"state": state or "unknown"})
-        running.scope.__exit__(None, None, None)
+        leave(running.token)
 
 
 def visibility_timeout(app: Celery) -> float | None:

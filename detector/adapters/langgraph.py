@@ -300,7 +300,8 @@ class PostgresThreads:
 class _Behind:
     """Runs queued calls in order on a daemon thread of its own, so that a ledger waiting on its
     server never makes the graph's put wait. Bounded: a call that does not fit is dropped, and
-    `on_drop` counts it."""
+    `on_drop` counts it. The putting thread wakes the runner only when it sleeps (a wake-up
+    costs the put more than queueing the call)."""
 
     def __init__(self, name: str, on_drop: Callable[[], None]) -> None:
         self._name = name
@@ -309,6 +310,7 @@ class _Behind:
         self._wake = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
+        self._sleeping = False  # the runner waits on `_wake` (set before its last look)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -318,17 +320,20 @@ class _Behind:
             self._pid = os.getpid()
             self._queue.clear()
             self._thread = None
+            self._sleeping = False
         if len(self._queue) >= _BEHIND:
             self._on_drop()
             return
         self._queue.append(call)
-        self._idle.clear()
+        if self._idle.is_set():  # after the append: the runner re-checks the queue once idle
+            self._idle.clear()
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
-        self._wake.set()
+        if self._sleeping:
+            self._wake.set()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued call has run; True when that happened in time."""
@@ -340,10 +345,13 @@ class _Behind:
             while self._queue:
                 self._queue.popleft()()  # each call guards itself
             self._idle.set()
+            self._sleeping = True  # before the last look: a later submit wakes us
             if self._queue:  # submitted while idle was being set
+                self._sleeping = False
                 self._idle.clear()
                 continue
             self._wake.wait(_IDLE_WAIT_S)
+            self._sleeping = False
             self._wake.clear()
 
 

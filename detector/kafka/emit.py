@@ -162,6 +162,11 @@ class Emitter:
         (the adapters' sink validates what it encoded itself)."""
         self._produce(event, value)
 
+    def publish_json(self, workflow_key: str, value: bytes) -> None:
+        """Send `value`, an event's JSON the caller made valid, keyed by its workflow: the
+        adapters' sink, whose thread runs in no span (there is no trace context to carry)."""
+        self._enqueue(workflow_key.encode("utf-8"), value, None)
+
     def _send(self, event: OwnershipEvent) -> None:
         self._produce(event, event.model_dump_json(exclude_none=True).encode("utf-8"))
 
@@ -172,7 +177,11 @@ class Emitter:
             span.set_attribute("splitbrain.owner.epoch", event.owner_epoch)
         headers: dict[str, str | bytes | None] = {}
         propagate.inject(headers)  # `traceparent` (W3C) from the current span, if there is one
-        key = event.workflow_key.encode("utf-8")
+        self._enqueue(event.workflow_key.encode("utf-8"), value, headers)
+
+    def _enqueue(
+        self, key: bytes, value: bytes, headers: dict[str, str | bytes | None] | None
+    ) -> None:
         while True:
             try:
                 self._producer.produce(

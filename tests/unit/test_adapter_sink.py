@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -38,6 +39,14 @@ class Recorder:
             raise RuntimeError("broker gone")
         assert parse_event_json(value) == event  # the bytes sent say what was validated
         self.events.append(event)
+
+    def publish_json(self, workflow_key: str, value: bytes) -> None:
+        """How the sink hands over every event: each must be valid by the contract as sent,
+        whether the sink validated it in full or took it from an adapter's owner."""
+        event = parse_event_json(value)
+        assert event.workflow_key == workflow_key
+        assert not event.dropped_fields
+        self.publish(event, value)
 
     def flush(self, timeout: float = 0) -> None:
         pass
@@ -190,3 +199,96 @@ def test_an_unreachable_kafka_buffers_and_the_host_goes_on(registry: CollectorRe
     assert dropped(registry, DropReason.QUEUE_FULL) > 0
     own.emit(Kind.HEARTBEAT)
     assert dropped(registry, DropReason.CLOSED) > 0
+
+
+def test_adapter_built_events_are_valid_by_the_contract_as_sent(
+    sink: AdapterSink, recorder: Recorder
+) -> None:
+    """Every field an adapter may give its owner's events, on the path that skips the full
+    validation: the recorder reads each with the contract's validator."""
+    own = owner(sink, Authority.APPROXIMATE)
+    own.acquired(
+        seq=0,
+        lease_duration_s=30.0,
+        heartbeat_interval_s=5.0,
+        lease_until=datetime(2026, 12, 2, tzinfo=UTC),
+        detail={"attempt": 2, "state": "SUCCESS", "ratio": 0.5, "retried": False, "none": None},
+    )
+    own.emit(Kind.HEARTBEAT, seq=2**63 - 1)
+    own.emit(
+        Kind.EFFECT_COMMITTED,
+        event_id="fork-1",
+        effect_key="checkpoint-child/p",
+        destination="",
+        source=Source.DESTINATION,
+    )
+    own.emit(Kind.EFFECT_REJECTED, destination="db")
+    own.emit(Kind.LEASE_RELEASED, detail={"state": "ü" * 500})
+    assert sink.flush()
+    acquired, beat, committed, rejected, released = recorder.events
+    assert acquired.source is Source.WORKER and acquired.lease_duration_s == 30.0
+    assert acquired.detail == {
+        "attempt": 2,
+        "state": "SUCCESS",
+        "ratio": 0.5,
+        "retried": False,
+        "none": None,
+    }
+    assert acquired.attrs == {"epoch_authority": "approximate", "epoch_from": "test.attempt"}
+    assert beat.seq == 2**63 - 1
+    assert (committed.event_id, committed.source) == ("fork-1", Source.DESTINATION)
+    assert rejected.effect_key == "result"  # the contract's default for a rejection
+    assert released.detail == {"state": "ü" * 500}
+    assert len({e.event_id for e in recorder.events}) == 5
+
+
+def test_fields_that_break_the_contract_are_validated_in_full(
+    sink: AdapterSink, recorder: Recorder, registry: CollectorRegistry
+) -> None:
+    """As any input: a bad required field costs the event (counted), a bad optional one is
+    left out of the event sent."""
+    Ownership(sink, "k" * 513, 1, "w", Authority.MINTED, "test").acquired()
+    Ownership(sink, "k", 1, "w", Authority.MINTED, "test", {"a": "v" * 129}).acquired()
+    own = owner(sink)
+    own.emit(Kind.EFFECT_COMMITTED)  # no effect key
+    own.emit(Kind.HEARTBEAT, seq=-1)
+    own.emit(Kind.HEARTBEAT, seq=1)
+    assert sink.flush()
+    assert dropped(registry, DropReason.INVALID) == 2
+    no_attrs, no_seq, beat = recorder.events
+    assert (no_attrs.workflow_key, no_attrs.attrs) == ("k", None)
+    assert (no_seq.seq, beat.seq) == (None, 1)
+
+
+def test_what_the_cheap_check_cannot_tell_is_validated_in_full(
+    sink: AdapterSink, recorder: Recorder, registry: CollectorRegistry
+) -> None:
+    """A nested or long `detail` takes the contract's validator: kept when it fits, dropped
+    from the event (which is sent) when it does not."""
+    own = owner(sink)
+    own.emit(Kind.PROGRESS, detail={"nested": {"step": [1, 2]}})
+    own.emit(Kind.PROGRESS, detail={"big": "x" * 5000})
+    assert sink.flush()
+    nested, big = recorder.events
+    assert nested.detail == {"nested": {"step": [1, 2]}}
+    assert big.detail is None
+    assert dropped(registry, DropReason.INVALID) == 0
+
+
+def test_events_queued_while_the_sender_lingers_are_all_sent_in_order(
+    registry: CollectorRegistry, recorder: Recorder
+) -> None:
+    sink = AdapterSink("test", publisher=lambda: recorder, registry=registry, linger_s=0.05)
+    try:
+        own = owner(sink)
+        for seq in range(500):
+            own.emit(Kind.HEARTBEAT, seq=seq)
+        assert sink.flush()
+        assert [e.seq for e in recorder.events] == list(range(500))
+    finally:
+        sink.close()
+
+
+def test_a_linger_outside_its_bounds_is_refused() -> None:
+    with pytest.raises(ValueError, match="linger_s"):
+        AdapterSink("test", linger_s=2.0)
