@@ -488,6 +488,7 @@ class Scenario:
             ("Prometheus (alerts)", "prometheus", "alerts"),
             ("Alertmanager", "alertmanager", "ui"),
             ("Alertmanager API", "alertmanager", "url"),
+            ("findings view", "view", "url"),
         ):
             url = stack.url(comp, key)
             if url is not None:
@@ -656,6 +657,15 @@ class Scenario:
             self.out(f"finding: {one_line(finding)}")
             if finding.severity is Severity.CRITICAL and self.critical_at is None:
                 self.critical_at = time.monotonic()
+                self._print_link(finding.finding_id)
+
+    def _print_link(self, finding_id: str) -> None:
+        """Where the page's link goes: the finding in the view (`page --finding-url`)."""
+        from detector.paging.links import FindingLink  # noqa: PLC0415
+
+        template = self.stack.url("view", "finding")
+        if template is not None:
+            self.out(f"the finding in the view: {FindingLink(template).of(finding_id)}")
 
     def _critical_ids(self) -> set[str]:
         assert self.view is not None
