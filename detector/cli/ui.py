@@ -62,8 +62,7 @@ class UiSettings(PrefixedSettings):
     )
     token: Secret = Field(
         None,
-        description=f"the token every request but /healthz needs (at least {MIN_TOKEN} "
-        "characters): `Authorization: Bearer` or a browser's login; needed beyond loopback",
+        description=f"the view's token (at least {MIN_TOKEN} characters; needed beyond loopback)",
     )
     findings_topic: Name = Field(FINDINGS_TOPIC, description="topic of finding revisions")
     log_level: LogLevel = Field("WARNING", description="log level (uvicorn's too)")
