@@ -192,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_port=args.prometheus_port,
         alertmanager_port=args.alertmanager_port,
         destination_port=args.destination_port,
+        view=True,
     )
     interactive = not args.non_interactive and sys.stdin.isatty()
     try:

@@ -15,7 +15,7 @@ Components, in the order they start (and the reverse of the order they stop):
 - `prometheus`: Prometheus (Debian's `prometheus`) with the bundled `alerts/splitbrain.rules.yml`
   (copied into its directory), scraping the detectors and evaluating every second, sending to
   Alertmanager;
-- `view`: the findings view (`splitbrain ui`, the `ui` extra), on loopback.
+- `view`: the findings view (`splitbrain ui`, the `ui` extra), on loopback (`Options.view`).
 - `pager`: the pager bridge (`splitbrain page --alertmanager-url`, `--finding-url` to the view).
 
 Each runs as a process of its own session (a terminal's Ctrl-C reaches only the command that
@@ -505,6 +505,7 @@ class Options:
     detectors: int = 2
     fenced: bool = False  # the example destination enforces the fence (False: the demo's mode)
     pager: bool = True
+    view: bool = False  # the findings view (`splitbrain ui`), where the pager's pages link
 
 
 PORT_FLAGS: Final = {
@@ -639,8 +640,10 @@ def preflight(options: Options, say: Say) -> Tools:
             skipped.append(
                 Skipped("pager", f"optional, not available in this version ({exc}): skipped")
             )
-    view = all(importlib.util.find_spec(m) is not None for m in ("starlette", "uvicorn"))
-    if not view:
+    view = options.view and all(
+        importlib.util.find_spec(m) is not None for m in ("starlette", "uvicorn")
+    )
+    if options.view and not view:
         skipped.append(
             Skipped("view", "the ui extra is not installed (pip install '.[ui]'): no findings view")
         )
