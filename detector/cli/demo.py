@@ -489,7 +489,7 @@ class Scenario:
             ("Prometheus (alerts)", "prometheus", "alerts"),
             ("Alertmanager", "alertmanager", "ui"),
             ("Alertmanager API", "alertmanager", "url"),
-            ("findings view", "view", "url"),
+            ("findings view", "view", "ui"),
         ):
             url = stack.url(comp, key)
             if url is not None:

@@ -1003,18 +1003,20 @@ class Stack:
             self.say(f"started {comp.name:<13} {comp.urls['metrics']}{_pids(comp)}")
 
     def _view(self) -> None:
-        """`splitbrain ui` on loopback: the link of each page goes to its finding there."""
+        """`splitbrain ui` on loopback: the link of each page goes to its finding there
+        (`/healthz` says when it has read the findings topic)."""
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         view = Process(
             "view",
-            urls={"url": url + "/", "finding": url + "/findings/{finding_id}"},
+            urls={"ui": url + "/", "finding": url + "/findings/{finding_id}"},
             log=self.dir / "logs" / "view.log",
             argv=[
                 *(sys.executable, "-m", "detector.cli", "ui", "--listen", f"127.0.0.1:{port}"),
             ],
             env=connection_env(self.kafka_config),
-            ready=functools.partial(_http_ok, url + "/healthz"),
+            # Not waited for: the pager needs only its address, and it is up long before the
+            # first finding (a view that dies is noticed as any component is).
         )
         self.add(view)
         self.say(f"started view          splitbrain ui {url}/{_pids(view)}")
