@@ -57,6 +57,20 @@ def _ready(url: str) -> bool:
         return False
 
 
+def fetched(url: str, timeout: float = READY_TIMEOUT) -> str:
+    """The body at `url` once it answers 200 (a view still reading its topic answers 404 for a
+    finding it has not read yet); the last error after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return str(answer.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def running_view(env: Mapping[str, str], log: Path, *argv: str) -> Iterator[str]:
     """`splitbrain ui --listen 127.0.0.1:0 ARGV…` (a later --listen wins), until the block ends;

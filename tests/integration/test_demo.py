@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from detector.testing.kafka import free_port
 from detector.testing.postgres import postgres_binaries
 from detector.testing.stack import LOCK_FILE, Pid, load_record
+from detector.testing.view import fetched
 from tests.paths import ROOT
 from tests.tools import program
 
@@ -155,16 +155,7 @@ def test_the_demo_pages_a_live_split_brain_and_leaves_nothing_running(tmp_path: 
         finding_id = urllib.parse.unquote(link.rsplit("/", 1)[-1])
         os.kill(demo.proc.pid, signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 60  # the view may still be reading the topic
-            while True:
-                try:
-                    with urllib.request.urlopen(link, timeout=10) as answer:
-                        page = answer.read().decode()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+            page = fetched(link)
         finally:
             os.kill(demo.proc.pid, signal.SIGCONT)
         assert f'data-finding-id="{finding_id}"' in page, link
