@@ -10,10 +10,12 @@ DNS name rebound to 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import signal
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Final
 from urllib.parse import parse_qs
 
@@ -33,6 +35,7 @@ from detector.view.store import Filters, FindingsStore, listed
 COOKIE: Final = "splitbrain_ui_session"
 LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "::1")
 MAX_LOGIN_BODY: Final = 4096
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 HEADERS: Final = {
     "Content-Security-Policy": pages.CSP,
     "X-Content-Type-Options": "nosniff",
@@ -196,7 +199,22 @@ def create_app(store: FindingsStore, metrics: ViewMetrics, *, token: str | None)
     return app
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, but SIGTERM and Ctrl-C end it like any command of ours: a graceful
+    shutdown, then back to the caller (which closes the reader) and exit 0. uvicorn raises the
+    signal again once shut down, which would end the process before that, with status 143."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def serve(app: Starlette, sock: socket.socket, log_level: str) -> None:
-    """Until SIGTERM or Ctrl-C (uvicorn's own handlers), on a socket already bound."""
+    """Until SIGTERM or Ctrl-C, on a socket already bound."""
     config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, lifespan="off")
-    uvicorn.Server(config).run(sockets=[sock])
+    _Server(config).run(sockets=[sock])
