@@ -13,7 +13,7 @@ import pytest
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from detector.contracts.findings import Finding, Severity, Status
 from detector.testing.kafka import LocalKafka
@@ -87,6 +87,15 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         yield driver
 
 
+def submitted(browser: webdriver.Chrome, query: str) -> None:
+    """Until the next page has loaded: `query` in its address, and the page complete."""
+    WebDriverWait(browser, 30).until(
+        lambda b: (
+            query in b.current_url and b.execute_script("return document.readyState") == "complete"
+        )
+    )
+
+
 def rows(browser: webdriver.Chrome) -> list[tuple[str, str, str]]:
     return [
         (
@@ -124,9 +133,11 @@ def test_open_findings_first_and_the_filters(
     ]
     Select(browser.find_element(By.NAME, "severity")).select_by_value("critical")
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    submitted(browser, "severity=critical&status=&")
     assert [r[2] for r in rows(browser)] == [seed.finding_id, "f-resolved"]
     Select(browser.find_element(By.NAME, "status")).select_by_value("resolved")
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    submitted(browser, "severity=critical&status=resolved&")
     assert [r[2] for r in rows(browser)] == ["f-resolved"]
     browser.get(view + "?workflow=wf-")
     assert [r[2] for r in rows(browser)] == ["f-warning", "f-info", "f-resolved"]
@@ -139,7 +150,7 @@ def test_a_finding_shows_its_revisions_and_the_acceptance_timeline(
 ) -> None:
     browser.get(view)
     browser.find_element(By.LINK_TEXT, seed.workflow_key).click()
-    assert browser.current_url == f"{view}findings/{seed.finding_id}"
+    submitted(browser, f"findings/{seed.finding_id}")
     lanes = browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.lane")
     assert [lane.text for lane in lanes] == [
         "epoch 17 (displaced) · worker-alpha",
@@ -228,9 +239,11 @@ def test_beyond_loopback_a_request_without_the_token_is_refused(
         field = browser.find_element(By.NAME, "token")
         field.send_keys("not-the-token-at-all")
         field.submit()
+        submitted(browser, "/login?next=")
         assert browser.find_elements(By.CSS_SELECTOR, "p.banner")
         field = browser.find_element(By.NAME, "token")
         field.send_keys(TOKEN)
         field.submit()
+        submitted(browser, f"{local}findings/{seed.finding_id}")
         assert browser.current_url == f"{local}findings/{seed.finding_id}"
         assert browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.transition")
