@@ -8,9 +8,8 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
-from detector.contracts import events, findings
+from detector.contracts import events, findings, page_state
 from detector.core import STATE_VERSION
-from detector.paging import record
 
 DISTRIBUTION: Final = "splitbrain-detector"
 
@@ -28,7 +27,7 @@ def describe() -> str:
             f"{DISTRIBUTION} {package_version()}",
             f"events: {events.SCHEMA}",
             f"findings: {findings.SCHEMA}",
-            f"page state: {record.SCHEMA}",
+            f"page state: {page_state.SCHEMA}",
             f"workflow state: v{STATE_VERSION}",
         )
     )

@@ -304,7 +304,6 @@ class Pause:
     taken_over_by: str | None = None
     other_committed: bool = False
     resumed_at: float | None = None
-    stale_committed: bool = False
     narrated: set[tuple[str, int]] = field(default_factory=set)
 
 
@@ -329,6 +328,7 @@ class Scenario:
             heartbeat_s=0.5,
             missed_heartbeats=2,
             reserve_s=1.0,
+            extend_timeout_s=0.5,  # the demo's PostgreSQL, on loopback, refuses at once
             max_attempts=3,
             # Above the pause: the victim's heartbeat thread must still try to extend after it
             # (and learn that its lease is lost) rather than think its executor hung.
@@ -395,8 +395,8 @@ class Scenario:
         self.out(
             f"started {AGENTS} agents ({pids}): lease-store workers of job class payments "
             f"(L={c.lease_s:g}s H={c.heartbeat_s:g}s R={c.missed_heartbeats} "
-            f"J={c.reserve_s:g}s), a tool of {WORK_S.replace(':', '-')}s then POST to the "
-            "destination"
+            f"J={c.reserve_s:g}s T={c.extend_timeout_s:g}s), a tool of "
+            f"{WORK_S.replace(':', '-')}s then POST to the destination"
         )
 
     def _start_source(self, source: DemoSource) -> None:
@@ -626,7 +626,6 @@ class Scenario:
                 pause.other_committed = True
                 self.out(f"{owner} committed the payment at example-pay (token {token})")
             elif kind == "effect_committed" and token == pause.token:
-                pause.stale_committed = True
                 self.out(
                     f"{VICTIM} sent its request anyway: example-pay (unfenced) committed the "
                     f"payment a second time, under the stale token {token}"

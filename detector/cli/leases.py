@@ -216,7 +216,7 @@ def run_destination(args: argparse.Namespace) -> int:
     # The job `probe` names: enqueued once per destination name, never claimed.
     probe = JobClass(
         name="splitbrain-probe",
-        lease_s=60,
+        lease_s=90,
         heartbeat_s=10,
         missed_heartbeats=2,
         reserve_s=10,
@@ -464,7 +464,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "relay",
         help="publish the lease store's outbox to the input topic (at least once, with seq)",
         description="Publish every transition recorded in tool_job_outbox to Kafka, keyed by "
-        "job, and mark it relayed once Kafka acknowledged it; relayed rows older than the "
+        "job, each job's in seq order (also with several relays: a batch locks its jobs), "
+        "and mark it relayed once Kafka acknowledged it; relayed rows older than the "
         "retention are deleted. Runs until SIGTERM or SIGINT; an unreachable database or broker "
         "pauses it, and it resumes where it stopped. Exit 0 on a signal; 2: the DSN, the "
         "database or the Kafka settings cannot be used.",

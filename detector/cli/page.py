@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import SettingsConfigDict
 
 from detector.contracts.findings import Severity
+from detector.contracts.page_state import SinkName
 from detector.contracts.topics import FINDINGS_TOPIC, PAGE_GROUP_ID, PAGE_STATE_TOPIC
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
 from detector.paging.alertmanager import DEFAULT_RUNBOOK_URL, AlertmanagerSink
@@ -28,7 +29,6 @@ from detector.paging.links import FindingLink
 from detector.paging.metrics import PageMetrics
 from detector.paging.pagerduty import DEFAULT_URL as PAGERDUTY_URL
 from detector.paging.pagerduty import PagerDutySink
-from detector.paging.record import SinkName
 from detector.paging.state import SinkPolicy
 from detector.paging.webhook import WebhookSink
 from detector.settings import (

@@ -1,4 +1,4 @@
-"""JSON Schemas of the two contracts, generated from the models so they cannot drift silently."""
+"""JSON Schemas of the contracts, generated from the models so they cannot drift silently."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from detector.contracts import events, findings
+from detector.contracts import events, findings, page_state
 
 SCHEMAS: Final[dict[str, tuple[type[BaseModel], str]]] = {
     "ownership-event.v1.schema.json": (events.OwnershipEvent, events.SCHEMA),
     "finding.v1.schema.json": (findings.Finding, findings.SCHEMA),
+    # The page-state schema has always been identified by its file name.
+    "page-state.v1.schema.json": (page_state.PageStateRecord, "page-state.v1.schema.json"),
 }
 
 

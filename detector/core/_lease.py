@@ -1,7 +1,11 @@
-"""Lease health: a lease of duration L with heartbeat period H needs L > (R+1)*H + J.
+"""Lease health: a lease of duration L with heartbeat period H needs L > H + R*max(H, T) + J.
 
-After R missed heartbeats the next is sent (R+1)*H after the last one that succeeded, and must
-find the lease still held, with J to spare.
+After the last heartbeat that succeeded, each of R missed ones holds the next back by a period,
+or by up to T (how long a failed extension can take) if longer, and the one after them must find
+the lease still held, with J to spare. Events carry L (`lease_duration_s`) and H
+(`heartbeat_interval_s`) but no T: the check here is the rule with T <= H, L > (R+1)*H + J,
+which every lease needs whatever its extensions take; a lease-store job class also counts T
+when it is defined (`detector.leases.policy`).
 
 Heartbeats prove reachability, not ownership; but a lease too tight for the heartbeat gaps a tool
 class really shows will hand a live worker's workflow to another one — a split-brain we can warn
@@ -201,7 +205,8 @@ class LeaseHealth:
                         None,
                         f"lease {lease_s:g}s is not longer than ({self.missed_heartbeats}+1) x "
                         f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s "
-                        "(L > (R+1) x H + J): a worker that misses "
+                        "(L > H + R x max(H, T) + J, with T, a failed extension's time, not in "
+                        "the events and so counted as at most H): a worker that misses "
                         f"{self.missed_heartbeats} heartbeats loses its lease while alive",
                     )
                 )

@@ -11,15 +11,14 @@ A's write carries its revision: the detector orders them by etcd's own clock.
 from __future__ import annotations
 
 import importlib.util
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final
 
 from detector.demos import DemoStack
+from detector.demos._watched import start_etcd, start_watcher
 
 UNIT: Final = "/locks/payments"
 TTL_S: Final = 2
@@ -50,38 +49,14 @@ class EtcdDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
-        from detector.testing.stack import Process  # noqa: PLC0415
-
         self._say = stack.say
-        etcd = LocalEtcd()
-        server = stack.add(
-            Process(
-                "etcd",
-                urls={"client": etcd.endpoint},
-                log=stack.logs / "etcd.log",
-                argv=etcd.argv(),
-                ready=etcd.healthy,
-            )
-        )
-        stack.say(f"started etcd          {etcd.endpoint} (pid {server.pids[0].pid})")
-        log = stack.logs / "watch-etcd.log"
-        watcher = stack.add(
-            Process(
-                "watch-etcd",
-                log=log,
-                argv=[
-                    *(sys.executable, "-m", "detector.cli", "watch", "etcd"),
-                    *("--endpoints", etcd.endpoint, "--prefix", UNIT),
-                    *("--state-file", str(stack.logs.parent / "watch-etcd.json")),
-                ],
-                env=dict(stack.env),
-                ready=lambda: "following" in _text(log),
-            )
-        )
-        stack.say(
-            f"started watch-etcd    splitbrain watch etcd --prefix {UNIT} "
-            f"(pid {watcher.pids[0].pid})"
+        etcd = start_etcd(stack)
+        start_watcher(
+            stack,
+            "etcd",
+            *("--endpoints", etcd.endpoint, "--prefix", UNIT),
+            *("--state-file", str(stack.logs.parent / "watch-etcd.json")),
+            shown=f"--prefix {UNIT}",
         )
         self._thread = threading.Thread(
             target=self._zombie, args=(etcd.port, stack.bootstrap_servers), daemon=True
@@ -126,13 +101,6 @@ class EtcdDemo:
     def stop(self) -> None:
         if self._sink is not None:
             self._sink.close()
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def source() -> EtcdDemo:

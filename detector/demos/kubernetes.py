@@ -19,10 +19,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from detector.contracts.topics import INPUT_TOPIC
 from detector.demos import DemoStack
+from detector.demos._watched import log_text, start_etcd, start_watcher
 
 NAMESPACE: Final = "default"
 LEASE: Final = "payments-leader"
@@ -34,7 +35,6 @@ class KubernetesDemo:
     name = "kubernetes"
 
     def __init__(self) -> None:
-        self._server: Any = None
         self._logs: dict[str, Path] = {}
         self._pids: dict[str, int] = {}
         self._leader: str | None = None
@@ -65,27 +65,17 @@ class KubernetesDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
         from detector.testing.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
         from detector.testing.stack import Process  # noqa: PLC0415
 
         self._say = stack.say
-        etcd = LocalEtcd()
-        stack.add(
-            Process(
-                "etcd",
-                urls={"client": etcd.endpoint},
-                log=stack.logs / "etcd.log",
-                argv=etcd.argv(),
-                ready=etcd.healthy,
-            )
-        )
-        self._server = server = LocalKubeApiServer(etcd=etcd)
+        server = LocalKubeApiServer(etcd=start_etcd(stack))
         api = stack.add(
             Process(
                 "kube-apiserver",
                 urls={"api": server.url},
                 log=stack.logs / "kube-apiserver.log",
+                data={"root": str(server.root)},  # its keys, certificates and kubeconfig
                 argv=server.prepare(),
                 ready=server.ready,
                 stop_timeout=20.0,
@@ -93,21 +83,7 @@ class KubernetesDemo:
         )
         stack.say(f"started kube-apiserver {server.url} (pid {api.pids[0].pid})")
         kube = ("--kubeconfig", str(server.kubeconfig), "--namespace", NAMESPACE)
-        log = stack.logs / "watch-kubernetes.log"
-        stack.add(
-            Process(
-                "watch-kubernetes",
-                log=log,
-                argv=[
-                    *(sys.executable, "-m", "detector.cli", "watch", "kubernetes"),
-                    *kube,
-                    *("--lease", LEASE),
-                ],
-                env=dict(stack.env),
-                ready=lambda: "following" in _text(log),
-            )
-        )
-        stack.say(f"started watch-kubernetes splitbrain watch kubernetes --lease {LEASE}")
+        start_watcher(stack, "kubernetes", *kube, "--lease", LEASE, shown=f"--lease {LEASE}")
         for identity in CANDIDATES:
             self._logs[identity] = stack.logs / f"{identity}.log"
             candidate = stack.add(
@@ -127,7 +103,7 @@ class KubernetesDemo:
             stack.say(f"started {identity:<13} a Python LeaderElection candidate, lease 4s")
 
     def poll(self) -> None:
-        texts = {identity: _text(log) for identity, log in self._logs.items()}
+        texts = {identity: log_text(log) for identity, log in self._logs.items()}
         if self._leader is None:
             for identity, text in texts.items():
                 if "effect 3 " in text:
@@ -156,15 +132,6 @@ class KubernetesDemo:
         if self._leader is not None and not self._resumed:
             with contextlib.suppress(ProcessLookupError):  # so that it can be stopped
                 os.kill(self._pids[self._leader], signal.SIGCONT)
-        if self._server is not None:
-            self._server.close()
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def source() -> KubernetesDemo:

@@ -13,12 +13,12 @@ limit. Each extension's answer is one of three, and each is kept apart:
 
 The period is kept from one extension's send to the next's, not from its answer: a slow or failed
 extension does not push the next one back unless it took longer than a period (then the next is
-sent as soon as it returns). So after the last success, attempt R+1 is sent (R+1) x H later plus
-only what the failed attempts took beyond H each, which the store's connection bounds
-(`detector.leases.db`: 10 s for a statement or a silent network, 10 s more to reconnect); the
-class's rule L > (R+1) x H + J counts the periods, and its reserve J must cover that excess when
-H is shorter than a failed extension. The local count of the lease starts when the claim or the
-extension was sent, never when it returned, so it never outlasts the database's.
+sent as soon as it returns). So after the last success, attempt R+1 is sent H + R x max(H, T)
+later at most, T being how long a failed attempt can take, which the store's connection bounds
+(`detector.leases.db`: 10 s for a statement or a silent network, 10 s more to reconnect): the
+class's rule L > H + R x max(H, T) + J counts it (`JobClass.extend_timeout_s`). The local count
+of the lease starts when the claim or the extension was sent, never when it returned, so it never
+outlasts the database's.
 """
 
 from __future__ import annotations

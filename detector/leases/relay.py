@@ -1,12 +1,15 @@
 """The outbox relay: publishes `tool_job_outbox` to `agent.ownership.v1`, at least once.
 
 A batch is published and acknowledged by Kafka before its rows are marked relayed, in the same
-database transaction that locked them (`FOR UPDATE SKIP LOCKED`, so several relays share the
-work and never publish one row at the same time). A crash, a broker that does not acknowledge,
-or a database that goes away between the two leaves the rows unmarked: they are published again,
-with the event id they were written with, which the detector ignores as a redelivery. Relayed
-rows are deleted once they are older than the retention, so the table holds the recent past for
-`leases inspect` and investigations, not the whole history.
+database transaction that locked them. Each job's events reach the topic in seq order, also
+with several relays: a batch takes jobs, not rows, each under a transaction-scoped advisory lock
+that other relays skip (so they share the work by job and never publish one row at the same
+time), and of each job the unrelayed rows of lowest seq. A crash, a broker that does not
+acknowledge, or a database that goes away between the two leaves the rows unmarked: they are
+published again, with the event id they were written with, which the detector ignores as a
+redelivery (a redelivery repeats a prefix of the job's events: their first publications stay in
+seq order). Relayed rows are deleted once they are older than the retention, so the table holds
+the recent past for `leases inspect` and investigations, not the whole history.
 """
 
 from __future__ import annotations
@@ -39,18 +42,37 @@ DEFAULT_RETENTION: Final = timedelta(hours=24)
 # How long a batch may wait for Kafka's acknowledgements before it is left for the next try.
 DEFAULT_ACK_TIMEOUT_S: Final = 30.0
 
-# Oldest first. What order holds: within one batch a job's rows go out in seq order (sorted before
-# they are published). Across batches and across relays it is not guaranteed: `created_at` is
-# its transaction's start, which need not follow seq, and several relays skip each other's
-# locked rows, so a job's later row can be published first. Nothing depends on it: every event
-# carries the seq it took under the job row's lock, and the detector orders by seq, whatever the
-# order of arrival (DESIGN §4), and drops a redelivery by its event id.
+# The jobs whose unrelayed rows are oldest (looked up among the oldest rows, through the index on
+# unrelayed rows), each kept only if this relay takes its advisory lock, until `jobs` are taken.
+# The lock lasts until the transaction ends: after the marks are committed, or after a failure
+# that marked nothing. Another relay skips a locked job, so a job is relayed by one relay at a
+# time, and the next to lock it finds its rows up to the last published one already marked.
+_LOCK_SPACE: Final = 0x5B1A  # the first key of the two-key advisory locks the relays take
+_JOBS: Final = """
+WITH oldest AS MATERIALIZED (
+    SELECT job_id, created_at FROM tool_job_outbox
+     WHERE relayed_at IS NULL
+     ORDER BY created_at
+     LIMIT %(scan)s
+), candidates AS MATERIALIZED (
+    SELECT job_id, min(created_at) AS first FROM oldest GROUP BY job_id ORDER BY first
+)
+SELECT job_id FROM candidates
+ WHERE pg_try_advisory_xact_lock(%(space)s, hashtext(job_id::text))
+ LIMIT %(jobs)s
+"""
+# Of the jobs this relay locked, the unrelayed rows of lowest seq. A job's rows commit in seq
+# order (each transition holds the job row's lock while it takes its seq and writes its row), so
+# this statement, which starts after the lock was taken, sees every row below the highest it
+# returns: a job's rows are published in seq order, across batches and across relays. `FOR
+# UPDATE` waits for a relay of an earlier version that holds some of them (it takes no advisory
+# lock) and skips what that relay marked.
 _PENDING: Final = """
 SELECT job_id, seq, event FROM tool_job_outbox
- WHERE relayed_at IS NULL
- ORDER BY created_at, job_id, seq
- LIMIT %s
-   FOR UPDATE SKIP LOCKED
+ WHERE relayed_at IS NULL AND job_id = ANY(%(jobs)s)
+ ORDER BY job_id, seq
+ LIMIT %(rows)s
+   FOR UPDATE
 """
 _MARK: Final = """
 UPDATE tool_job_outbox AS o SET relayed_at = now()
@@ -110,8 +132,7 @@ class OutboxRelay(Closing):
         try:
             conn = self._connection()
             with conn.transaction():
-                rows = conn.execute(_PENDING, (self._batch,)).fetchall()
-                rows.sort(key=lambda r: (r["job_id"], r["seq"]))
+                rows = self._take(conn)
                 for row in rows:
                     try:
                         self._emitter.emit(row["event"])
@@ -139,6 +160,15 @@ class OutboxRelay(Closing):
         if self.gauges is not None:
             self.gauges.stepped(len(rows))
         return Batch(len(rows), pruned)
+
+    def _take(self, conn: psycopg.Connection[DictRow]) -> list[DictRow]:
+        """Lock up to a batch of jobs and take up to a batch of their unrelayed rows, each
+        job's in seq order (the transaction's advisory locks keep other relays off them)."""
+        params = {"scan": 4 * self._batch, "space": _LOCK_SPACE, "jobs": self._batch}
+        jobs = [r["job_id"] for r in conn.execute(_JOBS, params).fetchall()]
+        if not jobs:
+            return []
+        return conn.execute(_PENDING, {"jobs": jobs, "rows": self._batch}).fetchall()
 
     def refresh_gauges(self) -> None:
         """Read the live lease gauges (`detector.leases.gauges`); `StoreUnavailableError` when

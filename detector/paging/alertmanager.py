@@ -17,9 +17,9 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from detector.contracts.findings import Finding, Status
+from detector.contracts.page_state import Sent, SinkName
 from detector.paging.delivery import Request
 from detector.paging.links import FindingLink
-from detector.paging.record import Sent, SinkName
 from detector.paging.state import ALERT_SEVERITY, Action, Delivery, Entry, condition_of
 from detector.report import printable, witness
 

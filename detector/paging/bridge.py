@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 from typing import Any, Final, Protocol
 
@@ -45,15 +45,21 @@ from pydantic import ValidationError
 
 from detector.contracts.findings import SCHEMA as FINDING_SCHEMA
 from detector.contracts.findings import Finding
+from detector.contracts.page_state import PageStateRecord, SinkName
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError, describe
 from detector.paging.alertmanager import AlertmanagerSink
 from detector.paging.delivery import Answer, Backoff, Outcome, Request, origin, post, redact
 from detector.paging.metrics import PageMetrics
-from detector.paging.record import PageStateRecord, SinkName, utc
 from detector.paging.state import Delivery, PageState, SinkPolicy
 from detector.paging.store import StateTopic, StateTopicError, TopologyError, ensure_state_topic
 from detector.report import printable
+
+
+def utc(seconds: float) -> datetime:
+    """A Unix time as an aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, UTC)
+
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from detector.contracts.findings import Severity
+from detector.contracts.page_state import SinkName
 from detector.paging.delivery import Outcome
-from detector.paging.record import SinkName
 
 # From a finding's commit to a sink's acceptance: sub-second when all is well, minutes while a
 # sink is down or the bridge catches up.

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Final, Literal
 
 from detector.contracts.findings import ConditionKind, Finding, Severity, Status
-from detector.paging.record import PageStateRecord, Sent, SinkName
+from detector.contracts.page_state import PageStateRecord, Sent, SinkName
 
 # DESIGN §4: the conditions in rising severity. An alert is labelled with the highest one.
 CONDITION_ORDER: Final = (

@@ -1,5 +1,5 @@
-"""The bridge's state topic (`splitbrain.page-state.v1`, `detector.paging.record`): checked or
-created at start, read back on assignment, written before offsets are committed.
+"""The bridge's state topic (`splitbrain.page-state.v1`, `detector.contracts.page_state`):
+checked or created at start, read back on assignment, written before offsets are committed.
 
 It is compacted and co-partitioned with the findings topic: a finding's state record goes to the
 partition its revisions are in, so a bridge restores the state of exactly the partitions it is

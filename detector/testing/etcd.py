@@ -57,6 +57,11 @@ class LocalEtcd:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def root(self) -> Path:
+        """The throwaway directory (data, log) that `close` removes."""
+        return self._root
+
+    @property
     def log_path(self) -> Path:
         return self._root / "etcd.log"
 

@@ -71,6 +71,11 @@ class LocalKubeApiServer:
         return self._root / "kubeconfig"
 
     @property
+    def root(self) -> Path:
+        """The throwaway directory (data, log) that `close` removes."""
+        return self._root
+
+    @property
     def log_path(self) -> Path:
         return self._root / "kube-apiserver.log"
 

@@ -470,7 +470,8 @@ def stop_record(
     reap: Callable[[], None] = lambda: None,
 ) -> None:
     """Stop one component of `stack.json` by its recorded PIDs (a broker or a database also by
-    its data directory); nothing happens for what is gone already."""
+    its data directory), then remove its recorded `root` directory; nothing happens for what
+    is gone already."""
     kind = record.get("kind", "process")
     data = record.get("data") or {}
     pids = _leftovers(record)
@@ -484,12 +485,12 @@ def stop_record(
     elif kind == "postgres":
         # SIGINT is PostgreSQL's fast shutdown: clients are disconnected, not waited for.
         stop_pids(pids, sig=signal.SIGINT, timeout=timeout or 30.0, reap=reap)
-        if data.get("root"):
-            shutil.rmtree(data["root"], ignore_errors=True)
     else:
         sig = signal.Signals[record.get("stop_signal", "SIGTERM")]
         wait = timeout or float(record.get("stop_timeout", 15))
         stop_pids(pids, sig=sig, timeout=wait, reap=reap)
+    if data.get("root"):  # a server's throwaway directory (PostgreSQL's, etcd's)
+        shutil.rmtree(data["root"], ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- options
@@ -632,14 +633,6 @@ def preflight(options: Options, say: Say) -> Tools:
     if pager and alertmanager is None:
         pager = False
         skipped.append(Skipped("pager", "it pages through Alertmanager, which is missing"))
-    elif pager:
-        try:
-            import detector.cli.page  # noqa: F401, PLC0415
-        except ImportError as exc:
-            pager = False
-            skipped.append(
-                Skipped("pager", f"optional, not available in this version ({exc}): skipped")
-            )
     view = options.view and all(
         importlib.util.find_spec(m) is not None for m in ("starlette", "uvicorn")
     )
@@ -721,9 +714,9 @@ def stop_recorded(state_dir: Path, say: Say) -> int:
             continue
         stopped += 1
         say(f"stopped {comp['name']}")
-    for comp in record.get("components", []):  # a database that died still has its files
+    for comp in record.get("components", []):  # a server that died still has its files
         root = (comp.get("data") or {}).get("root")
-        if comp.get("kind") == "postgres" and root and not _leftovers(comp):
+        if root and not _leftovers(comp):
             shutil.rmtree(root, ignore_errors=True)
     record["running"] = False
     record["stopped_at"] = _now()

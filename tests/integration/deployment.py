@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from detector.cli.audit import audit_lines
+from detector.histories.audit import audit_lines
 from detector.testing.kafka import LocalKafka
 from detector.testing.topics import Record, TopicReader, WorkerTopics
 from detector.testing.worker import WorkerGroup, WorkerProcess
@@ -107,6 +107,27 @@ def latest(records: Iterable[Record]) -> dict[str, Finding]:
         if old is None or doc["revision"] > old["revision"]:
             out[doc["finding_id"]] = doc
     return out
+
+
+def finding_with(
+    deployment: Deployment, want: set[str], workers: Sequence[WorkerProcess]
+) -> Finding:
+    """The latest revision of the first finding on `deployment`'s findings topic that lists
+    every condition kind in `want`, waited for (failing at once if one of `workers` exited)."""
+    found: list[Finding] = []
+    with deployment.reader(deployment.topics.findings) as reader:
+
+        def listed() -> bool:
+            reader.poll(0.5)
+            found[:] = [
+                f
+                for f in latest(reader.records).values()
+                if want <= {c["kind"] for c in f["conditions"]}
+            ]
+            return bool(found)
+
+        wait_for(listed, f"a finding with {sorted(want)}", DEADLINE_S, workers)
+    return found[0]
 
 
 def assert_each_revision_once(records: Iterable[Record]) -> None:

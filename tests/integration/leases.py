@@ -15,13 +15,17 @@ from detector.leases import JobClass, Lease
 
 
 def job_class(name: str = "ocr", **policy: float) -> JobClass:
-    """A job class with a one-second lease (L=1 > (R+1) x H + J = 3 x 0.2 + 0.3), so that a lapse
-    takes a second; `policy` overrides any of its numbers."""
+    """A job class with a one-second lease (L=1 > H + R x max(H, T) + J = 0.2 + 2 x 0.2 + 0.3),
+    so that a lapse takes a second; `policy` overrides any of its numbers."""
     numbers: dict[str, float] = {
         "lease_s": 1.0,
         "heartbeat_s": 0.2,
         "missed_heartbeats": 2,
         "reserve_s": 0.3,
+        # PostgreSQL runs on loopback: one that stopped refuses at once, well within a period.
+        # (The partition test's black hole does hang an extension, and the lease is lost, as it
+        # means to be.)
+        "extend_timeout_s": 0.1,
         "max_attempts": 3,
         "tool_timeout_s": 5,
         "stage_time_limit_s": 60,

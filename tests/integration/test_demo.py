@@ -346,6 +346,76 @@ def test_the_temporal_demo_pages_a_zombie_attempt_and_leaves_nothing_running(
     ), out
 
 
+def test_the_etcd_demo_pages_a_lock_holder_paused_past_its_lease_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])")
+    from detector.testing.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+
+    try:
+        etcd_binary()
+    except LocalEtcdError as exc:
+        pytest.skip(str(exc))
+    out = run_source_demo(tmp_path, "etcd")
+    # The zombie, live: A's lease expires while it pauses, B takes the lock, A writes again.
+    assert re.search(r"started etcd +http://127\.0\.0\.1:\d+ \(pid \d+\)", out), out
+    assert re.search(r"started watch-etcd +splitbrain watch etcd --prefix /locks/payments", out)
+    a = re.search(r"holder A took /locks/payments \(create_revision (\d+),", out)
+    b = re.search(r"holder B took /locks/payments \(create_revision (\d+)\)", out)
+    assert a and b and int(a[1]) < int(b[1]), out
+    assert out.index("holder B took") < out.index("holder A woke up and charged"), out
+    assert re.search(r"finding: CRITICAL .* conditions=.*stale_effect_committed", out), out
+
+
+def kube_apiserver_missing() -> str | None:
+    """Why this machine has no kube-apiserver (scripts/build-kube-apiserver.sh), or None."""
+    from detector.testing.kube_apiserver import (  # noqa: PLC0415
+        LocalKubeApiServerError,
+        kube_apiserver_binary,
+    )
+
+    try:
+        kube_apiserver_binary()
+    except LocalKubeApiServerError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+def test_the_kubernetes_demo_pages_a_paused_leader_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+    missing = kube_apiserver_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    out = run_source_demo(tmp_path, "kubernetes")
+    # The zombie, live: the leader paused past its Lease, the other took it, the first resumed.
+    assert re.search(r"started kube-apiserver https://127\.0\.0\.1:\d+ \(pid \d+\)", out)
+    paused = re.search(r"(pod-[ab]) leads and works; pausing it \(SIGSTOP\)", out)
+    assert paused, out
+    other = "pod-b" if paused[1] == "pod-a" else "pod-a"
+    assert f"{other} took the Lease and works" in out, out
+    assert f"{paused[1]} resumes (SIGCONT): it still believes it leads" in out, out
+    assert re.search(r"finding: CRITICAL .* conditions=.*stale_effect_committed", out), out
+
+
+def test_the_kubernetes_demo_without_a_built_api_server_fails_in_one_line(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
+    # An empty cache: the build script's --print-path names a binary that is not there.
+    env = {**os.environ, "SPLITBRAIN_CACHE": str(tmp_path / "empty-cache")}
+    state = tmp_path / "demo"
+    run = demo_now(state, "--source", "kubernetes", env=env)
+    one_line_failure(
+        run, "--source kubernetes", "kube-apiserver is not built", "build-kube-apiserver.sh"
+    )
+    assert load_record(state) is None  # nothing was started
+
+
 def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> None:
     pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
     env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}  # no redis-server on PATH

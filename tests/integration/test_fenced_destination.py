@@ -26,9 +26,9 @@ import psycopg
 import pytest
 from psycopg.rows import DictRow
 
-from detector.cli.audit import audit_lines
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_obj
 from detector.errors import ExitCode
+from detector.histories.audit import audit_lines
 from detector.leases import (
     Decision,
     EffectRequest,

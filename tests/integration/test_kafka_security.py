@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from detector.cli.audit import audit_lines
 from detector.contracts.events import parse_event_json
 from detector.contracts.findings import Finding
+from detector.histories.audit import audit_lines
 from detector.kafka.config import KafkaClientError, env_name
 from detector.kafka.emit import Emitter
 from detector.testing.kafka import LocalKafka, make_tls_files

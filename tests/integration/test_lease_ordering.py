@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from psycopg.rows import DictRow
 
-from detector.cli.audit import audit_lines
+from detector.histories.audit import audit_lines
 from detector.leases import Lease, LeaseStore, Outcome
 from tests.integration.leases import job_class
 

@@ -34,7 +34,7 @@ from detector.testing.lease_worker import send_effect
 from detector.testing.proxy import TcpProxy
 from detector.testing.worker import WorkerProcess
 from tests.integration.conftest import deploy
-from tests.integration.deployment import Deployment, latest, wait_for
+from tests.integration.deployment import Deployment, finding_with, wait_for
 from tests.integration.leases import job_class, wait_lapsed
 
 PAY = job_class(
@@ -118,20 +118,7 @@ def partition(
 
 def finding_of(stage: Stage, want: set[str]) -> Finding:
     """The detector's latest revision once it lists every condition in `want`."""
-    found: list[Finding] = []
-    with stage.deployment.reader(stage.deployment.topics.findings) as reader:
-
-        def listed() -> bool:
-            reader.poll(0.5)
-            found[:] = [
-                f
-                for f in latest(reader.records).values()
-                if want <= {c["kind"] for c in f["conditions"]}
-            ]
-            return bool(found)
-
-        wait_for(listed, f"a finding with {sorted(want)}", 120, [stage.detector])
-    return found[0]
+    return finding_with(stage.deployment, want, [stage.detector])
 
 
 def lease_metrics(stage: Stage) -> dict[str, float]:

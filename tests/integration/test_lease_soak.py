@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow
 
-from detector.cli.audit import audit_lines
+from detector.histories.audit import audit_lines
 from detector.leases import LeaseStore
 from tests.integration.leases import job_class
 

@@ -22,11 +22,11 @@ import pytest
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
-from detector.cli.audit import audit_lines
 from detector.cli.leases import DEFAULT_JOB_RETENTION_H
 from detector.cli.main import main
 from detector.contracts.events import Kind, Source, parse_event_obj
 from detector.errors import ExitCode
+from detector.histories.audit import audit_lines
 from detector.leases import (
     FailureReason,
     JobKeyConflictError,

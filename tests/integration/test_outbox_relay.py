@@ -109,6 +109,55 @@ def test_relayed_rows_are_pruned_after_the_retention(
     assert outbox_rows(postgres_dsn) == []
 
 
+def long_job(store: LeaseStore, n: int, extensions: int) -> None:
+    """A job with many transitions: claimed, extended `extensions` times, completed."""
+    store.enqueue("ocr", f"doc:{n}:long", {"doc": n})
+    lease = store.claim("ocr", "w1")
+    assert lease is not None
+    for _ in range(extensions):
+        assert not isinstance(store.extend(lease), LeaseLost)
+    store.complete(lease, {"n": n})
+
+
+def test_two_relays_publish_each_job_s_events_in_seq_order(
+    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
+) -> None:
+    """Issue 23: several relays, small batches, a backlog: a job's events are split over many
+    batches and both relays take part, and each job's events reach the topic in seq order."""
+    jobs, extensions = 8, 30
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        for n in range(jobs):
+            long_job(store, n, extensions)
+    per_job = extensions + 2
+    relays = [
+        OutboxRelay(postgres_dsn, kafka_broker.client_config(), topic=topic, batch=5)
+        for _ in range(2)
+    ]
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=r.run, args=(stop,), kwargs={"idle_s": 0.05}) for r in relays
+    ]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while any(row["relayed_at"] is None for row in outbox_rows(postgres_dsn)):
+            assert time.monotonic() < deadline, "the outbox was not drained"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        for r in relays:
+            r.close()
+    assert all(r.published > 0 for r in relays), [r.published for r in relays]
+    assert sum(r.published for r in relays) == jobs * per_job  # each row once
+    events = by_job(read_committed(kafka_broker.client_config(), topic))
+    assert len(events) == jobs
+    for job, seen in events.items():
+        assert [e["seq"] for e in seen] == list(range(1, per_job + 1)), job
+
+
 class Traffic(threading.Thread):
     """Whole job lives one after another until stopped, through outages of either server."""
 

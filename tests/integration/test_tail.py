@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from detector.cli.audit import audit_lines
 from detector.contracts.findings import Finding, Severity
+from detector.histories.audit import audit_lines
 from detector.testing.kafka import LocalKafka
 from tests.paths import SEED_FIXTURE
 

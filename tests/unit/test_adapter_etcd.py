@@ -5,6 +5,7 @@ server, the broker and the worker are in tests/integration/test_adapter_etcd.py.
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])")
 
-from detector.adapters._etcd_watch import Kv, parse_response
+from detector.adapters._etcd_watch import InvalidKvError, Kv, parse_response
 from detector.adapters._watch import WatchMetrics
 from detector.adapters.etcd import LockWatcher
 from detector.contracts.events import parse_event_obj
@@ -78,28 +79,58 @@ def test_a_sibling_key_is_not_part_of_the_lock() -> None:
     ]
 
 
-def test_an_unreadable_key_value_is_counted_and_the_watch_goes_on() -> None:
-    w, registry = watcher()
-    bad = {"kv": {"key": b64(f"{PREFIX}x"), "create_revision": "soon", "mod_revision": "5"}}
-    events = w.apply(PREFIX, response(6, bad, put(f"{PREFIX}{LIVE:x}", 6, 6, LIVE)))
-    assert kinds(events) == [("lease_acquired", 6, 6)]
-    assert (
-        registry.get_sample_value(
-            "splitbrain_watch_events_invalid_total",
-            {"watcher": "etcd", "reason": "bad_create_revision"},
-        )
-        == 1.0
+def invalid_count(registry: CollectorRegistry, reason: str) -> float | None:
+    return registry.get_sample_value(
+        "splitbrain_watch_events_invalid_total", {"watcher": "etcd", "reason": reason}
     )
 
 
-def test_a_relist_after_compaction_reports_a_new_holder_marked_and_at_the_listing() -> None:
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_an_unreadable_key_value_is_counted_logged_with_its_key_and_the_watch_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w, registry = watcher()
+    bad = {"kv": {"key": b64(f"{PREFIX}x"), "create_revision": "soon", "mod_revision": "5"}}
+    not_base64 = {"kv": {"key": "%%%", "create_revision": "5", "mod_revision": "5"}}
+    with caplog.at_level(logging.WARNING):
+        events = w.apply(PREFIX, response(6, bad, not_base64, put(f"{PREFIX}{LIVE:x}", 6, 6, LIVE)))
+    assert kinds(events) == [("lease_acquired", 6, 6)]
+    assert invalid_count(registry, "bad_create_revision") == 1.0
+    assert invalid_count(registry, "bad_key") == 1.0
+    logged = warnings(caplog)
+    assert any(f"bad_create_revision: key '{PREFIX}x'" in line for line in logged), logged
+    assert any("bad_key: key '%%%'" in line for line in logged), logged
+    # The watch goes on: the next revision is applied as usual.
+    assert kinds(w.apply(PREFIX, response(9, delete(f"{PREFIX}{LIVE:x}", 9)))) == [
+        ("lease_released", 6, 9)
+    ]
+
+
+def test_a_relist_after_compaction_reports_a_new_holder_marked_and_at_the_listing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     w, registry = watcher()
     w.apply(PREFIX, response(5, put(f"{PREFIX}{GONE:x}", 5, 5, GONE)))
     compacted = parse_response(
         {"result": {"header": {"revision": "40"}, "compact_revision": "30", "canceled": True}}
     )
-    w.compacted(PREFIX, compacted)
-    relisted = w.relist(PREFIX, 40, [Kv(f"{PREFIX}{LIVE:x}", 20, 20, LIVE)], reason="compacted")
+    unreadable = InvalidKvError("bad_lease", f"{PREFIX}y")  # a key the listing could not read
+    with caplog.at_level(logging.WARNING):
+        w.compacted(PREFIX, compacted)
+        relisted = w.relist(
+            PREFIX, 40, [Kv(f"{PREFIX}{LIVE:x}", 20, 20, LIVE)], [unreadable], reason="compacted"
+        )
+    # Never silent: the gap is logged with the watched prefix and the revisions it spans, and
+    # an unreadable key of the listing is counted and logged with its key.
+    logged = warnings(caplog)
+    assert any(
+        f"{PREFIX!r} compacted at revision 30 (last seen 5): relisting" in line for line in logged
+    ), logged
+    assert any(f"bad_lease: key '{PREFIX}y'" in line for line in logged), logged
+    assert invalid_count(registry, "bad_lease") == 1.0
     # Its predecessor's end is what the gap lost: no event for it; the acquisition at 40.
     assert kinds(relisted) == [("lease_acquired", 20, 40)]
     assert relisted[0]["attrs"]["after_gap"] == "compacted"

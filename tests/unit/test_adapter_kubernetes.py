@@ -6,6 +6,7 @@ whose events must be what the live watcher published and whose zombie `audit` mu
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -21,8 +22,8 @@ from kubernetes.client import V1Lease, V1LeaseSpec, V1ObjectMeta
 from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._watch import WatchMetrics
 from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, feed
-from detector.cli.audit import audit_lines
 from detector.contracts.events import parse_event_obj
+from detector.histories.audit import audit_lines
 from tests.unit.test_adapter_sink import Recorder
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "kubernetes"
@@ -123,19 +124,24 @@ def test_a_recreated_lease_keeps_its_epochs_growing() -> None:
     )
 
 
-def test_malformed_leases_are_counted_and_the_watch_goes_on() -> None:
+def test_malformed_leases_are_counted_logged_with_their_key_and_the_watch_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     w, registry = watcher()
     bad_transitions = lease(400, "a")
     bad_transitions["spec"]["leaseTransitions"] = "three"
-    events = feed(
-        w,
-        [
-            modified(bad_transitions),
-            modified({"metadata": {"name": "payments-leader"}}),
-            {"type": "SURPRISE", "object": {}},
-            modified(lease(401, "a")),
-        ],
-    )
+    with caplog.at_level(logging.WARNING):
+        events = feed(
+            w,
+            [
+                modified(bad_transitions),
+                modified({"metadata": {"name": "payments-leader"}}),
+                {"type": "SURPRISE", "object": {}},
+                modified(lease(401, "a")),
+            ],
+        )
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"kubernetes: unreadable lease: bad_leaseTransitions: lease {KEY!r}" in logged, logged
     assert summary(events) == [("lease_acquired", "a", 401, 401)]
     counted = {
         reason: registry.get_sample_value(
@@ -146,10 +152,14 @@ def test_malformed_leases_are_counted_and_the_watch_goes_on() -> None:
     assert counted == {"bad_leaseTransitions": 1.0, "no_name": 1.0, "bad_event_type": 1.0}
 
 
-def test_a_410_asks_for_a_relist_that_reports_what_the_watch_missed() -> None:
+def test_a_410_asks_for_a_relist_that_reports_what_the_watch_missed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     w, registry = watcher()
     feed(w, [modified(lease(500, "a", transitions=1))])
-    assert feed(w, [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]) == []
+    with caplog.at_level(logging.WARNING):
+        assert feed(w, [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]) == []
+    assert "watch expired at resourceVersion 500 (410): relisting" in caplog.text
     assert w.gone
     listing = {"metadata": {"resourceVersion": "560"}, "items": [lease(550, "c", transitions=3)]}
     events = feed(w, [{"type": "LIST", "reason": "gone", "object": listing}])

@@ -28,8 +28,8 @@ from detector.adapters.langgraph import (
     fork_effect_key,
     workflow_key,
 )
-from detector.cli.audit import audit_lines
 from detector.contracts.events import Kind, OwnershipEvent, Source
+from detector.histories.audit import audit_lines
 from detector.testing.langgraph_graph import build, thread
 from tests.unit.test_adapter_sink import Recorder
 

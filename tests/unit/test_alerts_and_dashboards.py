@@ -22,11 +22,11 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from detector.contracts.findings import Severity, Status
+from detector.contracts.page_state import SinkName
 from detector.core import Counters, FindingStats, FindingUpdate, LeaseHealth
 from detector.leases.gauges import LeaseGauges
 from detector.paging.delivery import Outcome
 from detector.paging.metrics import PageMetrics
-from detector.paging.record import SinkName
 from detector.telemetry.metrics import WorkerMetrics
 from tests.paths import ROOT
 from tests.tools import program

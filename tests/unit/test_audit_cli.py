@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from detector.cli import main
-from detector.cli.audit import audit_lines
+from detector.histories.audit import audit_lines
 from tests.paths import PUBLISHED, ROOT, SEED_EXPECTED, SEED_FIXTURE
 
 FIXTURE, EXPECTED = SEED_FIXTURE, SEED_EXPECTED

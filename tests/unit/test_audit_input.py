@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from detector.cli import main
-from detector.cli.audit import KEPT_BAD_LINES, audit_lines
 from detector.contracts.events import MAX_EVENT_BYTES
+from detector.histories.audit import KEPT_BAD_LINES, audit_lines
 from tests.paths import ROOT, SEED_FIXTURE
 
 SEED = SEED_FIXTURE.read_bytes()

@@ -1,5 +1,6 @@
-"""A job class's lease policy (issues 10 and 23; DESIGN §4, lease health): L > (R+1) x H + J,
-checked when the class is defined, and no way for a caller to choose its own lease."""
+"""A job class's lease policy (issues 10 and 23; DESIGN §4, lease health):
+L > H + R x max(H, T) + J, checked when the class is defined, and no way for a caller to choose
+its own lease."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from detector.leases import JobClass, Labels
+from detector.leases import JobClass, Labels, db
+from detector.leases.policy import EXTEND_TIMEOUT_S
 
 POLICY: dict[str, Any] = {
     "name": "web_search",
@@ -16,6 +18,7 @@ POLICY: dict[str, Any] = {
     "heartbeat_s": 5,
     "missed_heartbeats": 3,
     "reserve_s": 10,
+    "extend_timeout_s": 2,  # a failed extension fails fast: the rule is L > (R+1) x H + J
     "max_attempts": 3,
     "tool_timeout_s": 20,
     "stage_time_limit_s": 600,
@@ -34,17 +37,38 @@ def test_a_lease_no_longer_than_its_missed_heartbeats_is_refused_with_the_number
     with pytest.raises(ValidationError) as refused:
         JobClass(**{**POLICY, "lease_s": lease_s})
     assert (
-        f"job class 'web_search': lease_s={lease_s:g} must be more than "
-        "(missed_heartbeats + 1) x heartbeat_s + reserve_s = 4 x 5 + 10 = 30"
-        " (L > (R+1) x H + J): after 3 missed heartbeats the next one is sent 4 x 5s after the"
-        " last that succeeded"
+        f"job class 'web_search': lease_s={lease_s:g} must be more than heartbeat_s + "
+        "missed_heartbeats x max(heartbeat_s, extend_timeout_s) + reserve_s = "
+        "5 + 3 x max(5, 2) + 10 = 30 (L > H + R x max(H, T) + J): after the last heartbeat that"
+        " succeeded, 3 failed ones take a period each, or up to 2s if an extension hangs"
     ) in str(refused.value)
+
+
+def test_a_failed_extension_longer_than_a_period_is_counted() -> None:
+    """Issue 23: the heartbeat sends the next extension when a slow one returns, so each of the
+    R failed extensions can hold the next back by T, the extension timeout, instead of H."""
+    assert JobClass(**POLICY).lease_s == 40  # T = 2 <= H: 5 + 3 x 5 + 10 = 30 < 40
+    with pytest.raises(ValidationError, match=r"5 \+ 3 x max\(5, 10\) \+ 10 = 45 "):
+        JobClass(**{**POLICY, "extend_timeout_s": 10})
+    assert JobClass(**{**POLICY, "extend_timeout_s": 10, "lease_s": 46}).lease_s == 46
+
+
+def test_by_default_a_failed_extension_takes_the_store_connection_s_bounds() -> None:
+    """Unless the class says less, T is what the store's connection allows one call: a reconnect
+    and a statement given up on (detector.leases.db), 20 s."""
+    defaults = {k: v for k, v in POLICY.items() if k != "extend_timeout_s"}
+    seconds = float(db._DEFAULTS["connect_timeout"])
+    seconds += int(db.SERVER_SETTINGS["statement_timeout"]) / 1000
+    assert EXTEND_TIMEOUT_S == seconds == 20
+    with pytest.raises(ValidationError, match=r"5 \+ 3 x max\(5, 20\) \+ 10 = 75 "):
+        JobClass(**defaults)
+    assert JobClass(**{**defaults, "lease_s": 76}).extend_timeout_s == 20
 
 
 def test_the_issue_s_example_that_one_miss_loses_is_refused() -> None:
     """L=36, H=30, R=1, J=5: the heartbeat after one miss is sent 60 s after the last success,
     when a 36 s lease is long gone."""
-    with pytest.raises(ValidationError, match=r"2 x 30 \+ 5 = 65"):
+    with pytest.raises(ValidationError, match=r"30 \+ 1 x max\(30, 2\) \+ 5 = 65"):
         JobClass(
             **{**POLICY, "lease_s": 36, "heartbeat_s": 30, "missed_heartbeats": 1, "reserve_s": 5}
         )
@@ -66,6 +90,7 @@ def test_every_accepted_class_extends_early(
             "heartbeat_s": heartbeat_s,
             "missed_heartbeats": missed,
             "reserve_s": reserve_s,
+            "extend_timeout_s": heartbeat_s,
         }
     )
     assert c.lease_s - c.heartbeat_s > c.heartbeat_s + c.reserve_s
@@ -73,10 +98,11 @@ def test_every_accepted_class_extends_early(
 
 
 def test_the_rule_is_strict_where_floating_point_rounds() -> None:
-    """3 x 0.1 + 0.2 is 0.5000000000000001 in floating point: a lease of 0.5 is refused (it is
+    """0.1 + 2 x 0.1 + 0.2 is 0.5000000000000001 in floating point: a lease of 0.5 is refused (it is
     not more than the floor), and the message shows the floor as written."""
     tight = {**POLICY, "heartbeat_s": 0.1, "missed_heartbeats": 2, "reserve_s": 0.2}
-    with pytest.raises(ValidationError, match=r"3 x 0.1 \+ 0.2 = 0.5 "):
+    tight["extend_timeout_s"] = 0.1
+    with pytest.raises(ValidationError, match=r"0.1 \+ 2 x max\(0.1, 0.1\) \+ 0.2 = 0.5 "):
         JobClass(**{**tight, "lease_s": 0.5})
     assert JobClass(**{**tight, "lease_s": 0.51}).lease_s == 0.51
 
@@ -88,6 +114,7 @@ def test_the_rule_is_strict_where_floating_point_rounds() -> None:
         ("lease_s", -1),
         ("missed_heartbeats", 0),
         ("reserve_s", -0.1),
+        ("extend_timeout_s", 0),
         ("max_attempts", 0),
         ("tool_timeout_s", 0),
         ("stage_time_limit_s", float("inf")),

@@ -14,9 +14,9 @@ import yaml
 from detector.cli.main import build_parser, main
 from detector.cli.page import PageCommandSettings
 from detector.contracts.findings import Severity
+from detector.contracts.page_state import SinkName
 from detector.paging.alertmanager import AlertmanagerSink
 from detector.paging.pagerduty import PagerDutySink
-from detector.paging.record import SinkName
 from detector.paging.webhook import WebhookSink
 from tests.paths import ROOT
 from tests.tools import program

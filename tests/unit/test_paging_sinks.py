@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from detector.contracts.findings import Finding
+from detector.contracts.page_state import Sent, SinkName
 from detector.paging.alertmanager import AlertmanagerSink, endpoint
 from detector.paging.delivery import (
     Backoff,
@@ -29,7 +30,6 @@ from detector.paging.delivery import (
 from detector.paging.links import FindingLink
 from detector.paging.metrics import PageMetrics
 from detector.paging.pagerduty import MAX_SUMMARY, PagerDutySink, dedup_key
-from detector.paging.record import Sent, SinkName
 from detector.paging.state import Action, Delivery
 from detector.paging.webhook import LINK_HEADER, SIGNATURE_HEADER, WebhookSink, sign, verify
 from detector.testing.kafka import free_port

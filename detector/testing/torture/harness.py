@@ -24,8 +24,8 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from detector.cli.audit import audit_lines
 from detector.core import Config
+from detector.histories.audit import audit_lines
 from detector.testing.topics import (
     WorkerTopics,
     lagging_partitions,

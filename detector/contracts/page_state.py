@@ -12,11 +12,7 @@ Readers ignore fields they do not know, so that a later bridge can add some.
 
 from __future__ import annotations
 
-import json
-import sys
-from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -62,28 +58,3 @@ class PageStateRecord(_Record):
 
     def to_json(self) -> bytes:
         return self.model_dump_json(by_alias=True).encode()
-
-
-def schema_document() -> dict[str, object]:
-    """The JSON Schema of a state record (`topics/schemas/page-state.v1.schema.json`)."""
-    doc = PageStateRecord.model_json_schema(by_alias=True, mode="serialization")
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "page-state.v1.schema.json",
-        **doc,
-    }
-
-
-def utc(seconds: float) -> datetime:
-    """A Unix time as an aware UTC datetime."""
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-def write_schema(directory: Path) -> Path:
-    path = directory / "page-state.v1.schema.json"
-    path.write_text(json.dumps(schema_document(), indent=2, sort_keys=True) + "\n", "utf-8")
-    return path
-
-
-if __name__ == "__main__":
-    print(write_schema(Path(sys.argv[1] if len(sys.argv) > 1 else "topics/schemas")))

@@ -1,0 +1,64 @@
+"""What the etcd and Kubernetes demos share: an etcd server in the stack and a `splitbrain watch`
+process following it (the Kubernetes demo's API server stores its Leases in that etcd).
+
+Both are stack processes: recorded, waited for until ready, stopped with the rest; etcd's
+throwaway directory is recorded as the component's `root`, so stopping the stack removes it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from detector.demos import DemoStack
+
+if TYPE_CHECKING:
+    from detector.testing.etcd import LocalEtcd
+
+
+def start_etcd(stack: DemoStack) -> LocalEtcd:
+    """etcd on a free loopback port, ready; narrated with its endpoint and PID."""
+    from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
+    from detector.testing.stack import Process  # noqa: PLC0415
+
+    etcd = LocalEtcd()
+    server = stack.add(
+        Process(
+            "etcd",
+            urls={"client": etcd.endpoint},
+            log=stack.logs / "etcd.log",
+            data={"root": str(etcd.root)},
+            argv=etcd.argv(),
+            ready=etcd.healthy,
+        )
+    )
+    stack.say(f"started etcd          {etcd.endpoint} (pid {server.pids[0].pid})")
+    return etcd
+
+
+def start_watcher(stack: DemoStack, system: str, *args: str, shown: str) -> None:
+    """`splitbrain watch SYSTEM ARGS...`, ready once it logs that it follows; narrated with
+    `shown` (the arguments a reader needs)."""
+    from detector.testing.stack import Process  # noqa: PLC0415
+
+    name = f"watch-{system}"
+    log = stack.logs / f"{name}.log"
+    watcher = stack.add(
+        Process(
+            name,
+            log=log,
+            argv=[sys.executable, "-m", "detector.cli", "watch", system, *args],
+            env=dict(stack.env),
+            ready=lambda: "following" in log_text(log),
+        )
+    )
+    stack.say(f"started {name:<13} splitbrain watch {system} {shown} (pid {watcher.pids[0].pid})")
+
+
+def log_text(path: Path) -> str:
+    """A process's log so far; empty before it exists."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
