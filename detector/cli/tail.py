@@ -13,7 +13,7 @@ import math
 import sys
 import time
 import uuid
-from typing import Final
+from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 from pydantic import ValidationError
@@ -81,33 +81,38 @@ def summary(view: FindingsView, topic: str) -> str:
     )
 
 
-def _consumer(args: argparse.Namespace) -> Consumer:
-    """Assigned to every partition at the start or the end, or subscribed with --group-id."""
+def findings_consumer(
+    kafka: dict[str, Any], topic: str, *, from_beginning: bool, group_id: str | None = None
+) -> Consumer:
+    """A read_committed consumer of `topic`, assigned to every partition at the start or the end,
+    or subscribed as `group_id`; a `KafkaClientError` when the topic cannot be read."""
     conf = {
-        **client_config(args),
+        **kafka,
         "isolation.level": "read_committed",
-        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "auto.offset.reset": "earliest" if from_beginning else "latest",
         # librdkafka insists on a group id even for assign(); a throwaway one commits nothing.
-        "group.id": args.group_id or f"splitbrain-tail-{uuid.uuid4().hex}",
-        "enable.auto.commit": args.group_id is not None,
+        "group.id": group_id or f"splitbrain-tail-{uuid.uuid4().hex}",
+        "enable.auto.commit": group_id is not None,
     }
     consumer = Consumer(conf)
-    topic = fetch_metadata(consumer, METADATA_TIMEOUT, args.topic).topics[args.topic]
-    if topic.error is not None:
+    metadata = fetch_metadata(consumer, METADATA_TIMEOUT, topic).topics[topic]
+    if metadata.error is not None:
         consumer.close()
-        raise KafkaClientError(f"cannot read topic {args.topic}: {topic.error.str()}")
-    if args.group_id is not None:
-        consumer.subscribe([args.topic])
+        raise KafkaClientError(f"cannot read topic {topic}: {metadata.error.str()}")
+    if group_id is not None:
+        consumer.subscribe([topic])
     else:
-        start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-        consumer.assign([TopicPartition(args.topic, p, start) for p in topic.partitions])
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        consumer.assign([TopicPartition(topic, p, start) for p in metadata.partitions])
     return consumer
 
 
 @reports_kafka_errors("tail")
 def run(args: argparse.Namespace) -> int:
     view = FindingsView()
-    consumer = _consumer(args)
+    consumer = findings_consumer(
+        client_config(args), args.topic, from_beginning=args.from_beginning, group_id=args.group_id
+    )
     idle_timeout = math.inf if args.idle_timeout is None else args.idle_timeout
     idle_since = time.monotonic()
     try:

@@ -15,7 +15,8 @@ Components, in the order they start (and the reverse of the order they stop):
 - `prometheus`: Prometheus (Debian's `prometheus`) with the bundled `alerts/splitbrain.rules.yml`
   (copied into its directory), scraping the detectors and evaluating every second, sending to
   Alertmanager;
-- `pager`: the pager bridge (`splitbrain page --alertmanager-url`).
+- `view`: the findings view (`splitbrain ui`, the `ui` extra), on loopback (`Options.view`).
+- `pager`: the pager bridge (`splitbrain page --alertmanager-url`, `--finding-url` to the view).
 
 Each runs as a process of its own session (a terminal's Ctrl-C reaches only the command that
 started them, which stops them), with its log in `STATE_DIR/logs/`. Each is recorded, as soon
@@ -33,6 +34,7 @@ import contextlib
 import datetime
 import fcntl
 import functools
+import importlib.util
 import json
 import os
 import re
@@ -504,6 +506,7 @@ class Options:
     detectors: int = 2
     fenced: bool = False  # the example destination enforces the fence (False: the demo's mode)
     pager: bool = True
+    view: bool = False  # the findings view (`splitbrain ui`), where the pager's pages link
 
 
 PORT_FLAGS: Final = {
@@ -521,6 +524,7 @@ class Tools:
     alertmanager: str | None
     postgres: bool
     pager: bool
+    view: bool
     skipped: tuple[Skipped, ...]
 
 
@@ -629,7 +633,14 @@ def preflight(options: Options, say: Say) -> Tools:
     if pager and alertmanager is None:
         pager = False
         skipped.append(Skipped("pager", "it pages through Alertmanager, which is missing"))
-    return Tools(prometheus, alertmanager, postgres, pager, tuple(skipped))
+    view = options.view and all(
+        importlib.util.find_spec(m) is not None for m in ("starlette", "uvicorn")
+    )
+    if options.view and not view:
+        skipped.append(
+            Skipped("view", "the ui extra is not installed (pip install '.[ui]'): no findings view")
+        )
+    return Tools(prometheus, alertmanager, postgres, pager, view, tuple(skipped))
 
 
 # ------------------------------------------------------------------------------------ stack
@@ -906,6 +917,8 @@ class Stack:
             self._alertmanager(self.tools.alertmanager)
         if self.tools.prometheus is not None:
             self._prometheus(self.tools.prometheus)
+        if self.tools.view:
+            self._view()
         if self.tools.pager:
             self._pager()
         self.save()
@@ -982,18 +995,39 @@ class Stack:
             comp.wait_ready(self.deadline)
             self.say(f"started {comp.name:<13} {comp.urls['metrics']}{_pids(comp)}")
 
+    def _view(self) -> None:
+        """`splitbrain ui` on loopback: the link of each page goes to its finding there
+        (`/healthz` says when it has read the findings topic)."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        view = Process(
+            "view",
+            urls={"ui": url + "/", "finding": url + "/findings/{finding_id}"},
+            log=self.dir / "logs" / "view.log",
+            argv=[
+                *(sys.executable, "-m", "detector.cli", "ui", "--listen", f"127.0.0.1:{port}"),
+            ],
+            env=connection_env(self.kafka_config),
+            # Not waited for: the pager needs only its address, and it is up long before the
+            # first finding (a view that dies is noticed as any component is).
+        )
+        self.add(view)
+        self.say(f"started view          splitbrain ui {url}/{_pids(view)}")
+
     def _pager(self) -> None:
         am = self.url("alertmanager")
         assert am is not None
         port = free_port()
         metrics = f"http://127.0.0.1:{port}/metrics"
+        finding = self.url("view", "finding")
+        link = [] if finding is None else ["--finding-url", finding]
         pager = Process(
             "pager",
             urls={"metrics": metrics},
             log=self.dir / "logs" / "pager.log",
             argv=[
                 *(sys.executable, "-m", "detector.cli", "page", "--alertmanager-url", am),
-                *("--metrics-port", str(port), "--retry-max-s", "5"),
+                *("--metrics-port", str(port), "--retry-max-s", "5", *link),
             ],
             env=connection_env(self.kafka_config),
             ready=functools.partial(_http_ok, metrics),

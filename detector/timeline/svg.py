@@ -108,7 +108,8 @@ def _points(finding: Finding, seen: Sequence[Seen]) -> list[Point]:
 
 def _order(finding: Finding, points: list[Point]) -> None:
     """By seq where the verdict was (an event without one takes the seq of the event before it in
-    arrival), by arrival otherwise; a mark outside the window goes by its seq, else last."""
+    arrival), by arrival otherwise; a mark outside the window goes by its seq, else last, in the
+    finding's own order (the transition, then its conditions as detected)."""
     by_seq = finding.ordering == "authoritative_seq"
     carried = -1.0
     for p in sorted(points, key=lambda p: p.arrival):
@@ -121,7 +122,7 @@ def _order(finding: Finding, points: list[Point]) -> None:
         else:
             acquisition_first = 0.0 if p.kind == "lease_acquired" else 0.5
             p.order = (float(p.seq) if p.seq is not None else carried, acquisition_first)
-    points.sort(key=lambda p: (p.order, p.arrival, p.event_id))
+    points.sort(key=lambda p: (p.order, p.arrival))  # stable: ties keep the finding's order
 
 
 def _partner(finding: Finding, points: list[Point], dup: Point) -> Point | None:

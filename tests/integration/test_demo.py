@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from detector.testing.kafka import free_port
 from detector.testing.postgres import postgres_binaries
 from detector.testing.stack import LOCK_FILE, Pid, load_record
+from detector.testing.view import fetched
 from tests.paths import ROOT
 from tests.tools import program
 
@@ -147,6 +149,16 @@ def test_the_demo_pages_a_live_split_brain_and_leaves_nothing_running(tmp_path: 
         assert len(second.stderr.splitlines()) == 1, second.stderr
         assert "is in use by `splitbrain demo`" in second.stderr
         assert "--state-dir" in second.stderr
+        # The page's link to the finding, opened while the view runs: the demo itself is held
+        # (SIGSTOP to it alone) so that it cannot stop the stack before the page is fetched.
+        link = demo.wait_for_line(r"the finding in the view: ").split()[-1]
+        finding_id = urllib.parse.unquote(link.rsplit("/", 1)[-1])
+        os.kill(demo.proc.pid, signal.SIGSTOP)
+        try:
+            page = fetched(link)
+        finally:
+            os.kill(demo.proc.pid, signal.SIGCONT)
+        assert f'data-finding-id="{finding_id}"' in page, link
         code = demo.wait()
     finally:
         if demo.proc.poll() is None:
@@ -170,7 +182,13 @@ def test_the_demo_pages_a_live_split_brain_and_leaves_nothing_running(tmp_path: 
     assert f"alertmanager holds {critical_alert}" in out, out
     assert re.search(r"alertmanager holds SplitbrainFinding \(active\):.* severity=page", out), out
     assert re.search(r"PAGED: the critical finding reached Alertmanager", out), out
-    for url in ("Prometheus (alerts)", "Alertmanager", "detector-1 metrics", "detector-2 metrics"):
+    for url in (
+        "Prometheus (alerts)",
+        "Alertmanager",
+        "findings view",
+        "detector-1 metrics",
+        "detector-2 metrics",
+    ):
         assert re.search(rf"{re.escape(url)}\s+http://127\.0\.0\.1:\d+/", out), url
     assert left_running(state, out) == []
     print(f"demo: exit 0 in {elapsed:.1f}s")

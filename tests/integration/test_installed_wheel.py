@@ -39,6 +39,7 @@ OF_AN_EXTRA: Final = (
     "detector.adapters._kube_watch",
     *(f"detector.testing.{m}" for m in ("temporal", "celery_app", "langgraph_graph")),
     "detector.testing.kube_candidate",
+    "detector.view.app",
 )
 # Every module of the package, imported as a command would: those of an extra left out.
 IMPORT_ALL: Final = f"""

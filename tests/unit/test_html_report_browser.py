@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
 from detector.cli import main
+from detector.testing.view import chromium
 from detector.timeline.page import MAX_DRAWN
 from tests.paths import ROOT, SEED_FIXTURE
 from tests.tools import program
@@ -22,32 +22,16 @@ from tests.unit.histories import seed_renamed
 
 EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if p.suffix in (".jsonl", ".log"))
 EVIL = "<script>document.title='pwned';alert(1)</script><img src=x onerror=alert(2)>\x1b[2J"
-FLAGS = (
-    "--headless",
-    "--no-sandbox",  # root in CI
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-)
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = program("chromium", package="chromium")
-    driver_path = program("chromedriver", package="chromium-driver")
-    for flag in FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-    try:
+    with chromium(
+        program("chromium", package="chromium"),
+        program("chromedriver", package="chromium-driver"),
+        tmp_path_factory.mktemp("chromium-profile"),
+    ) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def html_report(history: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> Path:
