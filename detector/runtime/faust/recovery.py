@@ -74,9 +74,9 @@ class EosRecovery(Recovery):
         self, consumer: ConsumerT, tps: set[TP], destination: Counter[TP], title: str
     ) -> None:
         await super()._build_highwaters(consumer, tps, destination, title)
-        waited = sorted(tp for tp in tps if tp.partition in self.unrestored)
+        waited = [tp for tp in tps if tp.partition in self.unrestored]
         if title != "active" or not waited:
-            return
+            return  # standbys (none here) and kept partitions: to the LSO, as faust reads
         for tp, high in (await self._high_watermarks(waited)).items():
             stable = destination[tp] + 1  # faust keeps the offset of the last record it expects
             if stable < high:
