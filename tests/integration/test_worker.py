@@ -398,22 +398,7 @@ def test_sasl_ssl_scram_connection(
         d.close()
 
 
-# faust's recovery reads the changelog to the last stable offset and never past it. Waiting
-# there for undecided transactions, as the kafka runtime does, made faust's recovery wait on
-# transactions only a later step ends (its own, kept across a rebalance, or its previous
-# incarnation's, fenced once recovery is done): CI's scale-out test crashed on a fenced producer
-# and its torture run stalled. Left as a known defect of the faust runtime (ADR 0003).
-FAUST_RESTORE_RACE = pytest.mark.xfail(
-    strict=True,
-    reason="faust's recovery stops at the last stable offset: a commit not yet marked is missed",
-)
-
-
-@pytest.mark.parametrize(
-    "deployment",
-    ["kafka", "kafka-rocksdb", pytest.param("faust", marks=FAUST_RESTORE_RACE)],
-    indirect=True,
-)
+@pytest.mark.parametrize("deployment", WITH_STORES, indirect=True)
 def test_a_restore_loads_the_previous_owners_last_commit_even_before_it_is_marked(
     deployment: Deployment,
 ) -> None:

@@ -280,6 +280,7 @@ class SplitbrainApp(faust.App):
     """A faust App on `EosTransport`, carrying the state the subclasses above share."""
 
     barrier: CommitBarrier
+    kafka_config: dict[str, Any]  # librdkafka's: the high watermarks recovery waits for
     input_topic: str
     copartitioned_outputs: dict[str, str]
     metrics: WorkerMetrics

@@ -22,6 +22,7 @@ from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError
 from detector.runtime.faust.barrier import CommitBarrier, FaustRuntimeError
 from detector.runtime.faust.credentials import broker_credentials
+from detector.runtime.faust.recovery import EosTableManager
 from detector.runtime.faust.table import TABLE_NAME, PartitionStates, StateTable
 from detector.runtime.faust.transport import EosConsumer, SplitbrainApp
 from detector.runtime.processor import Outcome, PartitionProcessor
@@ -96,8 +97,10 @@ class FaustWorker:
             agent_supervisor=CrashingSupervisor,
             stream_wait_empty=True,
             stream_publish_on_commit=False,
+            TableManager=EosTableManager,
         )
         app.barrier = CommitBarrier()
+        app.kafka_config = dict(settings.kafka)
         app.metrics = metrics
         app.input_topic = settings.input_topic
         app.copartitioned_outputs = {
