@@ -36,7 +36,9 @@ from ._records import (
     marks_of,
 )
 
-# 5: two events at one seq are ordered by id (DESIGN §4): marks and pending occurrences carry the
+# 6: a workflow whose findings all resolved is forgotten after `idle_ttl_s` down to `past`, what
+# its findings' later revisions need (`WorkflowState.past`): one field more, `None` in the states
+# version 5 wrote, which are read as they are. 5: two events at one seq are ordered by id (DESIGN §4): marks and pending occurrences carry the
 # id, fences are points, an episode keeps its stale events and conditions as `Latest`, and the
 # workflow the times its displaced owners said they were uncertain; version 4 states are read
 # as they are, each of these from what they kept. 4: an effect's record that is also a retained
@@ -45,7 +47,7 @@ from ._records import (
 # effects, fences and pending verifications; it has the same layout, without references, and is
 # read as it is. 1 (JSON) and 2 (the retained records only) are read by replaying their records
 # (`detector.core._upgrade`).
-STATE_VERSION: Final = 5
+STATE_VERSION: Final = 6
 
 
 class Cut(IntFlag):
@@ -148,6 +150,9 @@ EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
 # seq, pos, time, worker, source, and the place at its seq (`_records.tie`, as one string)
 ClockEntry = tuple[int | None, int, float | None, str, str, str]
+# What a forgotten finding's later revisions need (`WorkflowState.past`): its episode's key
+# (displaced epoch, retry), its latest revision, its severity and its digest.
+Past = tuple[int, bool, int, str, int]
 # `WorkflowState.lease_until` once the current epoch released its lease.
 LEASE_RELEASED: Final = -math.inf
 
@@ -189,6 +194,9 @@ class WorkflowState:
     # Displaced epoch -> its `ownership_uncertain` events after the takeover: they end its
     # silence (DESIGN §4), like its stale events.
     uncertain: dict[int, Latest] | None = None
+    # The findings of the workflow that were forgotten once resolved and idle: a later episode of
+    # one goes on at its next revision, under its finding id, never publishing one twice.
+    past: tuple[Past, ...] | None = None
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
         default=None, compare=False, repr=False
@@ -215,7 +223,40 @@ class WorkflowState:
         ep = self.found.get(key)
         if ep is None:
             ep = self.found[key] = Episode(key[0], key[1])
+            if self.past is not None:
+                self._resume(ep)
         return ep
+
+    def _resume(self, ep: Episode) -> None:
+        """A forgotten finding of this key goes on: its revisions, severity and digest."""
+        key = ep.key
+        for past in self.past or ():
+            if (past[0], past[1]) == key:
+                _, _, ep.revision, severity, ep.digest = past
+                ep.severity = Severity(severity)
+                ep.status = Status.RESOLVED  # as it was published last
+                rest = tuple(p for p in self.past or () if p is not past)
+                self.past = rest or None
+                return
+
+    def remnant(self) -> WorkflowState:
+        """What is kept of a workflow whose findings all resolved once it is forgotten: where
+        its positions and seqs stood, what was cut, and what each finding's later revisions
+        need. Its raw events, acquisitions and effects go: a later finding says its evidence
+        was cut."""
+        past = [*(self.past or ())]
+        past.extend(
+            (ep.displaced_epoch, ep.retry, ep.revision, ep.severity.value, ep.digest)
+            for ep in self.episodes.values()
+            if ep.revision
+        )
+        forgotten = Cut.EVIDENCE | Cut.ACQUISITIONS | Cut.EFFECT_KEYS | Cut.EVENT_IDS
+        return WorkflowState(
+            pos=self.pos,
+            max_seq=self.max_seq,
+            cut=self.cut | int(forgotten),
+            past=tuple(past) or None,
+        )
 
     @property
     def top(self) -> int:
@@ -411,6 +452,7 @@ def encode_state(state: WorkflowState) -> bytes:
             state.lease_s,
             state.lease_until,
             None if state.uncertain is None else list(state.uncertain.items()),
+            state.past,
         ]
     )
 
@@ -455,8 +497,8 @@ def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dic
 
 
 # Version 3 states written before `lease_until` have one field less, and a tool class alone
-# where `labels` are now; versions 3 and 4 have no `uncertain`.
-V3_FIELDS: Final = 20
+# where `labels` are now; versions 3 and 4 have no `uncertain`, versions 3 to 5 no `past`.
+V3_FIELDS: Final = 21
 
 
 def _labels(value: list[str] | str | None) -> Labels | None:
@@ -469,9 +511,9 @@ def _labels(value: list[str] | str | None) -> Labels | None:
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3, 4 or 5 state from its unpacked fields (`detector.core.decode_state` reads
+    """A version 3 to 6 state from its unpacked fields (`detector.core.decode_state` reads
     any)."""
-    if len(fields) not in (V3_FIELDS - 2, V3_FIELDS - 1, V3_FIELDS):
+    if len(fields) not in range(V3_FIELDS - 3, V3_FIELDS + 1):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
     (
         _,
@@ -519,8 +561,11 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         labels=_labels(labels),
         lease_until=lease_until,
         uncertain=None
-        if len(fields) < V3_FIELDS or fields[19] is None
+        if len(fields) < 20 or fields[19] is None
         else {epoch: latest_of(row) for epoch, row in fields[19]},
+        past=None
+        if len(fields) < V3_FIELDS or fields[20] is None
+        else tuple((e, r, n, s, d) for e, r, n, s, d in fields[20]),
     )
 
 

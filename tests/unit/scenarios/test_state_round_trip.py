@@ -63,7 +63,7 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 
 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
-    """Versions 4 and 5 write an effect's copy of a retained event as its index in the evidence; the
+    """Versions 4 to 6 write an effect's copy of a retained event as its index in the evidence; the
     same state written as version 3 (full copies) still decodes, to the same state."""
     import msgpack  # noqa: PLC0415
 
@@ -72,7 +72,7 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     r = run(seed_history())
     state = r.detector.states[W]
     fields = msgpack.unpackb(encode_state(state))
-    assert fields[0] == 5
+    assert fields[0] == 6
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
     assert references, "a commit retained as evidence is referenced, not copied"
