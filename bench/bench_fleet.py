@@ -38,7 +38,7 @@ Step = tuple[str, int, dict[str, object]]  # kind, epoch, extra fields
 
 def _script(w: int, zombie: bool, rng: random.Random) -> list[Step]:
     """One workflow's events in the order they happen."""
-    key = {"effect_key": f"out/{w}/0", "destination": "index"}
+    key: dict[str, object] = {"effect_key": f"out/{w}/0", "destination": "index"}
     acquired = {
         "source": "coordinator",
         "lease_duration_s": 90,

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, insort
-from heapq import heappop, heappush
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from heapq import heappop, heappush
 from itertools import islice
 from math import isnan
 from operator import itemgetter

@@ -38,15 +38,15 @@ from ._records import (
 
 # 6: a workflow whose findings all resolved is forgotten after `idle_ttl_s` down to `past`, what
 # its findings' later revisions need (`WorkflowState.past`): one field more, `None` in the states
-# version 5 wrote, which are read as they are. 5: two events at one seq are ordered by id (DESIGN §4): marks and pending occurrences carry the
-# id, fences are points, an episode keeps its stale events and conditions as `Latest`, and the
-# workflow the times its displaced owners said they were uncertain; version 4 states are read
-# as they are, each of these from what they kept. 4: an effect's record that is also a retained
-# raw event is written as its index in the evidence, not a copy (a commit is in `firsts`,
-# `twice` and `lasts` too: a quarter of a state's bytes, `bench/bench_worker.py`). 3: compact
-# effects, fences and pending verifications; it has the same layout, without references, and is
-# read as it is. 1 (JSON) and 2 (the retained records only) are read by replaying their records
-# (`detector.core._upgrade`).
+# version 5 wrote, which are read as they are. 5: two events at one seq are ordered by id (DESIGN
+# §4): marks and pending occurrences carry the id, fences are points, an episode keeps its stale
+# events and conditions as `Latest`, and the workflow the times its displaced owners said they were
+# uncertain; version 4 states are read as they are, each of these from what they kept. 4: an
+# effect's record that is also a retained raw event is written as its index in the evidence, not a
+# copy (a commit is in `firsts`, `twice` and `lasts` too: a quarter of a state's bytes,
+# `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has the same
+# layout, without references, and is read as it is. 1 (JSON) and 2 (the retained records only) are
+# read by replaying their records (`detector.core._upgrade`).
 STATE_VERSION: Final = 6
 
 
