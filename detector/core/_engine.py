@@ -954,12 +954,12 @@ class Detector:
                 continue
             if not st.episodes and st.past is None:
                 del self.states[key]
-            elif settled:
-                # Its findings must never restart their revisions: what they need is kept.
+            elif idle and settled:
+                # Forgotten, but its findings must never restart their revisions: what their
+                # later revisions need is kept (`WorkflowState.remnant`).
                 self.states[key] = st.remnant()
-            else:
-                # An open finding is compacted, not forgotten: acquisitions, fences, effects
-                # and episodes stay; raw events go.
+            elif st.evidence or st.ids:
+                # Compacted: acquisitions, fences, effects and episodes stay; raw events go.
                 self._remember(st, st.evidence)
                 st.evidence = ()
                 st.undisplaced = None
@@ -967,7 +967,9 @@ class Detector:
                 st.ids = None
                 st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
                 st.released_at = None
-                st.last_at = None
+            else:
+                self._watch(key, st)
+                continue
             self._watch(key, self.states.get(key))
             changed.add(key)
             if idle:
