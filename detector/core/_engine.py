@@ -612,7 +612,9 @@ class Detector:
         if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos, ACQUISITION):
             # Raw events after it are gone: the latest effects per key still tell, but other
             # stale events and earlier witnesses may be among what was forgotten.
-            st.blind_below = max(st.blind_below, acq.epoch)
+            if acq.epoch > st.blind_below:
+                st.blind_below = acq.epoch
+                _changed(st)
             for eff in (st.effects or {}).values():
                 for (epoch, _), ev in list(eff.lasts.items()):
                     if epoch < acq.epoch and before(acq, ev):
@@ -748,6 +750,8 @@ class Detector:
     def _cut(self, st: WorkflowState, what: Cut) -> None:
         if what & _HIDING and not st.cut & _HIDING:
             self.counters.workflows_truncated += 1
+        if int(what) & ~st.cut:
+            _changed(st)
         st.cut |= int(what)
 
     def _acquire(
@@ -758,6 +762,8 @@ class Detector:
         if late and st.undisplaced is None:
             _index_undisplaced(st)  # from what the acquisitions known so far displace
         new_epoch = self._keep(st, acq)
+        if st.found:
+            _changed(st)  # the owners a finding names are chosen among the acquisitions
         stats = self.lease_health.stats_of_attrs(event.attrs)
         if new_epoch and top >= 0:
             stats.reclaimed += 1
@@ -1126,6 +1132,10 @@ class Detector:
         if worst.rank > ep.severity.rank:
             ep.severity = worst
         ep.status = Status.RESOLVED if _resolved(st, ep, quiet) else Status.OPEN
+        inputs = (ep.changes, ep.status, ep.severity, ep.truncated)
+        if inputs == ep.rendered:
+            return None  # nothing the document is made of changed since it was last made
+        ep.rendered = inputs
         finding = render(key, st, ep, ep.revision + 1)
         digest = _digest(finding)
         if digest == ep.digest:
@@ -1158,6 +1168,12 @@ class Detector:
                 stats.zombie_seconds[severity].add(lag.seconds)
             if lag.seq is not None and finding.ordering == "authoritative_seq":
                 stats.zombie_seq[severity].add(lag.seq)
+
+
+def _changed(st: WorkflowState) -> None:
+    """Something every finding of the workflow is rendered from changed (`Episode.changes`)."""
+    for ep in st.episodes.values():
+        ep.changes += 1
 
 
 def _index_undisplaced(st: WorkflowState) -> None:

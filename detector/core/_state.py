@@ -113,6 +113,14 @@ class Episode:
     digest: int = 0
     worker: str | None = None
     truncated: bool = False
+    # Not persisted: counts the changes of what the finding is rendered from (its conditions,
+    # and its workflow's acquisitions and cuts); with its status, severity and `truncated`, it
+    # is what the document was last made from (`rendered`). An event that changes none of them
+    # costs no rendering and no digest.
+    changes: int = field(default=0, compare=False, repr=False)
+    rendered: tuple[int, Status, Severity, bool] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def key(self) -> tuple[int, bool]:
