@@ -14,7 +14,7 @@ from dataclasses import InitVar, dataclass, field
 from enum import IntFlag
 from sys import intern
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -32,6 +32,7 @@ from ._records import (
     EventRecord,
     Latest,
     Marks,
+    event_of,
     latest_of,
     marks_of,
 )
@@ -282,7 +283,12 @@ _ENCODER: Final = msgspec.msgpack.Encoder()
 
 
 def _ev(row: list[Any] | None) -> EventRecord | None:
-    return None if row is None else EventRecord(*row)
+    return None if row is None else event_of(row)
+
+
+def _acquisition(row: list[Any]) -> AcquisitionRecord:
+    epoch, seq, pos, eid, worker, obs = row
+    return AcquisitionRecord(epoch, seq, pos, eid, intern(worker), obs)
 
 
 def _cond_row(c: ConditionRecord) -> list[Any]:
@@ -350,7 +356,7 @@ def _effect_row(e: Effect, retained: _Retained) -> list[Any]:
 
 def _effect(row: list[Any], evidence: Evidence) -> Effect:
     def record(r: list[Any] | int) -> EventRecord:
-        return evidence[r] if isinstance(r, int) else EventRecord(*r)
+        return evidence[r] if isinstance(r, int) else event_of(r)
 
     firsts = [record(r) for r in row[0]]
     return Effect(
@@ -509,13 +515,37 @@ def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dic
 V3_FIELDS: Final = 21
 
 
+# Decoded labels and lease durations, one object each for the states that share them (as the
+# engine shares them: `LeaseHealth.stats_of`, `Detector._shared_lease`); bounded, the engine
+# bounds labels again at their first use.
+_SHARED_MAX: Final = 1024
+_T = TypeVar("_T")
+_SHARED_LABELS: Final[dict[Labels, Labels]] = {}
+_SHARED_LEASES: Final[dict[float, float]] = {}
+
+
 def _labels(value: list[str] | str | None) -> Labels | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return (intern(value), UNLABELLED, UNLABELLED)
-    tool_class, model, provider = value
-    return (intern(tool_class), intern(model), intern(provider))
+        labels = (intern(value), UNLABELLED, UNLABELLED)
+    else:
+        tool_class, model, provider = value
+        labels = (intern(tool_class), intern(model), intern(provider))
+    return _shared(_SHARED_LABELS, labels)
+
+
+def _shared_lease(lease_s: float | None) -> float | None:
+    return None if lease_s is None else _shared(_SHARED_LEASES, lease_s)
+
+
+def _shared(shared: dict[_T, _T], value: _T) -> _T:
+    found = shared.get(value)
+    if found is not None:
+        return found
+    if len(shared) < _SHARED_MAX:
+        shared[value] = value
+    return value
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
@@ -548,11 +578,11 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
     else:  # written before `lease_until`: a release since the acquisition is all it tells
         lease_until = None if released_at is None else LEASE_RELEASED
     found = {ep.key: ep for ep in (_episode(r) for r in episodes)}
-    retained = evidence_of(EventRecord(*r) for r in evidence)
+    retained = evidence_of(map(event_of, evidence))
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
-        acqs=acquisitions_of(AcquisitionRecord(*a) for a in acqs),
+        acqs=acquisitions_of(map(_acquisition, acqs)),
         evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
@@ -565,7 +595,7 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,
-        lease_s=lease_s,
+        lease_s=_shared_lease(lease_s),
         labels=_labels(labels),
         lease_until=lease_until,
         uncertain=None
