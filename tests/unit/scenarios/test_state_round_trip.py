@@ -172,3 +172,29 @@ def test_a_version_4_state_still_decodes_and_goes_on(resolved: bool) -> None:
     (up,) = restored.observe(later)
     (straight,) = r.detector.observe(later)
     assert up == straight
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
+    """Version 5 wrote no `past` (what a forgotten finding's later revisions need): its states
+    read as they are, and the next event continues their findings exactly."""
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    first = [
+        *takeover(),
+        commit("c", 17, "alpha", 7),
+        ev("f", "lease_lost", W, 17, "alpha", seq=8),
+        *([verify("v", 9)] if resolved else []),
+    ]
+    r = run(first)
+    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    assert fields[0] == 6 and fields[-1] is None
+    version_5 = msgpack.packb([5, *fields[1:-1]])
+    assert decode_state(version_5) == r.detector.states[W]
+    restored = Detector(states={W: decode_state(version_5)})
+    later = commit("c2", 17, "alpha", 12, key="other")
+    (up,) = restored.observe(later)
+    (straight,) = r.detector.observe(later)
+    assert up == straight
