@@ -11,7 +11,8 @@ last third's rate is compared with the first's (the target: at least 0.8):
   worker's tick), the processing clock running at `--rate` events per second;
 - as `audit` runs it: no clock; `finish`, once at the end, is timed apart.
 
-Asserts nothing. Run: `python bench/bench_fleet.py [--workflows N] [--only worker|audit] [--write-jsonl PATH]`.
+Asserts nothing. Run:
+`python bench/bench_fleet.py [--workflows N] [--only worker|audit] [--write-jsonl PATH]`.
 """
 
 from __future__ import annotations
