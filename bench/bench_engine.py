@@ -12,6 +12,7 @@ import os
 import platform
 import random
 import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Final
 
@@ -160,21 +161,35 @@ def memory_per_workflow(
             yield parse_event_json(_event(3 * w + 2, "progress", wf, 1, "worker-1", 3))
 
     if restored:
-        built = Detector()
-        for i, ev in enumerate(events()):
-            built.observe(ev, at=float(i))
-        raw = [(key, encode_state(st)) for key, st in built.states.items()]
-        del built
+        return restored_per_workflow(list(events()))
     gc.collect()
     before = rss_bytes()
     detector = Detector()
-    if restored:
-        detector.states = {key: decode_state(value) for key, value in raw}
-    else:
-        for i, ev in enumerate(events()):
-            detector.observe(ev, at=float(i) if worker else None)
+    for i, ev in enumerate(events()):
+        detector.observe(ev, at=float(i) if worker else None)
     gc.collect()
     return (rss_bytes() - before) / n_workflows, len(detector.states)
+
+
+def restored_per_workflow(events: list[OwnershipEvent]) -> tuple[float, int]:
+    """Bytes per workflow the decoded states hold, against those the engine built them with:
+    both traced (`tracemalloc`), not RSS, which would reuse the memory freed between them."""
+    tracemalloc.start()
+    built = Detector()
+    for i, ev in enumerate(events):
+        built.observe(ev, at=float(i))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    raw = [(key, encode_state(st)) for key, st in built.states.items()]
+    n = len(raw)
+    del built
+    gc.collect()
+    tracemalloc.start()
+    states = {key: decode_state(value) for key, value in raw}
+    decoded = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(f"traced: {held / n:,.0f} bytes per workflow as built, {decoded / n:,.0f} as decoded")
+    return decoded / n, len(states)
 
 
 def parse_and_detect(lines: list[bytes]) -> tuple[float, Detector]:
