@@ -12,12 +12,13 @@ import os
 import platform
 import random
 import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Final
 
 from detector import gc_tuning
 from detector.contracts.events import OwnershipEvent, parse_event_json
-from detector.core import Detector
+from detector.core import Detector, decode_state, encode_state
 
 TARGET_RATE: Final = 90_000  # parse + detect, events/s (docs/decisions/0002)
 TARGET_BYTES: Final = 1024  # per tracked workflow
@@ -130,10 +131,14 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_per_workflow(n_workflows: int, *, worker: bool = True) -> tuple[float, int]:
+def memory_per_workflow(
+    n_workflows: int, *, worker: bool = True, restored: bool = False
+) -> tuple[float, int]:
     """Track n workflows, each acquired, heartbeating and checkpointing once: as a worker holds
     them (each event observed at its processing time), or, with `worker=False`, with no clock
-    given, as `audit` observes, which also keeps each event's time to measure silence on."""
+    given, as `audit` observes, which also keeps each event's time to measure silence on. With
+    `restored`, as a worker holds them after a restore: each state decoded from its changelog
+    bytes (only the decoded states are counted)."""
 
     def events() -> Iterator[OwnershipEvent]:
         for w in range(n_workflows):
@@ -155,6 +160,8 @@ def memory_per_workflow(n_workflows: int, *, worker: bool = True) -> tuple[float
             yield parse_event_json(_event(3 * w + 1, "heartbeat", wf, 1, "worker-1", 2))
             yield parse_event_json(_event(3 * w + 2, "progress", wf, 1, "worker-1", 3))
 
+    if restored:
+        return restored_per_workflow(list(events()))
     gc.collect()
     before = rss_bytes()
     detector = Detector()
@@ -162,6 +169,27 @@ def memory_per_workflow(n_workflows: int, *, worker: bool = True) -> tuple[float
         detector.observe(ev, at=float(i) if worker else None)
     gc.collect()
     return (rss_bytes() - before) / n_workflows, len(detector.states)
+
+
+def restored_per_workflow(events: list[OwnershipEvent]) -> tuple[float, int]:
+    """Bytes per workflow the decoded states hold, against those the engine built them with:
+    both traced (`tracemalloc`), not RSS, which would reuse the memory freed between them."""
+    tracemalloc.start()
+    built = Detector()
+    for i, ev in enumerate(events):
+        built.observe(ev, at=float(i))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    raw = [(key, encode_state(st)) for key, st in built.states.items()]
+    n = len(raw)
+    del built
+    gc.collect()
+    tracemalloc.start()
+    states = {key: decode_state(value) for key, value in raw}
+    decoded = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(f"traced: {held / n:,.0f} bytes per workflow as built, {decoded / n:,.0f} as decoded")
+    return decoded / n, len(states)
 
 
 def parse_and_detect(lines: list[bytes]) -> tuple[float, Detector]:
@@ -220,11 +248,13 @@ def main() -> None:
     ap.add_argument("--workflows", type=int, default=20_000)
     ap.add_argument("--memory-workflows", type=int, default=1_000_000)
     ap.add_argument("--floor-events", type=int, default=300_000)
+    ap.add_argument("--memory-only", action="store_true", help="measure memory, then stop")
     ap.add_argument(
         "--memory-as",
-        choices=("worker", "audit"),
+        choices=("worker", "restored", "audit"),
         default="worker",
-        help="observe with a processing time, as a worker does (default), or without, as audit",
+        help="observe with a processing time, as a worker does (default), or without, as audit; "
+        "or decode every state from its changelog bytes, as a worker holds them after a restore",
     )
     args = ap.parse_args()
 
@@ -233,11 +263,17 @@ def main() -> None:
         f"python {platform.python_version()}"
     )
     # First, on a fresh heap: memory freed by later steps would be reused and hide growth.
-    per_wf, tracked = memory_per_workflow(args.memory_workflows, worker=args.memory_as == "worker")
+    per_wf, tracked = memory_per_workflow(
+        args.memory_workflows,
+        worker=args.memory_as != "audit",
+        restored=args.memory_as == "restored",
+    )
     print(
         f"memory: {per_wf:,.0f} bytes per tracked workflow at {tracked:,} workflows "
-        f"(RSS delta, observed as {'a worker' if args.memory_as == 'worker' else 'audit'} does)"
+        f"(RSS delta, held as {args.memory_as})"
     )
+    if args.memory_only:
+        return
 
     lines = history(args.events, args.workflows)
     print(f"history: {len(lines):,} events over {args.workflows:,} workflows")

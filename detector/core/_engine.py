@@ -26,6 +26,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from heapq import heappop, heappush
 from itertools import islice
 from math import isnan
 from operator import itemgetter
@@ -301,9 +302,13 @@ class Detector:
     finding_stats: FindingStats = field(default_factory=FindingStats)
     lease_health: LeaseHealth = field(init=False)
     _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
-    # Workflows `advance` must look at between sweeps: an open finding, or a release. Not
-    # persisted: the first `advance` of a detector sweeps everything and finds them again.
+    # Workflows with an open finding, for `open_findings`. Not persisted, nor the schedule: the
+    # first `advance` of a detector sweeps everything and finds them again.
     _watched: set[str] = field(default_factory=set, init=False, repr=False)
+    # When `advance` must look at a workflow again (`_schedule`): a heap of (time, key), and
+    # the earliest time each key is in it for (later entries of a key are skipped).
+    _due: list[tuple[float, str]] = field(default_factory=list, init=False, repr=False)
+    _due_at: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _swept_at: float | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -384,7 +389,7 @@ class Detector:
             if kind == _HEARTBEAT:
                 self._heartbeat(st, epoch, obs, event)
             else:
-                self._lease_event(key, st, kind, epoch, event)
+                self._lease_event(key, st, kind, epoch, event, at)
         if kind not in _COMPACT_KINDS and not (st.acqs and epoch < st.acqs[-1].epoch):
             return []  # the usual case: the current owner's activity or attempt
         touched = self._ingest(st, ev, at, uncertain)
@@ -607,7 +612,9 @@ class Detector:
         if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos, ACQUISITION):
             # Raw events after it are gone: the latest effects per key still tell, but other
             # stale events and earlier witnesses may be among what was forgotten.
-            st.blind_below = max(st.blind_below, acq.epoch)
+            if acq.epoch > st.blind_below:
+                st.blind_below = acq.epoch
+                _changed(st)
             for eff in (st.effects or {}).values():
                 for (epoch, _), ev in list(eff.lasts.items()):
                     if epoch < acq.epoch and before(acq, ev):
@@ -743,6 +750,8 @@ class Detector:
     def _cut(self, st: WorkflowState, what: Cut) -> None:
         if what & _HIDING and not st.cut & _HIDING:
             self.counters.workflows_truncated += 1
+        if int(what) & ~st.cut:
+            _changed(st)
         st.cut |= int(what)
 
     def _acquire(
@@ -753,6 +762,8 @@ class Detector:
         if late and st.undisplaced is None:
             _index_undisplaced(st)  # from what the acquisitions known so far displace
         new_epoch = self._keep(st, acq)
+        if st.found:
+            _changed(st)  # the owners a finding names are chosen among the acquisitions
         stats = self.lease_health.stats_of_attrs(event.attrs)
         if new_epoch and top >= 0:
             stats.reclaimed += 1
@@ -823,7 +834,13 @@ class Detector:
         return new_epoch
 
     def _lease_event(
-        self, key: str, st: WorkflowState, kind: str, epoch: int, event: OwnershipEvent
+        self,
+        key: str,
+        st: WorkflowState,
+        kind: str,
+        epoch: int,
+        event: OwnershipEvent,
+        at: float | None,
     ) -> None:
         """Lease health of a release, lease loss or uncertain ownership (heartbeats:
         `_heartbeat`). Observations only: they decide no verdict."""
@@ -831,7 +848,7 @@ class Detector:
             if epoch >= st.top:
                 st.released_at = st.last_at
                 st.lease_until = LEASE_RELEASED
-                self._watched.add(key)
+                self._schedule(key, st, at)
         elif kind == _LOST:
             self._lease_stats(st, event.attrs).lost += 1
         else:
@@ -907,8 +924,10 @@ class Detector:
         """Let the worker's time pass: resolve episodes whose displaced owner went quiet; evict
         idle state. Returns the revisions to publish and the workflows to persist.
 
-        Idle workflows are found by a sweep of every state at most every `idle_sweep_s`, so one
-        is evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
+        Between sweeps only the workflows whose time is due are looked at (`_schedule`), so a
+        tick costs what it finds to do, however many workflows and open findings are held. Idle
+        workflows are found by a sweep of every state at most every `idle_sweep_s`, so one is
+        evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
         """
         updates: list[FindingUpdate] = []
         changed: set[str] = set()
@@ -916,7 +935,8 @@ class Detector:
         sweep = self._swept_at is None or now - self._swept_at >= cfg.idle_sweep_s
         if sweep:
             self._swept_at = now
-        for key in list(self.states) if sweep else list(self._watched):
+        keys = list(self.states) if sweep else self._due_keys(now)
+        for key in keys:
             st = self.states.get(key)
             if st is None:
                 self._watched.discard(key)
@@ -928,18 +948,24 @@ class Detector:
                     updates.extend(resolved)
                     changed.add(key)
             idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
+            settled = all(ep.status is Status.RESOLVED for ep in st.episodes.values())
             released = (
                 st.released_at is not None
                 and now - st.released_at >= cfg.quiet_period_s
-                and all(ep.status is Status.RESOLVED for ep in st.episodes.values())
+                and settled
             )
-            due = released or idle
-            if due and not st.episodes:
+            if not (released or idle):
+                self._watch(key, st)
+                self._schedule(key, st, now)
+                continue
+            if not st.episodes and st.past is None:
                 del self.states[key]
-                self._watched.discard(key)
-            elif due and (st.evidence or st.ids):
-                # A finding's revisions must never restart, so its workflow is compacted, not
-                # forgotten: acquisitions, fences, effects and episodes stay; raw events go.
+            elif idle and settled:
+                # Forgotten, but its findings must never restart their revisions: what their
+                # later revisions need is kept (`WorkflowState.remnant`).
+                self.states[key] = st.remnant()
+            elif st.evidence or st.ids:
+                # Compacted: acquisitions, fences, effects and episodes stay; raw events go.
                 self._remember(st, st.evidence)
                 st.evidence = ()
                 st.undisplaced = None
@@ -947,16 +973,54 @@ class Detector:
                 st.ids = None
                 st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
                 st.released_at = None
-                self._watch(key, st)
             else:
                 self._watch(key, st)
                 continue
+            self._watch(key, self.states.get(key))
             changed.add(key)
             if idle:
                 self.counters.evicted_idle += 1
             else:
                 self.counters.evicted_released += 1
         return Advanced(updates, changed)
+
+    def _due_keys(self, now: float) -> list[str]:
+        """The workflows whose time came: once each, whatever they were scheduled for."""
+        due = self._due
+        scheduled = self._due_at
+        keys: list[str] = []
+        while due and due[0][0] <= now:
+            at, key = heappop(due)
+            if scheduled.get(key) == at:
+                del scheduled[key]
+                keys.append(key)
+        return keys
+
+    def _schedule(self, key: str, st: WorkflowState, now: float | None) -> None:
+        """When `advance` must look at the workflow again: its first open episode to go quiet,
+        or, once none is open, the end of its release's quiet period. Time changes nothing
+        else: every other change comes with an event, and is settled then."""
+        if now is None:
+            return  # no clock (`audit`): `finish` settles what time would
+        q = self.config.quiet_period_s
+        due: float | None = None
+        settled = True
+        for ep in st.episodes.values():
+            if ep.status is Status.OPEN:
+                settled = False
+                heard = ep.last_stale_at
+                if heard is not None and heard + q > now and (due is None or heard + q < due):
+                    due = heard + q
+        if settled and st.released_at is not None:
+            due = st.released_at + q
+        if due is None:
+            return
+        was = self._due_at.get(key)
+        if was is None or due < was:
+            # An entry due later stays in the heap and is skipped when it comes out; an earlier
+            # one is enough: the workflow is scheduled again when it is looked at.
+            self._due_at[key] = due
+            heappush(self._due, (due, key))
 
     def finish(self) -> list[FindingUpdate]:
         """The end of a recorded history (`audit`): silence measured per workflow on its own
@@ -1029,10 +1093,9 @@ class Detector:
                 if ep.revision and ep.status is Status.OPEN:
                     yield ep
 
-    def _watch(self, key: str, st: WorkflowState) -> None:
-        if st.released_at is not None or any(
-            ep.status is Status.OPEN for ep in st.episodes.values()
-        ):
+    def _watch(self, key: str, st: WorkflowState | None) -> None:
+        """Keep `_watched` to the workflows with an open finding."""
+        if st is not None and any(ep.status is Status.OPEN for ep in st.episodes.values()):
             self._watched.add(key)
         else:
             self._watched.discard(key)
@@ -1047,8 +1110,9 @@ class Detector:
             update = self._settle(key, st, ep, quiet, at)
             if update is not None:
                 updates.append(update)
-        if updates:  # an episode opens only with a revision; `advance` drops what is settled
-            self._watched.add(key)
+        if updates:  # an episode opens only with a revision
+            self._watch(key, st)
+        self._schedule(key, st, at)
         return updates
 
     def _settle(
@@ -1068,6 +1132,10 @@ class Detector:
         if worst.rank > ep.severity.rank:
             ep.severity = worst
         ep.status = Status.RESOLVED if _resolved(st, ep, quiet) else Status.OPEN
+        inputs = (ep.changes, ep.status, ep.severity, ep.truncated)
+        if inputs == ep.rendered:
+            return None  # nothing the document is made of changed since it was last made
+        ep.rendered = inputs
         finding = render(key, st, ep, ep.revision + 1)
         digest = _digest(finding)
         if digest == ep.digest:
@@ -1100,6 +1168,12 @@ class Detector:
                 stats.zombie_seconds[severity].add(lag.seconds)
             if lag.seq is not None and finding.ordering == "authoritative_seq":
                 stats.zombie_seq[severity].add(lag.seq)
+
+
+def _changed(st: WorkflowState) -> None:
+    """Something every finding of the workflow is rendered from changed (`Episode.changes`)."""
+    for ep in st.episodes.values():
+        ep.changes += 1
 
 
 def _index_undisplaced(st: WorkflowState) -> None:

@@ -63,6 +63,7 @@ def add_condition(
 
     `verified` is the key's verifications so far; `cap` bounds the keys an episode tracks.
     """
+    ep.changes += 1
     ep.latest = extend(ep.latest, occurrence)
     key = cond.effect_key
     if cond.kind is ConditionKind.STALE_ACTIVITY or key is None:

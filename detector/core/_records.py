@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from operator import itemgetter
+from sys import intern
 from typing import Any, Final, NamedTuple, TypeVar
 
 from detector.contracts.findings import ConditionKind
@@ -239,5 +240,14 @@ def latest_of(row: list[Any]) -> Latest:
     """A set as a state holds it; written before sets were kept: its one latest record."""
     if len(row) == 3:
         top, unseq, last = row
-        return Latest(None if top is None else EventRecord(*top), unseq, EventRecord(*last))
-    return extend(None, EventRecord(*row))
+        return Latest(None if top is None else event_of(top), unseq, event_of(last))
+    return extend(None, event_of(row))
+
+
+def event_of(row: list[Any]) -> EventRecord:
+    """A record from its row, its kind, source and worker one shared string each, as the engine
+    holds them (a restored state is otherwise larger than the one it was written from)."""
+    eid, kind, epoch, seq, pos, source, key, worker, *rest = row
+    return EventRecord(
+        eid, intern(kind), epoch, seq, pos, intern(source), key, intern(worker), *rest
+    )

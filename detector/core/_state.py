@@ -14,7 +14,7 @@ from dataclasses import InitVar, dataclass, field
 from enum import IntFlag
 from sys import intern
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -32,20 +32,23 @@ from ._records import (
     EventRecord,
     Latest,
     Marks,
+    event_of,
     latest_of,
     marks_of,
 )
 
-# 5: two events at one seq are ordered by id (DESIGN §4): marks and pending occurrences carry the
-# id, fences are points, an episode keeps its stale events and conditions as `Latest`, and the
-# workflow the times its displaced owners said they were uncertain; version 4 states are read
-# as they are, each of these from what they kept. 4: an effect's record that is also a retained
-# raw event is written as its index in the evidence, not a copy (a commit is in `firsts`,
-# `twice` and `lasts` too: a quarter of a state's bytes, `bench/bench_worker.py`). 3: compact
-# effects, fences and pending verifications; it has the same layout, without references, and is
-# read as it is. 1 (JSON) and 2 (the retained records only) are read by replaying their records
-# (`detector.core._upgrade`).
-STATE_VERSION: Final = 5
+# 6: a workflow whose findings all resolved is forgotten after `idle_ttl_s` down to `past`, what
+# its findings' later revisions need (`WorkflowState.past`): one field more, `None` in the states
+# version 5 wrote, which are read as they are. 5: two events at one seq are ordered by id (DESIGN
+# §4): marks and pending occurrences carry the id, fences are points, an episode keeps its stale
+# events and conditions as `Latest`, and the workflow the times its displaced owners said they were
+# uncertain; version 4 states are read as they are, each of these from what they kept. 4: an
+# effect's record that is also a retained raw event is written as its index in the evidence, not a
+# copy (a commit is in `firsts`, `twice` and `lasts` too: a quarter of a state's bytes,
+# `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has the same
+# layout, without references, and is read as it is. 1 (JSON) and 2 (the retained records only) are
+# read by replaying their records (`detector.core._upgrade`).
+STATE_VERSION: Final = 6
 
 
 class Cut(IntFlag):
@@ -111,6 +114,14 @@ class Episode:
     digest: int = 0
     worker: str | None = None
     truncated: bool = False
+    # Not persisted: counts the changes of what the finding is rendered from (its conditions,
+    # and its workflow's acquisitions and cuts); with its status, severity and `truncated`, it
+    # is what the document was last made from (`rendered`). An event that changes none of them
+    # costs no rendering and no digest.
+    changes: int = field(default=0, compare=False, repr=False)
+    rendered: tuple[int, Status, Severity, bool] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def key(self) -> tuple[int, bool]:
@@ -148,6 +159,9 @@ EpisodeKey = tuple[int, bool]
 _NO_EPISODES: Final[Mapping[EpisodeKey, Episode]] = MappingProxyType({})
 # seq, pos, time, worker, source, and the place at its seq (`_records.tie`, as one string)
 ClockEntry = tuple[int | None, int, float | None, str, str, str]
+# What a forgotten finding's later revisions need (`WorkflowState.past`): its episode's key
+# (displaced epoch, retry), its latest revision, its severity and its digest.
+Past = tuple[int, bool, int, str, int]
 # `WorkflowState.lease_until` once the current epoch released its lease.
 LEASE_RELEASED: Final = -math.inf
 
@@ -189,6 +203,9 @@ class WorkflowState:
     # Displaced epoch -> its `ownership_uncertain` events after the takeover: they end its
     # silence (DESIGN §4), like its stale events.
     uncertain: dict[int, Latest] | None = None
+    # The findings of the workflow that were forgotten once resolved and idle: a later episode of
+    # one goes on at its next revision, under its finding id, never publishing one twice.
+    past: tuple[Past, ...] | None = None
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
         default=None, compare=False, repr=False
@@ -215,7 +232,40 @@ class WorkflowState:
         ep = self.found.get(key)
         if ep is None:
             ep = self.found[key] = Episode(key[0], key[1])
+            if self.past is not None:
+                self._resume(ep)
         return ep
+
+    def _resume(self, ep: Episode) -> None:
+        """A forgotten finding of this key goes on: its revisions, severity and digest."""
+        key = ep.key
+        for past in self.past or ():
+            if (past[0], past[1]) == key:
+                _, _, ep.revision, severity, ep.digest = past
+                ep.severity = Severity(severity)
+                ep.status = Status.RESOLVED  # as it was published last
+                rest = tuple(p for p in self.past or () if p is not past)
+                self.past = rest or None
+                return
+
+    def remnant(self) -> WorkflowState:
+        """What is kept of a workflow whose findings all resolved once it is forgotten: where
+        its positions and seqs stood, what was cut, and what each finding's later revisions
+        need. Its raw events, acquisitions and effects go: a later finding says its evidence
+        was cut."""
+        past = [*(self.past or ())]
+        past.extend(
+            (ep.displaced_epoch, ep.retry, ep.revision, ep.severity.value, ep.digest)
+            for ep in self.episodes.values()
+            if ep.revision
+        )
+        forgotten = Cut.EVIDENCE | Cut.ACQUISITIONS | Cut.EFFECT_KEYS | Cut.EVENT_IDS
+        return WorkflowState(
+            pos=self.pos,
+            max_seq=self.max_seq,
+            cut=self.cut | int(forgotten),
+            past=tuple(past) or None,
+        )
 
     @property
     def top(self) -> int:
@@ -233,7 +283,12 @@ _ENCODER: Final = msgspec.msgpack.Encoder()
 
 
 def _ev(row: list[Any] | None) -> EventRecord | None:
-    return None if row is None else EventRecord(*row)
+    return None if row is None else event_of(row)
+
+
+def _acquisition(row: list[Any]) -> AcquisitionRecord:
+    epoch, seq, pos, eid, worker, obs = row
+    return AcquisitionRecord(epoch, seq, pos, eid, intern(worker), obs)
 
 
 def _cond_row(c: ConditionRecord) -> list[Any]:
@@ -301,7 +356,7 @@ def _effect_row(e: Effect, retained: _Retained) -> list[Any]:
 
 def _effect(row: list[Any], evidence: Evidence) -> Effect:
     def record(r: list[Any] | int) -> EventRecord:
-        return evidence[r] if isinstance(r, int) else EventRecord(*r)
+        return evidence[r] if isinstance(r, int) else event_of(r)
 
     firsts = [record(r) for r in row[0]]
     return Effect(
@@ -411,6 +466,7 @@ def encode_state(state: WorkflowState) -> bytes:
             state.lease_s,
             state.lease_until,
             None if state.uncertain is None else list(state.uncertain.items()),
+            state.past,
         ]
     )
 
@@ -455,23 +511,47 @@ def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dic
 
 
 # Version 3 states written before `lease_until` have one field less, and a tool class alone
-# where `labels` are now; versions 3 and 4 have no `uncertain`.
-V3_FIELDS: Final = 20
+# where `labels` are now; versions 3 and 4 have no `uncertain`, versions 3 to 5 no `past`.
+V3_FIELDS: Final = 21
+
+
+# Decoded labels and lease durations, one object each for the states that share them (as the
+# engine shares them: `LeaseHealth.stats_of`, `Detector._shared_lease`); bounded, the engine
+# bounds labels again at their first use.
+_SHARED_MAX: Final = 1024
+_T = TypeVar("_T")
+_SHARED_LABELS: Final[dict[Labels, Labels]] = {}
+_SHARED_LEASES: Final[dict[float, float]] = {}
 
 
 def _labels(value: list[str] | str | None) -> Labels | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return (intern(value), UNLABELLED, UNLABELLED)
-    tool_class, model, provider = value
-    return (intern(tool_class), intern(model), intern(provider))
+        labels = (intern(value), UNLABELLED, UNLABELLED)
+    else:
+        tool_class, model, provider = value
+        labels = (intern(tool_class), intern(model), intern(provider))
+    return _shared(_SHARED_LABELS, labels)
+
+
+def _shared_lease(lease_s: float | None) -> float | None:
+    return None if lease_s is None else _shared(_SHARED_LEASES, lease_s)
+
+
+def _shared(shared: dict[_T, _T], value: _T) -> _T:
+    found = shared.get(value)
+    if found is not None:
+        return found
+    if len(shared) < _SHARED_MAX:
+        shared[value] = value
+    return value
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3, 4 or 5 state from its unpacked fields (`detector.core.decode_state` reads
+    """A version 3 to 6 state from its unpacked fields (`detector.core.decode_state` reads
     any)."""
-    if len(fields) not in (V3_FIELDS - 2, V3_FIELDS - 1, V3_FIELDS):
+    if len(fields) not in range(V3_FIELDS - 3, V3_FIELDS + 1):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
     (
         _,
@@ -498,11 +578,11 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
     else:  # written before `lease_until`: a release since the acquisition is all it tells
         lease_until = None if released_at is None else LEASE_RELEASED
     found = {ep.key: ep for ep in (_episode(r) for r in episodes)}
-    retained = evidence_of(EventRecord(*r) for r in evidence)
+    retained = evidence_of(map(event_of, evidence))
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
-        acqs=acquisitions_of(AcquisitionRecord(*a) for a in acqs),
+        acqs=acquisitions_of(map(_acquisition, acqs)),
         evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
         effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
@@ -515,12 +595,15 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         last_at=last_at,
         released_at=released_at,
         hb_obs=hb_obs,
-        lease_s=lease_s,
+        lease_s=_shared_lease(lease_s),
         labels=_labels(labels),
         lease_until=lease_until,
         uncertain=None
-        if len(fields) < V3_FIELDS or fields[19] is None
+        if len(fields) < 20 or fields[19] is None
         else {epoch: latest_of(row) for epoch, row in fields[19]},
+        past=None
+        if len(fields) < V3_FIELDS or fields[20] is None
+        else tuple((e, r, n, s, d) for e, r, n, s, d in fields[20]),
     )
 
 

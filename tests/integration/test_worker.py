@@ -227,6 +227,42 @@ def test_a_finding_resolved_by_silence_is_not_republished_after_a_restart(
     assert revisions() == resolved
 
 
+@pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
+def test_a_forgotten_finding_goes_on_at_its_next_revision_after_a_restart(
+    deployment: Deployment,
+) -> None:
+    """An idle workflow whose finding resolved is forgotten down to what the finding's later
+    revisions need; that remnant is on the changelog, so after a restart new stale evidence
+    continues the finding under its id at the next revision, never at a published one."""
+    flags = ("--quiet-period-s", "1", "--idle-ttl-s", "2", "--idle-sweep-s", "1")
+    w = deployment.worker("w1", *flags)
+    events = [(1, 1, "lease_acquired"), (2, 2, "lease_acquired"), (3, 1, "progress")]
+    deployment.publish(
+        (b"idle-wf", event(f"i{seq}", kind, "idle-wf", epoch, seq)) for seq, epoch, kind in events
+    )
+    findings_topic = deployment.topics.findings
+
+    def revisions() -> list[tuple[str, int, str]]:
+        docs = [json.loads(r.value) for r in read_committed(deployment.config, findings_topic)]
+        return sorted((d["finding_id"], d["revision"], d["status"]) for d in docs)
+
+    def forgotten() -> bool:
+        return w.samples("splitbrain_state_evictions_total", "cause").get("idle", 0) >= 1
+
+    wait_for(lambda: [r[1:] for r in revisions()] == [(1, "open"), (2, "resolved")], "quiet")
+    wait_for(forgotten, "the idle workflow forgotten", workers=[w])
+    assert w.stop() == 0
+    w.start()  # restores the remnant from the changelog
+    wait_for(lambda: "restored partitions" in w.log.read_text(), "the restart", workers=[w])
+    later = [(4, 3, "lease_acquired"), (5, 1, "progress")]
+    deployment.publish(
+        (b"idle-wf", event(f"i{seq}", kind, "idle-wf", epoch, seq)) for seq, epoch, kind in later
+    )
+    wait_for(lambda: len(revisions()) >= 3, "the next revision", workers=[w])
+    (finding_id, *_), *_ = found = revisions()
+    assert found == [(finding_id, 1, "open"), (finding_id, 2, "resolved"), (finding_id, 3, "open")]
+
+
 def nudge(deployment: Deployment) -> None:
     """The faust runtime lets time pass in a partition only when an event of it arrives (ADR
     0003, known limits): give each partition an event of its own workflow."""

@@ -416,7 +416,7 @@ def test_a_version_3_state_from_before_the_labels_still_decodes(released: bool) 
     """Written with the tool class alone and no lease_until (18 fields)."""
     state = WorkflowState(hb_obs=5.0, lease_s=90.0, released_at=7.0 if released else None)
     fields = msgpack.unpackb(encode_state(state))
-    assert len(fields) == 20
+    assert len(fields) == 21
     old = [3, *fields[1:16], "ocr", fields[17]]
     decoded = decode_state(msgpack.packb(old))
     assert decoded.labels == ("ocr", "unlabelled", "unlabelled")

@@ -6,6 +6,7 @@ from detector.contracts.findings import Finding
 from detector.core import Config
 
 from ..histories import (
+    Run,
     W,
     acq,
     at,
@@ -191,3 +192,39 @@ def test_counters_count_events_findings_and_revisions() -> None:
     c = r.detector.counters
     assert (c.events, c.findings_opened, c.revisions) == (4, 1, 2)
     assert c.revisions == len(r.updates)
+
+
+def test_a_forgotten_finding_goes_on_at_its_next_revision_under_its_id() -> None:
+    """A workflow whose finding resolved is forgotten once idle, down to a few dozen bytes; new
+    stale evidence then continues the same finding at its next revision, also after a restore."""
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    cfg = Config(idle_ttl_s=3600, quiet_period_s=600)
+    r = run(
+        [
+            *takeover(),
+            ev("p", "progress", W, 17, "alpha", seq=6),
+            ev("l", "lease_lost", W, 17, "alpha", seq=7),
+        ],
+        cfg,
+        at(0),
+    )
+    before = r.finding(W, 17)
+    assert before.status.value == "resolved"
+    r.advance(at(3600))
+    assert r.detector.counters.evicted_idle == 1 and W in r.changed
+    kept = r.detector.states[W]
+    assert (kept.acqs, kept.evidence, kept.found, kept.effects) == ((), (), None, None)
+    raw = encode_state(kept)
+    assert len(raw) <= 64, raw
+    restarted = Run(Detector(cfg, states={W: decode_state(raw)}))
+    for engine in (r, restarted):
+        engine.feed([acq("a19", 19, "gamma", 9), commit("c", 17, "alpha", 10)], now=at(3700))
+        (update,) = [u for u in engine.updates if u.finding.revision > before.revision]
+        assert update.finding.finding_id == before.finding_id
+        assert update.finding.revision == before.revision + 1
+        assert (update.finding.status.value, update.finding.severity.value) == (
+            "open",
+            "critical",
+        )
+        assert update.finding.evidence_truncated  # what came before was forgotten

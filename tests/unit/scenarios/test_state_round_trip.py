@@ -63,7 +63,7 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 
 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
-    """Versions 4 and 5 write an effect's copy of a retained event as its index in the evidence; the
+    """Versions 4 to 6 write an effect's copy of a retained event as its index in the evidence; the
     same state written as version 3 (full copies) still decodes, to the same state."""
     import msgpack  # noqa: PLC0415
 
@@ -72,7 +72,7 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     r = run(seed_history())
     state = r.detector.states[W]
     fields = msgpack.unpackb(encode_state(state))
-    assert fields[0] == 5
+    assert fields[0] == 6
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
     assert references, "a commit retained as evidence is referenced, not copied"
@@ -168,6 +168,32 @@ def test_a_version_4_state_still_decodes_and_goes_on(resolved: bool) -> None:
     fields = msgpack.unpackb(encode_state(r.detector.states[W]))
     restored = Detector(states={W: decode_state(msgpack.packb(_as_version_4(fields)))})
     assert restored.findings() == r.findings(W)
+    later = commit("c2", 17, "alpha", 12, key="other")
+    (up,) = restored.observe(later)
+    (straight,) = r.detector.observe(later)
+    assert up == straight
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
+    """Version 5 wrote no `past` (what a forgotten finding's later revisions need): its states
+    read as they are, and the next event continues their findings exactly."""
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    first = [
+        *takeover(),
+        commit("c", 17, "alpha", 7),
+        ev("f", "lease_lost", W, 17, "alpha", seq=8),
+        *([verify("v", 9)] if resolved else []),
+    ]
+    r = run(first)
+    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    assert fields[0] == 6 and fields[-1] is None
+    version_5 = msgpack.packb([5, *fields[1:-1]])
+    assert decode_state(version_5) == r.detector.states[W]
+    restored = Detector(states={W: decode_state(version_5)})
     later = commit("c2", 17, "alpha", 12, key="other")
     (up,) = restored.observe(later)
     (straight,) = r.detector.observe(later)
