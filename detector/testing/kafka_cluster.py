@@ -191,11 +191,14 @@ class LocalKafkaCluster:
 
     def restart(self, node_id: int) -> None:
         """Start a stopped or killed node again on its data and ports, and wait until every
-        partition has caught up on it (until then it is a broker only on paper)."""
+        partition has caught up on it, when no other node is down (until then it is a broker
+        only on paper)."""
         node = self.node(node_id)
         node.start()
-        self.wait_registered(set(self.nodes) - self._stopped(), self.start_timeout)
-        self.wait_in_sync(timeout=self.start_timeout)
+        stopped = self._stopped()
+        self.wait_registered(set(self.nodes) - stopped, self.start_timeout)
+        if not stopped:  # with another node down, its replicas cannot be in sync
+            self.wait_in_sync(timeout=self.start_timeout)
 
     def rolling_restart(self, timeout: float = 30.0) -> None:
         """What an operator does to upgrade or reconfigure: one node at a time, a clean
@@ -292,3 +295,7 @@ class LocalKafkaCluster:
 
     def _save(self) -> None:
         (self.data_dir / CLUSTER_FILE).write_text(json.dumps(self._shape, indent=2) + "\n")
+
+
+AnyKafka = LocalKafka | LocalKafkaCluster
+"""What a test or the stack may run on: one broker or a cluster (the same client-side API)."""
