@@ -2,8 +2,8 @@
 
 The brokers are session-scoped (a JVM start costs seconds) and are stopped by PID at the end of
 the session; the SASL_SSL one and the three-broker cluster start only if some test asks for them.
-Tests that need a broker live under tests/integration and tests/torture, whose conftests mark them `kafka`, so
-`pytest -m "not kafka"` runs the unit tests with no JVM at all.
+Tests that need a broker live under tests/integration and tests/torture, whose conftests mark
+them `kafka`, so `pytest -m "not kafka"` runs the unit tests with no JVM at all.
 """
 
 from __future__ import annotations
