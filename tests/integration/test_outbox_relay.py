@@ -22,6 +22,7 @@ from detector.leases import LeaseLost, LeaseStore, StoreUnavailableError
 from detector.leases.db import connect
 from detector.leases.relay import OutboxRelay, relay_until_empty
 from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import AnyKafka
 from detector.testing.postgres import LocalPostgres
 from detector.testing.topics import Record, TopicReader, WorkerTopics, read_committed
 from detector.testing.worker import connection_env
@@ -136,7 +137,7 @@ class Traffic(threading.Thread):
 
 def relay_through(
     postgres_dsn: str,
-    kafka_broker: LocalKafka,
+    kafka_broker: AnyKafka,
     topic: str,
     outage: Any,
 ) -> None:
