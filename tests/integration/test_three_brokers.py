@@ -8,13 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 import psycopg
-from psycopg.rows import DictRow
-
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
     NewTopic,
 )
+from psycopg.rows import DictRow
 
 from detector.testing.kafka_cluster import LocalKafkaCluster
 from detector.testing.pagerduty import PagerDutyReceiver
