@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final, TypedDict
 
@@ -84,10 +84,12 @@ class LocalKafkaCluster:
         brokers: int | None = None,
         heap_mb: int = CLUSTER_HEAP_MB,
         start_timeout: float = 120.0,
+        extra_jvm_args: Sequence[str] = (),
     ) -> None:
+        """`brokers`: how many nodes a new cluster gets (default 3); an existing one keeps its.
+        `heap_mb` and `extra_jvm_args` are each node's, as `LocalKafka` takes them."""
         self.data_dir = Path(data_dir).resolve()
         self.start_timeout = start_timeout
-        """`brokers`: how many nodes a new cluster gets (default 3); an existing one keeps its."""
         saved = self._load()
         if saved is None:
             wanted = 3 if brokers is None else brokers
@@ -107,6 +109,7 @@ class LocalKafkaCluster:
                 sasl_ssl=False,
                 heap_mb=heap_mb,
                 start_timeout=start_timeout,
+                extra_jvm_args=extra_jvm_args,
                 seat=Seat(
                     node_id=n["id"],
                     broker_port=n["broker_port"],
