@@ -48,7 +48,7 @@ def test_every_cluster_fault_is_survived(
     if runtime == "faust":
         pytest.importorskip("faust", reason="the faust extra is not installed (.[faust])")
     harness = Harness(kafka_cluster.client_config(), tmp_path / "run", runtime, replication=3)
-    report = run(harness, Plan(events=12_000, kills=3, rate=50.0), broker=kafka_cluster)
+    report = run(harness, Plan(events=12_000, kills=3, rate=25.0), broker=kafka_cluster)
     print(report.render())
     assert report.faults.keys() >= {*WORKER_FAULTS, *CLUSTER_FAULTS}
     assert report.stall_problems == []

@@ -38,6 +38,7 @@ from detector.testing.torture.history import generate
 from detector.testing.torture.poison import corpus
 from detector.testing.worker import WorkerGroup, WorkerProcess
 
+STALL_LINE = b"stalled on Kafka"  # what detector.runtime.stall logs
 QUIET_S = 86_400.0  # the quiet period never elapses during a run: oracle and stream agree on time
 SESSION_TIMEOUT_S = 10.0  # the worker's consumer session timeout (see kafka_loop)
 
@@ -268,7 +269,7 @@ class Plan:
     quiescence_s: float = 300.0
     # On a cluster (`LocalKafkaCluster`), F4/F5 become C1-C6 (`ClusterFaults`), each this often.
     cluster_rounds: int = 1
-    stall_s: float = 30.0  # C6: how long two of three brokers stay down
+    stall_s: float = 90.0  # C6: how long two of three brokers stay down, at most
 
 
 class FaultRun:
@@ -399,12 +400,12 @@ class ClusterFaults:
 
     def __call__(self) -> None:
         for _ in range(self.run.plan.cluster_rounds):
+            self.two_down()  # first: while the input still flows, a resumption shows
             self.kill_leader("C1 input leader kill -9", self.h.topics.input)
             self.kill_leader("C2 changelog leader kill -9", self.h.topics.changelog)
             self.kill_coordinator()
             self.zombie_broker()
             self.rolling_restart()
-            self.two_down()
 
     def _crash(self, fault: str, node_id: int, why: str) -> None:
         self.run.pause(1.0, 3.0)
@@ -457,18 +458,35 @@ class ClusterFaults:
         self.log(f"C6 brokers {down} killed: min.insync.replicas cannot be met")
         time.sleep(5.0)  # what was in flight fails or times out
         before = self._committed()
-        time.sleep(self.run.plan.stall_s)
+        said = self._wait_said(self.run.plan.stall_s)
         during = self._committed()
         if during[0] == before[0] and during[1] > before[1]:
             self.r.stall_problems.append(
                 f"C6: {during[1] - before[1]:.0f} transactions committed with two brokers down"
             )
+        polled = self.run.w1.samples("splitbrain_worker_last_poll_timestamp_seconds", "")
+        age = time.time() - polled.get("", 0.0)
+        self.log(f"C6 stalled: w1 said so: {said}; its last poll {age:.0f}s ago")
+        if self.h.runtime == "kafka" and not said:
+            self.r.stall_problems.append("C6: the worker's log does not say it stalled")
         self.cluster.restart(down[0])  # a quorum again: the workers must resume on their own
         self.log(f"C6 broker {down[0]} back; waiting for a commit")
         self._wait_commit_after(during)
         self.cluster.restart(down[1])
         self.r.faults["C6 two brokers down"] += 1
         self.log(f"C6 broker {down[1]} back: whole again")
+
+    def _wait_said(self, timeout: float) -> bool:
+        """Until w1's log says it stalled on Kafka (the kafka runtime's `StallWatch`)."""
+        start = self.run.w1.log.stat().st_size if self.run.w1.log.exists() else 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.run.w1.log.open("rb") as fh:
+                fh.seek(start)
+                if STALL_LINE in fh.read():
+                    return True
+            time.sleep(1.0)
+        return False
 
     def _committed(self) -> tuple[int | None, float]:
         """w1's process and the transactions it committed so far, by its /metrics."""
