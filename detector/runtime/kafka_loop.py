@@ -120,6 +120,7 @@ class KafkaLoopWorker:
         )
         log.info("worker %s started, group %s", self.s.instance_id, self.s.group_id)
         self.metrics.polled(time.time())
+        self.stall.start(assigned=lambda: bool(self.partitions))
         try:
             while not self.stopping:
                 self._step()
@@ -174,7 +175,6 @@ class KafkaLoopWorker:
             self._recover(exc)
         finally:
             spans.end()
-        self.stall.check(assigned=bool(self.partitions))
 
     def _begin(self) -> None:
         if not self.in_txn:
@@ -256,7 +256,11 @@ class KafkaLoopWorker:
         delivering = time.monotonic() - started
         offsets = self._write_states()
         started = time.monotonic()
-        self.output.commit(offsets)
+        self.stall.committing(True)
+        try:
+            self.output.commit(offsets)
+        finally:
+            self.stall.committing(False)
         self.stall.progressed()
         self.in_txn = False
         for ps in self.partitions.values():

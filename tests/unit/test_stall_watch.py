@@ -46,3 +46,17 @@ def test_no_progress_without_a_kafka_error_is_no_stall(caplog: pytest.LogCapture
     clock.now += 300.0
     watch.check(assigned=True)
     assert caplog.messages == []
+
+
+def test_a_commit_blocked_on_kafka_is_a_stall_even_with_no_error_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two brokers of three down: the transaction call itself waits, and reports nothing."""
+    clock = Clock()
+    watch = StallWatch(after_s=30.0, clock=clock)
+    watch.committing(True)
+    clock.now += 31.0
+    watch.check(assigned=True)
+    (warning,) = caplog.messages
+    assert "a commit has waited for Kafka all along" in warning
+    assert "last error: none reported" in warning
