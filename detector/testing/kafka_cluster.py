@@ -244,6 +244,28 @@ class LocalKafkaCluster:
         )
         return self.leader("__transaction_state", partition)
 
+    def wait_topic(self, topic: str, timeout: float = 30.0) -> None:
+        """Until every running node's metadata has `topic` with a leader for each partition: a
+        new topic reaches the brokers one by one, and a client asking a slow one is told it
+        does not exist."""
+        deadline = time.monotonic() + timeout
+        for node_id, node in self.nodes.items():
+            if node.pid() is None:
+                continue
+            admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 3})
+            while True:
+                try:
+                    found = admin.list_topics(topic, timeout=5).topics[topic]
+                    if found.error is None and all(
+                        p.leader >= 0 for p in found.partitions.values()
+                    ):
+                        break
+                except Exception:  # KafkaException: ask again
+                    pass
+                if time.monotonic() > deadline:
+                    raise DevKafkaError(f"broker {node_id} does not know {topic} in time")
+                time.sleep(0.1)
+
     def under_replicated(self, topics: Iterable[str] | None = None) -> list[str]:
         """`topic[partition]` of every partition whose ISR is short of its replicas."""
         metadata = self._admin().list_topics(timeout=10)

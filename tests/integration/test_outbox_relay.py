@@ -143,13 +143,13 @@ def relay_through(
 ) -> None:
     """Traffic and a running relay, an `outage()` in the middle; then every outbox row is on
     the topic exactly under its own event id."""
+    reader = TopicReader(kafka_broker.client_config(), topic)  # first: it may fail, alone
     relay = OutboxRelay(postgres_dsn, kafka_broker.client_config(), topic=topic, ack_timeout_s=5)
     stop = threading.Event()
     relaying = threading.Thread(target=relay.run, args=(stop,), kwargs={"retry_s": 0.2})
     traffic = Traffic(postgres_dsn)
     relaying.start()
     traffic.start()
-    reader = TopicReader(kafka_broker.client_config(), topic)
     try:
         deadline = time.monotonic() + 60
         while traffic.jobs < 20:

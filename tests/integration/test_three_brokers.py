@@ -116,3 +116,4 @@ def replicated_topic(cluster: LocalKafkaCluster, name: str, partitions: int) -> 
     new = NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})
     for future in admin.create_topics([new]).values():
         future.result(TIMEOUT)
+    cluster.wait_topic(name)
