@@ -93,8 +93,8 @@ class LocalKafkaCluster:
         saved = self._load()
         if saved is None:
             wanted = 3 if brokers is None else brokers
-            if wanted < 2:
-                raise DevKafkaError(f"a cluster needs 2 brokers or more, not {wanted}")
+            if wanted < 3:  # two voters lose their quorum with either one
+                raise DevKafkaError(f"a cluster needs 3 brokers or more, not {wanted}")
             saved = self._choose(wanted)
         elif brokers is not None and brokers != len(saved["nodes"]):
             raise DevKafkaError(
