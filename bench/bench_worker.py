@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from stack import broker_with_topics, machine, start_worker
 
 from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import AnyKafka
 from detector.testing.topics import WorkerTopics
 from detector.testing.worker import WorkerProcess
 
@@ -117,7 +118,7 @@ class Throughput:
 
 
 def throughput(
-    broker: LocalKafka,
+    broker: AnyKafka,
     worker: WorkerProcess,
     topics: WorkerTopics,
     partitions: int,

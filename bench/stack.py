@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import AnyKafka
 from detector.testing.topics import WorkerTopics
 from detector.testing.worker import WorkerProcess
 
@@ -46,7 +47,7 @@ def machine() -> str:
 
 
 def start_worker(
-    broker: LocalKafka,
+    broker: AnyKafka,
     topics: WorkerTopics,
     *extra: str,
     metrics_port: int | None = None,

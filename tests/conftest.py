@@ -1,9 +1,9 @@
 """Shared fixtures: real local Kafka brokers started by `detector.testing.kafka`.
 
 The brokers are session-scoped (a JVM start costs seconds) and are stopped by PID at the end of
-the session; the SASL_SSL one starts only if some test asks for it. Tests that need a broker
-live under tests/integration and tests/torture, whose conftests mark them `kafka`, so
-`pytest -m "not kafka"` runs the unit tests with no JVM at all.
+the session; the SASL_SSL one and the three-broker cluster start only if some test asks for them.
+Tests that need a broker live under tests/integration and tests/torture, whose conftests mark
+them `kafka`, so `pytest -m "not kafka"` runs the unit tests with no JVM at all.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import LocalKafkaCluster
 
 
 def mark_directory(items: list[pytest.Item], directory: Path, *marks: pytest.MarkDecorator) -> None:
@@ -43,3 +44,27 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
 def kafka_sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
     """A SASL_SSL + SCRAM-SHA-512 broker: `.client_config()` has the user, password and CA."""
     yield from _run_broker(tmp_path_factory.mktemp("kafka-sasl"), sasl_ssl=True)
+
+
+@pytest.fixture(scope="session")
+def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
+    cluster = LocalKafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), brokers=3)
+    cluster.start()  # on failure it kills what it started and raises
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster: LocalKafkaCluster) -> Iterator[LocalKafkaCluster]:
+    """Three brokers (KRaft, internal topics at replication 3 and min ISR 2), shared by the
+    session: a test may kill, pause or restart nodes; afterwards every node runs again and
+    every partition is back in sync, so the next test gets a whole cluster."""
+    yield _kafka_cluster
+    for node_id, node in _kafka_cluster.nodes.items():
+        if node.pid() is None:
+            _kafka_cluster.restart(node_id)
+        else:
+            node.resume()  # a no-op unless the test left it paused
+    _kafka_cluster.wait_in_sync()

@@ -12,8 +12,13 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from detector.errors import ExitCode
+
+if TYPE_CHECKING:
+    from detector.testing.kafka import LocalKafka
+    from detector.testing.kafka_cluster import LocalKafkaCluster
 
 DEFAULT_DATA_DIR = Path("var") / "kafka"
 DEFAULT_STACK_DIR = Path("var") / "dev"
@@ -26,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_stack(group)
     kafka = group.add_parser(
         "kafka",
-        help="run a local single-node Kafka broker (KRaft) for development and tests",
+        help="run a local Kafka broker, or a cluster (KRaft), for development and tests",
         description="A real Apache Kafka broker from Maven Central jars, in the background.",
     )
     actions = kafka.add_subparsers(dest="kafka_command", required=True, metavar="ACTION")
@@ -46,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="client listener is SASL_SSL + SCRAM-SHA-512 (credentials in client.properties)",
     )
+    _brokers_arg(start)
     start.add_argument(
         "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for metadata"
     )
@@ -86,9 +92,54 @@ def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _brokers(value: str) -> int:
+    """`--brokers`: 1 (a single broker) or a cluster of 3 or more (a quorum survives one loss)."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if count != 1 and count < 3:
+        raise argparse.ArgumentTypeError(f"1, or 3 or more (a KRaft quorum), not {count}")
+    return count
+
+
+def _brokers_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--brokers",
+        type=_brokers,
+        default=1,
+        metavar="N",
+        help="1: a single broker; 3 or more: a KRaft cluster of combined broker-controller "
+        "nodes, internal topics at replication 3 and min ISR 2 (PLAINTEXT only)",
+    )
+
+
+def _start_cluster(args: argparse.Namespace) -> int:
+    from detector.testing.kafka import DevKafkaError  # noqa: PLC0415
+    from detector.testing.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+
+    if args.sasl_ssl or args.kill:
+        print("error: --brokers N > 1 takes neither --sasl-ssl nor --kill")
+        return ExitCode.UNUSABLE
+    try:
+        cluster = LocalKafkaCluster(args.data_dir, brokers=args.brokers, start_timeout=args.timeout)
+        cluster.start()
+    except DevKafkaError as exc:
+        print(f"error: {exc}")
+        return ExitCode.FAILED
+    print(f"started {len(cluster.nodes)} brokers, logs: {cluster.data_dir}/broker-*/logs")
+    for node_id, pid in cluster.pids().items():
+        print(f"broker.{node_id}.pid={pid}")
+    print(f"bootstrap.servers={cluster.bootstrap}")
+    return ExitCode.OK
+
+
 def _start(args: argparse.Namespace) -> int:
     from detector.testing.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
+    from detector.testing.kafka_cluster import is_cluster  # noqa: PLC0415
 
+    if args.brokers > 1 or is_cluster(args.data_dir):
+        return _start_cluster(args)
     try:
         broker = LocalKafka(
             args.data_dir, sasl_ssl=True if args.sasl_ssl else None, start_timeout=args.timeout
@@ -115,13 +166,14 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
+    from detector.testing.kafka import DevKafkaError  # noqa: PLC0415
+    from detector.testing.kafka_cluster import open_kafka  # noqa: PLC0415
 
     try:
-        broker = LocalKafka(args.data_dir)
-        pid = broker.pid()
+        broker = open_kafka(args.data_dir)
+        pids = ", ".join(str(p) for p in _pids(broker))
         if broker.stop(timeout=args.timeout):
-            print(f"stopped (pid {pid})")
+            print(f"stopped (pid {pids})")
         else:
             print(f"not running ({broker.data_dir})")
     except DevKafkaError as exc:
@@ -131,16 +183,31 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import LocalKafka  # noqa: PLC0415
+    from detector.testing.kafka_cluster import LocalKafkaCluster, open_kafka  # noqa: PLC0415
 
-    status = LocalKafka(args.data_dir).status()
+    broker = open_kafka(args.data_dir)
+    status = broker.status()
     mode = "SASL_SSL" if status.sasl_ssl else "PLAINTEXT"
     if not status.running:
         print(f"not running ({status.data_dir})")
         return ExitCode.FAILED
-    print(f"running pid={status.pid} {mode} data_dir={status.data_dir}")
+    pids = ",".join(str(p) for p in _pids(broker))
+    print(f"running pid={pids} {mode} data_dir={status.data_dir}")
+    if isinstance(broker, LocalKafkaCluster):
+        for node_id, pid in broker.pids().items():
+            print(f"broker.{node_id}.pid={pid if pid is not None else 'stopped'}")
     print(f"bootstrap.servers={status.bootstrap}")
     return ExitCode.OK
+
+
+def _pids(broker: LocalKafka | LocalKafkaCluster) -> list[int]:
+    """The running PIDs of a broker or of a cluster's nodes."""
+    from detector.testing.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+
+    if isinstance(broker, LocalKafkaCluster):
+        return [pid for pid in broker.pids().values() if pid is not None]
+    pid = broker.pid()
+    return [] if pid is None else [pid]
 
 
 # ---------------------------------------------------------------------------- the whole stack
@@ -170,6 +237,7 @@ def _register_stack(group: argparse._SubParsersAction[argparse.ArgumentParser]) 
     up.add_argument(
         "--fenced", action="store_true", help="the example destination enforces the fence"
     )
+    _brokers_arg(up)
     up.add_argument(
         "--timeout", type=float, default=180.0, metavar="S", help="seconds to start everything"
     )
@@ -207,6 +275,7 @@ def _up(args: argparse.Namespace) -> int:
         alertmanager_port=args.alertmanager_port,
         destination_port=args.destination_port,
         fenced=args.fenced,
+        brokers=args.brokers,
     )
     try:
         with st.locked(args.state_dir, "splitbrain dev up"):

@@ -37,6 +37,7 @@ from detector.kafka.offsets import end_offsets
 from detector.runtime.output import open_output
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
+from detector.runtime.stall import StallWatch
 from detector.runtime.store import Store, open_store
 from detector.runtime.topology import TopologyError, inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
@@ -83,9 +84,11 @@ class KafkaLoopWorker:
         self.in_txn = False
         self.txn_events = 0
         self.txn_started = 0.0
+        self.stall = StallWatch()
         self.consumer = Consumer(
             {
                 **settings.kafka,
+                "error_cb": self.stall.kafka_error,
                 "group.id": settings.group_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
@@ -117,6 +120,7 @@ class KafkaLoopWorker:
         )
         log.info("worker %s started, group %s", self.s.instance_id, self.s.group_id)
         self.metrics.polled(time.time())
+        self.stall.start(assigned=lambda: bool(self.partitions))
         try:
             while not self.stopping:
                 self._step()
@@ -142,6 +146,8 @@ class KafkaLoopWorker:
     def _step(self) -> None:
         messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
         self.metrics.polled(time.time())
+        if not messages and not self.in_txn and self.partitions:
+            self.stall.progressed()  # idle, holding partitions: nothing waits for Kafka
         spans = self.tracing.batch()
         try:
             for msg in messages:
@@ -250,7 +256,12 @@ class KafkaLoopWorker:
         delivering = time.monotonic() - started
         offsets = self._write_states()
         started = time.monotonic()
-        self.output.commit(offsets)
+        self.stall.committing(True)
+        try:
+            self.output.commit(offsets)
+        finally:
+            self.stall.committing(False)
+        self.stall.progressed()
         self.in_txn = False
         for ps in self.partitions.values():
             ps.store.committed()
@@ -280,6 +291,7 @@ class KafkaLoopWorker:
         if err is not None and (err.fatal() or err.code() == KafkaError._FENCED):
             raise FencedError(str(err))
         log.warning("transaction failed, aborting and rebuilding: %s", exc)
+        self.stall.kafka_error(exc)
         self.metrics.aborted()
         if self.in_txn:
             try:

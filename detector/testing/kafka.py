@@ -302,7 +302,7 @@ def _ephemeral_port_low() -> int:
         return 32768
 
 
-def _new_cluster_id() -> str:
+def new_cluster_id() -> str:
     """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters).
 
     Like Kafka's own `Uuid.randomUuid`, never one that starts with "-": the storage tool's
@@ -314,8 +314,22 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
+@dataclass(frozen=True)
+class Seat:
+    """A node's place in a multi-node cluster (`detector.testing.kafka_cluster`): its id, its own
+    ports, the quorum's voters and the cluster id every node is formatted with, and the
+    replication of the internal topics (3: the production settings)."""
+
+    node_id: int
+    broker_port: int
+    controller_port: int
+    voters: str
+    cluster_id: str
+    replication: int
+
+
 class LocalKafka:
-    """One single-node KRaft broker (broker + controller in one JVM) owning one data directory.
+    """One KRaft broker (broker + controller in one JVM) owning one data directory.
 
     The data directory is the broker's identity: ports, mode and credentials are chosen once,
     saved in `state.json`, and reused by every later start, so a restart after `kill -9` comes
@@ -333,6 +347,7 @@ class LocalKafka:
         start_timeout: float = 90.0,
         jars: Path | None = None,
         extra_jvm_args: Sequence[str] = (),
+        seat: Seat | None = None,
     ) -> None:
         """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain".
 
@@ -343,6 +358,9 @@ class LocalKafka:
 
         `extra_jvm_args` go after the defaults, so they win (e.g. `-XX:TieredStopAtLevel=4`
         to give a benchmark the full JIT instead of the quick-start C1-only default).
+
+        `seat` makes this broker one node of a cluster (PLAINTEXT only); without it the broker
+        is its own single-node cluster. Like the mode, it is fixed when the directory is set up.
         """
         self.data_dir = Path(data_dir).resolve()
         self.heap_mb = heap_mb
@@ -361,6 +379,9 @@ class LocalKafka:
         if acl_users and not self.sasl_ssl:
             raise DevKafkaError("ACLs need authenticated users: start the broker with sasl_ssl")
         self._acl_users = tuple(acl_users)
+        if seat is not None and self.sasl_ssl:
+            raise DevKafkaError("a multi-node cluster is PLAINTEXT only")
+        self._seat = seat
 
     # -- paths and addresses ------------------------------------------------------------------
 
@@ -444,11 +465,13 @@ class LocalKafka:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def start(self) -> str:
+    def start(self, *, wait: bool = True) -> str:
         """Provision if needed, start the JVM in the background, wait until it serves metadata.
 
         Returns the bootstrap address. Raises if a broker already runs on this data directory;
         if the broker does not come up, kills it (no orphan JVM) and raises with its log tail.
+        `wait=False` only spawns it: a cluster's first node cannot serve before a quorum of
+        the others runs too, so the cluster starts them all, then waits.
         """
         if self.pid() is not None:
             raise DevKafkaError(f"a broker already runs on {self.data_dir} (pid {self.pid()})")
@@ -458,6 +481,8 @@ class LocalKafka:
             self._provision(jars)
         self._write_broker_config()
         self._spawn(jars)
+        if not wait:
+            return self.bootstrap
         try:
             self.wait_ready()
         except BaseException:
@@ -578,8 +603,17 @@ class LocalKafka:
             "sasl_ssl": self.sasl_ssl,
             "broker_port": broker_port,
             "controller_port": controller_port,
-            "cluster_id": _new_cluster_id(),
+            "cluster_id": new_cluster_id(),
         }
+        if self._seat is not None:
+            state.update(
+                broker_port=self._seat.broker_port,
+                controller_port=self._seat.controller_port,
+                cluster_id=self._seat.cluster_id,
+                node_id=self._seat.node_id,
+                voters=self._seat.voters,
+                replication=self._seat.replication,
+            )
         if self.sasl_ssl:
             state["internal_port"] = internal_port
             tls = make_tls_files(self.data_dir / "tls")
@@ -618,19 +652,24 @@ class LocalKafka:
     def _write_broker_config(self) -> None:
         s = self._state
         log_dir = self.data_dir / "data"
+        node_id = int(s.get("node_id", 1))
+        # A cluster runs its internal topics at production settings: replicated to every node,
+        # and an acknowledged write on two of them (a lone broker can only have one).
+        replication = str(s.get("replication", 1))
+        min_isr = str(min(2, int(replication)))
         props: dict[str, str] = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{s['controller_port']}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": s.get("voters", f"1@127.0.0.1:{s['controller_port']}"),
             "controller.listener.names": "CONTROLLER",
             "log.dirs": str(log_dir),
             "num.partitions": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
-            "offsets.topic.replication.factor": "1",
+            "default.replication.factor": replication,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replication,
             "offsets.topic.num.partitions": "5",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replication,
+            "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",

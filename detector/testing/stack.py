@@ -59,6 +59,7 @@ from detector import bundled
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.errors import SplitbrainError
 from detector.testing.kafka import JARS_MARKER, DevKafkaError, LocalKafka, free_port, jars_dir
+from detector.testing.kafka_cluster import LocalKafkaCluster, open_kafka
 from detector.testing.topics import WorkerTopics
 from detector.testing.worker import WorkerProcess, connection_env
 
@@ -398,20 +399,31 @@ class Detector(Process):
 
 @dataclass
 class Kafka(Component):
-    broker: LocalKafka | None = field(default=None, repr=False)
+    broker: LocalKafka | LocalKafkaCluster | None = field(default=None, repr=False)
 
     def start(self, stack: Stack) -> None:
         data_dir = stack.dir / "kafka"
         self.data["data_dir"] = str(data_dir)
-        self.log = data_dir / "logs" / "server.log"
+        timeout = max(5.0, stack.left())
+        if stack.options.brokers > 1:
+            self.broker = LocalKafkaCluster(
+                data_dir, brokers=stack.options.brokers, start_timeout=timeout
+            )
+            self.log = data_dir / "broker-1" / "logs" / "server.log"
+        else:
+            self.broker = LocalKafka(data_dir, start_timeout=timeout)
+            self.log = data_dir / "logs" / "server.log"
         stack.save()  # the data directory holds the broker's pid file from its first moment
-        self.broker = LocalKafka(data_dir, start_timeout=max(5.0, stack.left()))
         try:
             self.broker.start()
         except DevKafkaError as exc:
             raise StackError(str(exc).splitlines()[0] + f" (log: {self.log})") from exc
-        pid = self.broker.pid()
-        self.pids = [] if pid is None else [Pid.of(pid)]
+        if isinstance(self.broker, LocalKafkaCluster):
+            pids = [pid for pid in self.broker.pids().values() if pid is not None]
+        else:
+            pid = self.broker.pid()
+            pids = [] if pid is None else [pid]
+        self.pids = [Pid.of(pid) for pid in pids]
         self.urls["bootstrap.servers"] = self.broker.bootstrap
 
     def stop(self) -> None:
@@ -478,7 +490,7 @@ def stop_record(
     if kind == "kafka":
         if data.get("data_dir"):
             try:
-                LocalKafka(Path(data["data_dir"])).stop(timeout=timeout or 30.0)
+                open_kafka(Path(data["data_dir"])).stop(timeout=timeout or 30.0)
             except DevKafkaError as exc:
                 raise StackError(f"kafka: {exc}") from exc
         stop_pids(pids, timeout=timeout or 30.0, reap=reap)
@@ -505,6 +517,7 @@ class Options:
     destination_port: int = 0
     detectors: int = 2
     fenced: bool = False  # the example destination enforces the fence (False: the demo's mode)
+    brokers: int = 1  # 3 or more: a KRaft cluster, and the topics' default (production) profile
     pager: bool = True
     view: bool = False  # the findings view (`splitbrain ui`), where the pager's pages link
 
@@ -732,7 +745,9 @@ def _leftovers(record: Mapping[str, Any]) -> list[Pid]:
     pids = [p for p in (Pid.from_json(d) for d in record.get("pids") or []) if p.alive()]
     data = record.get("data") or {}
     if record.get("kind") == "kafka" and data.get("data_dir"):
-        pids += _pids_with_argument(str(Path(data["data_dir"]) / "server.properties"))
+        root = Path(data["data_dir"])
+        for node_dir in (root, *sorted(root.glob("broker-*"))):
+            pids += _pids_with_argument(str(node_dir / "server.properties"))
     elif record.get("kind") == "postgres" and data.get("data_dir"):
         pids += _pids_with_argument(str(data["data_dir"]))
     return list(dict.fromkeys(pids))
@@ -1036,17 +1051,19 @@ class Stack:
         self.say(f"started pager         splitbrain page -> {am}{_pids(pager)}")
 
     def apply_topics(self) -> str:
-        """`splitbrain topics apply --profile local`: the product's topic names and settings."""
+        """`splitbrain topics apply --profile local` on one broker, the default (production)
+        profile on a cluster: the product's topic names and settings."""
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
         from detector.kafka.admin import execute, load_topics, plan  # noqa: PLC0415
 
+        profile = "local" if self.options.brokers == 1 else None
         admin = AdminClient({**self.kafka_config, "log_level": 5})
-        todo = plan(admin, load_topics(bundled.resource(bundled.TOPICS), "local"), 30.0)
+        todo = plan(admin, load_topics(bundled.resource(bundled.TOPICS), profile), 30.0)
         if not todo.empty:
             execute(admin, todo, 30.0, validate_only=False)
         names = ", ".join(t.name for t in todo.create) or "none to create"
-        return f"applied {bundled.TOPICS} (profile local): {names}"
+        return f"applied {bundled.TOPICS} (profile {profile or 'default'}): {names}"
 
     def _alertmanager(self, program: str) -> None:
         port = self.options.alertmanager_port or free_port()

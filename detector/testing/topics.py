@@ -56,14 +56,23 @@ class WorkerTopics:
     def changelog(self) -> str:
         return changelog_topic(self.group)
 
-    def create(self, config: Mapping[str, Any], partitions: int, timeout: float = 30.0) -> Self:
-        """Create the three topics with the same partition count (replication 1: a dev broker)."""
+    def create(
+        self,
+        config: Mapping[str, Any],
+        partitions: int,
+        timeout: float = 30.0,
+        *,
+        replication: int = 1,
+    ) -> Self:
+        """Create the three topics with the same partition count: replication 1 on a dev broker;
+        on a cluster, 3 with `min.insync.replicas` 2, as topics/topics.yaml's default profile."""
         admin = AdminClient(dict(config))
-        big = {"max.message.bytes": str(_DLQ_MAX_MESSAGE_BYTES)}
+        isr = {"min.insync.replicas": str(min(2, replication))}
+        big = {"max.message.bytes": str(_DLQ_MAX_MESSAGE_BYTES), **isr}
         new = [
-            NewTopic(self.input, partitions, 1),
-            NewTopic(self.findings, partitions, 1),
-            NewTopic(self.dlq, partitions, 1, config=big),
+            NewTopic(self.input, partitions, replication, config=isr),
+            NewTopic(self.findings, partitions, replication, config=isr),
+            NewTopic(self.dlq, partitions, replication, config=big),
         ]
         for future in admin.create_topics(new).values():
             future.result(timeout)

@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from detector.histories.audit import audit_lines
-from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import AnyKafka
 from detector.testing.topics import Record, TopicReader, WorkerTopics
 from detector.testing.worker import WorkerGroup, WorkerProcess
 from tests.paths import SEED_FIXTURE
@@ -27,7 +27,7 @@ Finding = dict[str, Any]
 
 
 class Deployment:
-    def __init__(self, broker: LocalKafka, workdir: Path, runtime: str, store: str) -> None:
+    def __init__(self, broker: AnyKafka, workdir: Path, runtime: str, store: str) -> None:
         self.broker = broker
         self.config = broker.client_config()
         self.runtime = runtime

@@ -16,7 +16,7 @@ from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import AnyKafka
 from detector.testing.topics import Record, TopicReader
 from detector.testing.worker import connection_env
 
@@ -39,7 +39,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def broker_env(broker: LocalKafka, **overrides: str) -> dict[str, str]:
+def broker_env(broker: AnyKafka, **overrides: str) -> dict[str, str]:
     """The broker's client settings as the SPLITBRAIN_* environment the commands read."""
     return connection_env(broker.client_config(), **overrides)
 
@@ -60,23 +60,21 @@ def splitbrain(
     )
 
 
-def create_topic(broker: LocalKafka, name: str, partitions: int) -> str:
+def create_topic(broker: AnyKafka, name: str, partitions: int) -> str:
     admin = AdminClient(broker.client_config())
     for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
         future.result(timeout=TIMEOUT)
     return name
 
 
-def delete_topics(broker: LocalKafka, names: list[str]) -> None:
+def delete_topics(broker: AnyKafka, names: list[str]) -> None:
     admin = AdminClient(broker.client_config())
     for future in admin.delete_topics(names, operation_timeout=TIMEOUT).values():
         future.result(timeout=TIMEOUT)
 
 
 @contextlib.contextmanager
-def renamed_topics_file(
-    broker: LocalKafka, directory: Path
-) -> Iterator[tuple[Path, dict[str, str]]]:
+def renamed_topics_file(broker: AnyKafka, directory: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     """The real topics.yaml with unique topic names, so a test owns the topics it applies;
     whichever of them the test created are deleted afterwards."""
     spec = yaml.safe_load(TOPICS_FILE.read_text())
@@ -91,7 +89,7 @@ def renamed_topics_file(
         delete_topics(broker, created)
 
 
-def read_topic(broker: LocalKafka, topic: str, count: int) -> list[Record]:
+def read_topic(broker: AnyKafka, topic: str, count: int) -> list[Record]:
     """Every record of `topic`, which must be exactly `count` (a duplicate would otherwise go
     unnoticed). Read uncommitted: the emitter and replay do not write in transactions."""
     config = broker.client_config()

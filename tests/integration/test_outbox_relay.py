@@ -22,6 +22,7 @@ from detector.leases import LeaseLost, LeaseStore, StoreUnavailableError
 from detector.leases.db import connect
 from detector.leases.relay import OutboxRelay, relay_until_empty
 from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import AnyKafka
 from detector.testing.postgres import LocalPostgres
 from detector.testing.topics import Record, TopicReader, WorkerTopics, read_committed
 from detector.testing.worker import connection_env
@@ -185,19 +186,19 @@ class Traffic(threading.Thread):
 
 def relay_through(
     postgres_dsn: str,
-    kafka_broker: LocalKafka,
+    kafka_broker: AnyKafka,
     topic: str,
     outage: Any,
 ) -> None:
     """Traffic and a running relay, an `outage()` in the middle; then every outbox row is on
     the topic exactly under its own event id."""
+    reader = TopicReader(kafka_broker.client_config(), topic)  # first: it may fail, alone
     relay = OutboxRelay(postgres_dsn, kafka_broker.client_config(), topic=topic, ack_timeout_s=5)
     stop = threading.Event()
     relaying = threading.Thread(target=relay.run, args=(stop,), kwargs={"retry_s": 0.2})
     traffic = Traffic(postgres_dsn)
     relaying.start()
     traffic.start()
-    reader = TopicReader(kafka_broker.client_config(), topic)
     try:
         deadline = time.monotonic() + 60
         while traffic.jobs < 20:

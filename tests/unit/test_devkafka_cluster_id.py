@@ -2,12 +2,12 @@
 
 import base64
 
-from detector.testing.kafka import _new_cluster_id
+from detector.testing.kafka import new_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash() -> None:
     # With the bug, one id in 64 started with "-"; 5,000 draws would show it.
-    ids = [_new_cluster_id() for _ in range(5000)]
+    ids = [new_cluster_id() for _ in range(5000)]
     assert not [i for i in ids if i.startswith("-")]
     assert {len(i) for i in ids} == {22}
     assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)

@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from detector.core import Config
 from detector.histories.audit import audit_lines
+from detector.testing.kafka_cluster import LocalKafkaCluster
 from detector.testing.topics import (
     WorkerTopics,
     lagging_partitions,
@@ -37,6 +38,7 @@ from detector.testing.torture.history import generate
 from detector.testing.torture.poison import corpus
 from detector.testing.worker import WorkerGroup, WorkerProcess
 
+STALL_LINE = b"stalled on Kafka"  # what detector.runtime.stall logs
 QUIET_S = 86_400.0  # the quiet period never elapses during a run: oracle and stream agree on time
 SESSION_TIMEOUT_S = 10.0  # the worker's consumer session timeout (see kafka_loop)
 
@@ -56,6 +58,7 @@ class Report:
     lagging_partitions: list[int] = field(default_factory=list)
     open_transactions: list[str] = field(default_factory=list)
     dlq_problems: list[str] = field(default_factory=list)
+    stall_problems: list[str] = field(default_factory=list)  # C6: committed while stalled
     seconds: float = 0.0
 
     @property
@@ -68,6 +71,7 @@ class Report:
             or self.lagging_partitions
             or self.open_transactions
             or self.dlq_problems
+            or self.stall_problems
         )
 
     def render(self) -> str:
@@ -88,6 +92,7 @@ class Report:
             f"partitions with committed offset short of the end: {self.lagging_partitions}",
             f"open transactions (LSO < high watermark): {self.open_transactions}",
             f"DLQ problems: {len(self.dlq_problems)} {self.dlq_problems[:5]}",
+            f"stall problems (two brokers down): {self.stall_problems}",
             f"elapsed: {self.seconds:.1f}s",
             "RESULT: " + ("PASS" if self.passed else "FAIL"),
         ]
@@ -104,12 +109,14 @@ class Harness:
         tag: str = "torture",
         seed: int = 7,
         store: str = "memory",
+        replication: int = 1,
     ) -> None:
         self.config = dict(config)  # librdkafka client settings: bootstrap servers, security
         self.workdir = workdir
         self.runtime = runtime
         self.store = store
         self.partitions = partitions
+        self.replication = replication
         self.rng = random.Random(seed)
         self.topics = WorkerTopics.fresh(tag)
         self.admin = AdminClient(self.config)
@@ -127,10 +134,10 @@ class Harness:
     # ---- setup ---------------------------------------------------------------------------------
 
     def create_topics(self) -> None:
-        self.topics.create(self.config, self.partitions)
+        self.topics.create(self.config, self.partitions, replication=self.replication)
 
     def worker(self, instance: str) -> WorkerProcess:
-        return self.group.worker(instance)
+        return self.group.worker(instance, metrics=True)
 
     # ---- publishing ----------------------------------------------------------------------------
 
@@ -260,6 +267,9 @@ class Plan:
     wipe_state: bool = True  # F9
     rate: float = 400.0  # events/s published while faults run
     quiescence_s: float = 300.0
+    # On a cluster (`LocalKafkaCluster`), F4/F5 become C1-C6 (`ClusterFaults`), each this often.
+    cluster_rounds: int = 1
+    stall_s: float = 90.0  # C6: how long two of three brokers stay down, at most
 
 
 class FaultRun:
@@ -322,6 +332,9 @@ class FaultRun:
     def broker_faults(self) -> None:
         if self.broker is None:
             return
+        if isinstance(self.broker, LocalKafkaCluster):
+            ClusterFaults(self, self.broker)()
+            return
         for _ in range(self.plan.broker_kills):
             self.pause(1.0, 3.0)
             self.broker.kill_and_restart()
@@ -367,6 +380,130 @@ class FaultRun:
             self.h.stop_all()
         self.r.seconds = time.monotonic() - started
         return self.r
+
+
+class ClusterFaults:
+    """The faults of a three-broker cluster, under live workers and a live publisher.
+
+    C1/C2 kill (SIGKILL) the leader of an input / changelog partition while transactions write
+    to it; C3 kills the node coordinating w1's transactions; C4 pauses a node past its broker
+    session timeout (3 s), so the controller fences it and moves its leaders, then resumes it
+    (a zombie broker); C5 restarts every node in turn, as an operator's rolling restart; C6
+    keeps two nodes down at once, so no write can reach `min.insync.replicas` (the KRaft quorum
+    is lost too): the workers must commit nothing, say why, and resume on their own when a
+    node returns.
+    """
+
+    def __init__(self, run: FaultRun, cluster: LocalKafkaCluster) -> None:
+        self.run, self.cluster = run, cluster
+        self.h, self.r, self.log = run.h, run.r, run.log
+
+    def __call__(self) -> None:
+        for _ in range(self.run.plan.cluster_rounds):
+            self.two_down()  # first: while the input still flows, a resumption shows
+            self.kill_leader("C1 input leader kill -9", self.h.topics.input)
+            self.kill_leader("C2 changelog leader kill -9", self.h.topics.changelog)
+            self.kill_coordinator()
+            self.zombie_broker()
+            self.rolling_restart()
+
+    def _crash(self, fault: str, node_id: int, why: str) -> None:
+        self.run.pause(1.0, 3.0)
+        self.cluster.node(node_id).kill()
+        started = time.monotonic()
+        self.log(f"{fault}: broker {node_id} killed ({why})")
+        self.run.pause(2.0, 5.0)  # the workers run on without it for a while
+        self.cluster.restart(node_id)
+        self.r.faults[fault] += 1
+        self.log(f"{fault}: broker {node_id} back in sync after {time.monotonic() - started:.1f}s")
+
+    def kill_leader(self, fault: str, topic: str) -> None:
+        partition = self.h.rng.randrange(self.h.partitions)
+        leader = self.cluster.leader(topic, partition)
+        self._crash(fault, leader, f"leader of {topic}[{partition}]")
+
+    def kill_coordinator(self) -> None:
+        txn_id = f"{self.h.topics.group}-{self.run.w1.instance}"
+        coordinator = self.cluster.transaction_coordinator(txn_id)
+        self._crash("C3 coordinator kill -9", coordinator, f"coordinates {txn_id}")
+
+    def zombie_broker(self) -> None:
+        self.run.pause(1.0, 3.0)
+        node_id = self.h.rng.choice(sorted(self.cluster.nodes))
+        node = self.cluster.node(node_id)
+        node.pause()
+        self.log(f"C4 SIGSTOP broker {node_id} past its session timeout")
+        time.sleep(12.0)
+        node.resume()
+        self.cluster.wait_in_sync()
+        self.r.faults["C4 broker zombie"] += 1
+        self.log(f"C4 SIGCONT broker {node_id}: back in sync")
+
+    def rolling_restart(self) -> None:
+        self.run.pause(1.0, 3.0)
+        started = time.monotonic()
+        self.cluster.rolling_restart()
+        self.r.faults["C5 rolling restart"] += 1
+        self.log(
+            f"C5 rolling restart of {len(self.cluster.nodes)} brokers: "
+            f"{time.monotonic() - started:.1f}s"
+        )
+
+    def two_down(self) -> None:
+        """Two nodes killed at once; the workers must commit nothing until one returns."""
+        self.run.pause(1.0, 3.0)
+        down = self.h.rng.sample(sorted(self.cluster.nodes), 2)
+        for node_id in down:
+            self.cluster.node(node_id).kill()
+        self.log(f"C6 brokers {down} killed: min.insync.replicas cannot be met")
+        time.sleep(5.0)  # what was in flight fails or times out
+        before = self._committed()
+        said = self._wait_said(self.run.plan.stall_s)
+        during = self._committed()
+        if during[0] == before[0] and during[1] > before[1]:
+            self.r.stall_problems.append(
+                f"C6: {during[1] - before[1]:.0f} transactions committed with two brokers down"
+            )
+        polled = self.run.w1.samples("splitbrain_worker_last_poll_timestamp_seconds", "")
+        age = time.time() - polled.get("", 0.0)
+        self.log(f"C6 stalled: w1 said so: {said}; its last poll {age:.0f}s ago")
+        if self.h.runtime == "kafka" and not said:
+            self.r.stall_problems.append("C6: the worker's log does not say it stalled")
+        self.cluster.restart(down[0])  # a quorum again: the workers must resume on their own
+        self.log(f"C6 broker {down[0]} back; waiting for a commit")
+        self._wait_commit_after(during)
+        self.cluster.restart(down[1])
+        self.r.faults["C6 two brokers down"] += 1
+        self.log(f"C6 broker {down[1]} back: whole again")
+
+    def _wait_said(self, timeout: float) -> bool:
+        """Until w1's log says it stalled on Kafka (the kafka runtime's `StallWatch`)."""
+        start = self.run.w1.log.stat().st_size if self.run.w1.log.exists() else 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.run.w1.log.open("rb") as fh:
+                fh.seek(start)
+                if STALL_LINE in fh.read():
+                    return True
+            time.sleep(1.0)
+        return False
+
+    def _committed(self) -> tuple[int | None, float]:
+        """w1's process and the transactions it committed so far, by its /metrics."""
+        proc = self.run.w1.proc
+        samples = self.run.w1.samples("splitbrain_transactions_total", "outcome")
+        return (None if proc is None else proc.pid), samples.get("committed", 0.0)
+
+    def _wait_commit_after(self, mark: tuple[int | None, float], timeout: float = 180.0) -> None:
+        """Until w1 commits past `mark` (or, restarted by the supervisor, commits at all)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.run.supervise()
+            pid, count = self._committed()
+            if count > (mark[1] if pid == mark[0] else 0.0):
+                return
+            time.sleep(1.0)
+        self.r.stall_problems.append(f"C6: no commit within {timeout:.0f}s of a broker's return")
 
 
 def run(

@@ -1,0 +1,129 @@
+"""What three brokers cost the worker: its sustained throughput on one broker against a
+three-broker cluster (topics at replication 3 and `min.insync.replicas` 2, as topics/topics.yaml's
+default profile; internal topics alike), and how long its commits stop when the leader of an
+input partition is killed (SIGKILL) mid-run.
+
+Each round runs one broker, then the cluster, on the same history (one cluster at a time: three
+JVMs of 256 MB each, as `splitbrain dev kafka start --brokers 3`); with several rounds the ratio of
+the two rates is taken within a round, so a loaded machine's drift cancels. Prints numbers;
+asserts nothing.
+Run: `python bench/bench_brokers.py [--events N] [--workflows N] [--partitions N] [--rounds N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench_engine import history
+from bench_worker import committed, publish, throughput
+from confluent_kafka import Consumer
+from stack import machine, start_worker
+
+from detector.testing.kafka import LocalKafka
+from detector.testing.kafka_cluster import CLUSTER_HEAP_MB, AnyKafka, LocalKafkaCluster
+from detector.testing.topics import WorkerTopics
+
+JIT = ("-XX:TieredStopAtLevel=4",)  # the full JIT, as bench/stack.py gives its broker
+
+
+@contextlib.contextmanager
+def kafka(brokers: int, partitions: int) -> Iterator[tuple[AnyKafka, WorkerTopics]]:
+    """A fresh broker or cluster (stopped on exit), every JVM with the same heap, and a worker's
+    topics on it at the replication a production cluster of that size would use."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"splitbrain-bb{brokers}-"))
+    server: AnyKafka
+    if brokers == 1:
+        server = LocalKafka(workdir / "kafka", heap_mb=CLUSTER_HEAP_MB, extra_jvm_args=JIT)
+    else:
+        server = LocalKafkaCluster(workdir / "kafka", brokers=brokers, extra_jvm_args=JIT)
+    server.start()
+    try:
+        topics = WorkerTopics.fresh(f"bb{brokers}").create(
+            server.client_config(), partitions, replication=min(brokers, 3)
+        )
+        yield server, topics
+    finally:
+        server.stop()
+
+
+def rate(brokers: int, lines: list[bytes], partitions: int) -> float:
+    """The worker's sustained committed events/s on `brokers` broker(s)."""
+    with kafka(brokers, partitions) as (server, topics):
+        publish(server.bootstrap, topics.input, lines)
+        worker = start_worker(server, topics)
+        try:
+            return throughput(server, worker, topics, partitions, len(lines), 0.25).rate
+        finally:
+            worker.stop()
+
+
+def recovery(lines: list[bytes], partitions: int) -> tuple[float, float]:
+    """On the cluster: SIGKILL the leader of input partition 0 once a third of the input is
+    committed. Returns the seconds from the kill to the group's next commit, and the longest
+    gap between commits before the kill (what a commit costs anyway)."""
+    with kafka(3, partitions) as (server, topics):
+        assert isinstance(server, LocalKafkaCluster)
+        publish(server.bootstrap, topics.input, lines)
+        worker = start_worker(server, topics)
+        reader = Consumer({**server.client_config(), "group.id": topics.group})
+        try:
+            samples: list[tuple[float, int]] = []
+            while not samples or samples[-1][1] < len(lines) // 3:
+                done = committed(reader, topics, partitions)
+                if done is not None:
+                    samples.append((time.monotonic(), done))
+                time.sleep(0.05)
+            server.node(server.leader(topics.input, 0)).kill()
+            killed, at_kill = time.monotonic(), samples[-1][1]
+            while (done := committed(reader, topics, partitions)) is None or done <= at_kill:
+                if time.monotonic() - killed > 300:
+                    raise SystemExit("no commit within 300 s of the leader's death")
+                time.sleep(0.05)
+            recovered = time.monotonic() - killed
+            advanced = [b[0] for a, b in itertools.pairwise(samples) if b[1] > a[1]]
+            gaps = [b - a for a, b in itertools.pairwise(advanced)]
+            return recovered, max(gaps, default=float("nan"))
+        finally:
+            reader.close()
+            worker.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--workflows", type=int, default=40_000)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    lines = history(args.events, args.workflows)
+    print(machine())
+    print(
+        f"{len(lines):,} events over {args.workflows:,} workflows, {args.partitions} partitions; "
+        f"every broker JVM -Xmx{CLUSTER_HEAP_MB}m"
+    )
+    ratios = []
+    for n in range(1, args.rounds + 1):
+        one = rate(1, lines, args.partitions)
+        three = rate(3, lines, args.partitions)
+        ratios.append(three / one)
+        print(
+            f"round {n}: 1 broker {one:,.0f} events/s; 3 brokers {three:,.0f} events/s; "
+            f"3/1 = {three / one:.2f}"
+        )
+    print(f"throughput, 3 brokers / 1 broker: median {statistics.median(ratios):.2f}")
+    recovered, gap = recovery(lines, args.partitions)
+    print(
+        f"leader of input partition 0 killed: next commit {recovered:.1f} s later "
+        f"(longest gap between commits before it: {gap:.2f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

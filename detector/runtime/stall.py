@@ -1,0 +1,92 @@
+"""Saying so when the worker stalls on Kafka: nothing committed for a while, and the brokers
+reporting errors meanwhile (two of three brokers down, `min.insync.replicas` unmet, the group or
+transaction coordinator unreachable).
+
+Why: the client library retries such errors on its own and the worker waits for it, which is
+right (nothing is lost: the input waits in Kafka), but then nothing says why findings stopped. One
+warning names the cause and Kafka's last error; one line says when commits resume. The check runs
+on a thread of its own: with two brokers of three down, a transaction call can block the loop for
+as long as the outage lasts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+STALL_AFTER_S: Final = 30.0  # a transaction times out at 30 s: longer than that is no hiccup
+_CHECK_EVERY_S: Final = 5.0
+
+
+class StallWatch:
+    """Fed by the loop: `progressed` on each commit (or an idle poll that holds partitions),
+    `kafka_error` on each client or transaction error, `committing` around each commit; `start`
+    runs `check` every few seconds on a daemon thread."""
+
+    def __init__(
+        self, after_s: float = STALL_AFTER_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.after_s = after_s
+        self._clock = clock
+        self._progress_at = clock()
+        self._last_error: str | None = None  # since the last progress
+        self._stalled_since: float | None = None
+        self._committing_since: float | None = None
+
+    def kafka_error(self, error: object) -> None:
+        """The client's `error_cb`, and the worker's failed transactions."""
+        self._last_error = str(error)
+
+    def committing(self, busy: bool) -> None:
+        """A commit is waiting for Kafka (True), or is over (False)."""
+        self._committing_since = self._clock() if busy else None
+
+    def start(self, assigned: Callable[[], bool]) -> None:
+        """Check every few seconds, whatever the loop is blocked in, until the process ends."""
+
+        def watch() -> None:
+            while True:
+                time.sleep(_CHECK_EVERY_S)
+                self.check(assigned=assigned())
+
+        threading.Thread(target=watch, name="stall-watch", daemon=True).start()
+
+    def progressed(self) -> None:
+        now = self._clock()
+        if self._stalled_since is not None:
+            log.info("resumed: committing again after %.0f s stalled", now - self._stalled_since)
+            self._stalled_since = None
+        self._progress_at = now
+        self._last_error = None
+
+    def check(self, *, assigned: bool) -> None:
+        """Warn once per stall: only when Kafka reported an error since the last progress, or a
+        commit has waited for it all along (a standby worker with no partition, or an idle one,
+        is not stalled)."""
+        now = self._clock()
+        since = self._committing_since
+        waiting = since is not None and now - since >= self.after_s
+        if self._stalled_since is not None or (self._last_error is None and not waiting):
+            return
+        if now - self._progress_at < self.after_s:
+            return
+        self._stalled_since = self._progress_at
+        if waiting:
+            cause = "a commit has waited for Kafka all along"
+        elif assigned:
+            cause = "transactions cannot commit"
+        else:
+            cause = "no input partition assigned: the group coordinator is unreachable"
+        log.warning(
+            "stalled on Kafka: nothing committed for %.0f s, %s (brokers down, or "
+            "min.insync.replicas cannot be met); last error: %s. Waiting for the brokers: "
+            "the input waits in Kafka, nothing is lost",
+            now - self._progress_at,
+            cause,
+            self._last_error or "none reported",
+        )

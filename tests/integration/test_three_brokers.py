@@ -1,0 +1,119 @@
+"""The production topology: topics/topics.yaml's default profile (replication 3, min ISR 2) on a
+three-broker cluster, and the pager bridge and the lease store's relay with a broker killed."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
+from psycopg.rows import DictRow
+
+from detector.testing.kafka_cluster import LocalKafkaCluster
+from detector.testing.pagerduty import PagerDutyReceiver
+
+from .kafka_harness import broker_env, renamed_topics_file, splitbrain
+from .test_outbox_relay import relay_through
+from .test_page_bridge import KEY, REVS, BridgeProcess, publish, settled, until, variant
+
+TIMEOUT = 30.0
+PARTITIONS = 3
+FINDINGS = 30
+
+
+def test_default_profile_applies_and_then_has_nothing_to_change(
+    kafka_cluster: LocalKafkaCluster, tmp_path: Path
+) -> None:
+    env = broker_env(kafka_cluster)
+    with renamed_topics_file(kafka_cluster, tmp_path) as (path, names):
+        first = splitbrain("topics", "apply", "--file", str(path), env=env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "applied: 4 topic(s) to create, 0 config(s) to set" in first.stdout
+
+        admin = AdminClient(kafka_cluster.client_config())
+        metadata = admin.list_topics(timeout=TIMEOUT)
+        for name in names.values():
+            partitions = metadata.topics[name].partitions.values()
+            assert {len(p.replicas) for p in partitions} == {3}, name
+            resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+            configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT)
+            assert configs["min.insync.replicas"].value == "2", name
+
+        second = splitbrain("topics", "apply", "--file", str(path), env=env)
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert second.stdout.strip() == "no changes"
+
+
+def test_the_pager_bridge_loses_and_repeats_no_page_when_a_broker_dies(
+    kafka_cluster: LocalKafkaCluster, tmp_path: Path
+) -> None:
+    """Findings keep coming while the leader of the bridge's state topic is killed: every
+    finding's incident ends at its last revision, and no revision is sent to PagerDuty twice."""
+    config = kafka_cluster.client_config()
+    topic = f"it-page-findings-{uuid.uuid4().hex[:8]}"
+    replicated_topic(kafka_cluster, topic, PARTITIONS)
+    findings = [
+        [variant(f, f"sb-3b-{n}", f"tenant-{n}/job") for f in REVS[:3]] for n in range(FINDINGS)
+    ]
+    with PagerDutyReceiver(KEY) as pd:
+        bridge = BridgeProcess(
+            config,
+            topic,
+            tmp_path,
+            sinks=("--pagerduty-url", pd.url),
+            env={"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY},
+        )
+        try:
+            bridge.start()
+            publish(config, topic, *(f for revs in findings for f in revs[:2]))
+            until(lambda: len(pd.incidents) == FINDINGS, "an incident per finding", bridge)
+            victim = kafka_cluster.leader(bridge.state_topic, 0)
+            kafka_cluster.node(victim).kill()
+            publish(config, topic, *(revs[2] for revs in findings))
+            kafka_cluster.restart(victim)
+            until(lambda: settled(bridge), "every finding delivered and committed", bridge)
+            assert bridge.stop() == 0
+        finally:
+            bridge.kill()
+        sent = Counter(
+            (e["dedup_key"], e["event_action"], e["payload"]["custom_details"]["revision"])
+            for e in pd.accepted()
+        )
+    assert [event for event, times in sent.items() if times > 1] == []
+    for revs in findings:
+        incident = pd.incident(revs[-1].finding_id)
+        assert incident is not None
+        assert incident.opened == 1
+        details = incident.events[-1]["payload"]["custom_details"]
+        assert details["revision"] == revs[-1].revision, revs[-1].finding_id
+
+
+def test_the_relay_loses_no_row_and_republishes_none_when_a_broker_dies(
+    postgres_dsn: str,
+    db: psycopg.Connection[DictRow],
+    kafka_cluster: LocalKafkaCluster,
+) -> None:
+    """The lease store's relay publishes while the leader of its topic's partition 0 is killed
+    (and stays down): every outbox row is on the topic once, under its own event id."""
+    topic = f"it-relay-{uuid.uuid4().hex[:8]}"
+    replicated_topic(kafka_cluster, topic, PARTITIONS)
+
+    def kill_a_leader() -> None:
+        kafka_cluster.node(kafka_cluster.leader(topic, 0)).kill()
+
+    relay_through(postgres_dsn, kafka_cluster, topic, kill_a_leader)
+
+
+def replicated_topic(cluster: LocalKafkaCluster, name: str, partitions: int) -> None:
+    """A topic as the default profile makes them: replication 3, `min.insync.replicas` 2."""
+    admin = AdminClient(cluster.client_config())
+    new = NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})
+    for future in admin.create_topics([new]).values():
+        future.result(TIMEOUT)
+    cluster.wait_topic(name)
