@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from detector.cli.audit import audit_lines
+from detector.histories.audit import audit_lines
 from detector.timeline import EventWindows, draw
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

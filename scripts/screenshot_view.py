@@ -21,9 +21,9 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.cli.audit import audit_lines
 from detector.contracts.findings import Finding
 from detector.contracts.topics import FINDINGS_TOPIC
+from detector.histories.audit import audit_lines
 from detector.testing.kafka import LocalKafka
 from detector.testing.view import chromium, publish, running_view
 from detector.testing.worker import connection_env

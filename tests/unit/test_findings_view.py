@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from detector.cli.audit import audit_lines
 from detector.cli.main import main
 from detector.contracts.findings import Finding, Severity, Status
+from detector.histories.audit import audit_lines
 from detector.view import pages
 from detector.view.store import Filters, listed
 from tests.paths import SEED_FIXTURE
