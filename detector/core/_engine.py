@@ -30,7 +30,7 @@ from itertools import islice
 from math import isnan
 from operator import itemgetter
 from sys import intern
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 
 from detector.contracts.events import Kind, OwnershipEvent, Source
 from detector.contracts.findings import ConditionKind, Finding, Severity, Status
@@ -289,6 +289,17 @@ class FindingStats:
     resolution: dict[Severity, Observations] = field(
         default_factory=lambda: _by_severity(RESOLUTION_BOUNDS)
     )
+
+
+@runtime_checkable
+class SweptStates(Protocol):
+    """A table of states kept encoded that can tell, without decoding them, which ones a sweep
+    of `Detector.advance` may pass by (`detector.core.sweep_marks`)."""
+
+    def sweep_keys(self, idle_before: float) -> list[str]:
+        """Every key but those of states neither `WorkflowState.watched` nor idle (`last_at`
+        unknown or after `idle_before`)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -916,7 +927,14 @@ class Detector:
         sweep = self._swept_at is None or now - self._swept_at >= cfg.idle_sweep_s
         if sweep:
             self._swept_at = now
-        for key in list(self.states) if sweep else list(self._watched):
+            states = self.states
+            if isinstance(states, SweptStates):
+                keys = states.sweep_keys(now - cfg.idle_ttl_s)
+            else:
+                keys = list(states)
+        else:
+            keys = list(self._watched)
+        for key in keys:
             st = self.states.get(key)
             if st is None:
                 self._watched.discard(key)
@@ -1030,9 +1048,7 @@ class Detector:
                     yield ep
 
     def _watch(self, key: str, st: WorkflowState) -> None:
-        if st.released_at is not None or any(
-            ep.status is Status.OPEN for ep in st.episodes.values()
-        ):
+        if st.watched:
             self._watched.add(key)
         else:
             self._watched.discard(key)
