@@ -254,4 +254,3 @@ def test_an_instance_id_kafka_refuses_as_a_group_instance_id_is_named(
         "'_' or '-' (not . or ..)\n"
     )
     assert started == []
-
