@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
 from detector.core import Detector, WorkflowState, encode_state
+from detector.runtime.kafka_loop import CHANGELOG_CONFIG
 from detector.runtime.processor import PartitionProcessor
 from detector.telemetry.metrics import WorkerMetrics
 from detector.testing.kafka import LocalKafka, free_port
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
     print(machine())
     config = broker.client_config()
     admin = AdminClient(config)
-    compact = {"cleanup.policy": "compact"}  # as the worker creates it
+    compact = CHANGELOG_CONFIG  # as the worker creates it
     for future in admin.create_topics(
         [NewTopic(topics.changelog, args.partitions, 1, config=compact)]
     ).values():
