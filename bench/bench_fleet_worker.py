@@ -9,7 +9,7 @@ exactly-once worker and the at-least-once worker, each rated per third of the hi
 committed (from its group's committed offsets, sampled every half second). Targets: the last
 third >= 0.8 x the first (flat); the whole run >= 0.35 x consume + validate. Also the exactly-once
 worker's changelog bytes per input byte (target <= 0.25). Prints numbers; asserts nothing.
-Run: `python bench/bench_fleet.py [--workflows N] [--partitions N]`.
+Run: `python bench/bench_fleet_worker.py [--workflows N] [--partitions N]`.
 """
 
 from __future__ import annotations
