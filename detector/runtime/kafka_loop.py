@@ -52,6 +52,7 @@ _POLL_S: Final = 0.05
 # producer, whose findings any client reads, keeps lz4.
 CHANGELOG_CONFIG: Final = {"cleanup.policy": "compact", "compression.type": "zstd"}
 _END_OFFSETS_TIMEOUT_S: Final = 5.0  # short: a SIGTERM during a restore is seen between asks
+_RETRY_S: Final = 0.5
 
 
 class FencedError(SplitbrainError):
@@ -436,7 +437,12 @@ class KafkaLoopWorker:
                     timeout=_END_OFFSETS_TIMEOUT_S,
                 )
             except (KafkaException, TimeoutError) as exc:
+                # A broker restarted under the admin client can answer FENCED_LEADER_EPOCH to
+                # every ask at once (its metadata is stale; seen for minutes in the torture
+                # run): ask again after a pause, with a client that fetches metadata afresh.
                 log.warning("changelog end offsets not known yet (%s); asking again", exc)
+                time.sleep(_RETRY_S)
+                self.admin = AdminClient(self.s.kafka)
         return None
 
     def _ensure_changelog(self) -> None:
