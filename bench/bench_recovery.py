@@ -8,7 +8,7 @@ The changelog is filled directly, not by a worker (which would need minutes and 
 per batch that touched a workflow): bench_engine's history, a few events per workflow, goes
 through the worker's own step (`PartitionProcessor.process`, at the wall-clock time), and each
 resulting state is written `encode_state`d under its workflow key by a transactional producer,
-lz4, a transaction per 5,000 records, as a worker writes it. So the restore decodes real states;
+lz4, a transaction per 5,000 records, as a worker writes it. So the restore reads real states;
 the changelog holds one record per workflow, as after compaction (a live changelog also holds the
 superseded records of its uncompacted tail, which a restore reads too).
 
@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
 from detector.core import Detector, WorkflowState, encode_state
+from detector.runtime.kafka_loop import CHANGELOG_CONFIG
 from detector.runtime.processor import PartitionProcessor
 from detector.telemetry.metrics import WorkerMetrics
 from detector.testing.kafka import LocalKafka, free_port
@@ -106,6 +107,8 @@ def fill(broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow:
         {
             **broker.client_config(),
             "transactional.id": f"{topics.group}-fill",
+            # A transaction spans the processing of a chunk: minutes on a loaded machine.
+            "transaction.timeout.ms": 600_000,
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 20,
@@ -233,7 +236,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
     print(machine())
     config = broker.client_config()
     admin = AdminClient(config)
-    compact = {"cleanup.policy": "compact"}  # as the worker creates it
+    compact = CHANGELOG_CONFIG  # as the worker creates it
     for future in admin.create_topics(
         [NewTopic(topics.changelog, args.partitions, 1, config=compact)]
     ).values():
@@ -304,7 +307,7 @@ def report(worker: WorkerProcess, seen: Recovery, filled: Filled, offsets: int, 
         after = None if seen.processing_s is None else seen.processing_s - seen.restored_s
         print(
             f"    phases (worker log): up and fenced its predecessor {seen.up_s:.2f} s; "
-            f"group join (the killed member held the partitions until its session expired) "
+            f"group join (static membership: the restarted member takes its partitions back) "
             f"{joined - seen.up_s:.2f} s; restore {seen.restore_s:.2f} s; first batch "
             f"committed and read {fmt(after)}"
         )

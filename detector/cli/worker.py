@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BeforeValidator, Field, create_model
+from pydantic import AfterValidator, BeforeValidator, Field, create_model
 
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config
@@ -17,6 +18,7 @@ from detector.runtime.settings import Guarantee, Store, WorkerSettings
 from detector.settings import (
     CommandSettings,
     Directory,
+    Form,
     IpAddress,
     Name,
     Port,
@@ -26,6 +28,21 @@ from detector.settings import (
     SettingsError,
 )
 from detector.telemetry.metrics import WorkerMetrics
+
+
+def _instance_id(text: str) -> str:
+    if text in (".", "..") or not _INSTANCE_ID.fullmatch(text):
+        raise ValueError("not an instance id")
+    return text
+
+
+# Kafka's rule for a group.instance.id; the transactional id and the state directory take it too.
+_INSTANCE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
+InstanceId = Annotated[
+    str,
+    AfterValidator(_instance_id),
+    Form("1 to 249 letters, digits, '.', '_' or '-' (not . or ..)", "NAME"),
+]
 
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
@@ -71,10 +88,13 @@ class _Worker(CommandSettings):
         "kafka", description="stream runtime: kafka (confluent-kafka transactions) or faust"
     )
     group_id: Name = Field(GROUP_ID, description="consumer group; also names the changelog topic")
-    instance_id: Name = Field(
+    instance_id: InstanceId = Field(
         default_factory=socket.gethostname,
-        description="stable name of this worker slot, part of the transactional id; "
-        "default: the host name",
+        description="stable name of this worker slot: the transactional id's suffix and, with the "
+        "kafka runtime, the consumer's group.instance.id (static membership: restarted within "
+        "the session timeout, it gets its partitions back without a rebalance; stopped or dead, "
+        "it holds them until the session timeout). Give each worker its own; default: the host "
+        "name",
     )
     input_topic: Name = Field(INPUT_TOPIC, description="topic of ownership events")
     findings_topic: Name = Field(FINDINGS_TOPIC, description="topic of finding revisions")

@@ -8,10 +8,11 @@ from ._engine import (
     FindingStats,
     FindingUpdate,
     Observations,
+    SweptStates,
 )
 from ._lease import LabelBounds, LeaseHealth, LeaseStats, LeaseWarning, ToolClassHealth
 from ._state import STATE_VERSION, WorkflowState, encode_state
-from ._upgrade import decode_state
+from ._upgrade import SweepMarks, decode_state, sweep_marks
 
 __all__ = [
     "STATE_VERSION",
@@ -26,8 +27,11 @@ __all__ = [
     "LeaseStats",
     "LeaseWarning",
     "Observations",
+    "SweepMarks",
+    "SweptStates",
     "ToolClassHealth",
     "WorkflowState",
     "decode_state",
     "encode_state",
+    "sweep_marks",
 ]

@@ -31,7 +31,7 @@ from itertools import islice
 from math import isnan
 from operator import itemgetter
 from sys import intern
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 
 from detector.contracts.events import Kind, OwnershipEvent, Source
 from detector.contracts.findings import ConditionKind, Finding, Severity, Status
@@ -290,6 +290,17 @@ class FindingStats:
     resolution: dict[Severity, Observations] = field(
         default_factory=lambda: _by_severity(RESOLUTION_BOUNDS)
     )
+
+
+@runtime_checkable
+class SweptStates(Protocol):
+    """A table of states kept encoded that can tell, without decoding them, which ones a sweep
+    of `Detector.advance` may pass by (`detector.core.sweep_marks`)."""
+
+    def sweep_keys(self, idle_before: float) -> list[str]:
+        """Every key but those of states neither `WorkflowState.watched` nor idle (`last_at`
+        unknown or after `idle_before`)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -935,8 +946,7 @@ class Detector:
         sweep = self._swept_at is None or now - self._swept_at >= cfg.idle_sweep_s
         if sweep:
             self._swept_at = now
-        keys = list(self.states) if sweep else self._due_keys(now)
-        for key in keys:
+        for key in self._swept_keys(now) if sweep else self._due_keys(now):
             st = self.states.get(key)
             if st is None:
                 self._watched.discard(key)
@@ -983,6 +993,14 @@ class Detector:
             else:
                 self.counters.evicted_released += 1
         return Advanced(updates, changed)
+
+    def _swept_keys(self, now: float) -> list[str]:
+        """Every state a sweep must look at; a store that keeps states encoded names only those
+        that are watched or idle, without decoding the rest (`SweptStates`)."""
+        states = self.states
+        if isinstance(states, SweptStates):
+            return states.sweep_keys(now - self.config.idle_ttl_s)
+        return list(states)
 
     def _due_keys(self, now: float) -> list[str]:
         """The workflows whose time came: once each, whatever they were scheduled for."""

@@ -268,6 +268,13 @@ class WorkflowState:
         )
 
     @property
+    def watched(self) -> bool:
+        """An open finding or a release: `Detector.advance` looks at it at every tick."""
+        return self.released_at is not None or any(
+            ep.status is Status.OPEN for ep in self.episodes.values()
+        )
+
+    @property
     def top(self) -> int:
         """The highest epoch acquired so far, or -1 before any acquisition."""
         return self.acqs[-1].epoch if self.acqs else -1

@@ -41,10 +41,13 @@ PUBLIC = {
         "LeaseStats",
         "LeaseWarning",
         "Observations",
+        "SweepMarks",
+        "SweptStates",
         "ToolClassHealth",
         "WorkflowState",
         "decode_state",
         "encode_state",
+        "sweep_marks",
     ],
     "detector.leases": [
         "Decision",

@@ -5,19 +5,43 @@ from pathlib import Path
 import pytest
 
 from detector.contracts.events import parse_event_obj
-from detector.core import Detector, WorkflowState, encode_state
+from detector.core import (
+    Config,
+    Detector,
+    SweepMarks,
+    WorkflowState,
+    decode_state,
+    encode_state,
+    sweep_marks,
+)
 from detector.runtime.store import MemoryStore, RocksStore, Store
 
+DATA = Path(__file__).parent / "data"
+DAY = 24 * 3600.0
 
-def event(seq: int, kind: str = "heartbeat", epoch: int = 1) -> dict[str, object]:
+
+def event(seq: int, kind: str = "heartbeat", epoch: int = 1, wf: str = "wf") -> dict[str, object]:
     return {
         "event_id": f"e{seq}",
         "kind": kind,
-        "workflow_key": "wf",
+        "workflow_key": wf,
         "owner_epoch": epoch,
         "worker_id": f"w{epoch}",
         "seq": seq,
     }
+
+
+def encoded_states(now: float) -> dict[str, bytes]:
+    """One workflow of each kind the idle sweep tells apart, as a changelog holds them."""
+    d = Detector()
+    split = [event(1, "lease_acquired"), event(2, "lease_acquired", 2), event(3)]
+    for e in split:  # a stale heartbeat: an open finding, watched at every tick
+        d.observe(parse_event_obj({**e, "workflow_key": "open"}), at=now - 60)
+    d.observe(parse_event_obj(event(1, "lease_acquired", wf="idle")), at=now - 8 * DAY)
+    d.observe(parse_event_obj(event(1, "lease_acquired", wf="busy")), at=now - 60)
+    for seq, kind in ((1, "lease_acquired"), (2, "lease_released")):
+        d.observe(parse_event_obj(event(seq, kind, wf="released")), at=now - 2 * DAY)
+    return {key: encode_state(state) for key, state in d.states.items()}
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -80,3 +104,30 @@ def test_length_counts_committed_and_pending_workflows(store: Store) -> None:
     store.committed()
     assert len(states) == len(list(states)) == 3
     assert sorted(states) == ["b", "c", "d"]
+
+
+def test_a_restored_state_is_decoded_only_when_due(store: Store) -> None:
+    """The first sweep after a restore finds the open finding and evicts the idle and released
+    workflows, without decoding the workflow that is none of these."""
+    now = 1_800_000_000.0
+    for key, raw in encoded_states(now).items():
+        store.load(key, raw)
+    store.committed()
+    states = store.states
+    assert isinstance(states, MemoryStore | RocksStore)
+    idle_before = now - Config().idle_ttl_s
+    assert sorted(states.sweep_keys(idle_before)) == ["idle", "open", "released"]
+    d = Detector(states=states)
+    d.advance(now)
+    assert sum(d.open_findings().values()) == 1
+    assert sorted(states) == ["busy", "open"]
+    assert states.sweep_keys(idle_before) == ["open"]  # decoded and watched
+    more = d.observe(parse_event_obj({**event(4), "workflow_key": "open"}), at=now)
+    assert [u.finding.revision for u in more] == [2]  # the restored finding goes on
+
+
+@pytest.mark.parametrize("name", ["state-v1-export-ledger.json", "state-v2-export-ledger.msgpack"])
+def test_sweep_marks_read_every_state_version(name: str) -> None:
+    raws = [*encoded_states(1_800_000_000.0).values(), (DATA / name).read_bytes().strip()]
+    for raw in raws:
+        assert sweep_marks(raw) == SweepMarks.of(decode_state(raw))

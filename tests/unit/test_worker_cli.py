@@ -242,3 +242,15 @@ def test_audit_refuses_a_quiet_period_of_zero_by_its_flag(
         main(["audit", str(SEED_FIXTURE), "--quiet-period-s", "0"])
     assert stopped.value.code == 2
     assert "argument --quiet-period-s: expected seconds more than 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["a b", "..", "w/1", "x" * 250])
+def test_an_instance_id_kafka_refuses_as_a_group_instance_id_is_named(
+    capsys: pytest.CaptureFixture[str], started: list[WorkerSettings], value: str
+) -> None:
+    assert main([*WORKER, "--instance-id", value]) == 2
+    assert capsys.readouterr().err == (
+        f"splitbrain worker: --instance-id={value!r}: expected 1 to 249 letters, digits, '.', "
+        "'_' or '-' (not . or ..)\n"
+    )
+    assert started == []
