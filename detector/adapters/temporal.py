@@ -71,7 +71,7 @@ from temporalio.worker import (
 from detector.contracts.events import Kind
 
 from ._context import Authority, Ownership, owning
-from ._sink import AdapterSink
+from ._sink import AdapterSink, owner_fields
 
 __all__ = [
     "EPOCH_FROM",
@@ -346,22 +346,31 @@ class _RunOwnership(Ownership):
         return not unsafe.is_read_only()
 
     def emit(self, kind: Kind, **fields: Any) -> None:
-        """Send one event of the run, acquiring it first if this is its first live moment here;
-        never raises into the workflow, and changes nothing of its history."""
+        """Send one event of the run the adapter made (see `_send`)."""
+        self._send(super().emit, kind, fields)
+
+    def checked(self, kind: Kind, **fields: Any) -> None:
+        """Send one event of the user's effect calls in workflow code (see `_send`)."""
+        self._send(super().checked, kind, fields)
+
+    def _send(self, send: Callable[..., None], kind: Kind, fields: dict[str, Any]) -> None:
+        """Only when live, acquiring the run first if this is its first live moment here, with
+        the history length as `seq`; never raises into the workflow, and changes nothing of its
+        history."""
         try:
             if self._live():
                 if not self.state.acquired:
                     self._acquire()
-                super().emit(
-                    kind, seq=temporalio.workflow.info().get_current_history_length(), **fields
-                )
+                send(kind, seq=temporalio.workflow.info().get_current_history_length(), **fields)
         except Exception:
             log.exception("temporal adapter: a workflow event was not sent")
 
     def _acquire(self) -> None:
         # The one field that changes: the epoch becomes known (every event reads it from here).
+        epoch = temporalio.workflow.info().get_current_history_length()
+        object.__setattr__(self, "owner_epoch", epoch)
         object.__setattr__(
-            self, "owner_epoch", temporalio.workflow.info().get_current_history_length()
+            self, "_fields", owner_fields(self.workflow_key, epoch, self.worker_id, self._attrs())
         )
         self.state.acquired = True
         self.acquired(lease_duration_s=self.lease_s, detail={"replayed": self.state.replayed})
