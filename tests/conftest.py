@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from detector.testing.kafka import LocalKafka
 from detector.testing.kafka_cluster import LocalKafkaCluster
+
+if TYPE_CHECKING:
+    from selenium import webdriver
 
 
 def mark_directory(items: list[pytest.Item], directory: Path, *marks: pytest.MarkDecorator) -> None:
@@ -68,3 +72,18 @@ def kafka_cluster(_kafka_cluster: LocalKafkaCluster) -> Iterator[LocalKafkaClust
         else:
             node.resume()  # a no-op unless the test left it paused
     _kafka_cluster.wait_in_sync()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """Debian's chromium, driven by Selenium through Debian's chromium-driver (the HTML report's
+    and the findings view's tests)."""
+    from detector.testing.view import chromium  # noqa: PLC0415 (selenium only where it is used)
+    from tests.tools import program  # noqa: PLC0415
+
+    with chromium(
+        program("chromium", package="chromium"),
+        program("chromedriver", package="chromium-driver"),
+        tmp_path_factory.mktemp("chromium-profile"),
+    ) as driver:
+        yield driver

@@ -66,3 +66,14 @@ def postgres_dsn(postgres: LocalPostgres) -> Iterator[str]:
         yield dsn
     finally:
         postgres.drop_database(name)
+
+
+@pytest.fixture
+def kafka_deployment(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Deployment]:
+    """Fresh topics and the kafka runtime's workers alone: for what is not about the runtime
+    (the adapters, the lease store's cancel)."""
+    d = deploy(kafka_broker, tmp_path, "kafka")
+    try:
+        yield d
+    finally:
+        d.close()

@@ -21,9 +21,7 @@ from confluent_kafka import IsolationLevel
 
 from detector.adapters import AdapterSink, effect_committed
 from detector.kafka.emit import Emitter
-from detector.testing.kafka import LocalKafka
 from detector.testing.topics import Record, TopicReader
-from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, latest, wait_for
 from tests.integration.kafka_harness import REPO, broker_env
 
@@ -41,15 +39,6 @@ UNIT = "/locks/payments"  # etcd3gw's Lock("payments") is this one key
 def etcd() -> Iterator[LocalEtcd]:
     with LocalEtcd() as server:
         yield server
-
-
-@pytest.fixture
-def deployment(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Deployment]:
-    d = deploy(kafka_broker, tmp_path, "kafka")
-    try:
-        yield d
-    finally:
-        d.close()
 
 
 class Watcher:
@@ -90,12 +79,13 @@ def client(etcd: LocalEtcd) -> Etcd3Client:
 
 
 def test_paused_lock_holder_writing_after_the_takeover_is_a_critical_finding(
-    deployment: Deployment, etcd: LocalEtcd, tmp_path: Path
+    kafka_deployment: Deployment, etcd: LocalEtcd, tmp_path: Path
 ) -> None:
-    worker = deployment.worker()
-    watcher = Watcher(deployment, etcd, tmp_path)
+    worker = kafka_deployment.worker()
+    watcher = Watcher(kafka_deployment, etcd, tmp_path)
     sink = AdapterSink(
-        "etcd", publisher=lambda: Emitter(deployment.config, topic=deployment.topics.input)
+        "etcd",
+        publisher=lambda: Emitter(kafka_deployment.config, topic=kafka_deployment.topics.input),
     )
     try:
         wait_for(lambda: "following 1 prefix" in watcher.text(), "the watcher to start")
@@ -124,7 +114,7 @@ def test_paused_lock_holder_writing_after_the_takeover_is_a_critical_finding(
             assert holder_a.put("/ledger/charge-42", "paid", effect_key="charge/42", fenced=False)
         assert sink.flush(30)
 
-        with TopicReader(deployment.config, deployment.topics.findings) as findings:
+        with TopicReader(kafka_deployment.config, kafka_deployment.topics.findings) as findings:
 
             def critical_with_the_receipt() -> bool:
                 findings.poll(0.2)
@@ -157,13 +147,13 @@ def test_paused_lock_holder_writing_after_the_takeover_is_a_critical_finding(
 
 
 def test_watcher_resumes_from_its_state_file_and_relists_after_compaction(
-    deployment: Deployment, etcd: LocalEtcd, tmp_path: Path
+    kafka_deployment: Deployment, etcd: LocalEtcd, tmp_path: Path
 ) -> None:
     """A restart resumes where the last run got (nothing republished, the changes while it was
     down published once); a restart after the history was compacted relists, counts the gap
     and marks the acquisition it reports."""
     c = client(etcd)
-    watcher = Watcher(deployment, etcd, tmp_path)
+    watcher = Watcher(kafka_deployment, etcd, tmp_path)
     try:
         wait_for(lambda: "following 1 prefix" in watcher.text(), "the watcher to start")
         first = c.lock("payments", ttl=30)
@@ -175,7 +165,7 @@ def test_watcher_resumes_from_its_state_file_and_relists_after_compaction(
     second = c.lock("payments", ttl=30)
     assert second.acquire()
 
-    watcher = Watcher(deployment, etcd, tmp_path)  # same state file, same log
+    watcher = Watcher(kafka_deployment, etcd, tmp_path)  # same state file, same log
     try:
         wait_for(lambda: watcher.text().count("published lease_acquired") == 2, "the resume")
     finally:
@@ -186,14 +176,16 @@ def test_watcher_resumes_from_its_state_file_and_relists_after_compaction(
     head = int(c.get(UNIT, metadata=True)[0][1]["mod_revision"])
     c.post(c.get_url("/kv/compaction"), json={"revision": head, "physical": True})
 
-    watcher = Watcher(deployment, etcd, tmp_path)
+    watcher = Watcher(kafka_deployment, etcd, tmp_path)
     try:
         wait_for(lambda: watcher.text().count("published lease_acquired") == 3, "the relist")
         assert "compacted" in watcher.text()
     finally:
         assert watcher.stop() == 0, watcher.text()
 
-    events = [json.loads(r.value) for r in _read_all(deployment, deployment.topics.input)]
+    events = [
+        json.loads(r.value) for r in _read_all(kafka_deployment, kafka_deployment.topics.input)
+    ]
     kinds = [(e["kind"], e["owner_epoch"]) for e in events]
     epochs = sorted({e for k, e in kinds if k == "lease_acquired"})
     assert len(epochs) == 3 and len(kinds) == len(set((k, e) for k, e in kinds)), kinds

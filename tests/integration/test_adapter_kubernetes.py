@@ -23,9 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import IsolationLevel
 
-from detector.testing.kafka import LocalKafka
 from detector.testing.topics import TopicReader
-from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, latest, wait_for
 from tests.integration.kafka_harness import REPO, broker_env
 
@@ -54,15 +52,6 @@ def apiserver() -> Iterator[LocalKubeApiServer]:
         yield server
 
 
-@pytest.fixture
-def deployment(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Deployment]:
-    d = deploy(kafka_broker, tmp_path, "kafka")
-    try:
-        yield d
-    finally:
-        d.close()
-
-
 class Process:
     """A subprocess with its output in a file; stopped by PID."""
 
@@ -88,16 +77,16 @@ class Process:
 
 
 def test_paused_leader_working_after_the_takeover_is_a_critical_finding(
-    deployment: Deployment, apiserver: LocalKubeApiServer, tmp_path: Path
+    kafka_deployment: Deployment, apiserver: LocalKubeApiServer, tmp_path: Path
 ) -> None:
-    env = {**os.environ, **broker_env(deployment.broker)}
-    worker = deployment.worker()
+    env = {**os.environ, **broker_env(kafka_deployment.broker)}
+    worker = kafka_deployment.worker()
     recording = tmp_path / "lease-watch.jsonl"
     watcher = Process(
         [
             *(sys.executable, "-m", "detector.cli", "watch", "kubernetes"),
             *("--kubeconfig", str(apiserver.kubeconfig), "--namespace", NAMESPACE),
-            *("--lease", LEASE, "--topic", deployment.topics.input),
+            *("--lease", LEASE, "--topic", kafka_deployment.topics.input),
             *("--record", str(recording), "--idle-timeout", "30"),
         ],
         env,
@@ -109,7 +98,14 @@ def test_paused_leader_working_after_the_takeover_is_a_critical_finding(
             [
                 *(sys.executable, "-m", "detector.testing.kube_candidate"),
                 *("--kubeconfig", str(apiserver.kubeconfig), "--namespace", NAMESPACE),
-                *("--lease", LEASE, "--identity", identity, "--topic", deployment.topics.input),
+                *(
+                    "--lease",
+                    LEASE,
+                    "--identity",
+                    identity,
+                    "--topic",
+                    kafka_deployment.topics.input,
+                ),
             ],
             env,
             tmp_path / f"{identity}.log",
@@ -133,7 +129,7 @@ def test_paused_leader_working_after_the_takeover_is_a_critical_finding(
         assert sum(line.startswith("effect ") for line in lines[:stopped]) > paused_at
         assert sum(line.startswith("effect ") for line in lines[stopped:]) <= 1
 
-        with TopicReader(deployment.config, deployment.topics.findings) as findings:
+        with TopicReader(kafka_deployment.config, kafka_deployment.topics.findings) as findings:
 
             def critical() -> bool:
                 findings.poll(0.2)
@@ -156,7 +152,9 @@ def test_paused_leader_working_after_the_takeover_is_a_critical_finding(
         RECORDED.mkdir(parents=True, exist_ok=True)
         shutil.copy(recording, RECORDED / "lease-watch.jsonl")
         with TopicReader(
-            deployment.config, deployment.topics.input, isolation=IsolationLevel.READ_UNCOMMITTED
+            kafka_deployment.config,
+            kafka_deployment.topics.input,
+            isolation=IsolationLevel.READ_UNCOMMITTED,
         ) as reader:
             published = reader.read_to_end(30)
         (RECORDED / "input.jsonl").write_bytes(b"".join(r.value + b"\n" for r in published))

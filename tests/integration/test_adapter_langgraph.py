@@ -9,9 +9,6 @@ connection and its own worker id, as two instances of one LangGraph service woul
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
 import pytest
 from confluent_kafka import IsolationLevel
@@ -19,9 +16,7 @@ from psycopg.rows import DictRow
 
 from detector.adapters import AdapterSink
 from detector.kafka.emit import Emitter
-from detector.testing.kafka import LocalKafka
 from detector.testing.topics import TopicReader
-from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, audited, latest, wait_for
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
@@ -34,22 +29,13 @@ from detector.testing.langgraph_graph import PODS, build, fork_on_postgres, thre
 THREAD = "support-ticket-8796"
 
 
-@pytest.fixture
-def deployment(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Deployment]:
-    d = deploy(kafka_broker, tmp_path, "kafka")
-    try:
-        yield d
-    finally:
-        d.close()
-
-
 def test_two_runs_forking_a_thread_on_postgres_are_a_critical_finding(
-    deployment: Deployment, postgres_dsn: str, db: psycopg.Connection[DictRow]
+    kafka_deployment: Deployment, postgres_dsn: str, db: psycopg.Connection[DictRow]
 ) -> None:
-    worker = deployment.worker()
+    worker = kafka_deployment.worker()
     sink = AdapterSink(
         "langgraph",
-        publisher=lambda: Emitter(deployment.config, topic=deployment.topics.input),
+        publisher=lambda: Emitter(kafka_deployment.config, topic=kafka_deployment.topics.input),
     )
     try:
         out = fork_on_postgres(postgres_dsn, sink, THREAD)
@@ -78,13 +64,15 @@ def test_two_runs_forking_a_thread_on_postgres_are_a_critical_finding(
     assert first["worker_id"] in {"pod-a", "pod-b"}  # exactly one was first
 
     with TopicReader(
-        deployment.config, deployment.topics.input, isolation=IsolationLevel.READ_UNCOMMITTED
+        kafka_deployment.config,
+        kafka_deployment.topics.input,
+        isolation=IsolationLevel.READ_UNCOMMITTED,
     ) as events:
         lines = [r.value for r in events.read_to_end()]
     expected = audited(lines)
     assert [f["severity"] for f in expected.values()] == ["critical"]
 
-    with deployment.reader(deployment.topics.findings) as findings:
+    with kafka_deployment.reader(kafka_deployment.topics.findings) as findings:
 
         def as_audit_says() -> bool:
             findings.poll(0.2)

@@ -17,8 +17,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from detector.contracts.findings import Finding, Severity, Status
 from detector.testing.kafka import LocalKafka
-from detector.testing.view import chromium, publish, running_view
-from tests.tools import program
+from detector.testing.view import publish, running_view
 
 from .kafka_harness import broker_env, create_topic, splitbrain, unique
 from .test_tail import seed_finding
@@ -75,16 +74,6 @@ def env(kafka_broker: LocalKafka, topic: str) -> dict[str, str]:
 def view(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with running_view(env, tmp_path_factory.mktemp("view") / "view.log") as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    with chromium(
-        program("chromium", package="chromium"),
-        program("chromedriver", package="chromium-driver"),
-        tmp_path_factory.mktemp("chromium-profile"),
-    ) as driver:
-        yield driver
 
 
 def submitted(browser: webdriver.Chrome, query: str) -> None:

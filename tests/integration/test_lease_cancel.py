@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,8 +16,6 @@ from psycopg.rows import DictRow
 from detector.contracts.events import Kind
 from detector.leases import EffectRequest, FencedDestination, LeaseLost, LeaseStore
 from detector.leases.relay import OutboxRelay
-from detector.testing.kafka import LocalKafka
-from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, finding_with, wait_for
 from tests.integration.leases import claimed, job_class
 
@@ -27,23 +23,14 @@ PAY = job_class("payments", lease_s=30.0, heartbeat_s=5.0, reserve_s=5.0)
 KEY = "payment:inv-7:capture"
 
 
-@pytest.fixture
-def deployment(kafka_broker: LocalKafka, tmp_path: Path) -> Iterator[Deployment]:
-    d = deploy(kafka_broker, tmp_path, "kafka")
-    try:
-        yield d
-    finally:
-        d.close()
-
-
 @pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
 def test_a_cancelled_owner_s_later_effect_is_stale_to_the_detector(
     fenced: bool,
     postgres_dsn: str,
     db: psycopg.Connection[DictRow],
-    deployment: Deployment,
+    kafka_deployment: Deployment,
 ) -> None:
-    detector = deployment.worker("d1")
+    detector = kafka_deployment.worker("d1")
     with LeaseStore(postgres_dsn, [PAY]) as store:
         store.enqueue("payments", KEY, {"invoice": 7})
         w1 = claimed(store.claim("payments", "w1"))
@@ -66,15 +53,15 @@ def test_a_cancelled_owner_s_later_effect_is_stale_to_the_detector(
         )
     assert receipt.status == ("rejected" if fenced else "accepted")
 
-    relay = OutboxRelay(postgres_dsn, deployment.config, topic=deployment.topics.input)
+    relay = OutboxRelay(postgres_dsn, kafka_deployment.config, topic=kafka_deployment.topics.input)
     stop = threading.Event()
     relaying = threading.Thread(target=relay.run, args=(stop,))
     relaying.start()
     try:
         want = {"stale_effect_rejected"} if fenced else {"stale_effect_committed"}
-        finding = finding_with(deployment, want, [detector])
+        finding = finding_with(kafka_deployment, want, [detector])
         # The cancel's events are on the input topic, in the job's order.
-        with deployment.reader(deployment.topics.input) as reader:
+        with kafka_deployment.reader(kafka_deployment.topics.input) as reader:
 
             def all_six() -> bool:
                 reader.poll(0.5)

@@ -4,7 +4,6 @@ install, unless SPLITBRAIN_REQUIRE_TOOLS=1 (set by `.ci/run`) fails them instead
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
 from detector.cli import main
-from detector.testing.view import chromium
 from detector.timeline.page import MAX_DRAWN
 from tests.paths import ROOT, SEED_FIXTURE
-from tests.tools import program
 from tests.unit.histories import seed_renamed
 
 EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if p.suffix in (".jsonl", ".log"))
 EVIL = "<script>document.title='pwned';alert(1)</script><img src=x onerror=alert(2)>\x1b[2J"
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    with chromium(
-        program("chromium", package="chromium"),
-        program("chromedriver", package="chromium-driver"),
-        tmp_path_factory.mktemp("chromium-profile"),
-    ) as driver:
-        yield driver
 
 
 def html_report(history: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> Path:
