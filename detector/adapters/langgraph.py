@@ -39,6 +39,7 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -67,7 +68,7 @@ from detector.leases.db import connect
 from detector.leases.schema import migrate
 
 from ._context import Authority, Ownership, current, owning
-from ._sink import AdapterSink
+from ._sink import DEFAULT_LINGER_S, AdapterSink
 
 __all__ = [
     "ADAPTER",
@@ -259,8 +260,7 @@ class LocalThreads:
 # locked from its first step to the end (the fork check as atomic as one statement's).
 _STEPS: Final = """
 SELECT step, begun_epoch, begun_seq, seq, first_child, first_epoch, first_worker, first_seq
-  FROM splitbrain_langgraph_steps(%s::text[], %s::text[], %s::boolean[], %s::text[],
-                                  %s::text[], %s::text[], %s::bigint[], %s::integer[])
+  FROM splitbrain_langgraph_steps(%s::jsonb)
  ORDER BY step
 """
 
@@ -312,18 +312,23 @@ class PostgresThreads:
 
     def steps(self, steps: Sequence[Step]) -> list[Done]:
         """One statement (one round trip) for the whole batch."""
-        columns = (
-            [s.thread_id for s in steps],
-            [s.checkpoint_ns for s in steps],
-            [s.begin for s in steps],
-            [s.parent_id or ROOT for s in steps],
-            [s.child_id for s in steps],
-            [s.worker_id for s in steps],
-            [s.epoch for s in steps],
-            [None if s.run is None else s.run + 1 for s in steps],  # SQL arrays count from 1
+        batch = json.dumps(
+            [
+                (
+                    s.thread_id,
+                    s.checkpoint_ns,
+                    s.begin,
+                    s.parent_id or ROOT,
+                    s.child_id,
+                    s.worker_id,
+                    s.epoch,
+                    s.run,
+                )
+                for s in steps
+            ]
         )
         with self._connection() as conn:
-            rows = conn.execute(_STEPS, columns).fetchall()
+            rows = conn.execute(_STEPS, (batch,), prepare=True).fetchall()
         return [_done(step, row) for step, row in zip(steps, rows, strict=True)]
 
     @contextlib.contextmanager
@@ -349,7 +354,9 @@ class _Behind(Generic[_T]):
     `_BATCH`: one round trip for them all), on a daemon thread of its own, so that a ledger
     waiting on its server never makes the graph's put wait. Bounded: an item that does not fit
     is dropped, and `on_drop` counts it. The putting thread wakes the runner only when it sleeps
-    (a wake-up costs the put more than queueing the item)."""
+    (a wake-up costs the put more than queueing the item); woken, the runner lingers as the
+    Kafka sink's sender does, unless a flush waits, so that a batch gathers the puts of a few
+    invocations (a round trip costs this process more CPU than the steps in it)."""
 
     def __init__(
         self, name: str, drain: Callable[[list[_T]], None], on_drop: Callable[[], None]
@@ -359,6 +366,7 @@ class _Behind(Generic[_T]):
         self._on_drop = on_drop
         self._queue: deque[_T] = deque()
         self._wake = threading.Event()
+        self._hurry = threading.Event()  # a flush waits: no lingering
         self._idle = threading.Event()
         self._idle.set()
         self._sleeping = False  # the runner waits on `_wake` (set before its last look)
@@ -388,6 +396,7 @@ class _Behind(Generic[_T]):
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued item was drained; True when that happened in time."""
+        self._hurry.set()
         self._wake.set()
         return self._idle.wait(timeout)
 
@@ -405,6 +414,9 @@ class _Behind(Generic[_T]):
             self._wake.wait(_IDLE_WAIT_S)
             self._sleeping = False
             self._wake.clear()
+            if self._queue:
+                self._hurry.wait(DEFAULT_LINGER_S)
+            self._hurry.clear()
 
 
 @dataclass(frozen=True, slots=True)
