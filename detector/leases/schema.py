@@ -181,8 +181,8 @@ CREATE TABLE langgraph_children (
 # per thread in one global order, so that two batches touching the same threads in different
 # orders wait for each other rather than deadlock. A step, [thread, namespace, begins, parent,
 # child, worker, epoch, run], begins a run (the thread's next epoch and a seq for the
-# acquisition), records a child (under `epoch`, or the epoch begun by step `run`, from 0, of
-# this batch), or, with neither, takes the thread's next seq (a release).
+# acquisition), records a child (under `epoch`, else the epoch begun by step `run`, from 0, of
+# this batch, else its own), or, with neither, takes the thread's next seq (a release).
 _LANGGRAPH_BATCH: Final = """
 CREATE FUNCTION splitbrain_langgraph_steps(steps jsonb) RETURNS TABLE (
     step integer, begun_epoch bigint, begun_seq bigint, seq bigint,
@@ -226,7 +226,8 @@ BEGIN
             INSERT INTO langgraph_children AS c
                    (thread_id, checkpoint_ns, parent_id, child_id, epoch, worker_id, seq)
             VALUES (s ->> 0, s ->> 1, s ->> 3, s ->> 4,
-                    coalesce((s ->> 6)::bigint, begun[(s ->> 7)::integer + 1]), s ->> 5, seq)
+                    coalesce((s ->> 6)::bigint, begun[coalesce((s ->> 7)::integer + 1, i)]),
+                    s ->> 5, seq)
             ON CONFLICT (thread_id, checkpoint_ns, parent_id) DO UPDATE SET child_id = c.child_id
             RETURNING c.child_id, c.epoch, c.worker_id, c.seq
             INTO first_child, first_epoch, first_worker, first_seq;
