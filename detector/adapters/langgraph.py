@@ -616,8 +616,8 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         """Record a batch in one ledger call, then send its events in order. A failed call
         loses the batch (each item counted), never the graph's put. One batch at a time."""
         runs: list[_Run] = []
-        steps = [self._step(item, runs) for item in items]
         try:
+            steps = [self._step(item, runs) for item in items]
             done = self.threads.steps(steps)
         except Exception as exc:
             self._failed.inc(len(items))
