@@ -132,7 +132,7 @@ class Recorded:
     first: Child | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per put, and frozen costs µs
 class Step:
     """One step of a batch the ledger records in order: begin a run (the thread's next epoch, and
     a seq for its acquisition), record the checkpoint `child_id` (under `epoch`, or the epoch
@@ -148,7 +148,7 @@ class Step:
     run: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per put, and frozen costs µs
 class Done:
     """What a step got: the epoch and seq it began; its checkpoint's (or tick's) seq, and the
     parent's first child when that is another one."""
@@ -678,17 +678,17 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
                     return run, False
                 run = put.invocation[put.key] = _Run(None, len(batch), batch)
             return run, True
-        found = None
-        if put.source != "input" and put.parent_id is not None:
-            with self._lock:
-                found = self._heads.pop((put.key, put.parent_id), None)
-        begins = found is None or not found.usable(batch)
-        if found is None or begins:
-            found = _Run(None, len(batch), batch)
+        key, heads = put.key, self._heads
         with self._lock:
-            self._heads[(put.key, put.child_id)] = found
-            if len(self._heads) > _HEADS:
-                self._heads.popitem(last=False)
+            found = None
+            if put.source != "input" and put.parent_id is not None:
+                found = heads.pop((key, put.parent_id), None)
+            begins = found is None or not found.usable(batch)
+            if found is None or begins:
+                found = _Run(None, len(batch), batch)
+            heads[(key, put.child_id)] = found
+            if len(heads) > _HEADS:
+                heads.popitem(last=False)
         return found, begins
 
     def _acquire(self, thread_id: str, ns: str) -> Ownership:
