@@ -38,18 +38,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import hashlib
+import json
 import logging
 import os
 import socket
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Final, ParamSpec, Protocol, TypeVar
+from typing import Any, Final, Generic, ParamSpec, Protocol, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -68,7 +68,7 @@ from detector.leases.db import connect
 from detector.leases.schema import migrate
 
 from ._context import Authority, Ownership, current, owning
-from ._sink import AdapterSink
+from ._sink import DEFAULT_LINGER_S, AdapterSink
 
 __all__ = [
     "ADAPTER",
@@ -90,6 +90,7 @@ _HEADS: Final = 10_000  # run heads remembered in this process (an evicted one: 
 _LOCAL_CHILDREN: Final = 100_000  # first children `LocalThreads` remembers
 
 _BEHIND: Final = 10_000  # records waiting for a blocking ledger; beyond, counted and dropped
+_BATCH: Final = 500  # records in one round trip to a blocking ledger
 _IDLE_WAIT_S: Final = 1.0
 
 UNRECORDED: Final = Counter(
@@ -131,6 +132,33 @@ class Recorded:
     first: Child | None
 
 
+@dataclass(slots=True)  # not frozen: built per put, and frozen costs µs
+class Step:
+    """One step of a batch the ledger records in order: begin a run (the thread's next epoch, and
+    a seq for its acquisition), record the checkpoint `child_id` (under `epoch`, or the epoch
+    begun by step `run` of the same batch), or, with neither, take the thread's next seq."""
+
+    thread_id: str
+    checkpoint_ns: str
+    begin: bool = False
+    parent_id: str | None = None
+    child_id: str | None = None
+    worker_id: str = ""
+    epoch: int | None = None
+    run: int | None = None
+
+
+@dataclass(slots=True)  # not frozen: built per put, and frozen costs µs
+class Done:
+    """What a step got: the epoch and seq it began; its checkpoint's (or tick's) seq, and the
+    parent's first child when that is another one."""
+
+    epoch: int | None = None
+    begun_seq: int | None = None
+    seq: int | None = None
+    first: Child | None = None
+
+
 class ThreadLedger(Protocol):
     """Where runs take epochs and checkpoints are recorded."""
 
@@ -161,6 +189,33 @@ class ThreadLedger(Protocol):
     def tick(self, thread_id: str, checkpoint_ns: str) -> int | None:
         """The thread's next seq (for a release)."""
         ...
+
+    def steps(self, steps: Sequence[Step]) -> list[Done]:
+        """Each step in order, all or none."""
+        ...
+
+
+def each_step(ledger: ThreadLedger, steps: Sequence[Step]) -> list[Done]:
+    """A batch as one call per step, for a ledger without a batched call of its own."""
+    done: list[Done] = []
+    for step in steps:
+        epoch: int | None = None
+        begun_seq: int | None = None
+        if step.begin:
+            epoch, begun_seq = ledger.begin(step.thread_id, step.checkpoint_ns)
+        if step.child_id is None:
+            seq = None if step.begin else ledger.tick(step.thread_id, step.checkpoint_ns)
+            done.append(Done(epoch, begun_seq, seq))
+            continue
+        mine = step.epoch if step.epoch is not None else epoch
+        if mine is None:  # its run began at an earlier step of this batch
+            assert step.run is not None
+            mine = done[step.run].epoch
+        assert mine is not None
+        child = Child(step.child_id, mine, step.worker_id, None)
+        recorded = ledger.record(step.thread_id, step.checkpoint_ns, step.parent_id, child)
+        done.append(Done(epoch, begun_seq, recorded.seq, recorded.first))
+    return done
 
 
 class LocalThreads:
@@ -197,39 +252,23 @@ class LocalThreads:
     def tick(self, thread_id: str, checkpoint_ns: str) -> int | None:
         return None
 
+    def steps(self, steps: Sequence[Step]) -> list[Done]:
+        return each_step(self, steps)
 
-_BEGIN: Final = """
-INSERT INTO langgraph_threads AS t (thread_id, checkpoint_ns, epoch, seq)
-VALUES (%(thread)s, %(ns)s, 1, 1)
-ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET epoch = t.epoch + 1, seq = t.seq + 1
-RETURNING epoch, seq
-"""
-_TICK: Final = """
-INSERT INTO langgraph_threads AS t (thread_id, checkpoint_ns, epoch, seq)
-VALUES (%(thread)s, %(ns)s, 0, 1)
-ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET seq = t.seq + 1
-RETURNING seq
-"""
-# One statement: the thread's next seq (its row locked until the end), then the parent's first
-# child. DO UPDATE, not DO NOTHING: it returns the row another transaction committed after this
-# statement's snapshot, so the second writer always learns who was first.
-_RECORD: Final = f"""
-WITH s AS ({_TICK}),
-c AS (
-    INSERT INTO langgraph_children AS c
-           (thread_id, checkpoint_ns, parent_id, child_id, epoch, worker_id, seq)
-    SELECT %(thread)s, %(ns)s, %(parent)s, %(child)s, %(epoch)s, %(worker)s, s.seq FROM s
-    ON CONFLICT (thread_id, checkpoint_ns, parent_id) DO UPDATE SET child_id = c.child_id
-    RETURNING c.child_id, c.epoch, c.worker_id, c.seq
-)
-SELECT s.seq AS seq, c.child_id, c.epoch, c.worker_id, c.seq AS child_seq FROM s, c
+
+# Migration 6 of the lease store: the steps of a batch in order, in one transaction, each thread
+# locked from its first step to the end (the fork check as atomic as one statement's).
+_STEPS: Final = """
+SELECT step, begun_epoch, begun_seq, seq, first_child, first_epoch, first_worker, first_seq
+  FROM splitbrain_langgraph_steps(%s::jsonb)
+ ORDER BY step
 """
 
 
 class PostgresThreads:
     """A ledger in the lease store's database (`splitbrain leases migrate`, or `setup()`): each
-    call is one statement on a connection of its own (a forked child makes its own), with the
-    lease store's timeouts."""
+    call, a whole batch of steps included, is one statement on a connection of its own (a forked
+    child makes its own), with the lease store's timeouts."""
 
     authority = Authority.APPROXIMATE
     epoch_from = "splitbrain.langgraph_threads"
@@ -254,37 +293,43 @@ class PostgresThreads:
                 self._conn = None
 
     def begin(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int | None]:
-        row = self._one(_BEGIN, {"thread": thread_id, "ns": checkpoint_ns})
-        return row["epoch"], row["seq"]
+        (done,) = self.steps([Step(thread_id, checkpoint_ns, begin=True)])
+        assert done.epoch is not None
+        return done.epoch, done.begun_seq
 
     def record(
         self, thread_id: str, checkpoint_ns: str, parent_id: str | None, child: Child
     ) -> Recorded:
-        row = self._one(
-            _RECORD,
-            {
-                "thread": thread_id,
-                "ns": checkpoint_ns,
-                "parent": parent_id or ROOT,
-                "child": child.checkpoint_id,
-                "epoch": child.epoch,
-                "worker": child.worker_id,
-            },
+        step = Step(
+            thread_id, checkpoint_ns, False, parent_id, child.checkpoint_id, child.worker_id
         )
-        if row["child_id"] == child.checkpoint_id:  # first, or the same put again
-            return Recorded(row["seq"], None)
-        first = Child(row["child_id"], row["epoch"], row["worker_id"], row["child_seq"])
-        return Recorded(row["seq"], first)
+        (done,) = self.steps([dataclasses.replace(step, epoch=child.epoch)])
+        return Recorded(done.seq, done.first)
 
     def tick(self, thread_id: str, checkpoint_ns: str) -> int | None:
-        seq: int = self._one(_TICK, {"thread": thread_id, "ns": checkpoint_ns})["seq"]
-        return seq
+        (done,) = self.steps([Step(thread_id, checkpoint_ns)])
+        return done.seq
 
-    def _one(self, statement: str, params: Mapping[str, Any]) -> DictRow:
+    def steps(self, steps: Sequence[Step]) -> list[Done]:
+        """One statement (one round trip) for the whole batch."""
+        batch = json.dumps(
+            [
+                (
+                    s.thread_id,
+                    s.checkpoint_ns,
+                    s.begin,
+                    s.parent_id or ROOT,
+                    s.child_id,
+                    s.worker_id,
+                    s.epoch,
+                    s.run,
+                )
+                for s in steps
+            ]
+        )
         with self._connection() as conn:
-            row = conn.execute(statement, params).fetchone()
-        assert row is not None  # every statement here returns its row
-        return row
+            rows = conn.execute(_STEPS, (batch,), prepare=True).fetchall()
+        return [_done(step, row) for step, row in zip(steps, rows, strict=True)]
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
@@ -297,17 +342,31 @@ class PostgresThreads:
             yield self._conn
 
 
-class _Behind:
-    """Runs queued calls in order on a daemon thread of its own, so that a ledger waiting on its
-    server never makes the graph's put wait. Bounded: a call that does not fit is dropped, and
-    `on_drop` counts it. The putting thread wakes the runner only when it sleeps (a wake-up
-    costs the put more than queueing the call)."""
+def _done(step: Step, row: DictRow) -> Done:
+    first = None
+    if row["first_child"] is not None and row["first_child"] != step.child_id:
+        first = Child(row["first_child"], row["first_epoch"], row["first_worker"], row["first_seq"])
+    return Done(row["begun_epoch"], row["begun_seq"], row["seq"], first)
 
-    def __init__(self, name: str, on_drop: Callable[[], None]) -> None:
+
+class _Behind(Generic[_T]):
+    """Hands queued items to `drain`, in order and as many at a time as are waiting (up to
+    `_BATCH`: one round trip for them all), on a daemon thread of its own, so that a ledger
+    waiting on its server never makes the graph's put wait. Bounded: an item that does not fit
+    is dropped, and `on_drop` counts it. The putting thread wakes the runner only when it sleeps
+    (a wake-up costs the put more than queueing the item); woken, the runner lingers as the
+    Kafka sink's sender does, unless a flush waits, so that a batch gathers the puts of a few
+    invocations (a round trip costs this process more CPU than the steps in it)."""
+
+    def __init__(
+        self, name: str, drain: Callable[[list[_T]], None], on_drop: Callable[[], None]
+    ) -> None:
         self._name = name
+        self._drain = drain
         self._on_drop = on_drop
-        self._queue: deque[Callable[[], object]] = deque()
+        self._queue: deque[_T] = deque()
         self._wake = threading.Event()
+        self._hurry = threading.Event()  # a flush waits: no lingering
         self._idle = threading.Event()
         self._idle.set()
         self._sleeping = False  # the runner waits on `_wake` (set before its last look)
@@ -315,7 +374,7 @@ class _Behind:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def submit(self, call: Callable[[], object]) -> None:
+    def submit(self, item: _T) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's calls are the parent's
             self._pid = os.getpid()
             self._queue.clear()
@@ -324,7 +383,7 @@ class _Behind:
         if len(self._queue) >= _BEHIND:
             self._on_drop()
             return
-        self._queue.append(call)
+        self._queue.append(item)
         if self._idle.is_set():  # after the append: the runner re-checks the queue once idle
             self._idle.clear()
         if self._thread is None:
@@ -336,14 +395,16 @@ class _Behind:
             self._wake.set()
 
     def flush(self, timeout: float) -> bool:
-        """Wait until every queued call has run; True when that happened in time."""
+        """Wait until every queued item was drained; True when that happened in time."""
+        self._hurry.set()
         self._wake.set()
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
         while True:
-            while self._queue:
-                self._queue.popleft()()  # each call guards itself
+            queue = self._queue
+            while queue:
+                self._drain([queue.popleft() for _ in range(min(len(queue), _BATCH))])
             self._idle.set()
             self._sleeping = True  # before the last look: a later submit wakes us
             if self._queue:  # submitted while idle was being set
@@ -353,6 +414,9 @@ class _Behind:
             self._wake.wait(_IDLE_WAIT_S)
             self._sleeping = False
             self._wake.clear()
+            if self._queue:
+                self._hurry.wait(DEFAULT_LINGER_S)
+            self._hurry.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,11 +430,39 @@ class _Put:
     step: Any
     source: str | None
     explicit: Ownership | None  # the `run()` around the put, for this key
-    invocation: dict[str, Ownership] | None  # the runs of the graph invocation around it
+    invocation: dict[str, _Run] | None  # the runs of the graph invocation around it
 
     @property
     def key(self) -> str:
         return workflow_key(self.thread_id, self.ns)
+
+
+@dataclass(frozen=True, slots=True)
+class _Release:
+    """The end of an explicit run: a `lease_released` at the thread's next seq."""
+
+    owner: Ownership
+    thread_id: str
+    ns: str
+
+
+class _Run:
+    """A run as the recording side knows it: its owner once the ledger gave its epoch; until
+    then, the step that begins it in `batch` (the batch's runs). Without an owner, it is usable
+    only in that batch: a run whose beginning failed, or one in flight in a parent process at
+    its fork, is no run, and the next put that would be its begins a new one."""
+
+    __slots__ = ("batch", "owner", "step")
+
+    def __init__(
+        self, owner: Ownership | None = None, step: int = 0, batch: list[_Run] | None = None
+    ) -> None:
+        self.owner = owner
+        self.step = step
+        self.batch = batch
+
+    def usable(self, batch: list[_Run]) -> bool:
+        return self.owner is not None or self.batch is batch
 
 
 # ---- the checkpointer ------------------------------------------------------------------------
@@ -414,14 +506,17 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         self.sink = AdapterSink(ADAPTER) if sink is None else sink
         self.worker_id = worker_id or _default_worker_id()
         self._lock = threading.Lock()
-        # (workflow key, checkpoint id) of each run's latest checkpoint -> that run's owner
-        self._heads: OrderedDict[tuple[str, str], Ownership] = OrderedDict()
+        # (workflow key, checkpoint id) of each run's latest checkpoint -> that run
+        self._heads: OrderedDict[tuple[str, str], _Run] = OrderedDict()
         self._failed = UNRECORDED.labels(ADAPTER, "ledger")
-        self._behind = _Behind(
-            f"splitbrain-{ADAPTER}-ledger", UNRECORDED.labels(ADAPTER, "queue_full").inc
+        self._draining = threading.Lock()  # an in-process ledger: one put at a time
+        self._behind: _Behind[_Put | _Release] = _Behind(
+            f"splitbrain-{ADAPTER}-ledger",
+            self._drain,
+            UNRECORDED.labels(ADAPTER, "queue_full").inc,
         )
         # The runs of the graph invocation whose context this is, by workflow key.
-        self._invocation: ContextVar[dict[str, Ownership] | None] = ContextVar(
+        self._invocation: ContextVar[dict[str, _Run] | None] = ContextVar(
             f"splitbrain_langgraph_{id(self)}", default=None
         )
 
@@ -434,7 +529,7 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         None (and the block runs unwatched) when the ledger cannot be reached."""
         conf = config.get("configurable", {})
         thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
-        owner = self._guard(self._acquire, thread_id, ns, None)
+        owner = self._guard(self._acquire, thread_id, ns)
         if owner is None:
             yield None
             return
@@ -442,10 +537,7 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             try:
                 yield owner
             finally:
-                self._later(self._release, owner, thread_id, ns)
-
-    def _release(self, owner: Ownership, thread_id: str, ns: str) -> None:
-        owner.emit(Kind.LEASE_RELEASED, seq=self.threads.tick(thread_id, ns))
+                self._later(_Release(owner, thread_id, ns))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every put so far is recorded and its events handed to Kafka (tests,
@@ -487,12 +579,14 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             log.warning("langgraph adapter: %s failed (%s)", method.__name__, type(exc).__name__)
             return None
 
-    def _later(self, method: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> None:
-        """Call now with an in-process ledger; behind the put, in order, with a blocking one."""
+    def _later(self, item: _Put | _Release) -> None:
+        """Recorded now with an in-process ledger; behind the put, in batches, with a blocking
+        one."""
         if self.threads.blocking:
-            self._behind.submit(functools.partial(self._guard, method, *args, **kwargs))
+            self._behind.submit(item)
         else:
-            self._guard(method, *args, **kwargs)
+            with self._draining:
+                self._drain([item])
 
     def _watch(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
@@ -516,50 +610,95 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             explicit,
             self._invocation.get(),
         )
-        self._later(self._record, put)
+        self._later(put)
 
-    def _record(self, put: _Put) -> None:
-        owner = self._owner(put)
-        child = Child(put.child_id, owner.owner_epoch, owner.worker_id, None)
-        recorded = self.threads.record(put.thread_id, put.ns, put.parent_id, child)
-        owner.emit(
-            Kind.PROGRESS,
-            seq=recorded.seq,
-            detail={"step": put.step, "checkpoint_id": put.child_id},
+    def _drain(self, items: list[_Put | _Release]) -> None:
+        """Record a batch in one ledger call, then send its events in order. A failed call
+        loses the batch (each item counted), never the graph's put. One batch at a time."""
+        runs: list[_Run] = []
+        try:
+            steps = [self._step(item, runs) for item in items]
+            done = self.threads.steps(steps)
+        except Exception as exc:
+            self._failed.inc(len(items))
+            log.warning("langgraph adapter: recording failed (%s)", type(exc).__name__)
+            return
+        for item, run, step, got in zip(items, runs, steps, done, strict=True):
+            self._guard(self._sent, item, run, step, got)
+
+    def _step(self, item: _Put | _Release, runs: list[_Run]) -> Step:
+        """The ledger step of one item, the next of the batch whose runs are `runs` (its run
+        appended)."""
+        if isinstance(item, _Release):
+            runs.append(_Run(item.owner))
+            return Step(item.thread_id, item.ns)
+        run, begins = self._run(item, runs)
+        runs.append(run)
+        owner = run.owner
+        return Step(
+            item.thread_id,
+            item.ns,
+            begins,
+            item.parent_id,
+            item.child_id,
+            self.worker_id if owner is None else owner.worker_id,
+            None if owner is None else owner.owner_epoch,
+            None if owner is not None else run.step,
         )
-        if recorded.first is not None:
-            self._fork(owner, put, recorded)
 
-    def _owner(self, put: _Put) -> Ownership:
-        """The run this put belongs to: the explicit run around it; else the invocation whose
-        `get_tuple` began it (a graph reads its thread before it writes, and its puts run in a
-        copy of that context); else the run whose head is its parent (an `input` checkpoint
-        always starts one); else a new run."""
+    def _sent(self, item: _Put | _Release, run: _Run, step: Step, got: Done) -> None:
+        """The events of one recorded item."""
+        if step.begin:
+            assert got.epoch is not None and isinstance(item, _Put)
+            run.owner = self._owner(item.thread_id, item.ns, got.epoch)
+            run.owner.acquired(
+                seq=got.begun_seq, detail={"checkpoint_source": item.source or "run"}
+            )
+        owner = run.owner
+        assert owner is not None  # its run began at this step or before
+        if isinstance(item, _Release):
+            owner.emit(Kind.LEASE_RELEASED, seq=got.seq)
+            return
+        detail = {"step": item.step, "checkpoint_id": item.child_id}
+        owner.emit(Kind.PROGRESS, seq=got.seq, detail=detail)
+        if got.first is not None:
+            self._fork(owner, item, got)
+
+    def _run(self, put: _Put, batch: list[_Run]) -> tuple[_Run, bool]:
+        """The run this put belongs to, and whether it begins here (at the batch's next step): the
+        explicit run around it; else the invocation whose `get_tuple` began it (a graph reads
+        its thread before it writes, and its puts run in a copy of that context); else the run
+        whose head is its parent (an `input` checkpoint always starts one); else a new run."""
         if put.explicit is not None:
-            return put.explicit
+            return _Run(put.explicit), False
         if put.invocation is not None:
             with self._lock:
-                owner = put.invocation.get(put.key)
-            if owner is None:
-                owner = self._acquire(put.thread_id, put.ns, put.source)
-                with self._lock:
-                    put.invocation[put.key] = owner
-            return owner
-        found = None
-        if put.source != "input" and put.parent_id is not None:
-            with self._lock:
-                found = self._heads.pop((put.key, put.parent_id), None)
-        if found is None:
-            found = self._acquire(put.thread_id, put.ns, put.source)
+                run = put.invocation.get(put.key)
+                if run is not None and run.usable(batch):
+                    return run, False
+                run = put.invocation[put.key] = _Run(None, len(batch), batch)
+            return run, True
+        key, heads = put.key, self._heads
         with self._lock:
-            self._heads[(put.key, put.child_id)] = found
-            if len(self._heads) > _HEADS:
-                self._heads.popitem(last=False)
-        return found
+            found = None
+            if put.source != "input" and put.parent_id is not None:
+                found = heads.pop((key, put.parent_id), None)
+            begins = found is None or not found.usable(batch)
+            if found is None or begins:
+                found = _Run(None, len(batch), batch)
+            heads[(key, put.child_id)] = found
+            if len(heads) > _HEADS:
+                heads.popitem(last=False)
+        return found, begins
 
-    def _acquire(self, thread_id: str, ns: str, source: str | None) -> Ownership:
+    def _acquire(self, thread_id: str, ns: str) -> Ownership:
         epoch, seq = self.threads.begin(thread_id, ns)
-        owner = Ownership(
+        owner = self._owner(thread_id, ns, epoch)
+        owner.acquired(seq=seq, detail={"checkpoint_source": "run"})
+        return owner
+
+    def _owner(self, thread_id: str, ns: str, epoch: int) -> Ownership:
+        return Ownership(
             self.sink,
             workflow_key(thread_id, ns),
             epoch,
@@ -567,10 +706,8 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             self.threads.authority,
             self.threads.epoch_from,
         )
-        owner.acquired(seq=seq, detail={"checkpoint_source": source or "run"})
-        return owner
 
-    def _fork(self, owner: Ownership, put: _Put, recorded: Recorded) -> None:
+    def _fork(self, owner: Ownership, put: _Put, recorded: Done) -> None:
         """Both children of the parent, each as its writer's commit of the parent's next
         checkpoint (the second writer knows both; the first never learns it was forked)."""
         first = recorded.first

@@ -174,12 +174,77 @@ CREATE TABLE langgraph_children (
 );
 """
 
+# A batch of LangGraph ledger steps in one round trip (detector/adapters/langgraph.py): the
+# statements of migration 5, looped in order over a JSON array (one parameter: the cheapest for
+# the client to send), in one transaction. Each step keeps its thread's row locked until the end,
+# so the fork check stays as atomic as one statement's; the batch first takes an advisory lock
+# per thread in one global order, so that two batches touching the same threads in different
+# orders wait for each other rather than deadlock. A step, [thread, namespace, begins, parent,
+# child, worker, epoch, run], begins a run (the thread's next epoch and a seq for the
+# acquisition), records a child (under `epoch`, else the epoch begun by step `run`, from 0, of
+# this batch, else its own), or, with neither, takes the thread's next seq (a release).
+_LANGGRAPH_BATCH: Final = """
+CREATE FUNCTION splitbrain_langgraph_steps(steps jsonb) RETURNS TABLE (
+    step integer, begun_epoch bigint, begun_seq bigint, seq bigint,
+    first_child text, first_epoch bigint, first_worker text, first_seq bigint
+) LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    lock_key integer;
+    s jsonb;
+    begun bigint[] := '{}';
+BEGIN
+    FOR lock_key IN
+        SELECT DISTINCT hashtext((e ->> 0) || chr(1) || (e ->> 1))
+          FROM jsonb_array_elements(steps) AS e
+         ORDER BY 1
+    LOOP  -- 0x4C47: this ledger's space of two-key advisory locks (the relays' is 0x5B1A)
+        PERFORM pg_advisory_xact_lock(19527, lock_key);
+    END LOOP;
+    FOR i IN 1 .. jsonb_array_length(steps) LOOP
+        s := steps -> (i - 1);
+        step := i - 1;
+        begun_epoch := NULL; begun_seq := NULL; seq := NULL;
+        first_child := NULL; first_epoch := NULL; first_worker := NULL; first_seq := NULL;
+        IF (s ->> 2)::boolean THEN
+            INSERT INTO langgraph_threads AS t (thread_id, checkpoint_ns, epoch, seq)
+            VALUES (s ->> 0, s ->> 1, 1, 1)
+            ON CONFLICT (thread_id, checkpoint_ns)
+                DO UPDATE SET epoch = t.epoch + 1, seq = t.seq + 1
+            RETURNING t.epoch, t.seq INTO begun_epoch, begun_seq;
+            begun[i] := begun_epoch;
+        END IF;
+        IF s ->> 4 IS NOT NULL OR NOT (s ->> 2)::boolean THEN
+            INSERT INTO langgraph_threads AS t (thread_id, checkpoint_ns, epoch, seq)
+            VALUES (s ->> 0, s ->> 1, 0, 1)
+            ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET seq = t.seq + 1
+            RETURNING t.seq INTO seq;
+        END IF;
+        IF s ->> 4 IS NOT NULL THEN
+            -- DO UPDATE, not DO NOTHING: it returns the row another transaction committed
+            -- after this statement's snapshot, so the second writer always learns who was first.
+            INSERT INTO langgraph_children AS c
+                   (thread_id, checkpoint_ns, parent_id, child_id, epoch, worker_id, seq)
+            VALUES (s ->> 0, s ->> 1, s ->> 3, s ->> 4,
+                    coalesce((s ->> 6)::bigint, begun[coalesce((s ->> 7)::integer + 1, i)]),
+                    s ->> 5, seq)
+            ON CONFLICT (thread_id, checkpoint_ns, parent_id) DO UPDATE SET child_id = c.child_id
+            RETURNING c.child_id, c.epoch, c.worker_id, c.seq
+            INTO first_child, first_epoch, first_worker, first_seq;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+"""
+
 MIGRATIONS: Final = (
     Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),
     Migration(2, "fenced destination", _FENCED_DESTINATION),
     Migration(3, "indexes for relay pruning and claim reaping", _INDEXES),
     Migration(4, "retry backoff, cancel and retention", _RETRIES_CANCEL_RETENTION),
     Migration(5, "langgraph threads: epochs, seq and first children", _LANGGRAPH),
+    Migration(6, "langgraph ledger steps in batches", _LANGGRAPH_BATCH),
 )
 
 

@@ -23,7 +23,7 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.
 
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from detector.adapters.langgraph import fork_effect_key
+from detector.adapters.langgraph import Child, PostgresThreads, Step, fork_effect_key
 from detector.testing.langgraph_graph import PODS, build, fork_on_postgres, thread
 
 THREAD = "support-ticket-8796"
@@ -91,3 +91,28 @@ def test_two_runs_forking_a_thread_on_postgres_are_a_critical_finding(
     # The ledger's seq orders the takeover, and the database confirms both children.
     assert finding["ordering"] == "authoritative_seq"
     assert finding["confidence"] == "high"
+
+
+def test_one_batch_of_ledger_steps_keeps_every_step_in_order(postgres_dsn: str) -> None:
+    """Two runs begun in one batch, each child under its own run's epoch, a fork found inside
+    the batch, and a release's tick: the same answers as one call per step."""
+    threads = PostgresThreads(postgres_dsn)
+    threads.setup()
+    try:
+        before, seq = threads.begin("batch", "")
+        done = threads.steps(
+            [
+                Step("batch", "", True, None, "c1", "pod-a"),  # run A begins with c1
+                Step("batch", "", False, "c1", "c2", "pod-a", run=0),  # A's next
+                Step("batch", "", True, "c1", "c3", "pod-b"),  # run B forks c1
+                Step("batch", ""),  # a release
+            ]
+        )
+    finally:
+        threads.close()
+    a, b = done[0].epoch, done[2].epoch
+    assert a == before + 1 and b == before + 2
+    seqs = [done[0].begun_seq, done[0].seq, done[1].seq, done[2].begun_seq, done[2].seq]
+    assert seq is not None and [*seqs, done[3].seq] == [seq + i for i in range(1, 7)]
+    assert (done[0].first, done[1].first) == (None, None)
+    assert done[2].first == Child("c2", a, "pod-a", done[1].seq)  # the second writer learns it

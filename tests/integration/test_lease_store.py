@@ -521,8 +521,8 @@ def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
-        assert [m.version for m in first.applied] == [1, 2, 3, 4, 5]
-        assert (second.applied, second.version) == ((), 5)
+        assert [m.version for m in first.applied] == [1, 2, 3, 4, 5, 6]
+        assert (second.applied, second.version) == ((), 6)
         assert conn.execute("SELECT * FROM splitbrain_migrations").fetchall() == recorded
 
 
@@ -547,12 +547,13 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: s
         "applied migration 3: indexes for relay pruning and claim reaping",
         "applied migration 4: retry backoff, cancel and retention",
         "applied migration 5: langgraph threads: epochs, seq and first children",
-        "schema at version 5",
+        "applied migration 6: langgraph ledger steps in batches",
+        "schema at version 6",
     ]
     second = migrate_cli("--dsn", postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
-        "schema at version 5: already current, nothing changed\n",
+        "schema at version 6: already current, nothing changed\n",
     )
 
     bad = migrate_cli("--dsn", "not a dsn")
@@ -601,7 +602,7 @@ def test_the_migrate_command_reads_its_variable(
 ) -> None:
     monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
     assert main(["leases", "migrate"]) == 0
-    assert capsys.readouterr().out.endswith("schema at version 5\n")
+    assert capsys.readouterr().out.endswith("schema at version 6\n")
 
 
 # -- a restart mid-run ------------------------------------------------------------------------
