@@ -35,6 +35,8 @@ def test_default_profile_applies_and_then_has_nothing_to_change(
         first = splitbrain("topics", "apply", "--file", str(path), env=env)
         assert first.returncode == 0, first.stdout + first.stderr
         assert "applied: 4 topic(s) to create, 0 config(s) to set" in first.stdout
+        for name in names.values():  # a new topic reaches the brokers one by one
+            kafka_cluster.wait_topic(name, timeout=120)
 
         admin = AdminClient(kafka_cluster.client_config())
         metadata = admin.list_topics(timeout=TIMEOUT)
