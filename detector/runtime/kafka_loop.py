@@ -287,9 +287,9 @@ class KafkaLoopWorker:
 
     def _recover(self, exc: KafkaException) -> None:
         """Abort, then make memory match Kafka again: state from the changelog, offsets rewound."""
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if err is not None and (err.fatal() or err.code() == KafkaError._FENCED):
-            raise FencedError(str(err))
+        err = _fatal(exc)
+        if err is not None:
+            self._renew_producer(err)
         log.warning("transaction failed, aborting and rebuilding: %s", exc)
         self.stall.kafka_error(exc)
         self.metrics.aborted()
@@ -297,12 +297,30 @@ class KafkaLoopWorker:
             try:
                 self.output.abort()
             except KafkaException as abort_exc:
-                abort_err = abort_exc.args[0]
-                if isinstance(abort_err, KafkaError) and abort_err.fatal():
-                    raise FencedError(str(abort_err)) from None
-                raise
+                abort_err = _fatal(abort_exc)
+                if abort_err is None:
+                    raise
+                self._renew_producer(abort_err)
             self.in_txn = False
         self._restore(list(self.partitions), rewind=True)
+
+    def _renew_producer(self, err: KafkaError) -> None:
+        """A fatal error leaves the producer unusable: a new one, if `Output.renew` finds that
+        no other instance caused it (else stop: `FencedError`), started as soon as the
+        transaction coordinator answers. The open transaction is gone with the old producer."""
+        if not self.output.renew():
+            raise FencedError(str(err))
+        log.warning("the coordinator aborted the open transaction at its timeout: %s", err)
+        self.in_txn = False
+        while not self.stopping:
+            try:
+                self.output.start()
+                return
+            except KafkaException as exc:
+                if _fatal(exc) is not None:
+                    raise FencedError(str(exc)) from None
+                self.stall.kafka_error(exc)
+                log.warning("a new producer cannot start yet (%s); trying again", exc)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The assignment itself starts at the committed offsets; only the state needs loading.
@@ -461,6 +479,14 @@ class KafkaLoopWorker:
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
+
+
+def _fatal(exc: KafkaException) -> KafkaError | None:
+    """The error, if it leaves the producer unusable (fenced, or a fatal transactional error)."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is not None and (err.fatal() or err.code() == KafkaError._FENCED):
+        return err
+    return None
 
 
 def _coordinates(msg: Message) -> tuple[str, int, int]:
