@@ -287,9 +287,8 @@ class KafkaLoopWorker:
 
     def _recover(self, exc: KafkaException) -> None:
         """Abort, then make memory match Kafka again: state from the changelog, offsets rewound."""
-        err = _fatal(exc)
-        if err is not None:
-            self._renew_producer(err)
+        if _fatal(exc):
+            self._renew_producer(exc, fenced=True)
         log.warning("transaction failed, aborting and rebuilding: %s", exc)
         self.stall.kafka_error(exc)
         self.metrics.aborted()
@@ -297,30 +296,29 @@ class KafkaLoopWorker:
             try:
                 self.output.abort()
             except KafkaException as abort_exc:
-                abort_err = _fatal(abort_exc)
-                if abort_err is None:
-                    raise
-                self._renew_producer(abort_err)
+                # Fenced, or the coordinator unreachable, or a commit that timed out still in
+                # progress (librdkafka then refuses the abort: only that commit can resume).
+                self._renew_producer(abort_exc, fenced=_fatal(abort_exc))
             self.in_txn = False
         self._restore(list(self.partitions), rewind=True)
 
-    def _renew_producer(self, err: KafkaError) -> None:
-        """A fatal error leaves the producer unusable: a new one, if `Output.renew` finds that
-        no other instance caused it (else stop: `FencedError`), started as soon as the
-        transaction coordinator answers. The open transaction is gone with the old producer."""
-        if not self.output.renew():
-            raise FencedError(str(err))
-        log.warning("the coordinator aborted the open transaction at its timeout: %s", err)
+    def _renew_producer(self, exc: KafkaException, *, fenced: bool) -> None:
+        """A producer that cannot end its transaction is replaced, if `Output.renew` finds that
+        no other instance fenced it (else stop: `FencedError`), and the new one started as soon
+        as the transaction coordinator answers. The open transaction ends with the old one."""
+        if not self.output.renew(fenced=fenced):
+            raise FencedError(str(exc))
+        log.warning("a new producer takes over the transactional id: %s", exc)
         self.in_txn = False
         while not self.stopping:
             try:
                 self.output.start()
                 return
-            except KafkaException as exc:
-                if _fatal(exc) is not None:
-                    raise FencedError(str(exc)) from None
-                self.stall.kafka_error(exc)
-                log.warning("a new producer cannot start yet (%s); trying again", exc)
+            except KafkaException as start_exc:
+                if _fatal(start_exc):
+                    raise FencedError(str(start_exc)) from None
+                self.stall.kafka_error(start_exc)
+                log.warning("a new producer cannot start yet (%s); trying again", start_exc)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The assignment itself starts at the committed offsets; only the state needs loading.
@@ -481,12 +479,10 @@ class KafkaLoopWorker:
                     raise
 
 
-def _fatal(exc: KafkaException) -> KafkaError | None:
-    """The error, if it leaves the producer unusable (fenced, or a fatal transactional error)."""
+def _fatal(exc: KafkaException) -> bool:
+    """Whether the error leaves the producer unusable (fenced, or a fatal transactional one)."""
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    if err is not None and (err.fatal() or err.code() == KafkaError._FENCED):
-        return err
-    return None
+    return err is not None and (err.fatal() or err.code() == KafkaError._FENCED)
 
 
 def _coordinates(msg: Message) -> tuple[str, int, int]:

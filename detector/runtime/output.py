@@ -50,9 +50,10 @@ class Output(Protocol):
     def abort(self) -> None:
         """The batch is given up: the worker rebuilds its state and rewinds to committed offsets."""
 
-    def renew(self) -> bool:
-        """After a fatal error: a new producer in place of this one (then `start` it) when no
-        other instance caused the error; False when one did, and this process must stop."""
+    def renew(self, *, fenced: bool) -> bool:
+        """A new producer in place of this one (then `start` it), when this one cannot end its
+        transaction; `fenced`: after a fatal error, which another instance may have caused.
+        False when this process must stop instead."""
 
 
 def open_output(settings: WorkerSettings, consumer: Consumer) -> Output:
@@ -115,15 +116,17 @@ class TransactionalOutput:
         self.producer.abort_transaction(TIMEOUT_S)
         self._open_since = None
 
-    def renew(self) -> bool:
-        """Only when the open transaction outlived its timeout: then its coordinator aborted it
-        on its own (two brokers of three down, it could not commit in time) and bumped the
-        producer's epoch, and that is the fatal error (PRODUCER_FENCED, or INVALID_TXN_STATE
-        when our abort crossed the coordinator's). Sooner, a new instance of our transactional
-        id fenced this one. The new producer's `init_transactions` waits out the coordinator's
-        abort, so what the old one wrote never becomes visible."""
+    def renew(self, *, fenced: bool) -> bool:
+        """Fenced, only when the open transaction outlived its timeout: then its coordinator
+        aborted it on its own (two brokers of three down, it could not commit in time) and
+        bumped the producer's epoch, and that is the fatal error (PRODUCER_FENCED, or
+        INVALID_TXN_STATE when our abort crossed the coordinator's). Sooner, a new instance of
+        our transactional id fenced this one. Not fenced (an abort that timed out, or that a
+        commit still in progress refuses), always. The new producer's `init_transactions` ends
+        the old one's transaction first, committed or aborted: the worker then rewinds to
+        whatever Kafka holds."""
         since = self._open_since
-        if since is None or time.monotonic() - since < TIMEOUT_S:
+        if fenced and (since is None or time.monotonic() - since < TIMEOUT_S):
             return False
         self.producer.purge()
         self.producer = Producer(self._config)
@@ -185,6 +188,7 @@ class AtLeastOnceOutput:
         self.producer.flush(_FLUSH_S)
         self._failure = None
 
-    def renew(self) -> bool:
-        """A fatal error of an idempotent producer (a sequence gap): what it wrote is unknown."""
+    def renew(self, *, fenced: bool) -> bool:
+        """Its abort cannot fail; a fatal error of an idempotent producer (a sequence gap)
+        leaves what it wrote unknown: stop."""
         return False
