@@ -405,6 +405,7 @@ class KafkaLoopWorker:
         reader = Consumer(
             {
                 **self.s.kafka,
+                "error_cb": self.stall.kafka_error,  # a restore can wait out an outage too
                 "group.id": f"{self.s.group_id}-restore",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
@@ -455,6 +456,7 @@ class KafkaLoopWorker:
                     timeout=_END_OFFSETS_TIMEOUT_S,
                 )
             except (KafkaException, TimeoutError) as exc:
+                self.stall.kafka_error(exc)
                 log.warning("changelog end offsets not known yet (%s); asking again", exc)
         return None
 
