@@ -90,11 +90,8 @@ class _Worker(CommandSettings):
     group_id: Name = Field(GROUP_ID, description="consumer group; also names the changelog topic")
     instance_id: InstanceId = Field(
         default_factory=socket.gethostname,
-        description="stable name of this worker slot: the transactional id's suffix and, with the "
-        "kafka runtime, the consumer's group.instance.id (static membership: restarted within "
-        "the session timeout, it gets its partitions back without a rebalance; stopped or dead, "
-        "it holds them until the session timeout). Give each worker its own; default: the host "
-        "name",
+        description="stable name of this worker slot: the transactional id's suffix (a restarted "
+        "worker fences its previous incarnation). Give each worker its own; default: the host name",
     )
     input_topic: Name = Field(INPUT_TOPIC, description="topic of ownership events")
     findings_topic: Name = Field(FINDINGS_TOPIC, description="topic of finding revisions")

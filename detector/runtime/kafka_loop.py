@@ -96,10 +96,6 @@ class KafkaLoopWorker:
                 **settings.kafka,
                 "error_cb": self.stall.kafka_error,
                 "group.id": settings.group_id,
-                # Static membership: a restarted worker rejoins as the same member and gets its
-                # partitions back at once, instead of waiting for its killed predecessor's
-                # session to expire and a rebalance; a stopped one holds them for the session.
-                "group.instance.id": settings.instance_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",

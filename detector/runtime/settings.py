@@ -20,8 +20,7 @@ class WorkerSettings:
 
     `kafka` is the librdkafka client config (bootstrap and security) of `detector.kafka.config`.
     `instance_id` names this worker's slot: it is part of the transactional id, so a restarted
-    worker fences its own previous incarnation at once instead of waiting for a timeout; the kafka
-    runtime's consumer joins the group with it as its `group.instance.id` (static membership).
+    worker fences its own previous incarnation at once instead of waiting for a timeout.
     `processing_guarantee` at-least-once (kafka runtime only) gives up the transactions, and with
     them the promise that a (finding_id, revision) pair is never written twice.
     """
