@@ -293,9 +293,8 @@ class KafkaLoopWorker:
 
     def _recover(self, exc: KafkaException) -> None:
         """Abort, then make memory match Kafka again: state from the changelog, offsets rewound."""
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if err is not None and (err.fatal() or err.code() == KafkaError._FENCED):
-            raise FencedError(str(err))
+        if _fatal(exc):
+            self._renew_producer(exc, fenced=True)
         log.warning("transaction failed, aborting and rebuilding: %s", exc)
         self.stall.kafka_error(exc)
         self.metrics.aborted()
@@ -303,12 +302,29 @@ class KafkaLoopWorker:
             try:
                 self.output.abort()
             except KafkaException as abort_exc:
-                abort_err = abort_exc.args[0]
-                if isinstance(abort_err, KafkaError) and abort_err.fatal():
-                    raise FencedError(str(abort_err)) from None
-                raise
+                # Fenced, or the coordinator unreachable, or a commit that timed out still in
+                # progress (librdkafka then refuses the abort: only that commit can resume).
+                self._renew_producer(abort_exc, fenced=_fatal(abort_exc))
             self.in_txn = False
         self._restore(list(self.partitions), rewind=True)
+
+    def _renew_producer(self, exc: KafkaException, *, fenced: bool) -> None:
+        """A producer that cannot end its transaction is replaced, if `Output.renew` finds that
+        no other instance fenced it (else stop: `FencedError`), and the new one started as soon
+        as the transaction coordinator answers. The open transaction ends with the old one."""
+        if not self.output.renew(fenced=fenced):
+            raise FencedError(str(exc))
+        log.warning("a new producer takes over the transactional id: %s", exc)
+        self.in_txn = False
+        while not self.stopping:
+            try:
+                self.output.start()
+                return
+            except KafkaException as start_exc:
+                if _fatal(start_exc):
+                    raise FencedError(str(start_exc)) from None
+                self.stall.kafka_error(start_exc)
+                log.warning("a new producer cannot start yet (%s); trying again", start_exc)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # The assignment itself starts at the committed offsets; only the state needs loading.
@@ -395,6 +411,7 @@ class KafkaLoopWorker:
         reader = Consumer(
             {
                 **self.s.kafka,
+                "error_cb": self.stall.kafka_error,  # a restore can wait out an outage too
                 "group.id": f"{self.s.group_id}-restore",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
@@ -448,6 +465,7 @@ class KafkaLoopWorker:
                 # A broker restarted under the admin client can answer FENCED_LEADER_EPOCH to
                 # every ask at once (its metadata is stale; seen for minutes in the torture
                 # run): ask again after a pause, with a client that fetches metadata afresh.
+                self.stall.kafka_error(exc)
                 log.warning("changelog end offsets not known yet (%s); asking again", exc)
                 time.sleep(_RETRY_S)
                 self.admin = AdminClient(self.s.kafka)
@@ -472,6 +490,12 @@ class KafkaLoopWorker:
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
+
+
+def _fatal(exc: KafkaException) -> bool:
+    """Whether the error leaves the producer unusable (fenced, or a fatal transactional one)."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err is not None and (err.fatal() or err.code() == KafkaError._FENCED)
 
 
 def _coordinates(msg: Message) -> tuple[str, int, int]:

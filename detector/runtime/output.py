@@ -12,6 +12,7 @@ paused fenced: what it writes when it wakes up, stale changelog states included,
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -49,6 +50,11 @@ class Output(Protocol):
     def abort(self) -> None:
         """The batch is given up: the worker rebuilds its state and rewinds to committed offsets."""
 
+    def renew(self, *, fenced: bool) -> bool:
+        """A new producer in place of this one (then `start` it), when this one cannot end its
+        transaction; `fenced`: after a fatal error, which another instance may have caused.
+        False when this process must stop instead."""
+
 
 def open_output(settings: WorkerSettings, consumer: Consumer) -> Output:
     """The output of `settings.processing_guarantee`, committing `consumer`'s offsets."""
@@ -79,20 +85,21 @@ class TransactionalOutput:
     commits_on_revoke: Final = False  # the next owner redoes the batch from committed state
 
     def __init__(self, settings: WorkerSettings, consumer: Consumer) -> None:
-        self.producer: Final = Producer(
-            {
-                **_producer_config(settings),
-                "transactional.id": settings.transactional_id,
-                "transaction.timeout.ms": int(TIMEOUT_S * 1000),
-            }
-        )
+        self._config: Final = {
+            **_producer_config(settings),
+            "transactional.id": settings.transactional_id,
+            "transaction.timeout.ms": int(TIMEOUT_S * 1000),
+        }
+        self.producer = Producer(self._config)
         self._consumer = consumer
+        self._open_since: float | None = None  # monotonic, while a transaction is open
 
     def start(self) -> None:
         self.producer.init_transactions(TIMEOUT_S)
 
     def begin(self) -> None:
         self.producer.begin_transaction()
+        self._open_since = time.monotonic()
 
     def deliver(self) -> None:
         """Nothing to wait for: the commit covers the findings and the states alike."""
@@ -103,9 +110,28 @@ class TransactionalOutput:
                 offsets, self._consumer.consumer_group_metadata(), TIMEOUT_S
             )
         self.producer.commit_transaction(TIMEOUT_S)
+        self._open_since = None
 
     def abort(self) -> None:
         self.producer.abort_transaction(TIMEOUT_S)
+        self._open_since = None
+
+    def renew(self, *, fenced: bool) -> bool:
+        """Fenced, only when the open transaction outlived its timeout: then its coordinator
+        aborted it on its own (two brokers of three down, it could not commit in time) and
+        bumped the producer's epoch, and that is the fatal error (PRODUCER_FENCED, or
+        INVALID_TXN_STATE when our abort crossed the coordinator's). Sooner, a new instance of
+        our transactional id fenced this one. Not fenced (an abort that timed out, or that a
+        commit still in progress refuses), always. The new producer's `init_transactions` ends
+        the old one's transaction first, committed or aborted: the worker then rewinds to
+        whatever Kafka holds."""
+        since = self._open_since
+        if fenced and (since is None or time.monotonic() - since < TIMEOUT_S):
+            return False
+        self.producer.purge()
+        self.producer = Producer(self._config)
+        self._open_since = None
+        return True
 
 
 class AtLeastOnceOutput:
@@ -161,3 +187,8 @@ class AtLeastOnceOutput:
         what is in flight, so that its late failure cannot fail the next batch's commit."""
         self.producer.flush(_FLUSH_S)
         self._failure = None
+
+    def renew(self, *, fenced: bool) -> bool:
+        """Its abort cannot fail; a fatal error of an idempotent producer (a sequence gap)
+        leaves what it wrote unknown: stop."""
+        return False

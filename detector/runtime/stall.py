@@ -81,7 +81,10 @@ class StallWatch:
         elif assigned:
             cause = "transactions cannot commit"
         else:
-            cause = "no input partition assigned: the group coordinator is unreachable"
+            cause = (
+                "no input partition assigned and restored: the group coordinator or the "
+                "changelog is unreachable"
+            )
         log.warning(
             "stalled on Kafka: nothing committed for %.0f s, %s (brokers down, or "
             "min.insync.replicas cannot be met); last error: %s. Waiting for the brokers: "

@@ -27,11 +27,15 @@ Finding = dict[str, Any]
 
 
 class Deployment:
-    def __init__(self, broker: AnyKafka, workdir: Path, runtime: str, store: str) -> None:
+    def __init__(
+        self, broker: AnyKafka, workdir: Path, runtime: str, store: str, replication: int = 1
+    ) -> None:
         self.broker = broker
         self.config = broker.client_config()
         self.runtime = runtime
-        self.topics = WorkerTopics.fresh(f"it-{runtime}").create(self.config, PARTITIONS)
+        self.topics = WorkerTopics.fresh(f"it-{runtime}").create(
+            self.config, PARTITIONS, replication=replication
+        )
         self.group = WorkerGroup(self.config, self.topics, workdir, runtime, store)
 
     def worker(self, instance: str = "w1", *extra: str) -> WorkerProcess:

@@ -3,11 +3,14 @@ three-broker cluster, and the pager bridge and the lease store's relay with a br
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import psycopg
+from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -17,10 +20,14 @@ from psycopg.rows import DictRow
 
 from detector.testing.kafka_cluster import LocalKafkaCluster
 from detector.testing.pagerduty import PagerDutyReceiver
+from detector.testing.torture.harness import STALL_LINE
+from detector.testing.worker import WorkerProcess
 
+from .deployment import Deployment, audited, keyed, wait_for
 from .kafka_harness import broker_env, renamed_topics_file, splitbrain
 from .test_outbox_relay import relay_through
 from .test_page_bridge import KEY, REVS, BridgeProcess, publish, settled, until, variant
+from .test_worker import assert_exactly_once, many_workflows, wait_for_findings
 
 TIMEOUT = 30.0
 PARTITIONS = 3
@@ -110,6 +117,65 @@ def test_the_relay_loses_no_row_and_republishes_none_when_a_broker_dies(
         kafka_cluster.node(kafka_cluster.leader(topic, 0)).kill()
 
     relay_through(postgres_dsn, kafka_cluster, topic, kill_a_leader)
+
+
+def test_the_kafka_worker_stalls_with_two_brokers_down_and_resumes_on_its_own(
+    kafka_cluster: LocalKafkaCluster, tmp_path: Path
+) -> None:
+    """Two brokers of three killed while transactions run, the coordinator of the worker's
+    transactions among them: `min.insync.replicas` cannot be met, so the worker commits nothing
+    and says so. Once the other broker returns, the same process commits again; readers see
+    each revision once, the latest equal to audit's."""
+    d = Deployment(kafka_cluster, tmp_path, "kafka", "memory", replication=3)
+    try:
+        lines = many_workflows(400)
+        expected = audited(lines)
+        w = d.worker()
+        wait_for(lambda: "restored partitions" in w.log.read_text(), "the start", workers=[w])
+        coordinator = kafka_cluster.transaction_coordinator(f"{d.topics.group}-{w.instance}")
+        other = next(n for n in sorted(kafka_cluster.nodes) if n != coordinator)
+        sender, unsent = publish_through_an_outage(d, lines)
+        with d.reader(d.topics.findings) as findings:
+            wait_for_findings(findings, 60, w)
+            for node_id in (coordinator, other):
+                kafka_cluster.node(node_id).kill()
+            wait_for(lambda: STALL_LINE in w.log.read_bytes(), "the stall said", workers=[w])
+            stalled = committed(w)
+            kafka_cluster.restart(other)
+            wait_for(lambda: committed(w) > stalled, "a commit, by the same process", workers=[w])
+            kafka_cluster.restart(coordinator)
+            sender.join(timeout=300)
+            assert not sender.is_alive() and unsent == [0]
+            assert_exactly_once(d, findings, expected, [w])
+        assert w.stop() == 0, w.tail()
+    finally:
+        d.close()
+
+
+def committed(w: WorkerProcess) -> float:
+    return w.samples("splitbrain_transactions_total", "outcome").get("committed", 0.0)
+
+
+def publish_through_an_outage(
+    d: Deployment, lines: list[bytes]
+) -> tuple[threading.Thread, list[int]]:
+    """Publish from a thread, slowly enough to span the faults; what the outage holds up waits
+    in the producer. The list gets what was left unsent at the end."""
+    unsent: list[int] = []
+
+    def send() -> None:
+        producer = Producer({**d.config, "enable.idempotence": True, "message.timeout.ms": 600_000})
+        records = keyed(lines)
+        for i in range(0, len(records), 16):
+            for key, value in records[i : i + 16]:
+                producer.produce(d.topics.input, key=key, value=value)
+            producer.poll(0)
+            time.sleep(0.1)
+        unsent.append(producer.flush(300))
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    return sender, unsent
 
 
 def replicated_topic(cluster: LocalKafkaCluster, name: str, partitions: int) -> None:

@@ -385,6 +385,28 @@ def test_sigkill_mid_stream_loses_and_duplicates_nothing(deployment: Deployment)
     assert before < after, "the kill came after all the work"
 
 
+@pytest.mark.parametrize("deployment", ["kafka"], indirect=True)
+def test_a_second_process_of_the_same_instance_fences_the_first(deployment: Deployment) -> None:
+    """Two processes of one instance id (a botched deploy): the newer one's transactional id
+    fences the older one, which exits 3 (fenced on a transaction younger than its timeout, it
+    is not its coordinator's doing); readers still see every revision exactly once."""
+    old = deployment.worker()
+    twin = WorkerProcess(
+        deployment.config, deployment.topics, deployment.group.workdir / "twin", old.instance
+    )
+
+    def start_twin() -> list[WorkerProcess]:
+        twin.start()
+        wait_for(lambda: not old.alive(), "the older process to stop", workers=[twin])
+        assert old.exit_code() == 3, old.tail()
+        return [twin]
+
+    try:
+        through_a_fault(deployment, old, start_twin)
+    finally:
+        twin.kill()
+
+
 def test_scale_out_moves_state_with_partitions(deployment: Deployment) -> None:
     """A second worker joins mid-stream: partitions and their state move to it through the
     changelog, the first worker's producers for them are fenced, and readers still see every

@@ -30,7 +30,7 @@ def test_a_stall_with_kafka_errors_is_said_once_and_its_end_too(
     watch.check(assigned=False)
     (warning,) = caplog.messages
     assert "nothing committed for 31 s" in warning
-    assert "the group coordinator is unreachable" in warning
+    assert "the group coordinator or the changelog is unreachable" in warning
     assert "Connection refused" in warning
     clock.now += 10.0
     watch.progressed()
