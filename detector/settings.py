@@ -30,6 +30,7 @@ from typing import Annotated, Any, Final, Literal, Self, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     Field,
     PrivateAttr,
     SecretStr,
@@ -81,6 +82,9 @@ PositiveSeconds = Annotated[
     Form(f"seconds more than 0 to {MAX_SECONDS}", "S"),
 ]
 Name = Annotated[str, Form("a non-empty name", "NAME")]
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
+]
 Directory = Annotated[Path, Form("a directory path", "DIR")]
 Text = Annotated[str | None, Form("a non-empty value", "VALUE")]
 Secret = Annotated[SecretStr | None, Form("a non-empty secret", "PATH")]

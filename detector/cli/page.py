@@ -34,6 +34,7 @@ from detector.paging.webhook import WebhookSink
 from detector.settings import (
     Form,
     IpAddress,
+    LogLevel,
     Name,
     Port,
     PositiveSeconds,
@@ -80,9 +81,6 @@ Url = Annotated[
     Form("an http:// or https:// URL without credentials", "URL"),
 ]
 MinSeverity = Annotated[Literal["info", "warning", "critical"], BeforeValidator(str.lower)]
-LogLevel = Annotated[
-    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
-]
 
 
 class _PageSettings(PrefixedSettings):

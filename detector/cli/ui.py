@@ -12,15 +12,15 @@ import argparse
 import ipaddress
 import logging
 import socket
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, Field
 from pydantic_settings import SettingsConfigDict
 
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
 from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
-from detector.settings import Form, Name, PrefixedSettings, Secret, SettingsError, flag
+from detector.settings import Form, LogLevel, Name, PrefixedSettings, Secret, SettingsError, flag
 from detector.view.metrics import ViewMetrics
 from detector.view.reader import FindingsReader
 from detector.view.store import FindingsStore
@@ -46,9 +46,6 @@ Listen = Annotated[
     str,
     AfterValidator(_listen),
     Form("an IP address and port (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080)", "ADDRESS:PORT"),
-]
-LogLevel = Annotated[
-    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
 ]
 
 

@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, create_model
+from pydantic import AfterValidator, Field, create_model
 
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config
@@ -20,6 +20,7 @@ from detector.settings import (
     Directory,
     Form,
     IpAddress,
+    LogLevel,
     Name,
     Port,
     PositiveInt,
@@ -44,9 +45,6 @@ InstanceId = Annotated[
     Form("1 to 249 letters, digits, '.', '_' or '-' (not . or ..)", "NAME"),
 ]
 
-LogLevel = Annotated[
-    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
-]
 
 # Every engine setting (`detector.core.Config`): its form, which is Config's rule (caps and counts
 # from 1, the periods it cannot do without more than 0), and its help.

@@ -205,8 +205,8 @@ class LeaseHealth:
                         None,
                         f"lease {lease_s:g}s is not longer than ({self.missed_heartbeats}+1) x "
                         f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s "
-                        "(L > H + R x max(H, T) + J, with T, a failed extension's time, not in "
-                        "the events and so counted as at most H): a worker that misses "
+                        "(L > H + R x max(H, T) + J; the events carry no T, a failed "
+                        "extension's time, so it is taken as H): a worker that misses "
                         f"{self.missed_heartbeats} heartbeats loses its lease while alive",
                     )
                 )
