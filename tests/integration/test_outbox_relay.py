@@ -126,14 +126,16 @@ def test_two_relays_publish_each_job_s_events_in_seq_order(
     """Issue 23: several relays, small batches, a backlog: a job's events are split over many
     batches and both relays take part, and each job's events reach the topic in seq order."""
     jobs, extensions = 8, 30
-    with LeaseStore(postgres_dsn, [OCR]) as store:
-        for n in range(jobs):
-            long_job(store, n, extensions)
-    per_job = extensions + 2
     relays = [
         OutboxRelay(postgres_dsn, kafka_broker.client_config(), topic=topic, batch=5)
         for _ in range(2)
     ]
+    for r in relays:  # both connected before the backlog exists: neither drains it alone
+        r.step(prune=False)  # while the other is still connecting
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        for n in range(jobs):
+            long_job(store, n, extensions)
+    per_job = extensions + 2
     stop = threading.Event()
     threads = [
         threading.Thread(target=r.run, args=(stop,), kwargs={"idle_s": 0.05}) for r in relays
