@@ -1,9 +1,9 @@
 """`splitbrain demo`: the product, live, on this machine, in under two minutes.
 
-It starts the stack of `detector.testing.stack` (a broker, two detector workers, PostgreSQL with
+It starts the stack of `detector.devstack.stack` (a broker, two detector workers, PostgreSQL with
 the lease store, the outbox relay, an unfenced example destination, Alertmanager, Prometheus
 with the shipped alerting rules, the pager bridge), then a small fleet of agent workers
-(`python -m detector.testing.lease_worker`: real lease-store workers whose tool takes a couple
+(`python -m detector.devstack.lease_worker`: real lease-store workers whose tool takes a couple
 of seconds and then POSTs its effect to the destination) over a stream of jobs. While one agent
 is inside its tool call it is paused (SIGSTOP) past its lease, as a GC pause or a network split
 would; another agent takes the job over and commits; the paused one wakes (SIGCONT) and commits
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 
     from detector.cli.tail import FindingsView
     from detector.demos import DemoSource
+    from detector.devstack.stack import Process, Stack
     from detector.leases.store import LeaseStore
-    from detector.testing.stack import Process, Stack
 
 DEFAULT_STATE_DIR: Final = Path("var") / "demo"
 DEFAULT_TIMEOUT_S: Final = 110.0
@@ -179,7 +179,7 @@ def _port(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from detector.demos import load  # noqa: PLC0415
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack import stack as st  # noqa: PLC0415
 
     source = None if args.source == LEASES else load(args.source)
     missing = None if source is None else source.missing()
@@ -218,7 +218,7 @@ def _run(
     *,
     interactive: bool,
 ) -> int:
-    from detector.testing.stack import StackError  # noqa: PLC0415
+    from detector.devstack.stack import StackError  # noqa: PLC0415
 
     leftovers = stack.prepare()
     print(
@@ -364,10 +364,10 @@ class Scenario:
         self.consumer = self.store = self._db = None
 
     def _start_fleet(self) -> None:
+        from detector.devstack.stack import Process  # noqa: PLC0415
+        from detector.devstack.worker import connection_env  # noqa: PLC0415
         from detector.leases.db import connect  # noqa: PLC0415
         from detector.leases.store import LeaseStore  # noqa: PLC0415
-        from detector.testing.stack import Process  # noqa: PLC0415
-        from detector.testing.worker import connection_env  # noqa: PLC0415
 
         dsn = self.stack.dsn
         url = self.stack.url("destination")
@@ -382,7 +382,7 @@ class Scenario:
                 urls={"destination": url},
                 log=self.stack.dir / "logs" / f"{name}.log",
                 argv=[
-                    *(sys.executable, "-m", "detector.testing.lease_worker", "--dsn", dsn),
+                    *(sys.executable, "-m", "detector.devstack.lease_worker", "--dsn", dsn),
                     *("--worker-id", name, "--job-class", c.model_dump_json()),
                     *("--work-s", WORK_S, "--destination-url", url, "--seed", str(n)),
                 ],
@@ -401,7 +401,7 @@ class Scenario:
 
     def _start_source(self, source: DemoSource) -> None:
         from detector.demos import DemoStack  # noqa: PLC0415
-        from detector.testing.worker import connection_env  # noqa: PLC0415
+        from detector.devstack.worker import connection_env  # noqa: PLC0415
 
         config = self.stack.kafka_config
         self.out(f"running the {source.name} zombie, its events through splitbrain's adapter")
@@ -725,7 +725,7 @@ class Scenario:
     # -- the end ----------------------------------------------------------------------------
 
     def _check_alive(self) -> None:
-        from detector.testing.stack import StackError, log_tail  # noqa: PLC0415
+        from detector.devstack.stack import StackError, log_tail  # noqa: PLC0415
 
         for comp in self.stack.components:
             if not comp.stopped and comp.pids and not comp.running():
@@ -796,7 +796,7 @@ class Scenario:
         """Without PostgreSQL no agent runs: replay the published acceptance history instead,
         so that the rest of the product still shows what it does."""
         from detector import bundled  # noqa: PLC0415
-        from detector.testing.worker import connection_env  # noqa: PLC0415
+        from detector.devstack.worker import connection_env  # noqa: PLC0415
 
         name = bundled.ACCEPTANCE_HISTORY
         self.out(f"no lease store, so no live split-brain: replaying {name} instead")

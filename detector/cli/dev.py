@@ -1,8 +1,8 @@
-"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.testing.kafka`;
-`splitbrain dev up|down|status`: the whole stack of `detector.testing.stack` (the one `splitbrain
+"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.devstack.kafka`;
+`splitbrain dev up|down|status`: the whole stack of `detector.devstack.stack` (the one `splitbrain
 demo` runs), left running for your own workers, its state in `var/dev/stack.json`.
 
-Kept apart from `detector.testing.kafka` so that building the `splitbrain` parser imports nothing
+Kept apart from `detector.devstack.kafka` so that building the `splitbrain` parser imports nothing
 heavier than argparse; the broker and stack modules are imported only when a command runs.
 """
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from detector.errors import ExitCode
 
 if TYPE_CHECKING:
-    from detector.testing.kafka import LocalKafka
-    from detector.testing.kafka_cluster import LocalKafkaCluster
+    from detector.devstack.kafka import LocalKafka
+    from detector.devstack.kafka_cluster import LocalKafkaCluster
 
 DEFAULT_DATA_DIR = Path("var") / "kafka"
 DEFAULT_STACK_DIR = Path("var") / "dev"
@@ -115,8 +115,8 @@ def _brokers_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _start_cluster(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError  # noqa: PLC0415
-    from detector.testing.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+    from detector.devstack.kafka import DevKafkaError  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
 
     if args.sasl_ssl or args.kill:
         print("error: --brokers N > 1 takes neither --sasl-ssl nor --kill")
@@ -135,8 +135,8 @@ def _start_cluster(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
-    from detector.testing.kafka_cluster import is_cluster  # noqa: PLC0415
+    from detector.devstack.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import is_cluster  # noqa: PLC0415
 
     if args.brokers > 1 or is_cluster(args.data_dir):
         return _start_cluster(args)
@@ -166,8 +166,8 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError  # noqa: PLC0415
-    from detector.testing.kafka_cluster import open_kafka  # noqa: PLC0415
+    from detector.devstack.kafka import DevKafkaError  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import open_kafka  # noqa: PLC0415
 
     try:
         broker = open_kafka(args.data_dir)
@@ -183,7 +183,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from detector.testing.kafka_cluster import LocalKafkaCluster, open_kafka  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import LocalKafkaCluster, open_kafka  # noqa: PLC0415
 
     broker = open_kafka(args.data_dir)
     status = broker.status()
@@ -202,7 +202,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _pids(broker: LocalKafka | LocalKafkaCluster) -> list[int]:
     """The running PIDs of a broker or of a cluster's nodes."""
-    from detector.testing.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
 
     if isinstance(broker, LocalKafkaCluster):
         return [pid for pid in broker.pids().values() if pid is not None]
@@ -267,7 +267,7 @@ def _stack_dir_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack import stack as st  # noqa: PLC0415
 
     st.interrupts.install()
     options = st.Options(
@@ -312,7 +312,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack import stack as st  # noqa: PLC0415
 
     st.interrupts.install()
     try:
@@ -329,7 +329,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _stack_status(args: argparse.Namespace) -> int:
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack import stack as st  # noqa: PLC0415
 
     record = st.load_record(args.state_dir)
     if record is None:

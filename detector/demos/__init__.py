@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
-    from detector.testing.stack import Component
+    from detector.devstack.stack import Component
 
 LEASES: Final = "leases"
 SOURCES: Final = (LEASES, "temporal", "celery", "langgraph", "etcd", "kubernetes")
@@ -47,7 +47,7 @@ class DemoSource(Protocol):
 
     def start(self, stack: DemoStack) -> None:
         """Start the system's servers and workers (through `stack.add`) and set the zombie in
-        motion; raise `detector.testing.stack.StackError` if they fail."""
+        motion; raise `detector.devstack.stack.StackError` if they fail."""
         ...
 
     def poll(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from detector.testing.kafka import LocalKafka, free_port
+from detector.devstack.kafka import LocalKafka, free_port
 from tests.integration.conftest import deploy
 from tests.integration.deployment import wait_for
 from tests.integration.receiver import Receiver

@@ -316,7 +316,7 @@ def new_cluster_id() -> str:
 
 @dataclass(frozen=True)
 class Seat:
-    """A node's place in a multi-node cluster (`detector.testing.kafka_cluster`): its id, its own
+    """A node's place in a multi-node cluster (`detector.devstack.kafka_cluster`): its id, its own
     ports, the quorum's voters and the cluster id every node is formatted with, and the
     replication of the internal topics (3: the production settings)."""
 
@@ -727,7 +727,7 @@ class LocalKafka:
             )
         server = self.data_dir / _SERVER_PROPERTIES
         server.write_text(
-            "# Written by detector/testing/kafka.py; rewritten on every start.\n"
+            "# Written by detector/devstack/kafka.py; rewritten on every start.\n"
             + "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
         )
         client = self.data_dir / _CLIENT_PROPERTIES

@@ -57,11 +57,11 @@ import yaml
 
 from detector import bundled
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
+from detector.devstack.kafka import JARS_MARKER, DevKafkaError, LocalKafka, free_port, jars_dir
+from detector.devstack.kafka_cluster import LocalKafkaCluster, open_kafka
+from detector.devstack.topics import WorkerTopics
+from detector.devstack.worker import WorkerProcess, connection_env
 from detector.errors import SplitbrainError
-from detector.testing.kafka import JARS_MARKER, DevKafkaError, LocalKafka, free_port, jars_dir
-from detector.testing.kafka_cluster import LocalKafkaCluster, open_kafka
-from detector.testing.topics import WorkerTopics
-from detector.testing.worker import WorkerProcess, connection_env
 
 STATE_FILE: Final = "stack.json"
 LOCK_FILE: Final = "lock"
@@ -447,9 +447,9 @@ class Postgres(Component):
     user), with the lease store migrated in database `jobs`."""
 
     def start(self, stack: Stack) -> None:
+        from detector.devstack.postgres import LocalPostgres, LocalPostgresError  # noqa: PLC0415
         from detector.leases.db import connect  # noqa: PLC0415
         from detector.leases.schema import migrate  # noqa: PLC0415
-        from detector.testing.postgres import LocalPostgres, LocalPostgresError  # noqa: PLC0415
 
         server = LocalPostgres(start_timeout=max(5.0, stack.left()))
         self.data.update(root=str(server.data_dir.parent), data_dir=str(server.data_dir))
@@ -600,7 +600,7 @@ def preflight(options: Options, say: Say) -> Tools:
                 "(apt-get install maven), it fetches them from Maven Central once"
             )
         say(f"resolving Kafka's jars from Maven Central into {jars_dir()} (once)")
-    from detector.testing.kafka import ensure_jars  # noqa: PLC0415
+    from detector.devstack.kafka import ensure_jars  # noqa: PLC0415
 
     try:
         ensure_jars()
@@ -630,7 +630,7 @@ def preflight(options: Options, say: Say) -> Tools:
         )
     postgres = True
     try:
-        from detector.testing.postgres import postgres_binaries  # noqa: PLC0415
+        from detector.devstack.postgres import postgres_binaries  # noqa: PLC0415
 
         postgres_binaries()
     except (ImportError, SplitbrainError):

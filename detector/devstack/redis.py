@@ -21,8 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from detector.devstack.kafka import free_port
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 _LOG_FILE: Final = "redis.log"
 

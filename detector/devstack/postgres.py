@@ -28,8 +28,8 @@ from typing import Final, Literal, Self
 import psycopg
 from psycopg import sql
 
+from detector.devstack.kafka import free_port
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 SERVER_USER: Final = "splitbrain-pg"
 SUPERUSER: Final = "splitbrain"
@@ -167,7 +167,7 @@ class LocalPostgres:
             )
             with (self.data_dir / "postgresql.conf").open("a") as conf:
                 conf.write(
-                    "\n# detector/testing/postgres.py\n"
+                    "\n# detector/devstack/postgres.py\n"
                     + "".join(f"{line}\n" for line in (*_SETTINGS, f"port = {self.port}"))
                 )
             self._initialised = True

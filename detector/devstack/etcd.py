@@ -20,8 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from detector.devstack.kafka import free_port
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 
 class LocalEtcdError(SplitbrainError, RuntimeError):
