@@ -39,7 +39,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
 from detector.core import Detector, WorkflowState, encode_state
-from detector.devstack.kafka import LocalKafka, free_port
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
 from detector.devstack.topics import TopicReader, WorkerTopics, end_offsets
 from detector.devstack.worker import WorkerProcess
 from detector.runtime.kafka_loop import CHANGELOG_CONFIG

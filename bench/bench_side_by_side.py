@@ -63,7 +63,8 @@ from stack import broker_with_topics, machine, outputs_on, start_worker
 
 from detector import gc_tuning
 from detector.contracts.events import parse_event_json
-from detector.devstack.kafka import LocalKafka, free_port
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
 from detector.devstack.topics import WorkerTopics, end_offsets, group_offsets, read_committed
 from detector.devstack.worker import WorkerProcess
 

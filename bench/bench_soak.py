@@ -41,7 +41,8 @@ from confluent_kafka.admin import AdminClient
 from matplotlib.figure import Figure
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
-from detector.devstack.kafka import LocalKafka, free_port
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
 from detector.devstack.topics import WorkerTopics, end_offsets
 from detector.devstack.worker import Labels, WorkerProcess
 

@@ -69,9 +69,9 @@ class CeleryDemo:
         from celery import Celery  # noqa: PLC0415
 
         from detector.demos.celery_app import TASK  # noqa: PLC0415
-        from detector.devstack.kafka import free_port  # noqa: PLC0415
+        from detector.devstack.components import Process  # noqa: PLC0415
+        from detector.devstack.process import free_port  # noqa: PLC0415
         from detector.devstack.redis import redis_argv, redis_ready, redis_server  # noqa: PLC0415
-        from detector.devstack.stack import Process  # noqa: PLC0415
 
         self._say = stack.say
         port = free_port()

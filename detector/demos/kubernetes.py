@@ -65,8 +65,8 @@ class KubernetesDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
+        from detector.devstack.components import Process  # noqa: PLC0415
         from detector.devstack.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
-        from detector.devstack.stack import Process  # noqa: PLC0415
 
         self._say = stack.say
         server = LocalKubeApiServer(etcd=start_etcd(stack))

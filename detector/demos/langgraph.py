@@ -50,7 +50,7 @@ class LangGraphDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.devstack.stack import StackError  # noqa: PLC0415
+        from detector.devstack.errors import StackError  # noqa: PLC0415
 
         if stack.dsn is None:
             raise StackError("the langgraph demo needs the stack's PostgreSQL, which did not run")

@@ -50,9 +50,9 @@ class TemporalDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.devstack.kafka import free_port  # noqa: PLC0415
-        from detector.devstack.stack import Process  # noqa: PLC0415
-        from detector.devstack.temporal import server_argv, serving  # noqa: PLC0415
+        from detector.devstack.components import Process  # noqa: PLC0415
+        from detector.devstack.process import free_port, port_open  # noqa: PLC0415
+        from detector.devstack.temporal import server_argv  # noqa: PLC0415
 
         self._say = stack.say
         port = free_port()
@@ -63,7 +63,7 @@ class TemporalDemo:
                 urls={"target": target},
                 log=stack.logs / "temporal.log",
                 argv=server_argv(port),
-                ready=lambda: serving(port),
+                ready=lambda: port_open(port),
             )
         )
         stack.say(f"started temporal      the test server, {target} (pid {server.pids[0].pid})")

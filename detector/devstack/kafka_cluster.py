@@ -26,9 +26,9 @@ from detector.devstack.kafka import (
     KafkaStatus,
     LocalKafka,
     Seat,
-    free_port,
     new_cluster_id,
 )
+from detector.devstack.process import free_port
 
 CLUSTER_FILE: Final = "cluster.json"
 CLUSTER_HEAP_MB: Final = 256  # three JVMs on a developer's laptop (or a CI runner)

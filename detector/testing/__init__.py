@@ -1,4 +1,4 @@
 """What tests and the torture harness need besides the product's own dev stack
 (`detector.devstack`): test doubles (a PagerDuty Events endpoint, an OTLP receiver, a TCP
-proxy), the findings view under a browser, and the torture harness. Nothing outside this
-package imports it."""
+proxy), the findings view under a browser, and the torture harness. No other module of
+`detector` imports it (`tests/unit/test_layers.py`)."""

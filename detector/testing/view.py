@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from confluent_kafka import Producer
 
 from detector.contracts.findings import Finding
-from detector.devstack.stack import Pid, log_tail, stop_pids
+from detector.devstack.process import Pid, log_tail, stop_pids
 from detector.errors import SplitbrainError
 
 if TYPE_CHECKING:

@@ -31,7 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from detector.devstack.kafka import LocalKafka, free_port
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
 from detector.devstack.worker import WorkerProcess, connection_env
 from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, wait_for

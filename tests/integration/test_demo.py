@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from detector.devstack.kafka import free_port
 from detector.devstack.postgres import postgres_binaries
-from detector.devstack.stack import LOCK_FILE, Pid, load_record
+from detector.devstack.process import Pid, free_port
+from detector.devstack.record import LOCK_FILE, load_record
 from detector.testing.view import fetched
 from tests.paths import ROOT
 from tests.tools import program

@@ -25,8 +25,8 @@ from psycopg.rows import DictRow
 from detector.cli.leases import DEFAULT_JOB_RETENTION_H
 from detector.cli.main import main
 from detector.contracts.events import Kind, Source, parse_event_obj
-from detector.devstack.kafka import free_port
 from detector.devstack.postgres import LocalPostgres
+from detector.devstack.process import free_port
 from detector.errors import ExitCode
 from detector.histories.audit import audit_lines
 from detector.leases import (

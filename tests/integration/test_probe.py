@@ -17,7 +17,7 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.cli.main import main
-from detector.devstack.kafka import free_port
+from detector.devstack.process import free_port
 from detector.errors import ExitCode
 
 

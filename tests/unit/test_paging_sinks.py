@@ -17,7 +17,7 @@ from pydantic import SecretStr
 
 from detector.contracts.findings import Finding
 from detector.contracts.page_state import Sent, SinkName
-from detector.devstack.kafka import free_port
+from detector.devstack.process import free_port
 from detector.paging.alertmanager import AlertmanagerSink, endpoint
 from detector.paging.delivery import (
     Backoff,
