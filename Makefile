@@ -36,9 +36,9 @@ unit: $(STAMP)
 	$(BIN)/pytest -q -m "not kafka"
 
 # The integration tests' broker runs from Maven Central jars, cached in
-# ~/.cache/splitbrain/kafka-jars/ (detector/testing/kafka.py says where and why).
+# ~/.cache/splitbrain/kafka-jars/ (detector/devstack/kafka.py says where and why).
 kafka-jars: $(STAMP)
-	$(BIN)/python -c 'from detector.testing.kafka import ensure_jars; print(ensure_jars())'
+	$(BIN)/python -c 'from detector.devstack.kafka import ensure_jars; print(ensure_jars())'
 
 test: lint typecheck kafka-jars $(STAMP)
 	$(BIN)/pytest -q

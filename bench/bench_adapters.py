@@ -80,7 +80,7 @@ def bench_temporal(args: argparse.Namespace) -> list[Row]:
     events, the timeout's timer), and per event sent from workflow code."""
     from temporalio.client import Client  # noqa: PLC0415
 
-    from detector.testing.temporal import LocalTemporal, ProgressBatch  # noqa: PLC0415
+    from detector.devstack.temporal import LocalTemporal, ProgressBatch  # noqa: PLC0415
 
     with LocalTemporal() as server:
 
@@ -168,7 +168,7 @@ async def _temporal_worker(client: Any, sink: AdapterSink | None) -> AsyncIterat
     from temporalio.worker import Worker  # noqa: PLC0415
 
     from detector.adapters.temporal import SplitbrainInterceptor  # noqa: PLC0415
-    from detector.testing.temporal import NoopBatch, NoopWorkflow, ProgressBatch, noop  # noqa: PLC0415
+    from detector.devstack.temporal import NoopBatch, NoopWorkflow, ProgressBatch, noop  # noqa: PLC0415
 
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     interceptors = [] if sink is None else [SplitbrainInterceptor(sink, worker_id="bench")]
@@ -186,7 +186,7 @@ async def _temporal_round(client: Any, unit: str, count: int, sink: AdapterSink 
     """Per no-op `unit`: `count` activities run one after another by one workflow, or `count`
     workflows run one after another (the server is another process: its CPU is not counted;
     the client's is, the same in both)."""
-    from detector.testing.temporal import NoopBatch, NoopWorkflow  # noqa: PLC0415
+    from detector.devstack.temporal import NoopBatch, NoopWorkflow  # noqa: PLC0415
 
     async with _temporal_worker(client, sink) as queue:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -247,7 +247,7 @@ def bench_celery(args: argparse.Namespace) -> list[Row]:
     the broker's fetch and ack, the trace, the signals), in rounds alternating a worker without
     and with the adapter (epochs minted by INCR on that Redis: its round trip is in the figure);
     then the handlers' own work per task on the task's thread, in `apply()` (eager)."""
-    from detector.testing.redis import LocalRedis  # noqa: PLC0415
+    from detector.devstack.redis import LocalRedis  # noqa: PLC0415
 
     with LocalRedis() as server:
         plain: list[Cost] = []
@@ -422,7 +422,7 @@ def bench_langgraph(args: argparse.Namespace) -> list[Row]:
     from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
 
     from detector.adapters.langgraph import PostgresThreads  # noqa: PLC0415
-    from detector.testing.postgres import LocalPostgres  # noqa: PLC0415
+    from detector.devstack.postgres import LocalPostgres  # noqa: PLC0415
 
     rows = _langgraph_rows("InMemorySaver", args, InMemorySaver, None)
     with LocalPostgres() as server:
@@ -472,7 +472,7 @@ def _langgraph_round(saver: Any, invocations: int) -> Cost:
     """Per invocation of the small graph: this process's CPU (LangGraph's threads and the
     wrapper's included) and wall time, until the wrapper has recorded every put."""
     from detector.adapters.langgraph import SplitbrainCheckpointer  # noqa: PLC0415
-    from detector.testing.langgraph_graph import build, thread  # noqa: PLC0415
+    from detector.demos.langgraph_graph import build, thread  # noqa: PLC0415
 
     graph = build(saver, interrupt=False)
     prefix = uuid.uuid4().hex[:8]
@@ -521,7 +521,7 @@ def bench_etcd(args: argparse.Namespace) -> list[Row]:
 
     from detector.adapters.etcd import LockOwner  # noqa: PLC0415
     from detector.contracts.events import Kind  # noqa: PLC0415
-    from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
+    from detector.devstack.etcd import LocalEtcd  # noqa: PLC0415
 
     n = max(args.keepalives, 1)
     sink = discarding_sink("etcd")

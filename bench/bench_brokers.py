@@ -26,9 +26,9 @@ from bench_worker import committed, publish, throughput
 from confluent_kafka import Consumer
 from stack import machine, start_worker
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.kafka_cluster import CLUSTER_HEAP_MB, AnyKafka, LocalKafkaCluster
-from detector.testing.topics import WorkerTopics
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.kafka_cluster import CLUSTER_HEAP_MB, AnyKafka, LocalKafkaCluster
+from detector.devstack.topics import WorkerTopics
 
 JIT = ("-XX:TieredStopAtLevel=4",)  # the full JIT, as bench/stack.py gives its broker
 

@@ -26,8 +26,8 @@ from bench_side_by_side import consume_rate
 from bench_worker import Throughput, publish, throughput, topic_bytes
 from stack import broker_with_topics, machine, outputs_on, start_worker
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import WorkerTopics
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import WorkerTopics
 
 FLAT: Final = 0.8  # last third / first third
 OF_CONSUME: Final = 0.35  # whole run / consume + validate

@@ -18,8 +18,8 @@ from bench_worker import workflow_key
 from confluent_kafka import Consumer, Producer, TopicPartition
 from stack import broker_with_topics, start_worker
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import WorkerTopics
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import WorkerTopics
 
 WARMUP = 5  # the first samples include the worker's start and restore
 WARMUP_TIMEOUT_S = 60.0  # the first also waits for the worker to join its group

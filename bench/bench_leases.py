@@ -10,7 +10,7 @@
 3. The lag from a transition's commit (taken right after `claim`/`extend` returns) to its event
    being read from the topic, with `OutboxRelay.run` relaying at its default idle interval.
 
-PostgreSQL (Debian's binaries, `detector/testing/postgres.py`) and the broker each run in a temp
+PostgreSQL (Debian's binaries, `detector/devstack/postgres.py`) and the broker each run in a temp
 directory and are stopped at the end. Prints numbers; asserts nothing.
 Run: `python bench/bench_leases.py [--quick] [--workers 1,4,16] [--jobs N]`.
 """
@@ -38,12 +38,12 @@ from confluent_kafka.admin import AdminClient
 from stack import broker_with_topics
 
 from detector.contracts.events import parse_event_obj
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.postgres import LocalPostgres
+from detector.devstack.topics import WorkerTopics, end_offsets
 from detector.leases import JobClass, Lease, LeaseLost, LeaseStore, migrate
 from detector.leases.db import connect
 from detector.leases.relay import OutboxRelay, relay_until_empty
-from detector.testing.kafka import LocalKafka
-from detector.testing.postgres import LocalPostgres
-from detector.testing.topics import WorkerTopics, end_offsets
 
 Mode = Literal["claim", "extend", "bare"]
 # The physical limit a claim is compared with: the least a SKIP LOCKED queue does per claim, one

@@ -39,12 +39,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
 from detector.core import Detector, WorkflowState, encode_state
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
+from detector.devstack.topics import TopicReader, WorkerTopics, end_offsets
+from detector.devstack.worker import WorkerProcess
 from detector.runtime.kafka_loop import CHANGELOG_CONFIG
 from detector.runtime.processor import PartitionProcessor
 from detector.telemetry.metrics import WorkerMetrics
-from detector.testing.kafka import LocalKafka, free_port
-from detector.testing.topics import TopicReader, WorkerTopics, end_offsets
-from detector.testing.worker import WorkerProcess
 
 CHUNK: Final = 20_000  # workflows per engine while filling: memory stays that of one chunk
 TXN_RECORDS: Final = 5_000  # changelog records per fill transaction: the worker's default batch

@@ -31,9 +31,9 @@ from bench_worker import committed, publish
 from confluent_kafka import Consumer
 from stack import broker_with_topics, machine, outputs_on, start_worker
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import WorkerTopics
-from detector.testing.worker import WorkerProcess
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import WorkerTopics
+from detector.devstack.worker import WorkerProcess
 
 WINDOW: Final = (0.2, 0.9)  # the share of the records committed between which the rate is taken
 TICK: Final = os.sysconf("SC_CLK_TCK")

@@ -63,9 +63,10 @@ from stack import broker_with_topics, machine, outputs_on, start_worker
 
 from detector import gc_tuning
 from detector.contracts.events import parse_event_json
-from detector.testing.kafka import LocalKafka, free_port
-from detector.testing.topics import WorkerTopics, end_offsets, group_offsets, read_committed
-from detector.testing.worker import WorkerProcess
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
+from detector.devstack.topics import WorkerTopics, end_offsets, group_offsets, read_committed
+from detector.devstack.worker import WorkerProcess
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 QUIX_APP: Final = ROOT / "bench" / "quix_detector.py"

@@ -41,9 +41,10 @@ from confluent_kafka.admin import AdminClient
 from matplotlib.figure import Figure
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
-from detector.testing.kafka import LocalKafka, free_port
-from detector.testing.topics import WorkerTopics, end_offsets
-from detector.testing.worker import Labels, WorkerProcess
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
+from detector.devstack.topics import WorkerTopics, end_offsets
+from detector.devstack.worker import Labels, WorkerProcess
 
 TEMPLATES: Final = 4  # distinct histories the generations cycle through (renamed each time)
 Event = tuple[bytes, bytes]  # record key, value

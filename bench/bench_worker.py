@@ -19,10 +19,10 @@ from bench_engine import history
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from stack import broker_with_topics, machine, start_worker
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.kafka_cluster import AnyKafka
-from detector.testing.topics import WorkerTopics
-from detector.testing.worker import WorkerProcess
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.kafka_cluster import AnyKafka
+from detector.devstack.topics import WorkerTopics
+from detector.devstack.worker import WorkerProcess
 
 
 def workflow_key(raw: bytes) -> bytes:

@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.kafka_cluster import AnyKafka
-from detector.testing.topics import WorkerTopics
-from detector.testing.worker import WorkerProcess
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.kafka_cluster import AnyKafka
+from detector.devstack.topics import WorkerTopics
+from detector.devstack.worker import WorkerProcess
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draw docs/findings-view.png from a real run of `splitbrain ui`.
 
-A local broker (detector.testing.kafka), the findings the engine finds in every history of
+A local broker (detector.devstack.kafka), the findings the engine finds in every history of
 examples/ published to a findings topic, the view started on it, and Debian's headless chromium
 (through chromium-driver) opening the acceptance history's finding. Everything started is
 stopped at the end.
@@ -23,10 +23,10 @@ from confluent_kafka.cimpl import NewTopic
 
 from detector.contracts.findings import Finding
 from detector.contracts.topics import FINDINGS_TOPIC
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.worker import connection_env
 from detector.histories.audit import audit_lines
-from detector.testing.kafka import LocalKafka
 from detector.testing.view import chromium, publish, running_view
-from detector.testing.worker import connection_env
 from detector.view.pages import finding_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from detector.testing.kafka import ClientConfig, LocalKafka
+from detector.devstack.kafka import ClientConfig, LocalKafka
 from detector.testing.torture.harness import Harness, Plan, run
 
 

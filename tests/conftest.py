@@ -1,4 +1,4 @@
-"""Shared fixtures: real local Kafka brokers started by `detector.testing.kafka`.
+"""Shared fixtures: real local Kafka brokers started by `detector.devstack.kafka`.
 
 The brokers are session-scoped (a JVM start costs seconds) and are stopped by PID at the end of
 the session; the SASL_SSL one and the three-broker cluster start only if some test asks for them.
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.kafka_cluster import LocalKafkaCluster
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.kafka_cluster import LocalKafkaCluster
 
 if TYPE_CHECKING:
     from selenium import webdriver

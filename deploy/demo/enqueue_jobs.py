@@ -3,7 +3,7 @@ SIGTERM. docker-compose.yml runs it in the splitbrain image (service `demo-jobs`
 
     python /opt/splitbrain/demo/enqueue_jobs.py --dsn DSN --job-class '{...}' [--interval-s 2]
 
-The demo lease workers (`python -m detector.testing.lease_worker`) claim the jobs and send each
+The demo lease workers (`python -m detector.devstack.lease_worker`) claim the jobs and send each
 effect to the fenced destination; the relay publishes every transition to the detector. Each job
 writes its own entity (the job id), so that the destination's per-entity fence compares owners of
 one job only. The password comes from PGPASSWORD, never from the command line.

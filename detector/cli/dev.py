@@ -1,8 +1,8 @@
-"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.testing.kafka`;
-`splitbrain dev up|down|status`: the whole stack of `detector.testing.stack` (the one `splitbrain
+"""`splitbrain dev kafka start|stop|status`: the local broker of `detector.devstack.kafka`;
+`splitbrain dev up|down|status`: the whole stack of `detector.devstack.stack` (the one `splitbrain
 demo` runs), left running for your own workers, its state in `var/dev/stack.json`.
 
-Kept apart from `detector.testing.kafka` so that building the `splitbrain` parser imports nothing
+Kept apart from `detector.devstack.kafka` so that building the `splitbrain` parser imports nothing
 heavier than argparse; the broker and stack modules are imported only when a command runs.
 """
 
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from detector.errors import ExitCode
 
 if TYPE_CHECKING:
-    from detector.testing.kafka import LocalKafka
-    from detector.testing.kafka_cluster import LocalKafkaCluster
+    from detector.devstack.kafka import LocalKafka
+    from detector.devstack.kafka_cluster import LocalKafkaCluster
 
 DEFAULT_DATA_DIR = Path("var") / "kafka"
 DEFAULT_STACK_DIR = Path("var") / "dev"
@@ -115,8 +115,8 @@ def _brokers_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _start_cluster(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError  # noqa: PLC0415
-    from detector.testing.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+    from detector.devstack.kafka import DevKafkaError  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
 
     if args.sasl_ssl or args.kill:
         print("error: --brokers N > 1 takes neither --sasl-ssl nor --kill")
@@ -135,8 +135,8 @@ def _start_cluster(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
-    from detector.testing.kafka_cluster import is_cluster  # noqa: PLC0415
+    from detector.devstack.kafka import DevKafkaError, LocalKafka  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import is_cluster  # noqa: PLC0415
 
     if args.brokers > 1 or is_cluster(args.data_dir):
         return _start_cluster(args)
@@ -166,8 +166,8 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from detector.testing.kafka import DevKafkaError  # noqa: PLC0415
-    from detector.testing.kafka_cluster import open_kafka  # noqa: PLC0415
+    from detector.devstack.kafka import DevKafkaError  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import open_kafka  # noqa: PLC0415
 
     try:
         broker = open_kafka(args.data_dir)
@@ -183,7 +183,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from detector.testing.kafka_cluster import LocalKafkaCluster, open_kafka  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import LocalKafkaCluster, open_kafka  # noqa: PLC0415
 
     broker = open_kafka(args.data_dir)
     status = broker.status()
@@ -202,7 +202,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _pids(broker: LocalKafka | LocalKafkaCluster) -> list[int]:
     """The running PIDs of a broker or of a cluster's nodes."""
-    from detector.testing.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
+    from detector.devstack.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
 
     if isinstance(broker, LocalKafkaCluster):
         return [pid for pid in broker.pids().values() if pid is not None]
@@ -267,10 +267,14 @@ def _stack_dir_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack.errors import StackError, UnusableError  # noqa: PLC0415
+    from detector.devstack.interrupts import interrupts  # noqa: PLC0415
+    from detector.devstack.preflight import Options, preflight  # noqa: PLC0415
+    from detector.devstack.record import STATE_FILE, load_record, locked, record_alive  # noqa: PLC0415
+    from detector.devstack.stack import Stack  # noqa: PLC0415
 
-    st.interrupts.install()
-    options = st.Options(
+    interrupts.install()
+    options = Options(
         prometheus_port=args.prometheus_port,
         alertmanager_port=args.alertmanager_port,
         destination_port=args.destination_port,
@@ -278,32 +282,32 @@ def _up(args: argparse.Namespace) -> int:
         brokers=args.brokers,
     )
     try:
-        with st.locked(args.state_dir, "splitbrain dev up"):
-            record = st.load_record(args.state_dir)
-            if record is not None and any(st.record_alive(record).values()):
-                raise st.UnusableError(
+        with locked(args.state_dir, "splitbrain dev up"):
+            record = load_record(args.state_dir)
+            if record is not None and any(record_alive(record).values()):
+                raise UnusableError(
                     f"a stack already runs in {args.state_dir}: `splitbrain dev status` shows "
                     "it, `splitbrain dev down` stops it"
                 )
-            tools = st.preflight(options, print)
-            stack = st.Stack(
+            tools = preflight(options, print)
+            stack = Stack(
                 args.state_dir, options, tools, mode="dev", say=print, timeout=args.timeout
             )
             stack.prepare()
             for skipped in stack.skipped:
                 print(f"skipped {skipped.name}: {skipped.reason}")
             stack.start()
-    except st.UnusableError as exc:
+    except UnusableError as exc:
         print(f"splitbrain dev up: {exc}", file=sys.stderr)
         return ExitCode.UNUSABLE
-    except st.StackError as exc:
+    except StackError as exc:
         print(f"splitbrain dev up: {exc}", file=sys.stderr)
         print("splitbrain dev up: stopped what had started", file=sys.stderr)
         return ExitCode.FAILED
     except KeyboardInterrupt:
         print("splitbrain dev up: interrupted; stopped what had started", file=sys.stderr)
         return ExitCode.INTERRUPTED
-    print(f"up: {len(stack.components)} components, recorded in {stack.dir / st.STATE_FILE}")
+    print(f"up: {len(stack.components)} components, recorded in {stack.dir / STATE_FILE}")
     print("point your own workers and commands at it:")
     for name, value in stack.env().items():
         print(f"  export {name}={shlex.quote(value)}")
@@ -312,13 +316,15 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack.errors import StackError  # noqa: PLC0415
+    from detector.devstack.interrupts import interrupts  # noqa: PLC0415
+    from detector.devstack.record import locked, stop_recorded  # noqa: PLC0415
 
-    st.interrupts.install()
+    interrupts.install()
     try:
-        with st.locked(args.state_dir, "splitbrain dev down"), st.interrupts.ignored():
-            stopped = st.stop_recorded(args.state_dir, print)
-    except st.StackError as exc:
+        with locked(args.state_dir, "splitbrain dev down"), interrupts.ignored():
+            stopped = stop_recorded(args.state_dir, print)
+    except StackError as exc:
         print(f"splitbrain dev down: {exc}", file=sys.stderr)
         return ExitCode.FAILED
     if stopped:
@@ -329,13 +335,13 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _stack_status(args: argparse.Namespace) -> int:
-    from detector.testing import stack as st  # noqa: PLC0415
+    from detector.devstack.record import load_record, record_alive  # noqa: PLC0415
 
-    record = st.load_record(args.state_dir)
+    record = load_record(args.state_dir)
     if record is None:
         print(f"no stack in {args.state_dir} (start one with `splitbrain dev up`)")
         return ExitCode.FAILED
-    alive = st.record_alive(record)
+    alive = record_alive(record)
     for comp in record.get("components", []):
         pids = ",".join(str(p["pid"]) for p in comp.get("pids") or []) or "-"
         where = " ".join(f"{k}={v}" for k, v in (comp.get("urls") or {}).items())

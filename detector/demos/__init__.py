@@ -3,7 +3,8 @@
 The demo's command starts the stack (Kafka, the detector workers, PostgreSQL, Prometheus,
 Alertmanager, the pager bridge) and waits for the critical finding and the page; a source only
 makes the zombie happen, in its own system, with its adapter emitting to the stack's broker.
-The lease store (`leases`, the default) is the demo's own fleet, in `detector.cli.demo`. Each
+The lease store (`leases`, the default) is the demo's own fleet, run by `detector.demos.runner`
+with the rest of the demo (the `splitbrain demo` command only parses its flags). Each
 other source is a module `detector.demos.<name>` whose `source()` returns a `DemoSource`.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
-    from detector.testing.stack import Component
+    from detector.devstack.components import Component
 
 LEASES: Final = "leases"
 SOURCES: Final = (LEASES, "temporal", "celery", "langgraph", "etcd", "kubernetes")
@@ -47,7 +48,7 @@ class DemoSource(Protocol):
 
     def start(self, stack: DemoStack) -> None:
         """Start the system's servers and workers (through `stack.add`) and set the zombie in
-        motion; raise `detector.testing.stack.StackError` if they fail."""
+        motion; raise `detector.devstack.errors.StackError` if they fail."""
         ...
 
     def poll(self) -> None:

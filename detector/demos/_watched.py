@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from detector.demos import DemoStack
 
 if TYPE_CHECKING:
-    from detector.testing.etcd import LocalEtcd
+    from detector.devstack.etcd import LocalEtcd
 
 
 def start_etcd(stack: DemoStack) -> LocalEtcd:
     """etcd on a free loopback port, ready; narrated with its endpoint and PID."""
-    from detector.testing.etcd import LocalEtcd  # noqa: PLC0415
-    from detector.testing.stack import Process  # noqa: PLC0415
+    from detector.devstack.components import Process  # noqa: PLC0415
+    from detector.devstack.etcd import LocalEtcd  # noqa: PLC0415
 
     etcd = LocalEtcd()
     server = stack.add(
@@ -40,7 +40,7 @@ def start_etcd(stack: DemoStack) -> LocalEtcd:
 def start_watcher(stack: DemoStack, system: str, *args: str, shown: str) -> None:
     """`splitbrain watch SYSTEM ARGS...`, ready once it logs that it follows; narrated with
     `shown` (the arguments a reader needs)."""
-    from detector.testing.stack import Process  # noqa: PLC0415
+    from detector.devstack.components import Process  # noqa: PLC0415
 
     name = f"watch-{system}"
     log = stack.logs / f"{name}.log"

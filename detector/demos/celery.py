@@ -1,7 +1,7 @@
 """`splitbrain demo --source celery`: an `acks_late` task redelivered past Redis's visibility
 timeout sends one email twice.
 
-Debian's `redis-server` and two Celery workers (`detector.testing.celery_app`, with the adapter
+Debian's `redis-server` and two Celery workers (`detector.demos.celery_app`, with the adapter
 installed) join the stack; one task is sent. The worker that gets it works past the 3 s
 visibility timeout; the Redis transport hands the message to the other worker, which sends the
 email; then the first one sends it too.
@@ -24,19 +24,19 @@ ADDRESS: Final = "a@example.com"
 WORKERS: Final = 2
 # The first delivery's work: twice the visibility timeout.
 FIRST_S: Final = "6"
-SAY: Final = "splitbrain-demo:"  # detector.testing.celery_app's lines in the worker's log
+SAY: Final = "splitbrain-demo:"  # detector.demos.celery_app's lines in the worker's log
 RECEIVED: Final = "Task send_welcome_email["  # Celery's "Task NAME[ID] received" line
 READY: Final = " ready."  # Celery's "NAME ready." line, once the worker consumes
-# detector.testing.celery_app's settings
+# detector.demos.celery_app's settings
 BROKER_ENV: Final = "ZOMBIE_CELERY_BROKER"
 TOPIC_ENV: Final = "ZOMBIE_CELERY_TOPIC"
 FIRST_ENV: Final = "ZOMBIE_CELERY_FIRST_S"
 
 
 def worker_argv(n: int) -> list[str]:
-    """Worker `n` of detector.testing.celery_app: prefork, one process, named workerN@host."""
+    """Worker `n` of detector.demos.celery_app: prefork, one process, named workerN@host."""
     return [
-        *(sys.executable, "-m", "celery", "-A", "detector.testing.celery_app", "worker"),
+        *(sys.executable, "-m", "celery", "-A", "detector.demos.celery_app", "worker"),
         *("-n", f"worker{n}@%h", "--concurrency", "1", "--loglevel", "INFO"),
         *("--without-gossip", "--without-mingle"),
     ]
@@ -68,10 +68,10 @@ class CeleryDemo:
     def start(self, stack: DemoStack) -> None:
         from celery import Celery  # noqa: PLC0415
 
-        from detector.testing.celery_app import TASK  # noqa: PLC0415
-        from detector.testing.kafka import free_port  # noqa: PLC0415
-        from detector.testing.redis import redis_argv, redis_ready, redis_server  # noqa: PLC0415
-        from detector.testing.stack import Process  # noqa: PLC0415
+        from detector.demos.celery_app import TASK  # noqa: PLC0415
+        from detector.devstack.components import Process  # noqa: PLC0415
+        from detector.devstack.process import free_port  # noqa: PLC0415
+        from detector.devstack.redis import redis_argv, redis_ready, redis_server  # noqa: PLC0415
 
         self._say = stack.say
         port = free_port()

@@ -40,7 +40,7 @@ class EtcdDemo:
                 "the etcd demo needs Python package 'etcd3gw': "
                 "pip install 'splitbrain-detector[etcd]'"
             )
-        from detector.testing.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+        from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
 
         try:
             etcd_binary()

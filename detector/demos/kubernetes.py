@@ -2,7 +2,7 @@
 the other candidate took over.
 
 etcd, a real kube-apiserver (built by scripts/build-kube-apiserver.sh), `splitbrain watch
-kubernetes` and two Python leader-election candidates (`detector.testing.kube_candidate`, with
+kubernetes` and two Python leader-election candidates (`detector.demos.kube_candidate`, with
 `LeaderElector`) join the stack; each reports an effect every 0.3 s while it leads. The leader
 is paused (SIGSTOP) past its 4 s lease; the other takes the Lease; the paused one resumes and
 works on until its elector notices, when `LeaderElector` stops its work.
@@ -49,8 +49,8 @@ class KubernetesDemo:
                 "the kubernetes demo needs Python package 'kubernetes': "
                 "pip install 'splitbrain-detector[kubernetes]'"
             )
-        from detector.testing.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
-        from detector.testing.kube_apiserver import (  # noqa: PLC0415
+        from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+        from detector.devstack.kube_apiserver import (  # noqa: PLC0415
             LocalKubeApiServerError,
             kube_apiserver_binary,
         )
@@ -65,8 +65,8 @@ class KubernetesDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.testing.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
-        from detector.testing.stack import Process  # noqa: PLC0415
+        from detector.devstack.components import Process  # noqa: PLC0415
+        from detector.devstack.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
 
         self._say = stack.say
         server = LocalKubeApiServer(etcd=start_etcd(stack))
@@ -91,7 +91,7 @@ class KubernetesDemo:
                     identity,
                     log=self._logs[identity],
                     argv=[
-                        *(sys.executable, "-m", "detector.testing.kube_candidate"),
+                        *(sys.executable, "-m", "detector.demos.kube_candidate"),
                         *kube,
                         *("--lease", LEASE, "--identity", identity),
                         *("--topic", INPUT_TOPIC),

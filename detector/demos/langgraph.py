@@ -41,7 +41,7 @@ class LangGraphDemo:
                 "the langgraph demo needs Python packages 'langgraph' and "
                 "'langgraph-checkpoint-postgres': pip install 'splitbrain-detector[langgraph]'"
             )
-        from detector.testing.postgres import LocalPostgresError, postgres_binaries  # noqa: PLC0415
+        from detector.devstack.postgres import LocalPostgresError, postgres_binaries  # noqa: PLC0415
 
         try:
             postgres_binaries()
@@ -50,7 +50,7 @@ class LangGraphDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.testing.stack import StackError  # noqa: PLC0415
+        from detector.devstack.errors import StackError  # noqa: PLC0415
 
         if stack.dsn is None:
             raise StackError("the langgraph demo needs the stack's PostgreSQL, which did not run")
@@ -62,8 +62,8 @@ class LangGraphDemo:
 
     def _zombie(self, dsn: str, bootstrap: str) -> None:
         from detector.adapters import AdapterSink  # noqa: PLC0415
+        from detector.demos.langgraph_graph import PODS, fork_on_postgres  # noqa: PLC0415
         from detector.kafka.emit import Emitter  # noqa: PLC0415
-        from detector.testing.langgraph_graph import PODS, fork_on_postgres  # noqa: PLC0415
 
         say = self._said.append
         self._sink = sink = AdapterSink(

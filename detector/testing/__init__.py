@@ -1,2 +1,4 @@
-"""What tests, benchmarks and the torture harness need to run the product for real: a local
-Kafka broker from Maven Central jars, a worker process, and a read_committed reader."""
+"""What tests and the torture harness need besides the product's own dev stack
+(`detector.devstack`): test doubles (a PagerDuty Events endpoint, an OTLP receiver, a TCP
+proxy), the findings view under a browser, and the torture harness. No other module of
+`detector` imports it (`tests/unit/test_layers.py`)."""

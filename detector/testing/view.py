@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 from confluent_kafka import Producer
 
 from detector.contracts.findings import Finding
+from detector.devstack.process import Pid, log_tail, stop_pids
 from detector.errors import SplitbrainError
-from detector.testing.stack import Pid, log_tail, stop_pids
 
 if TYPE_CHECKING:
     from selenium import webdriver

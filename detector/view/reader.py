@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError
 
-from detector.cli.tail import POLL_INTERVAL, findings_consumer
+from detector.kafka.findings import POLL_INTERVAL, findings_consumer
 from detector.view.store import FindingsStore
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
-from detector.cli.tail import FindingsView
 from detector.contracts.findings import Finding, Severity, Status
+from detector.kafka.findings import FindingsView
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,10 +8,10 @@ import psycopg
 import pytest
 from psycopg.rows import DictRow
 
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.postgres import LocalPostgres
 from detector.leases import migrate
 from detector.leases.db import connect
-from detector.testing.kafka import LocalKafka
-from detector.testing.postgres import LocalPostgres
 from tests.conftest import mark_directory
 from tests.integration.deployment import RUNTIMES, Deployment
 

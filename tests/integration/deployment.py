@@ -13,10 +13,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from detector.devstack.kafka_cluster import AnyKafka
+from detector.devstack.topics import Record, TopicReader, WorkerTopics
+from detector.devstack.worker import WorkerGroup, WorkerProcess
 from detector.histories.audit import audit_lines
-from detector.testing.kafka_cluster import AnyKafka
-from detector.testing.topics import Record, TopicReader, WorkerTopics
-from detector.testing.worker import WorkerGroup, WorkerProcess
 from tests.paths import SEED_FIXTURE
 
 PARTITIONS = 3

@@ -16,9 +16,9 @@ from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.testing.kafka_cluster import AnyKafka
-from detector.testing.topics import Record, TopicReader
-from detector.testing.worker import connection_env
+from detector.devstack.kafka_cluster import AnyKafka
+from detector.devstack.topics import Record, TopicReader
+from detector.devstack.worker import connection_env
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS_FILE = REPO / "topics" / "topics.yaml"

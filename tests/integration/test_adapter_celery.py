@@ -33,9 +33,9 @@ from detector.demos.celery import (
     says,
     worker_argv,
 )
-from detector.testing.kafka import LocalKafka
-from detector.testing.redis import LocalRedis
-from detector.testing.topics import read_committed
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.redis import LocalRedis
+from detector.devstack.topics import read_committed
 from tests.integration.conftest import deploy
 from tests.integration.deployment import audited, wait_for
 from tests.integration.kafka_harness import broker_env
@@ -49,7 +49,7 @@ pytest.importorskip("celery", reason="the celery extra is not installed (.[celer
 from celery import Celery
 
 from detector.adapters.celery import install
-from detector.testing.celery_app import TASK
+from detector.demos.celery_app import TASK
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def redis() -> Iterator[LocalRedis]:
 def start_workers(
     env: dict[str, str], logs: Path, count: int = 2
 ) -> list[tuple[subprocess.Popen[bytes], Path]]:
-    """`count` workers of detector.testing.celery_app, each until it consumes."""
+    """`count` workers of detector.demos.celery_app, each until it consumes."""
     workers = []
     for n in range(1, count + 1):
         log = logs / f"celery-{n}.log"

@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import IsolationLevel
 
 from detector.adapters import AdapterSink, effect_committed
+from detector.devstack.topics import Record, TopicReader
 from detector.kafka.emit import Emitter
-from detector.testing.topics import Record, TopicReader
 from tests.integration.deployment import Deployment, latest, wait_for
 from tests.integration.kafka_harness import REPO, broker_env
 
@@ -30,7 +30,7 @@ pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])
 from etcd3gw.client import Etcd3Client
 
 from detector.adapters.etcd import LockOwner
-from detector.testing.etcd import LocalEtcd
+from detector.devstack.etcd import LocalEtcd
 
 UNIT = "/locks/payments"  # etcd3gw's Lock("payments") is this one key
 

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import IsolationLevel
 
-from detector.testing.topics import TopicReader
+from detector.devstack.topics import TopicReader
 from tests.integration.deployment import Deployment, latest, wait_for
 from tests.integration.kafka_harness import REPO, broker_env
 
 pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
 
-from detector.testing.kube_apiserver import (
+from detector.devstack.kube_apiserver import (
     LocalKubeApiServer,
     LocalKubeApiServerError,
     kube_apiserver_binary,
@@ -96,7 +96,7 @@ def test_paused_leader_working_after_the_takeover_is_a_critical_finding(
     def candidate(identity: str) -> Process:
         return Process(
             [
-                *(sys.executable, "-m", "detector.testing.kube_candidate"),
+                *(sys.executable, "-m", "detector.demos.kube_candidate"),
                 *("--kubeconfig", str(apiserver.kubeconfig), "--namespace", NAMESPACE),
                 *(
                     "--lease",

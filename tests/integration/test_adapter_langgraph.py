@@ -15,8 +15,8 @@ from confluent_kafka import IsolationLevel
 from psycopg.rows import DictRow
 
 from detector.adapters import AdapterSink
+from detector.devstack.topics import TopicReader
 from detector.kafka.emit import Emitter
-from detector.testing.topics import TopicReader
 from tests.integration.deployment import Deployment, audited, latest, wait_for
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
@@ -24,7 +24,7 @@ pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from detector.adapters.langgraph import Child, PostgresThreads, Step, fork_effect_key
-from detector.testing.langgraph_graph import PODS, build, fork_on_postgres, thread
+from detector.demos.langgraph_graph import PODS, build, fork_on_postgres, thread
 
 THREAD = "support-ticket-8796"
 

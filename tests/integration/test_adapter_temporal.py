@@ -32,9 +32,9 @@ from prometheus_client import CollectorRegistry
 
 from detector.adapters import AdapterSink, effect_attempted
 from detector.contracts.events import Kind, OwnershipEvent, parse_event_json
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import read_committed
 from detector.kafka.emit import Emitter
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import read_committed
 from tests.integration.conftest import deploy
 from tests.integration.deployment import audited
 from tests.integration.test_worker import wait_for_audit
@@ -48,7 +48,7 @@ from temporalio.common import RetryPolicy
 from temporalio.worker import Replayer, Worker
 
 from detector.adapters.temporal import EPOCH_FROM, RUN_EPOCH_FROM, SplitbrainInterceptor
-from detector.testing.temporal import LocalTemporal, run_zombie
+from detector.devstack.temporal import LocalTemporal, run_zombie
 from tests.unit.temporal_workflows import Notify, Receipt
 
 

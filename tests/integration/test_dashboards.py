@@ -31,8 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from detector.testing.kafka import LocalKafka, free_port
-from detector.testing.worker import WorkerProcess, connection_env
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
+from detector.devstack.worker import WorkerProcess, connection_env
 from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, wait_for
 from tests.integration.receiver import Receiver

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from detector.testing.kafka import free_port
-from detector.testing.postgres import postgres_binaries
-from detector.testing.stack import LOCK_FILE, Pid, load_record
+from detector.devstack.postgres import postgres_binaries
+from detector.devstack.process import Pid, free_port
+from detector.devstack.record import LOCK_FILE, load_record
 from detector.testing.view import fetched
 from tests.paths import ROOT
 from tests.tools import program
@@ -351,7 +351,7 @@ def test_the_etcd_demo_pages_a_lock_holder_paused_past_its_lease_and_leaves_noth
 ) -> None:
     require_stack_tools()
     pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])")
-    from detector.testing.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+    from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
 
     try:
         etcd_binary()
@@ -370,7 +370,7 @@ def test_the_etcd_demo_pages_a_lock_holder_paused_past_its_lease_and_leaves_noth
 
 def kube_apiserver_missing() -> str | None:
     """Why this machine has no kube-apiserver (scripts/build-kube-apiserver.sh), or None."""
-    from detector.testing.kube_apiserver import (  # noqa: PLC0415
+    from detector.devstack.kube_apiserver import (  # noqa: PLC0415
         LocalKubeApiServerError,
         kube_apiserver_binary,
     )

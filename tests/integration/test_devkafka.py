@@ -25,8 +25,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from detector.testing.kafka import ClientConfig, LocalKafka
-from detector.testing.topics import TopicReader
+from detector.devstack.kafka import ClientConfig, LocalKafka
+from detector.devstack.topics import TopicReader
 
 TIMEOUT = 30.0
 

@@ -13,10 +13,10 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_json
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import Record
 from detector.histories.reader import GoodLine, read_history
 from detector.kafka.emit import DeliveryError, Emitter
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import Record
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (

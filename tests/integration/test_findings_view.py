@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from detector.contracts.findings import Finding, Severity, Status
-from detector.testing.kafka import LocalKafka
+from detector.devstack.kafka import LocalKafka
 from detector.testing.view import publish, running_view
 
 from .kafka_harness import broker_env, create_topic, splitbrain, unique

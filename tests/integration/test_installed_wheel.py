@@ -22,8 +22,8 @@ from typing import Final
 
 import pytest
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.worker import connection_env
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.worker import connection_env
 from tests.exported import KINDS, check_export
 from tests.integration.test_demo import RUN_TIMEOUT_S, left_running, require_stack_tools
 from tests.paths import ROOT
@@ -37,8 +37,8 @@ OF_AN_EXTRA: Final = (
     *(f"detector.adapters.{m}" for m in ("temporal", "celery", "langgraph", "etcd", "kubernetes")),
     "detector.adapters._etcd_watch",
     "detector.adapters._kube_watch",
-    *(f"detector.testing.{m}" for m in ("temporal", "celery_app", "langgraph_graph")),
-    "detector.testing.kube_candidate",
+    "detector.devstack.temporal",
+    *(f"detector.demos.{m}" for m in ("celery_app", "langgraph_graph", "kube_candidate")),
     "detector.view.app",
 )
 # Every module of the package, imported as a command would: those of an extra left out.

@@ -24,9 +24,9 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, INPUT_TOPIC
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import WorkerTopics, read_committed
-from detector.testing.worker import WorkerProcess, connection_env
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import WorkerTopics, read_committed
+from detector.devstack.worker import WorkerProcess, connection_env
 from tests.integration.deployment import latest, wait_for
 from tests.integration.kafka_harness import splitbrain
 from tests.integration.receiver import Receiver

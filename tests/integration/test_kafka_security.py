@@ -13,10 +13,10 @@ from confluent_kafka import Producer
 
 from detector.contracts.events import parse_event_json
 from detector.contracts.findings import Finding
+from detector.devstack.kafka import LocalKafka, make_tls_files
 from detector.histories.audit import audit_lines
 from detector.kafka.config import KafkaClientError, env_name
 from detector.kafka.emit import Emitter
-from detector.testing.kafka import LocalKafka, make_tls_files
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (

@@ -23,16 +23,16 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
 
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.lease_worker import send_effect
+from detector.devstack.worker import WorkerProcess
 from detector.kafka.emit import Emitter
 from detector.leases import Labels, LeaseStore, Outcome
 from detector.leases.http_destination import DestinationServer
 from detector.leases.relay import OutboxRelay
 from detector.leases.runner import Execution, Runner, Status, ToolCall
 from detector.leases.store import Lease
-from detector.testing.kafka import LocalKafka
-from detector.testing.lease_worker import send_effect
 from detector.testing.proxy import TcpProxy
-from detector.testing.worker import WorkerProcess
 from tests.integration.conftest import deploy
 from tests.integration.deployment import Deployment, finding_with, wait_for
 from tests.integration.leases import job_class, wait_lapsed

@@ -48,7 +48,7 @@ def test_clean_soak_with_stalls_shorter_than_the_slack_finds_nothing(
             [
                 sys.executable,
                 "-m",
-                "detector.testing.lease_worker",
+                "detector.devstack.lease_worker",
                 "--dsn",
                 postgres_dsn,
                 "--worker-id",

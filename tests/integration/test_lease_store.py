@@ -25,6 +25,8 @@ from psycopg.rows import DictRow
 from detector.cli.leases import DEFAULT_JOB_RETENTION_H
 from detector.cli.main import main
 from detector.contracts.events import Kind, Source, parse_event_obj
+from detector.devstack.postgres import LocalPostgres
+from detector.devstack.process import free_port
 from detector.errors import ExitCode
 from detector.histories.audit import audit_lines
 from detector.leases import (
@@ -44,8 +46,6 @@ from detector.leases import (
 )
 from detector.leases.db import connect
 from detector.leases.retention import DEFAULT_JOB_RETENTION
-from detector.testing.kafka import free_port
-from detector.testing.postgres import LocalPostgres
 from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
 
 CLASSES = (job_class(), job_class("once", max_attempts=1))

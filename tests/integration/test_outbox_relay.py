@@ -18,14 +18,14 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.contracts.events import parse_event_obj
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.kafka_cluster import AnyKafka
+from detector.devstack.postgres import LocalPostgres
+from detector.devstack.topics import Record, TopicReader, WorkerTopics, read_committed
+from detector.devstack.worker import connection_env
 from detector.leases import LeaseLost, LeaseStore, StoreUnavailableError
 from detector.leases.db import connect
 from detector.leases.relay import OutboxRelay, relay_until_empty
-from detector.testing.kafka import LocalKafka
-from detector.testing.kafka_cluster import AnyKafka
-from detector.testing.postgres import LocalPostgres
-from detector.testing.topics import Record, TopicReader, WorkerTopics, read_committed
-from detector.testing.worker import connection_env
 from tests.integration.leases import job_class
 
 OCR = job_class("ocr", lease_s=5.0, heartbeat_s=1.0, reserve_s=1.0)

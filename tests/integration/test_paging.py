@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from detector.testing.kafka import LocalKafka, free_port
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.process import free_port
 from tests.integration.conftest import deploy
 from tests.integration.deployment import wait_for
 from tests.integration.receiver import Receiver

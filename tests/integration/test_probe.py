@@ -17,8 +17,8 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.cli.main import main
+from detector.devstack.process import free_port
 from detector.errors import ExitCode
-from detector.testing.kafka import free_port
 
 
 @contextmanager

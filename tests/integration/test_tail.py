@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 
 from detector.contracts.findings import Finding, Severity
+from detector.devstack.kafka import LocalKafka
 from detector.histories.audit import audit_lines
-from detector.testing.kafka import LocalKafka
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import broker_env, create_topic, delete_topics, splitbrain, unique

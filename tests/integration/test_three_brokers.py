@@ -18,10 +18,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from psycopg.rows import DictRow
 
-from detector.testing.kafka_cluster import LocalKafkaCluster
+from detector.devstack.kafka_cluster import LocalKafkaCluster
+from detector.devstack.worker import WorkerProcess
 from detector.testing.pagerduty import PagerDutyReceiver
 from detector.testing.torture.harness import STALL_LINE
-from detector.testing.worker import WorkerProcess
 
 from .deployment import Deployment, audited, keyed, wait_for
 from .kafka_harness import broker_env, renamed_topics_file, splitbrain

@@ -14,8 +14,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ConfigResource,
 )
 
+from detector.devstack.kafka import LocalKafka
 from detector.kafka.admin import load_topics
-from detector.testing.kafka import LocalKafka
 
 from .kafka_harness import (
     broker_env,

@@ -20,9 +20,9 @@ from opentelemetry.trace import SpanContext
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from detector.contracts.events import Source
+from detector.devstack.worker import WorkerProcess
 from detector.kafka.emit import Emitter
 from detector.testing.otlp import OtlpReceiver, ReceivedSpan
-from detector.testing.worker import WorkerProcess
 from tests.integration.deployment import Deployment, wait_for
 from tests.integration.kafka_harness import OwnerFields
 

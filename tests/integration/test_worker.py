@@ -23,10 +23,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from detector.contracts.events import parse_event_json
 from detector.core import Detector, encode_state
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import TopicReader, quiescent, read_committed
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import TopicReader, quiescent, read_committed
+from detector.devstack.worker import WorkerProcess
 from detector.testing.torture.poison import corpus
-from detector.testing.worker import WorkerProcess
 from tests.integration.conftest import deploy
 from tests.integration.deployment import (
     PARTITIONS,

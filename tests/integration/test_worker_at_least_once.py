@@ -15,15 +15,15 @@ import pytest
 from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.topics import (
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import (
     Record,
     end_offsets,
     lagging_partitions,
     quiescent,
     read_committed,
 )
-from detector.testing.worker import WorkerProcess
+from detector.devstack.worker import WorkerProcess
 from tests.integration.deployment import (
     Deployment,
     audited,

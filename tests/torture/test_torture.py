@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from detector.testing.kafka import LocalKafka
-from detector.testing.kafka_cluster import LocalKafkaCluster
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.kafka_cluster import LocalKafkaCluster
 from detector.testing.torture.harness import Harness, Plan, Report, run
 
 

@@ -29,8 +29,8 @@ from detector.adapters.langgraph import (
     workflow_key,
 )
 from detector.contracts.events import Kind, OwnershipEvent, Source
+from detector.demos.langgraph_graph import build, thread
 from detector.histories.audit import audit_lines
-from detector.testing.langgraph_graph import build, thread
 from tests.unit.test_adapter_sink import Recorder
 
 

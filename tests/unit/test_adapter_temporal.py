@@ -43,7 +43,7 @@ from detector.adapters.temporal import (
     workflow_key,
 )
 from detector.demos import load
-from detector.testing import temporal as temporal_testing
+from detector.devstack import temporal as temporal_testing
 from tests.unit.temporal_workflows import Notify
 
 T0 = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)

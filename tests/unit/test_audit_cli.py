@@ -632,7 +632,7 @@ def test_control_characters_in_user_strings_are_escaped_in_the_text_report(
 
 
 def test_tail_escapes_what_it_prints_like_audit() -> None:
-    from detector.cli.tail import FindingsView, one_line, summary  # noqa: PLC0415 (Kafka client)
+    from detector.kafka.findings import FindingsView, one_line, summary  # noqa: PLC0415 (Kafka client)
 
     history = [
         json.dumps(

@@ -54,7 +54,7 @@ ALERTMANAGER_ENTRYPOINT: Final = ROOT / "deploy" / "alertmanager" / "entrypoint.
 GRAFANA_PROVISIONING: Final = ROOT / "deploy" / "grafana" / "provisioning"
 RULES: Final = ROOT / "alerts" / "splitbrain.rules.yml"
 DASHBOARDS: Final = ROOT / "dashboards"
-POM: Final = ROOT / "detector" / "testing" / "pom.xml"
+POM: Final = ROOT / "detector" / "devstack" / "pom.xml"
 
 VERSION_TAG: Final = re.compile(r"v?\d+(\.\d+)+(-[A-Za-z0-9][A-Za-z0-9._-]*)?")
 DIGEST: Final = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -392,7 +392,7 @@ def test_every_image_is_pinned() -> None:
         repository, _, tag = image.rpartition(":")
         assert repository and "/" not in tag, f"{name}: {image} has no tag"
         assert VERSION_TAG.fullmatch(tag), f"{name}: {image} is not pinned to a version"
-    # The broker the tests run (detector/testing/pom.xml) is the one the compose file runs.
+    # The broker the tests run (detector/devstack/pom.xml) is the one the compose file runs.
     namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
     kafka = next(
         d.findtext("m:version", namespaces=namespace)

@@ -2,7 +2,7 @@
 
 import base64
 
-from detector.testing.kafka import new_cluster_id
+from detector.devstack.kafka import new_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash() -> None:

@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from detector.contracts.findings import Finding
 from detector.contracts.page_state import Sent, SinkName
+from detector.devstack.process import free_port
 from detector.paging.alertmanager import AlertmanagerSink, endpoint
 from detector.paging.delivery import (
     Backoff,
@@ -32,7 +33,6 @@ from detector.paging.metrics import PageMetrics
 from detector.paging.pagerduty import MAX_SUMMARY, PagerDutySink, dedup_key
 from detector.paging.state import Action, Delivery
 from detector.paging.webhook import LINK_HEADER, SIGNATURE_HEADER, WebhookSink, sign, verify
-from detector.testing.kafka import free_port
 from detector.testing.pagerduty import PagerDutyReceiver, validate
 from tests.unit.test_paging_state import REVS
 

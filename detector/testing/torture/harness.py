@@ -25,18 +25,18 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from detector.core import Config
-from detector.histories.audit import audit_lines
-from detector.testing.kafka_cluster import LocalKafkaCluster
-from detector.testing.topics import (
+from detector.devstack.kafka_cluster import LocalKafkaCluster
+from detector.devstack.topics import (
     WorkerTopics,
     lagging_partitions,
     open_transactions,
     quiescent,
     read_committed,
 )
+from detector.devstack.worker import WorkerGroup, WorkerProcess
+from detector.histories.audit import audit_lines
 from detector.testing.torture.history import generate
 from detector.testing.torture.poison import corpus
-from detector.testing.worker import WorkerGroup, WorkerProcess
 
 STALL_LINE = b"stalled on Kafka"  # what detector.runtime.stall logs
 QUIET_S = 86_400.0  # the quiet period never elapses during a run: oracle and stream agree on time

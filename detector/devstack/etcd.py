@@ -7,9 +7,7 @@ throwaway data directory, client and peer URLs on free loopback ports; stopped b
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 
 class LocalEtcdError(SplitbrainError, RuntimeError):
@@ -119,15 +117,7 @@ class LocalEtcd:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10)
+        stop_child(proc)
 
     def close(self) -> None:
         try:

@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detector.devstack import process
 from detector.errors import SplitbrainError
 
 POM_PATH = Path(__file__).resolve().with_name("pom.xml")
@@ -260,48 +260,6 @@ class KafkaStatus:
     data_dir: Path
 
 
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 *below* the kernel's ephemeral range, never one this process
-    handed out before.
-
-    Why not port 0: that hands out an ephemeral port, which the kernel may later give to some
-    client's outgoing connection while the broker is down (between kill and restart), and then
-    the broker cannot bind its own port again. It also invites TCP self-connects on loopback.
-    Why remember: a port is free when it is handed out, not when its server binds it; a test
-    that takes a worker's metrics port, then Prometheus's, before starting the worker could
-    otherwise be given the same port twice, and the second server to bind it fails.
-    """
-    low = _ephemeral_port_low()
-    floor = 10000
-    if low - floor >= 1000:
-        for _ in range(100):
-            port = floor + secrets.randbelow(low - floor)
-            if port in _handed_out:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                try:
-                    sock.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            _handed_out.add(port)
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        fallback: int = sock.getsockname()[1]
-        _handed_out.add(fallback)
-        return fallback
-
-
-def _ephemeral_port_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def new_cluster_id() -> str:
     """A Kafka cluster id: a random UUID in URL-safe base64 without padding (22 characters).
 
@@ -316,7 +274,7 @@ def new_cluster_id() -> str:
 
 @dataclass(frozen=True)
 class Seat:
-    """A node's place in a multi-node cluster (`detector.testing.kafka_cluster`): its id, its own
+    """A node's place in a multi-node cluster (`detector.devstack.kafka_cluster`): its id, its own
     ports, the quorum's voters and the cluster id every node is formatted with, and the
     replication of the internal topics (3: the production settings)."""
 
@@ -497,7 +455,7 @@ class LocalKafka:
         if pid is None:
             self._forget_pid()
             return False
-        started = _start_time(pid)
+        started = process.start_time(pid)
         self._signal(pid, signal.SIGTERM)
         self._signal(pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
         if not self._wait_dead(pid, timeout, started):
@@ -512,7 +470,7 @@ class LocalKafka:
         pid = self.pid()
         if pid is None:
             raise DevKafkaError(f"no broker runs on {self.data_dir}")
-        started = _start_time(pid)
+        started = process.start_time(pid)
         self._signal(pid, signal.SIGKILL)
         if not self._wait_dead(pid, 10.0, started):
             raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
@@ -556,7 +514,7 @@ class LocalKafka:
         """Block until a metadata request succeeds; fail fast, with the log tail, if it dies."""
         deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
         port = int(self.bootstrap.rsplit(":", 1)[1])
-        while not self._port_open(port):
+        while not process.port_open(port):
             self._check_alive_or_raise()
             if time.monotonic() > deadline:
                 raise self._failure("did not open its client port in time")
@@ -596,7 +554,7 @@ class LocalKafka:
         """First start on this data directory: choose ports, write TLS/creds, format storage."""
         ports: set[int] = set()
         while len(ports) < 3:  # the OS may hand the same free port out twice
-            ports.add(free_port())
+            ports.add(process.free_port())
         broker_port, controller_port, internal_port = sorted(ports)
         state: dict[str, Any] = {
             "kafka_version": kafka_version(),
@@ -727,7 +685,7 @@ class LocalKafka:
             )
         server = self.data_dir / _SERVER_PROPERTIES
         server.write_text(
-            "# Written by detector/testing/kafka.py; rewritten on every start.\n"
+            "# Written by detector/devstack/kafka.py; rewritten on every start.\n"
             + "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
         )
         client = self.data_dir / _CLIENT_PROPERTIES
@@ -804,16 +762,12 @@ class LocalKafka:
 
     def _is_our_broker(self, pid: int) -> bool:
         """Alive, not a zombie, and a `kafka.Kafka` on this data dir (a recycled PID is not)."""
-        proc = Path("/proc") / str(pid)
-        try:
-            stat = (proc / "stat").read_text()
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+        found = process.stat(pid)
+        if found is None or not found.running:
             return False
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-            return False
+        words = process.cmdline(pid)
         config = str(self.data_dir / _SERVER_PROPERTIES).encode()
-        return _BROKER_MAIN.encode() in cmdline and config in cmdline
+        return _BROKER_MAIN.encode() in words and config in words
 
     @staticmethod
     def _gone(pid: int, started: str | None) -> bool:
@@ -824,18 +778,10 @@ class LocalKafka:
         down holding the listening sockets; only a zombie with one thread left is done.
         `started` (the start time from /proc/PID/stat) tells a recycled PID apart.
         """
-        proc = Path("/proc") / str(pid)
-        try:
-            status = (proc / "status").read_text()
-            stat = (proc / "stat").read_text()
-        except OSError:
+        found = process.stat(pid)
+        if found is None or found.start != started:
             return True
-        if _stat_field(stat, 21) != started:
-            return True
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("State", "").strip()[:1] in ("Z", "X"):
-            return int(fields.get("Threads", "1").strip() or "1") <= 1
-        return False
+        return not found.running and found.threads <= 1
 
     def _wait_dead(self, pid: int, timeout: float, started: str | None) -> bool:
         deadline = time.monotonic() + timeout
@@ -874,16 +820,6 @@ class LocalKafka:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
 
-    @staticmethod
-    def _port_open(port: int) -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(0.5)
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return False
-            # A loopback connect can pick the target port as its own source port and
-            # "succeed" by connecting to itself while nothing listens.
-            return bool(sock.getsockname()[1] != port)
-
     def _forget_pid(self) -> None:
         self.pid_path.unlink(missing_ok=True)
         if self._state.pop("pid", None) is not None:
@@ -902,20 +838,6 @@ class LocalKafka:
         tmp.write_text(json.dumps(self._state, indent=2, sort_keys=True) + "\n")
         tmp.chmod(0o600)  # holds the SCRAM password in the secure mode
         tmp.replace(path)
-
-
-def _stat_field(stat: str, index: int) -> str | None:
-    """Field `index` (0-based, as in proc(5) minus one) of /proc/PID/stat; comm may hold spaces."""
-    head, _, rest = stat.rpartition(")")
-    fields = [head.split(" (", 1)[0], "comm", *rest.split()]
-    return fields[index] if head and index < len(fields) else None
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return _stat_field((Path("/proc") / str(pid) / "stat").read_text(), 21)
-    except OSError:
-        return None
 
 
 def _escape(value: str) -> str:

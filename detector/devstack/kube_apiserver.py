@@ -9,9 +9,7 @@ the ServiceAccount admission plugin off (no controller manager makes the default
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -22,9 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from detector.devstack.etcd import LocalEtcd
+from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
-from detector.testing.etcd import LocalEtcd
-from detector.testing.kafka import free_port
 
 REPO: Final = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT: Final = REPO / "scripts" / "build-kube-apiserver.sh"
@@ -161,14 +159,7 @@ class LocalKubeApiServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait(10)
+        stop_child(proc, 20.0)
         if self._own_etcd:
             self._etcd.stop()
 

@@ -1,7 +1,7 @@
 """A Celery app whose one task sends a welcome email, with the splitbrain adapter installed: the
 zombie of the Celery adapter's test and of `splitbrain demo --source celery`.
 
-Run as a worker: `python -m celery -A detector.testing.celery_app worker`. Configured by the
+Run as a worker: `python -m celery -A detector.demos.celery_app worker`. Configured by the
 environment: `ZOMBIE_CELERY_BROKER` (a Redis URL), `ZOMBIE_CELERY_TOPIC` (the ownership topic,
 default the product's), `ZOMBIE_CELERY_FIRST_S` (how long the first delivery works before it
 sends: past the visibility timeout, as a slow SMTP server or a GC pause would make it), and the

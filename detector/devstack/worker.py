@@ -21,9 +21,9 @@ from typing import Any, Self
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from detector.devstack.process import free_port
+from detector.devstack.topics import WorkerTopics
 from detector.kafka.config import ENV_PREFIX, env_name
-from detector.testing.kafka import free_port
-from detector.testing.topics import WorkerTopics
 
 Labels = tuple[tuple[str, str], ...]
 

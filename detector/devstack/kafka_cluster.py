@@ -20,15 +20,15 @@ from typing import Final, TypedDict
 
 from confluent_kafka.admin import AdminClient
 
-from detector.testing.kafka import (
+from detector.devstack.kafka import (
     ClientConfig,
     DevKafkaError,
     KafkaStatus,
     LocalKafka,
     Seat,
-    free_port,
     new_cluster_id,
 )
+from detector.devstack.process import free_port
 
 CLUSTER_FILE: Final = "cluster.json"
 CLUSTER_HEAP_MB: Final = 256  # three JVMs on a developer's laptop (or a CI runner)

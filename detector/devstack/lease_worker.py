@@ -1,6 +1,6 @@
 """A lease-store worker process with a stand-in tool, for soak tests and the local demo.
 
-    python -m detector.testing.lease_worker --dsn DSN --worker-id w1 --job-class '{...}' \
+    python -m detector.devstack.lease_worker --dsn DSN --worker-id w1 --job-class '{...}' \
         [--work-s 0.1:0.5] [--destination-url http://127.0.0.1:PORT] [--until-idle-s 3]
 
 The tool waits a random time in `--work-s`, then, given a destination, sends the effect
@@ -35,7 +35,7 @@ def _work(text: str) -> tuple[float, float]:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m detector.testing.lease_worker")
+    parser = argparse.ArgumentParser(prog="python -m detector.devstack.lease_worker")
     parser.add_argument(
         "--dsn",
         default=os.environ.get("SPLITBRAIN_LEASES_DSN"),

@@ -1,0 +1,246 @@
+"""Processes of the dev stack, done one way for every server starter: a free port, /proc read
+in one place, a PID told apart from a recycled one by its start time, signals by PID, a stop
+that ends in SIGKILL to the process group, and the tail of a log for an error message."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from detector.devstack.errors import StackError
+
+_PROC: Path = Path("/proc")
+
+
+# ------------------------------------------------------------------------------------ /proc
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """What the stack reads of /proc/PID/stat (proc(5): fields 3, 20 and 22)."""
+
+    state: str  # R, S, D, T, Z (zombie), X (dead)...
+    threads: int
+    start: str  # clock ticks after boot: with the PID, names one process for good
+
+    @property
+    def running(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
+def stat(pid: int) -> Stat | None:
+    """/proc/PID/stat, or None when there is no such process. comm (field 2) may hold spaces
+    and parentheses, so the fields are counted after its last ")"."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    if len(fields) < 20:
+        return None
+    return Stat(state=fields[0], threads=int(fields[17]), start=fields[19])
+
+
+def cmdline(pid: int) -> list[bytes]:
+    """The words of /proc/PID/cmdline (none for a zombie, or when there is no such process)."""
+    try:
+        return (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def start_time(pid: int) -> str | None:
+    found = stat(pid)
+    return None if found is None else found.start
+
+
+@dataclass(frozen=True, slots=True)
+class Pid:
+    """A process, told apart from a later one with the same number by its start time."""
+
+    pid: int
+    start: str | None
+
+    @classmethod
+    def of(cls, pid: int) -> Pid:
+        return cls(pid, start_time(pid))
+
+    def alive(self) -> bool:
+        """Running (a zombie is not): the same process that was recorded."""
+        found = stat(self.pid)
+        if found is None or not found.running:
+            return False
+        return self.start is None or found.start == self.start
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start": self.start}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Pid:
+        return cls(int(doc["pid"]), doc.get("start"))
+
+
+def pids_with_argument(argument: str) -> list[Pid]:
+    """The running processes whose command line has `argument` as one of its words."""
+    needle = argument.encode()
+    found = [
+        Pid.of(int(entry.name))
+        for entry in _PROC.iterdir()
+        if entry.name.isdigit() and needle in cmdline(int(entry.name))
+    ]
+    return [p for p in found if p.alive()]
+
+
+# ---------------------------------------------------------------------------------- signals
+
+
+def send(pid: Pid, sig: int, *, group: bool = False) -> None:
+    """`sig` to `pid` if it is still that process (to its process group with `group`: each
+    server leads a session, hence a group, of its own)."""
+    if not pid.alive():
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid.pid, sig)
+        else:
+            os.kill(pid.pid, sig)
+
+
+def _wait_gone(pids: Sequence[Pid], timeout: float, reap: Callable[[], None]) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        reap()
+        if not any(p.alive() for p in pids):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop_pids(
+    pids: Sequence[Pid],
+    *,
+    sig: int = signal.SIGTERM,
+    timeout: float = 15.0,
+    reap: Callable[[], None] = lambda: None,
+) -> None:
+    """`sig` (after SIGCONT: a paused process cannot act on it), then SIGKILL to the process
+    group of whatever is still there after `timeout`."""
+    for p in pids:
+        send(p, signal.SIGCONT)
+        send(p, sig)
+    if _wait_gone(pids, timeout, reap):
+        return
+    for p in pids:
+        send(p, signal.SIGKILL, group=True)
+        send(p, signal.SIGKILL)
+    if not _wait_gone(pids, 10.0, reap):
+        left = ", ".join(str(p.pid) for p in pids if p.alive())
+        raise StackError(f"process(es) {left} survived SIGKILL")
+
+
+def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """Stop a server this process started: SIGTERM, then SIGKILL if it is still there after
+    `timeout`; reaped either way (nothing is done for one that has exited)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(10.0)
+
+
+# ------------------------------------------------------------------------------------ ports
+
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 *below* the kernel's ephemeral range, never one this process
+    handed out before.
+
+    Why not port 0: that hands out an ephemeral port, which the kernel may later give to some
+    client's outgoing connection while the broker is down (between kill and restart), and then
+    the broker cannot bind its own port again. It also invites TCP self-connects on loopback.
+    Why remember: a port is free when it is handed out, not when its server binds it; a test
+    that takes a worker's metrics port, then Prometheus's, before starting the worker could
+    otherwise be given the same port twice, and the second server to bind it fails.
+    """
+    low = _ephemeral_port_low()
+    floor = 10000
+    if low - floor >= 1000:
+        for _ in range(100):
+            port = floor + secrets.randbelow(low - floor)
+            if port in _handed_out or not port_free(port):
+                continue
+            _handed_out.add(port)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        fallback: int = sock.getsockname()[1]
+        _handed_out.add(fallback)
+        return fallback
+
+
+def _ephemeral_port_low() -> int:
+    try:
+        return int((_PROC / "sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def port_free(port: int) -> bool:
+    """Nothing is bound to `port` on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_open(port: int) -> bool:
+    """Something listens on `port` on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        if sock.connect_ex(("127.0.0.1", port)) != 0:
+            return False
+        # A loopback connect can pick the target port as its own source port and
+        # "succeed" by connecting to itself while nothing listens.
+        return bool(sock.getsockname()[1] != port)
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """`url` answers with a 2xx."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return 200 <= int(answer.status) < 300
+    except (OSError, ValueError):
+        return False
+
+
+# -------------------------------------------------------------------------------------- logs
+
+
+def log_tail(path: Path | None, lines: int = 8) -> str:
+    """The last lines of a server's log, indented under the line that names it."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n".join(f"    {line}" for line in text)
