@@ -18,13 +18,14 @@ from typing import Any, Final
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 from pydantic import ValidationError
 
+from detector.cli.arguments import positive_seconds
 from detector.contracts.findings import Finding
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
 from detector.kafka.config import (
     KafkaClientError,
+    KafkaConnection,
     add_kafka_arguments,
-    client_config,
     fetch_metadata,
     reports_kafka_errors,
 )
@@ -111,7 +112,10 @@ def findings_consumer(
 def run(args: argparse.Namespace) -> int:
     view = FindingsView()
     consumer = findings_consumer(
-        client_config(args), args.topic, from_beginning=args.from_beginning, group_id=args.group_id
+        KafkaConnection.from_args(args).client_config(),
+        args.topic,
+        from_beginning=args.from_beginning,
+        group_id=args.group_id,
     )
     idle_timeout = math.inf if args.idle_timeout is None else args.idle_timeout
     idle_since = time.monotonic()
@@ -167,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--idle-timeout",
-        type=float,
+        type=positive_seconds,
         metavar="S",
         help="exit after S seconds without a new record (default: run until Ctrl-C)",
     )
