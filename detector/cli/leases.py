@@ -27,7 +27,7 @@ from detector.cli.arguments import argument_type, port, positive_int
 from detector.cli.main import silence_stdout
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import add_kafka_arguments
+from detector.kafka.config import KafkaClientError, KafkaConnection, add_kafka_arguments
 from detector.report import count, printable
 from detector.settings import CommandSettings, Form, IpAddress, SettingsError, env_var, flag
 
@@ -88,7 +88,6 @@ def _reports_errors(command: str) -> Callable[[Command], Command]:
         def wrapped(args: argparse.Namespace) -> int:
             import psycopg  # noqa: PLC0415
 
-            from detector.kafka.config import KafkaClientError  # noqa: PLC0415
             from detector.leases.db import one_line  # noqa: PLC0415
             from detector.leases.errors import LeaseError  # noqa: PLC0415
 
@@ -134,15 +133,15 @@ def run_relay(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server  # noqa: PLC0415
 
-    from detector.kafka.config import KafkaConnection  # noqa: PLC0415
     from detector.leases.gauges import LeaseGauges  # noqa: PLC0415
     from detector.leases.relay import OutboxRelay  # noqa: PLC0415
 
     dsn = LeasesSettings.from_args(args).dsn(args)
+    kafka = KafkaConnection.from_args(args).client_config()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
     relay = OutboxRelay(
         dsn,
-        KafkaConnection.from_args(args).client_config(),
+        kafka,
         topic=args.topic,
         batch=args.batch,
         retention=timedelta(hours=args.retention_h),
