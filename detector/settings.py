@@ -81,6 +81,11 @@ PositiveSeconds = Annotated[
     Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
     Form(f"seconds more than 0 to {MAX_SECONDS}", "S"),
 ]
+PositiveNumber = Annotated[
+    float,
+    Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
+    Form(f"a number more than 0 to {MAX_SECONDS}", "N"),
+]
 Name = Annotated[str, Form("a non-empty name", "NAME")]
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
@@ -210,6 +215,16 @@ class CommandSettings(BaseSettings):
                     given[name] = _read_secret(name, path)
             elif hasattr(args, name):
                 given[name] = getattr(args, name)
+        return cls._given(given)
+
+    @classmethod
+    def from_env(cls) -> Self:
+        """The settings from the environment, then defaults, for code that has no command line
+        (a library such as the emitter); a `SettingsError` with one line per bad variable."""
+        return cls._given({})
+
+    @classmethod
+    def _given(cls, given: Mapping[str, Any]) -> Self:
         try:
             settings = cls(**given)
         except ValidationError as exc:

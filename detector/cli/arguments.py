@@ -1,31 +1,47 @@
-"""Argument types of the flags only the command line sets (`audit`'s), with the forms and bounds
-of the settings in `detector.settings`: a bad value says the form it expects, and argparse names
-the flag."""
+"""Argument types of the flags only the command line sets (`audit`'s caps, `dev up`'s ports,
+`replay`'s rate...), made from the setting types of `detector.settings`: such a flag is checked
+by the same rule and bounds as a setting, and a bad value exits 2 naming the flag and the form it
+expects (argparse names the flag)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from detector.settings import PositiveInt, PositiveSeconds, form_of
+from detector.settings import (
+    Port,
+    PositiveInt,
+    PositiveNumber,
+    PositiveSeconds,
+    form_of,
+)
 
 
-def _argument_type(kind: Any) -> Callable[[str], Any]:
-    adapter: TypeAdapter[Any] = TypeAdapter(kind)
-    form = form_of(FieldInfo.from_annotation(kind)).text
+def argument_type(kind: Any) -> Callable[[str], Any]:
+    """An argparse `type` that validates a flag's text as `kind`, an annotated type that says
+    its `Form`."""
+
+    @functools.cache
+    def adapter() -> TypeAdapter[Any]:
+        # Built when a flag of this type is parsed: building the parser stays cheap.
+        return TypeAdapter(kind)
 
     def parse(text: str) -> Any:
         try:
-            return adapter.validate_python(text)
+            return adapter().validate_python(text)
         except ValidationError:
+            form = form_of(FieldInfo.from_annotation(kind)).text
             raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}") from None
 
     return parse
 
 
-positive_int: Final[Callable[[str], int]] = _argument_type(PositiveInt)
-positive_seconds: Final[Callable[[str], float]] = _argument_type(PositiveSeconds)
+positive_int: Final[Callable[[str], int]] = argument_type(PositiveInt)
+positive_seconds: Final[Callable[[str], float]] = argument_type(PositiveSeconds)
+positive_number: Final[Callable[[str], float]] = argument_type(PositiveNumber)
+port: Final[Callable[[str], int]] = argument_type(Port)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from detector.cli.arguments import port, positive_int, positive_number, positive_seconds
 from detector.demos import LEASES, SOURCES
 
 DEFAULT_STATE_DIR: Final = Path("var") / "demo"
@@ -47,18 +48,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         metavar="S",
         help="seconds from start to the page before the demo gives up with exit 1 (default: "
         f"{DEFAULT_TIMEOUT_S:g}; Kafka's first download from Maven Central is not counted)",
     )
     p.add_argument(
-        "--jobs", type=_count, default=30, metavar="N", help="jobs to enqueue (default: 30)"
+        "--jobs", type=positive_int, default=30, metavar="N", help="jobs to enqueue (default: 30)"
     )
     p.add_argument(
         "--job-rate",
-        type=_seconds,
+        type=positive_number,
         default=1.5,
         metavar="N",
         help="jobs enqueued per second (default: 1.5)",
@@ -76,33 +77,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name in ("prometheus", "alertmanager", "destination"):
         p.add_argument(
             f"--{name}-port",
-            type=_port,
+            type=port,
             default=0,
             metavar="PORT",
             help=f"{name}'s port on 127.0.0.1 (default 0: a free one)",
         )
     p.set_defaults(run=run)
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {text}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

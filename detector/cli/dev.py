@@ -3,7 +3,7 @@
 demo` runs), left running for your own workers, its state in `var/dev/stack.json`.
 
 Kept apart from `detector.devstack.kafka` so that building the `splitbrain` parser imports nothing
-heavier than argparse; the broker and stack modules are imported only when a command runs.
+heavier than its flags' types; the broker and stack modules are imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
+from pydantic import AfterValidator
+
+from detector.cli.arguments import argument_type, port, positive_seconds
 from detector.errors import ExitCode
+from detector.settings import Form
 
 if TYPE_CHECKING:
     from detector.devstack.kafka import LocalKafka
@@ -53,14 +57,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _brokers_arg(start)
     start.add_argument(
-        "--timeout", type=float, default=90.0, metavar="S", help="seconds to wait for metadata"
+        "--timeout",
+        type=positive_seconds,
+        default=90.0,
+        metavar="S",
+        help="seconds to wait for metadata",
     )
     start.set_defaults(run=_start)
 
     stop = actions.add_parser("stop", help="stop the broker by PID (SIGTERM, then SIGKILL)")
     _data_dir_arg(stop)
     stop.add_argument(
-        "--timeout", type=float, default=30.0, metavar="S", help="seconds before SIGKILL"
+        "--timeout", type=positive_seconds, default=30.0, metavar="S", help="seconds before SIGKILL"
     )
     stop.set_defaults(run=_stop)
 
@@ -92,21 +100,20 @@ def _data_dir_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _brokers(value: str) -> int:
-    """`--brokers`: 1 (a single broker) or a cluster of 3 or more (a quorum survives one loss)."""
-    try:
-        count = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+def _quorum(count: int) -> int:
     if count != 1 and count < 3:
-        raise argparse.ArgumentTypeError(f"1, or 3 or more (a KRaft quorum), not {count}")
+        raise ValueError("no quorum")
     return count
+
+
+# `--brokers`: 1 (a single broker) or a cluster of 3 or more (a quorum survives one loss).
+Brokers = Annotated[int, AfterValidator(_quorum), Form("1, or 3 or more (a KRaft quorum)", "N")]
 
 
 def _brokers_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--brokers",
-        type=_brokers,
+        type=argument_type(Brokers),
         default=1,
         metavar="N",
         help="1: a single broker; 3 or more: a KRaft cluster of combined broker-controller "
@@ -229,7 +236,7 @@ def _register_stack(group: argparse._SubParsersAction[argparse.ArgumentParser]) 
     for name in ("prometheus", "alertmanager", "destination"):
         up.add_argument(
             f"--{name}-port",
-            type=int,
+            type=port,
             default=0,
             metavar="PORT",
             help=f"{name}'s port on 127.0.0.1 (default 0: a free one)",
@@ -239,7 +246,11 @@ def _register_stack(group: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _brokers_arg(up)
     up.add_argument(
-        "--timeout", type=float, default=180.0, metavar="S", help="seconds to start everything"
+        "--timeout",
+        type=positive_seconds,
+        default=180.0,
+        metavar="S",
+        help="seconds to start everything",
     )
     up.set_defaults(run=_up)
 

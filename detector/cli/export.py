@@ -13,12 +13,15 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Annotated, Final
 
 import yaml
+from pydantic import BeforeValidator
 
 from detector import bundled
+from detector.cli.arguments import argument_type
 from detector.errors import ExitCode
+from detector.settings import Form
 
 PROMETHEUS_RULE: Final = PurePosixPath("kubernetes/splitbrain.prometheusrule.yaml")
 NAME_LABEL: Final = {"app.kubernetes.io/name": "splitbrain"}
@@ -32,13 +35,18 @@ _LABEL: Final = re.compile(
 File = tuple[PurePosixPath, bytes]
 
 
-def _label(text: str) -> tuple[str, str]:
+def _split_label(text: str) -> tuple[str, str]:
     if _LABEL.fullmatch(text) is None:
-        raise argparse.ArgumentTypeError(
-            f"expected KEY=VALUE with a Kubernetes label key and value, got {text!r}"
-        )
+        raise ValueError("not a label")
     key, _, value = text.partition("=")
     return key, value
+
+
+Label = Annotated[
+    tuple[str, str],
+    BeforeValidator(_split_label),
+    Form("KEY=VALUE with a Kubernetes label key and value", "KEY=VALUE"),
+]
 
 
 def prometheus_rule(rules: str, labels: dict[str, str]) -> str:
@@ -130,7 +138,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("dir", type=Path, metavar="DIR", help="where to write it")
     p.add_argument(
         "--label",
-        type=_label,
+        type=argument_type(Label),
         action="append",
         metavar="KEY=VALUE",
         help="alerts: a label of the PrometheusRule, e.g. the one your Prometheus's "

@@ -23,13 +23,13 @@ from uuid import UUID
 
 from pydantic import AfterValidator, Field
 
-from detector.cli.arguments import positive_int
+from detector.cli.arguments import argument_type, port, positive_int
 from detector.cli.main import silence_stdout
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import add_kafka_arguments
+from detector.kafka.config import KafkaClientError, KafkaConnection, add_kafka_arguments
 from detector.report import count, printable
-from detector.settings import CommandSettings, Form, SettingsError, env_var, flag
+from detector.settings import CommandSettings, Form, IpAddress, SettingsError, env_var, flag
 
 if TYPE_CHECKING:
     from detector.leases.inspect import ClassView, Inspection, RunningJob
@@ -88,7 +88,6 @@ def _reports_errors(command: str) -> Callable[[Command], Command]:
         def wrapped(args: argparse.Namespace) -> int:
             import psycopg  # noqa: PLC0415
 
-            from detector.kafka.config import KafkaClientError  # noqa: PLC0415
             from detector.leases.db import one_line  # noqa: PLC0415
             from detector.leases.errors import LeaseError  # noqa: PLC0415
 
@@ -134,15 +133,15 @@ def run_relay(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server  # noqa: PLC0415
 
-    from detector.kafka.config import client_config  # noqa: PLC0415
     from detector.leases.gauges import LeaseGauges  # noqa: PLC0415
     from detector.leases.relay import OutboxRelay  # noqa: PLC0415
 
     dsn = LeasesSettings.from_args(args).dsn(args)
+    kafka = KafkaConnection.from_args(args).client_config()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
     relay = OutboxRelay(
         dsn,
-        client_config(args),
+        kafka,
         topic=args.topic,
         batch=args.batch,
         retention=timedelta(hours=args.retention_h),
@@ -390,17 +389,7 @@ def _duration(seconds: float) -> str:
 DEFAULT_JOB_RETENTION_H: Final = 7 * 24.0
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
-    return int(text)
-
-
-def _job_id(text: str) -> UUID:
-    try:
-        return UUID(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a job id (a UUID), got {text!r}") from None
+JobId = Annotated[UUID, Form("a job id (a UUID)", "JOB")]
 
 
 def _add_dsn(p: argparse.ArgumentParser) -> None:
@@ -499,7 +488,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         default=0,
         metavar="PORT",
         help="serve /metrics on this port: live lease gauges read from the database and the "
@@ -507,6 +496,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--metrics-address",
+        type=argument_type(IpAddress),
         default="127.0.0.1",
         metavar="ADDRESS",
         help="the address /metrics listens on; 0.0.0.0 (or ::) for a scraper on another host "
@@ -528,7 +518,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_dsn(p)
     p.add_argument("--host", default="127.0.0.1", metavar="HOST", help="(default: 127.0.0.1)")
     p.add_argument(
-        "--port", type=_port, default=8787, metavar="PORT", help="0: a free one (default: 8787)"
+        "--port", type=port, default=8787, metavar="PORT", help="0: a free one (default: 8787)"
     )
     p.add_argument(
         "--name",
@@ -554,7 +544,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "no such job); 2: the DSN or the database cannot be used.",
     )
     _add_dsn(p)
-    p.add_argument("job", type=_job_id, metavar="JOB", help="the job's id (a UUID)")
+    p.add_argument("job", type=argument_type(JobId), metavar="JOB", help="the job's id (a UUID)")
     p.add_argument(
         "--by",
         default="operator",

@@ -24,11 +24,15 @@ import json
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 from urllib.parse import quote, urlsplit
 
+from pydantic import Field
+
+from detector.cli.arguments import argument_type
 from detector.errors import ExitCode
 from detector.report import printable
+from detector.settings import Form
 
 PROBE_SCHEMA: Final = "splitbrain.probe/v1"
 _TIMEOUT_S: Final = 10.0
@@ -201,10 +205,10 @@ def run_probe(args: argparse.Namespace) -> int:
     return ExitCode.OK if holds else ExitCode.FAILED
 
 
-def _fence(text: str) -> int:
-    if not text.isdigit() or int(text) < 1 or int(text) > 2**63 - 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text!r}")
-    return int(text)
+MAX_FENCE: Final = 2**63 - 1  # a PostgreSQL bigint, as fencing tokens are stored
+Fence = Annotated[
+    int, Field(ge=1, le=MAX_FENCE), Form(f"a whole number from 1 to {MAX_FENCE}", "N")
+]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -228,7 +232,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--fence",
-        type=_fence,
+        type=argument_type(Fence),
         default=2,
         metavar="N",
         help="the current owner's fence; the probe's stale one is N-1 (default: 2)",

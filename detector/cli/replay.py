@@ -13,12 +13,13 @@ import time
 
 from tqdm import tqdm
 
+from detector.cli.arguments import positive_number, positive_seconds
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode
 from detector.histories.reader import BadLine, open_history, read_history
 from detector.kafka.config import (
+    KafkaConnection,
     add_kafka_arguments,
-    client_config,
     reports_kafka_errors,
 )
 from detector.kafka.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
@@ -42,11 +43,12 @@ class _Pacer:
 
 @reports_kafka_errors("replay")
 def run(args: argparse.Namespace) -> int:
+    kafka = KafkaConnection.from_args(args).client_config()
     skipped = 0
     try:
         with (
             open_history(args.file) as fh,
-            Emitter(client_config(args), topic=args.topic) as emitter,
+            Emitter(kafka, topic=args.topic) as emitter,
             tqdm(desc="replay", unit="event", file=sys.stderr, disable=None) as bar,
         ):
             pacer = _Pacer(args.rate)
@@ -77,13 +79,6 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "replay",
@@ -95,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("file", help="history file, one event per line; - for standard input")
     p.add_argument(
         "--rate",
-        type=_positive,
+        type=positive_number,
         metavar="N",
         help="at most N events per second (default: as fast as Kafka takes them)",
     )
@@ -104,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--flush-timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_FLUSH_TIMEOUT,
         metavar="S",
         help=f"seconds to wait for the last acknowledgements (default: {DEFAULT_FLUSH_TIMEOUT:g})",

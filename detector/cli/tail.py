@@ -13,12 +13,13 @@ import math
 import sys
 import time
 
+from detector.cli.arguments import positive_seconds
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
 from detector.kafka.config import (
     KafkaClientError,
+    KafkaConnection,
     add_kafka_arguments,
-    client_config,
     reports_kafka_errors,
 )
 from detector.kafka.findings import (
@@ -34,7 +35,10 @@ from detector.kafka.findings import (
 def run(args: argparse.Namespace) -> int:
     view = FindingsView()
     consumer = findings_consumer(
-        client_config(args), args.topic, from_beginning=args.from_beginning, group_id=args.group_id
+        KafkaConnection.from_args(args).client_config(),
+        args.topic,
+        from_beginning=args.from_beginning,
+        group_id=args.group_id,
     )
     idle_timeout = math.inf if args.idle_timeout is None else args.idle_timeout
     idle_since = time.monotonic()
@@ -90,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--idle-timeout",
-        type=float,
+        type=positive_seconds,
         metavar="S",
         help="exit after S seconds without a new record (default: run until Ctrl-C)",
     )

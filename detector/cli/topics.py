@@ -10,9 +10,10 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from detector import bundled
+from detector.cli.arguments import positive_seconds
 from detector.errors import ExitCode
 from detector.kafka.admin import Plan, TopicsFileError, execute, load_topics, plan
-from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
 
 
 def print_plan(todo: Plan) -> None:
@@ -31,6 +32,7 @@ def print_plan(todo: Plan) -> None:
 
 @reports_kafka_errors("topics apply")
 def run_apply(args: argparse.Namespace) -> int:
+    kafka = KafkaConnection.from_args(args).client_config()
     try:
         topics = load_topics(args.file or bundled.resource(bundled.TOPICS), args.profile)
     except TopicsFileError as exc:
@@ -38,7 +40,7 @@ def run_apply(args: argparse.Namespace) -> int:
         return ExitCode.UNUSABLE
     # log_level 5 (notice): at exit librdkafka may note at info level that it dropped an admin
     # event nobody waits for any more, which is noise on an operator's terminal.
-    admin = AdminClient({**client_config(args), "log_level": 5})
+    admin = AdminClient({**kafka, "log_level": 5})
     todo = plan(admin, topics, args.timeout)
     print_plan(todo)
     if todo.empty:
@@ -79,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--dry-run", action="store_true", help="print the changes, make none")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=30.0,
         metavar="S",
         help="seconds to wait for each Kafka request",

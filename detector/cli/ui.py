@@ -19,7 +19,7 @@ from pydantic_settings import SettingsConfigDict
 
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
 from detector.settings import Form, LogLevel, Name, PrefixedSettings, Secret, SettingsError, flag
 from detector.view.metrics import ViewMetrics
 from detector.view.reader import FindingsReader
@@ -100,6 +100,7 @@ def _bound(host: str, port: int) -> socket.socket:
 @reports_kafka_errors("ui")
 def run(args: argparse.Namespace) -> int:
     options = UiSettings.from_args(args)
+    kafka = KafkaConnection.from_args(args).client_config()
     host, port, token = options.address()
     try:
         from detector.view.app import create_app, serve  # noqa: PLC0415 (the ui extra)
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     store = FindingsStore()
     sock = _bound(host, port)
     try:
-        reader = FindingsReader(client_config(args), options.findings_topic, store)
+        reader = FindingsReader(kafka, options.findings_topic, store)
         reader.start()
         where = f"{url_of(sock)} (findings of {options.findings_topic})"
         print(f"splitbrain ui: serving {where}", flush=True)

@@ -29,10 +29,10 @@ from urllib.parse import urlsplit
 
 from prometheus_client import start_http_server
 
-from detector.cli.arguments import positive_int
+from detector.cli.arguments import port, positive_seconds
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
 from detector.kafka.emit import DeliveryError, Emitter
 
 log = logging.getLogger("splitbrain.watch")
@@ -146,6 +146,7 @@ def _etcd_client(endpoint: str) -> Any:
 
 @reports_kafka_errors("watch etcd")
 def run_etcd(args: argparse.Namespace) -> int:
+    kafka = KafkaConnection.from_args(args).client_config()
     try:
         from detector.adapters import _etcd_watch as gateway  # noqa: PLC0415
         from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
@@ -167,7 +168,7 @@ def run_etcd(args: argparse.Namespace) -> int:
     watcher = LockWatcher(
         args.prefix, lambda lease: gateway.lease_ttl(client(), lease), WatchMetrics("etcd")
     )
-    with Emitter(client_config(args), topic=args.topic) as emitter:
+    with Emitter(kafka, topic=args.topic) as emitter:
         publisher = Publisher(emitter, args.state_file, "etcd", watcher.state)
         watcher.restore(publisher.load())
 
@@ -216,6 +217,7 @@ def run_etcd(args: argparse.Namespace) -> int:
 
 @reports_kafka_errors("watch kubernetes")
 def run_kubernetes(args: argparse.Namespace) -> int:
+    kafka = KafkaConnection.from_args(args).client_config()
     try:
         from kubernetes import client as kube_client  # noqa: PLC0415  (the kubernetes extra)
         from kubernetes import config as kube_config  # noqa: PLC0415
@@ -243,7 +245,7 @@ def run_kubernetes(args: argparse.Namespace) -> int:
     names = {lease_key(args.namespace, name) for name in args.lease or ()}
     watcher = LeaseWatcher(lambda key: not names or key in names, WatchMetrics("kubernetes"))
     record = args.record.open("a") if args.record is not None else None
-    with Emitter(client_config(args), topic=args.topic) as emitter:
+    with Emitter(kafka, topic=args.topic) as emitter:
         publisher = Publisher(emitter, args.state_file, "kubernetes", watcher.state)
         watcher.restore(publisher.load())
 
@@ -358,13 +360,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--metrics-port",
-        type=positive_int,
+        type=port,
         metavar="PORT",
         help="serve Prometheus /metrics on 127.0.0.1:PORT",
     )
     p.add_argument(
         "--idle-timeout",
-        type=float,
+        type=positive_seconds,
         default=60.0,
         metavar="S",
         help="reconnect a watch that said nothing for S seconds (default: 60)",

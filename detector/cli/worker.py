@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, create_model
 
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config
-from detector.kafka.config import add_kafka_arguments, client_config, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
 from detector.runtime.settings import Guarantee, Store, WorkerSettings
 from detector.settings import (
     CommandSettings,
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=options.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    settings = options.worker_settings(client_config(args))
+    settings = options.worker_settings(KafkaConnection.from_args(args).client_config())
     try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)  # faust and rocksdb write there
     except OSError as exc:

@@ -16,7 +16,6 @@ from kubernetes import config
 
 from detector.adapters import AdapterSink, current, effect_committed
 from detector.adapters.kubernetes import LeaderElector
-from detector.kafka.config import client_config
 from detector.kafka.emit import Emitter
 
 
@@ -29,7 +28,7 @@ def main() -> None:
     config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     sink = AdapterSink(
         "kubernetes",
-        publisher=lambda: Emitter(client_config(argparse.Namespace()), topic=args.topic),
+        publisher=lambda: Emitter.from_env(topic=args.topic),
     )
 
     def work(stop: threading.Event) -> None:

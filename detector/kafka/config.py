@@ -1,8 +1,11 @@
-"""librdkafka settings for every Kafka client of the project, from flags or the environment.
+"""The Kafka connection of every client of the project: one settings model, from flags or the
+environment.
 
-One module builds them so that `topics`, `replay`, `tail`, `worker` and the emitter reach a
-cluster the same way, and so that secrets have exactly one way in: the environment or a file, never
-a command-line value, which `ps` and shell history would keep (`detector.settings` reads both).
+`KafkaConnection` is what `topics`, `replay`, `tail`, `worker`, `page`, `ui`, `watch`, the outbox
+relay and the emitter reach a cluster with, so they reach it the same way; a library builds it
+from the environment alone (`KafkaConnection.from_env()`), a command from its flags too. Secrets
+have exactly one way in: the environment or a file, never a command-line value, which `ps` and
+shell history would keep (`detector.settings` reads both).
 """
 
 from __future__ import annotations
@@ -15,26 +18,11 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
-from pydantic import Field, SecretStr, create_model
+from pydantic import Field, SecretStr
 
 from detector.errors import ExitCode, SplitbrainError
 from detector.settings import ENV_PREFIX as ENV_PREFIX  # noqa: PLC0414 (re-exported)
 from detector.settings import CommandSettings, Secret, SettingsError, Text, env_var
-
-# Each is also a flag (`--security-protocol`) and an environment variable
-# (`SPLITBRAIN_SECURITY_PROTOCOL`); the flag wins.
-SETTINGS: Final = (
-    "bootstrap.servers",
-    "security.protocol",
-    "sasl.mechanism",
-    "sasl.username",
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.endpoint.identification.algorithm",
-)
-# Only from the environment (`SPLITBRAIN_SASL_PASSWORD`) or a file (`--sasl-password-file`).
-SECRETS: Final = ("sasl.password", "ssl.key.password")
 
 # librdkafka retries everything forever; these errors no retry can fix.
 _UNRECOVERABLE: Final = frozenset(
@@ -52,18 +40,33 @@ class KafkaClientError(SplitbrainError, RuntimeError):
     """A Kafka client cannot be configured or cannot do its job; the message says why."""
 
 
-def _field(key: str) -> str:
-    return key.replace(".", "_")
+def _key(field: str) -> str:
+    return field.replace("_", ".")
 
 
 def env_name(key: str) -> str:
     """The variable of a librdkafka setting: `sasl.password` is `SPLITBRAIN_SASL_PASSWORD`."""
-    return env_var(_field(key))
+    return env_var(key.replace(".", "_"))
 
 
-class _Connection(CommandSettings):
-    """The fields, generated below from `SETTINGS` and `SECRETS`, are the librdkafka settings
-    of the same name with dots (`bootstrap_servers` is `bootstrap.servers`)."""
+class KafkaConnection(CommandSettings):
+    """Where the cluster is and how to authenticate to it. Each field is the librdkafka setting
+    of the same name with dots (`bootstrap_servers` is `bootstrap.servers`), a flag
+    (`--bootstrap-servers`) and a variable (`SPLITBRAIN_BOOTSTRAP_SERVERS`); the two secrets come
+    only from their variable or a file (`--sasl-password-file`)."""
+
+    bootstrap_servers: Text = Field(None, description="bootstrap.servers")
+    security_protocol: Text = Field(None, description="security.protocol")
+    sasl_mechanism: Text = Field(None, description="sasl.mechanism")
+    sasl_username: Text = Field(None, description="sasl.username")
+    ssl_ca_location: Text = Field(None, description="ssl.ca.location")
+    ssl_certificate_location: Text = Field(None, description="ssl.certificate.location")
+    ssl_key_location: Text = Field(None, description="ssl.key.location")
+    ssl_endpoint_identification_algorithm: Text = Field(
+        None, description="ssl.endpoint.identification.algorithm"
+    )
+    sasl_password: Secret = Field(None, description="sasl.password")
+    ssl_key_password: Secret = Field(None, description="ssl.key.password")
 
     def client_config(self) -> dict[str, Any]:
         """librdkafka settings, checked for the obvious.
@@ -72,11 +75,11 @@ class _Connection(CommandSettings):
         `KafkaClientError` raised from the next `poll`/`flush`/`consume`, instead of a silent
         retry loop that ends in a timeout that says nothing about credentials.
         """
-        conf: dict[str, Any] = {}
-        for key in (*SETTINGS, *SECRETS):
-            value = getattr(self, _field(key))
-            if value is not None:
-                conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        conf: dict[str, Any] = {
+            _key(name): value.get_secret_value() if isinstance(value, SecretStr) else value
+            for name, value in self
+            if value is not None
+        }
         if "bootstrap.servers" not in conf:
             raise KafkaClientError(
                 "no Kafka cluster given: pass --bootstrap-servers or set "
@@ -91,27 +94,15 @@ class _Connection(CommandSettings):
         return conf
 
 
-_FIELDS: Final[dict[str, Any]] = {
-    **{_field(key): (Text, Field(None, description=key)) for key in SETTINGS},
-    **{_field(key): (Secret, Field(None, description=key)) for key in SECRETS},
-}
-KafkaSettings: Final = create_model("KafkaSettings", __base__=_Connection, **_FIELDS)
-
-
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
-    """The connection flags every Kafka command shares."""
-    KafkaSettings.add_flags(
+    """The connection flags every Kafka command shares, in a group of their own."""
+    KafkaConnection.add_flags(
         parser.add_argument_group(
             "Kafka connection",
             f"each flag can also be set by its environment variable ({ENV_PREFIX}...); "
             "the flag wins",
         )
     )
-
-
-def client_config(args: argparse.Namespace) -> dict[str, Any]:
-    """librdkafka settings from the flags in `args` and the environment (`SPLITBRAIN_...`)."""
-    return KafkaSettings.from_args(args).client_config()
 
 
 def raise_unrecoverable(err: KafkaError) -> None:

@@ -9,7 +9,6 @@ librdkafka, aiokafka and Java clients put a workflow's events on the same partit
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from opentelemetry import propagate, trace
 from detector.contracts.events import EventError, Kind, OwnershipEvent, Source, parse_event_obj
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import SplitbrainError
-from detector.kafka.config import KafkaClientError, client_config, raise_unrecoverable
+from detector.kafka.config import KafkaClientError, KafkaConnection, raise_unrecoverable
 
 PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "enable.idempotence": True,
@@ -71,7 +70,8 @@ class Emitter:
     """
 
     def __init__(self, config: Mapping[str, Any], *, topic: str = INPUT_TOPIC) -> None:
-        """`config` is librdkafka settings, e.g. `detector.kafka.config.client_config(args)`."""
+        """`config` is librdkafka settings, e.g. `KafkaConnection.from_args(args).client_config()`
+        (`detector.kafka.config`)."""
         self.topic = topic
         self.sent = 0
         self._failures: list[DeliveryFailure] = []
@@ -79,8 +79,9 @@ class Emitter:
 
     @classmethod
     def from_env(cls, *, topic: str = INPUT_TOPIC) -> Self:
-        """An emitter configured only by `SPLITBRAIN_*` environment variables, for workers."""
-        return cls(client_config(argparse.Namespace()), topic=topic)
+        """An emitter configured only by `SPLITBRAIN_*` environment variables, for workers; a
+        `SettingsError` names a variable that cannot be used."""
+        return cls(KafkaConnection.from_env().client_config(), topic=topic)
 
     def __enter__(self) -> Self:
         return self

@@ -14,8 +14,8 @@ from detector.errors import ExitCode
 from detector.kafka.admin import TopicsFileError, load_topics
 from detector.kafka.config import (
     KafkaClientError,
+    KafkaConnection,
     add_kafka_arguments,
-    client_config,
     raise_unrecoverable,
     reports_kafka_errors,
 )
@@ -44,7 +44,7 @@ def config(*argv: str, **env: str) -> dict[str, object]:
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        conf = client_config(parse(*argv))
+        conf = KafkaConnection.from_args(parse(*argv)).client_config()
     assert conf.pop("error_cb") is raise_unrecoverable
     return conf
 
@@ -101,7 +101,7 @@ def test_environment_fills_in_and_flags_win() -> None:
 
 def test_no_bootstrap_servers_is_a_clear_error() -> None:
     with pytest.raises(KafkaClientError, match="SPLITBRAIN_BOOTSTRAP_SERVERS"):
-        client_config(parse())
+        KafkaConnection.from_args(parse()).client_config()
 
 
 def test_username_without_password_is_refused_before_connecting() -> None:
