@@ -46,6 +46,8 @@ from detector.contracts.events import (
     parse_event_json,
 )
 
+from ._handoff import Handoff
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY: Final = 10_000
@@ -280,11 +282,8 @@ class AdapterSink:
         self._dropped = {r: m.dropped.labels(adapter, r.value) for r in DropReason}
         self._sent = m.sent.labels(adapter)
         self._queue: deque[_Queued] = deque()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._handoff = Handoff()
         self._closed = False
-        self._sleeping = False  # the sender waits on `_wake` (set before its last look)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -321,25 +320,26 @@ class AdapterSink:
             self._dropped[DropReason.QUEUE_FULL].inc()
             return
         self._queue.append(item)
-        if self._idle.is_set():  # after the append: the sender re-checks the queue once idle
-            self._idle.clear()
+        handoff = self._handoff
+        if handoff.idle.is_set():  # after the append: the sender re-checks the queue once idle
+            handoff.idle.clear()
         if self._thread is None:  # first use, or a forked child (`_after_fork`)
             self._start()
-        if self._sleeping:  # else the sender is lingering or busy, and finds the event itself
-            self._wake.set()
+        if handoff.sleeping:  # else the sender is lingering or busy, and finds the event itself
+            handoff.wake.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued event is handed to the producer and the producer has waited
         for Kafka's acknowledgements once (tests, shutdown). True when that happened in time."""
         deadline = time.monotonic() + timeout
-        self._wake.set()
-        return self._idle.wait(max(deadline - time.monotonic(), 0.0))
+        self._handoff.wake.set()
+        return self._handoff.idle.wait(max(deadline - time.monotonic(), 0.0))
 
     def close(self, timeout: float = 5.0) -> None:
         """Publish what is queued within `timeout`, then stop; the rest counts as dropped."""
         self.flush(timeout)
         self._closed = True
-        self._wake.set()
+        self._handoff.wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout + _FINAL_SETTLE_S)
@@ -369,10 +369,7 @@ class AdapterSink:
         self._queue.clear()
         self._thread = None
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._sleeping = False
+        self._handoff = Handoff()
 
     def _run(self) -> None:
         publisher: Publisher | None = None
@@ -385,15 +382,7 @@ class AdapterSink:
                     self._settle(publisher, _SETTLE_S)
                     unsettled = False
                 if not self._queue:
-                    self._idle.set()
-                    self._sleeping = True  # before the last look: a later append wakes us
-                    if self._queue:  # appended while idle was being set
-                        self._sleeping = False
-                        self._idle.clear()
-                        continue
-                    self._wake.wait(_IDLE_WAIT_S)
-                    self._sleeping = False
-                    self._wake.clear()
+                    self._handoff.rest(self._queue, _IDLE_WAIT_S)
                     continue
             if publisher is None:
                 publisher = self._connect()
@@ -401,14 +390,14 @@ class AdapterSink:
                     continue
             # Woken by the host, or after a batch: more events come while we wait (a flush or
             # close ends the wait). The host wakes no one meanwhile.
-            self._wake.wait(self._linger_s)
-            self._wake.clear()
+            self._handoff.wake.wait(self._linger_s)
+            self._handoff.wake.clear()
             publisher = self._batch(publisher)
             unsettled = True
         if publisher is not None:
             self._settle(publisher, _FINAL_SETTLE_S, final=True)
             publisher.close()
-        self._idle.set()
+        self._handoff.idle.set()
 
     def _connect(self) -> Publisher | None:
         try:
