@@ -27,21 +27,25 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, Protocol, get_args
+from typing import Any, Final, Protocol
 from uuid import uuid4
 
 import msgspec
-from annotated_types import MaxLen
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from detector.contracts.events import (
     EFFECT_KINDS,
+    MAX_ATTRS,
+    MAX_DESTINATION_CHARS,
     MAX_DETAIL_BYTES,
     MAX_EPOCH,
+    MAX_EVENT_ID_CHARS,
+    MAX_KEY_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_WORKER_ID_CHARS,
     EventError,
     Kind,
     OwnershipEvent,
-    ShortLabel,
     Source,
     parse_event_json,
 )
@@ -136,19 +140,6 @@ class _EventIds:
 _event_id = _EventIds()
 
 
-def _max_length(annotation: Any) -> int:
-    """A length limit of the contract, read from the model (one place says it)."""
-    return next(m.max_length for m in annotation if isinstance(m, MaxLen))
-
-
-_FIELDS: Final = OwnershipEvent.model_fields
-_KEY_MAX: Final = _max_length(_FIELDS["workflow_key"].metadata)
-_WORKER_MAX: Final = _max_length(_FIELDS["worker_id"].metadata)
-_EVENT_ID_MAX: Final = _max_length(_FIELDS["event_id"].metadata)
-_EFFECT_KEY_MAX: Final = _max_length(_FIELDS["effect_key"].metadata)
-_DESTINATION_MAX: Final = _max_length(_FIELDS["destination"].metadata)
-_ATTRS_MAX: Final = _max_length(_FIELDS["attrs"].metadata)
-_LABEL_MAX: Final = _max_length(get_args(ShortLabel)[1].metadata)
 # A whole event this short holds a `detail` well within its limit, however it is spelled.
 _SHORT_EVENT: Final = MAX_DETAIL_BYTES // 2
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
@@ -162,12 +153,12 @@ def owner_fields(
     logs them by field)."""
     if not (
         type(workflow_key) is str
-        and 0 < len(workflow_key) <= _KEY_MAX
+        and 0 < len(workflow_key) <= MAX_KEY_CHARS
         and type(owner_epoch) is int
         and 0 <= owner_epoch <= MAX_EPOCH
         and type(worker_id) is str
-        and 0 < len(worker_id) <= _WORKER_MAX
-        and len(attrs) <= _ATTRS_MAX
+        and 0 < len(worker_id) <= MAX_WORKER_ID_CHARS
+        and len(attrs) <= MAX_ATTRS
         and _labels(attrs)
     ):
         return None
@@ -181,7 +172,7 @@ def owner_fields(
 
 def _labels(attrs: dict[str, str]) -> bool:
     for k, v in attrs.items():  # loops here and in `_flat`: half the cost of `all`
-        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= _LABEL_MAX):
+        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= MAX_LABEL_CHARS):
             return False
     return True
 
@@ -223,9 +214,9 @@ def _flat(value: object) -> bool:
 _CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
     "seq": _count,
     "source": lambda v: v is None or type(v) is Source,
-    "event_id": _text(_EVENT_ID_MAX, optional=False),
-    "effect_key": _text(_EFFECT_KEY_MAX),
-    "destination": _text(_DESTINATION_MAX, shortest=0),
+    "event_id": _text(MAX_EVENT_ID_CHARS, optional=False),
+    "effect_key": _text(MAX_KEY_CHARS),
+    "destination": _text(MAX_DESTINATION_CHARS, shortest=0),
     "lease_until": _aware,
     "lease_duration_s": _positive,
     "heartbeat_interval_s": _positive,
@@ -466,7 +457,7 @@ class AdapterSink:
             log.warning(
                 "adapter %s: invalid event for workflow %r dropped: %s",
                 self.adapter,
-                str(fields.get("workflow_key"))[:512],
+                str(fields.get("workflow_key"))[:MAX_KEY_CHARS],
                 exc,
             )
             return None

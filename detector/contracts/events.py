@@ -57,6 +57,7 @@ MAX_WORKER_ID_CHARS: Final = 256
 MAX_DESTINATION_CHARS: Final = 256
 MAX_EVENT_ID_CHARS: Final = 128
 MAX_LABEL_CHARS: Final = 128
+MAX_ATTRS: Final = 16  # labels in an event's `attrs`
 
 
 class Kind(StrEnum):
@@ -204,7 +205,7 @@ class OwnershipEvent(BaseModel):
     heartbeat_interval_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = (
         None
     )
-    attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=16)] = None
+    attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=MAX_ATTRS)] = None
     detail: Annotated[dict[str, Any] | None, AfterValidator(_detail_fits)] = None
     trace_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{32}$")] = None
     span_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{16}$")] = None

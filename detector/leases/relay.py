@@ -173,6 +173,8 @@ class OutboxRelay(Closing):
         """Send the row's event to the topic; False when it is no valid event, and was sent to
         the DLQ topic instead."""
         try:
+            if not isinstance(row["event"], dict):
+                raise EventError("not a JSON object")
             event = parse_event_strict(row["event"])
         except EventError as exc:
             dead = OutboxDeadLetter(

@@ -318,6 +318,12 @@ def test_an_outbox_row_that_is_no_event_goes_to_the_dlq_with_its_reason_and_the_
     topics: WorkerTopics,
 ) -> None:
     job = job_with_a_row_that_is_no_event(postgres_dsn, db)
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        other = str(store.enqueue("ocr", "doc:2:ocr", {"doc": 2}).id)
+    db.execute(
+        "INSERT INTO tool_job_outbox (job_id, seq, event) VALUES (%s, 1, %s)",
+        (other, json.dumps("not an event")),
+    )
     gauges = LeaseGauges()
     config = kafka_broker.client_config()
     relay = OutboxRelay(
@@ -327,7 +333,12 @@ def test_an_outbox_row_that_is_no_event_goes_to_the_dlq_with_its_reason_and_the_
         assert relay_until_empty(relay) == 2
     finally:
         relay.close()
-    (dead,) = read_committed(config, topics.dlq)
+    dead, not_an_object = sorted(
+        read_committed(config, topics.dlq), key=lambda r: r.key != job.encode()
+    )
+    assert not_an_object.key == other.encode()
+    assert json.loads(not_an_object.value) == "not an event"
+    assert not_an_object.headers["error.reason"] == b"invalid: not a JSON object"
     assert dead.key == job.encode()
     assert json.loads(dead.value) == BAD_ROW | {"job": job}
     assert dead.headers == {
@@ -343,7 +354,7 @@ def test_an_outbox_row_that_is_no_event_goes_to_the_dlq_with_its_reason_and_the_
         ("lease_released", 3),
     ]
     assert all(row["relayed_at"] is not None for row in outbox_rows(postgres_dsn))
-    assert gauges.registry.get_sample_value("splitbrain_lease_store_dead_lettered_total") == 1
+    assert gauges.registry.get_sample_value("splitbrain_lease_store_dead_lettered_total") == 2
     assert gauges.registry.get_sample_value("splitbrain_lease_store_relayed_total") == 2
 
 
