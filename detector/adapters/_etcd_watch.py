@@ -20,14 +20,13 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.utils import _encode, _increment_last_byte
 from urllib3.exceptions import ReadTimeoutError
 
+from ._watch import UnreadableError
 
-class InvalidKvError(ValueError):
-    """A key-value the gateway sent that cannot be read; `reason` is a bounded label."""
 
-    def __init__(self, reason: str, key: str) -> None:
-        super().__init__(f"{reason}: key {key!r}")
-        self.reason = reason
-        self.key = key
+class InvalidKvError(UnreadableError):
+    """A key-value the gateway sent that cannot be read."""
+
+    noun = "key"
 
 
 @dataclass(frozen=True, slots=True)

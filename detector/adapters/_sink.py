@@ -27,24 +27,30 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, Protocol, get_args
+from typing import Any, Final, Protocol
 from uuid import uuid4
 
 import msgspec
-from annotated_types import MaxLen
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from detector.contracts.events import (
     EFFECT_KINDS,
+    MAX_ATTRS,
+    MAX_DESTINATION_CHARS,
     MAX_DETAIL_BYTES,
     MAX_EPOCH,
+    MAX_EVENT_ID_CHARS,
+    MAX_KEY_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_WORKER_ID_CHARS,
     EventError,
     Kind,
     OwnershipEvent,
-    ShortLabel,
     Source,
     parse_event_json,
 )
+
+from ._handoff import Handoff
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +140,6 @@ class _EventIds:
 _event_id = _EventIds()
 
 
-def _max_length(annotation: Any) -> int:
-    """A length limit of the contract, read from the model (one place says it)."""
-    return next(m.max_length for m in annotation if isinstance(m, MaxLen))
-
-
-_FIELDS: Final = OwnershipEvent.model_fields
-_KEY_MAX: Final = _max_length(_FIELDS["workflow_key"].metadata)
-_WORKER_MAX: Final = _max_length(_FIELDS["worker_id"].metadata)
-_EVENT_ID_MAX: Final = _max_length(_FIELDS["event_id"].metadata)
-_EFFECT_KEY_MAX: Final = _max_length(_FIELDS["effect_key"].metadata)
-_DESTINATION_MAX: Final = _max_length(_FIELDS["destination"].metadata)
-_ATTRS_MAX: Final = _max_length(_FIELDS["attrs"].metadata)
-_LABEL_MAX: Final = _max_length(get_args(ShortLabel)[1].metadata)
 # A whole event this short holds a `detail` well within its limit, however it is spelled.
 _SHORT_EVENT: Final = MAX_DETAIL_BYTES // 2
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
@@ -160,12 +153,12 @@ def owner_fields(
     logs them by field)."""
     if not (
         type(workflow_key) is str
-        and 0 < len(workflow_key) <= _KEY_MAX
+        and 0 < len(workflow_key) <= MAX_KEY_CHARS
         and type(owner_epoch) is int
         and 0 <= owner_epoch <= MAX_EPOCH
         and type(worker_id) is str
-        and 0 < len(worker_id) <= _WORKER_MAX
-        and len(attrs) <= _ATTRS_MAX
+        and 0 < len(worker_id) <= MAX_WORKER_ID_CHARS
+        and len(attrs) <= MAX_ATTRS
         and _labels(attrs)
     ):
         return None
@@ -179,7 +172,7 @@ def owner_fields(
 
 def _labels(attrs: dict[str, str]) -> bool:
     for k, v in attrs.items():  # loops here and in `_flat`: half the cost of `all`
-        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= _LABEL_MAX):
+        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= MAX_LABEL_CHARS):
             return False
     return True
 
@@ -221,9 +214,9 @@ def _flat(value: object) -> bool:
 _CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
     "seq": _count,
     "source": lambda v: v is None or type(v) is Source,
-    "event_id": _text(_EVENT_ID_MAX, optional=False),
-    "effect_key": _text(_EFFECT_KEY_MAX),
-    "destination": _text(_DESTINATION_MAX, shortest=0),
+    "event_id": _text(MAX_EVENT_ID_CHARS, optional=False),
+    "effect_key": _text(MAX_KEY_CHARS),
+    "destination": _text(MAX_DESTINATION_CHARS, shortest=0),
     "lease_until": _aware,
     "lease_duration_s": _positive,
     "heartbeat_interval_s": _positive,
@@ -280,11 +273,8 @@ class AdapterSink:
         self._dropped = {r: m.dropped.labels(adapter, r.value) for r in DropReason}
         self._sent = m.sent.labels(adapter)
         self._queue: deque[_Queued] = deque()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._handoff = Handoff()
         self._closed = False
-        self._sleeping = False  # the sender waits on `_wake` (set before its last look)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -321,25 +311,26 @@ class AdapterSink:
             self._dropped[DropReason.QUEUE_FULL].inc()
             return
         self._queue.append(item)
-        if self._idle.is_set():  # after the append: the sender re-checks the queue once idle
-            self._idle.clear()
+        handoff = self._handoff
+        if handoff.idle.is_set():  # after the append: the sender re-checks the queue once idle
+            handoff.idle.clear()
         if self._thread is None:  # first use, or a forked child (`_after_fork`)
             self._start()
-        if self._sleeping:  # else the sender is lingering or busy, and finds the event itself
-            self._wake.set()
+        if handoff.sleeping:  # else the sender is lingering or busy, and finds the event itself
+            handoff.wake.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued event is handed to the producer and the producer has waited
         for Kafka's acknowledgements once (tests, shutdown). True when that happened in time."""
         deadline = time.monotonic() + timeout
-        self._wake.set()
-        return self._idle.wait(max(deadline - time.monotonic(), 0.0))
+        self._handoff.wake.set()
+        return self._handoff.idle.wait(max(deadline - time.monotonic(), 0.0))
 
     def close(self, timeout: float = 5.0) -> None:
         """Publish what is queued within `timeout`, then stop; the rest counts as dropped."""
         self.flush(timeout)
         self._closed = True
-        self._wake.set()
+        self._handoff.wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout + _FINAL_SETTLE_S)
@@ -369,10 +360,7 @@ class AdapterSink:
         self._queue.clear()
         self._thread = None
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._sleeping = False
+        self._handoff = Handoff()
 
     def _run(self) -> None:
         publisher: Publisher | None = None
@@ -385,15 +373,7 @@ class AdapterSink:
                     self._settle(publisher, _SETTLE_S)
                     unsettled = False
                 if not self._queue:
-                    self._idle.set()
-                    self._sleeping = True  # before the last look: a later append wakes us
-                    if self._queue:  # appended while idle was being set
-                        self._sleeping = False
-                        self._idle.clear()
-                        continue
-                    self._wake.wait(_IDLE_WAIT_S)
-                    self._sleeping = False
-                    self._wake.clear()
+                    self._handoff.rest(self._queue, _IDLE_WAIT_S)
                     continue
             if publisher is None:
                 publisher = self._connect()
@@ -401,14 +381,14 @@ class AdapterSink:
                     continue
             # Woken by the host, or after a batch: more events come while we wait (a flush or
             # close ends the wait). The host wakes no one meanwhile.
-            self._wake.wait(self._linger_s)
-            self._wake.clear()
+            self._handoff.wake.wait(self._linger_s)
+            self._handoff.wake.clear()
             publisher = self._batch(publisher)
             unsettled = True
         if publisher is not None:
             self._settle(publisher, _FINAL_SETTLE_S, final=True)
             publisher.close()
-        self._idle.set()
+        self._handoff.idle.set()
 
     def _connect(self) -> Publisher | None:
         try:
@@ -477,7 +457,7 @@ class AdapterSink:
             log.warning(
                 "adapter %s: invalid event for workflow %r dropped: %s",
                 self.adapter,
-                str(fields.get("workflow_key"))[:512],
+                str(fields.get("workflow_key"))[:MAX_KEY_CHARS],
                 exc,
             )
             return None

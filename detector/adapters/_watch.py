@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
@@ -20,6 +20,18 @@ from ._context import AUTHORITY_ATTR, EPOCH_FROM_ATTR, Authority
 
 # The key and value of an event's `attrs` that say the event follows a gap in the watch.
 GAP_ATTR: Final = "after_gap"
+
+
+class UnreadableError(ValueError):
+    """A watched object that cannot be read as a lease or a lock key: `reason` is a bounded
+    label (`WatchMetrics.invalid`), `key` names the object for the log."""
+
+    noun: ClassVar[str] = "object"
+
+    def __init__(self, reason: str, key: str) -> None:
+        super().__init__(f"{reason}: {self.noun} {key!r}")
+        self.reason = reason
+        self.key = key
 
 
 class WatchMetrics:

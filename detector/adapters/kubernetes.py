@@ -36,7 +36,7 @@ from detector.contracts.events import Kind, Source
 
 from ._context import Authority, Ownership, owning
 from ._sink import AdapterSink
-from ._watch import GAP_ATTR, Holder, WatchMetrics
+from ._watch import GAP_ATTR, Holder, UnreadableError, WatchMetrics
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,10 @@ def lease_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-class InvalidLeaseError(ValueError):
-    """A Lease the watcher cannot read; `reason` is a bounded label."""
+class InvalidLeaseError(UnreadableError):
+    """A Lease the watcher cannot read."""
 
-    def __init__(self, reason: str, key: str) -> None:
-        super().__init__(f"{reason}: lease {key!r}")
-        self.reason = reason
-        self.key = key
+    noun = "lease"
 
 
 @dataclass(frozen=True, slots=True)

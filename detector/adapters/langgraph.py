@@ -64,10 +64,11 @@ from prometheus_client import Counter
 from psycopg.rows import DictRow
 
 from detector.contracts.events import Kind, Source
-from detector.leases.db import connect
+from detector.leases.db import Database
 from detector.leases.schema import migrate
 
 from ._context import Authority, Ownership, current, owning
+from ._handoff import Handoff
 from ._sink import DEFAULT_LINGER_S, AdapterSink
 
 __all__ = [
@@ -276,10 +277,8 @@ class PostgresThreads:
     blocking = True
 
     def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
+        self._db = Database(dsn)
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection[DictRow] | None = None
-        self._pid = os.getpid()
 
     def setup(self) -> None:
         """Migrate the database to the lease store's schema (its `langgraph_*` tables)."""
@@ -288,9 +287,7 @@ class PostgresThreads:
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._db.close()
 
     def begin(self, thread_id: str, checkpoint_ns: str) -> tuple[int, int | None]:
         (done,) = self.steps([Step(thread_id, checkpoint_ns, begin=True)])
@@ -333,13 +330,10 @@ class PostgresThreads:
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
-        """The connection, one caller at a time; a broken one is replaced on the next call."""
+        """The connection, one caller at a time; a broken one is replaced on the next call, and
+        a forked child makes its own."""
         with self._lock:
-            if self._pid != os.getpid():  # a forked child never uses its parent's connection
-                self._pid, self._conn = os.getpid(), None
-            if self._conn is None or self._conn.broken:
-                self._conn = connect(self._dsn)
-            yield self._conn
+            yield self._db.connection()
 
 
 def _done(step: Step, row: DictRow) -> Done:
@@ -365,11 +359,8 @@ class _Behind(Generic[_T]):
         self._drain = drain
         self._on_drop = on_drop
         self._queue: deque[_T] = deque()
-        self._wake = threading.Event()
+        self._handoff = Handoff()
         self._hurry = threading.Event()  # a flush waits: no lingering
-        self._idle = threading.Event()
-        self._idle.set()
-        self._sleeping = False  # the runner waits on `_wake` (set before its last look)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -379,41 +370,35 @@ class _Behind(Generic[_T]):
             self._pid = os.getpid()
             self._queue.clear()
             self._thread = None
-            self._sleeping = False
+            self._handoff = Handoff()
         if len(self._queue) >= _BEHIND:
             self._on_drop()
             return
         self._queue.append(item)
-        if self._idle.is_set():  # after the append: the runner re-checks the queue once idle
-            self._idle.clear()
+        handoff = self._handoff
+        if handoff.idle.is_set():  # after the append: the runner re-checks the queue once idle
+            handoff.idle.clear()
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
-        if self._sleeping:
-            self._wake.set()
+        if handoff.sleeping:
+            handoff.wake.set()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued item was drained; True when that happened in time."""
         self._hurry.set()
-        self._wake.set()
-        return self._idle.wait(timeout)
+        self._handoff.wake.set()
+        return self._handoff.idle.wait(timeout)
 
     def _run(self) -> None:
         while True:
             queue = self._queue
             while queue:
                 self._drain([queue.popleft() for _ in range(min(len(queue), _BATCH))])
-            self._idle.set()
-            self._sleeping = True  # before the last look: a later submit wakes us
-            if self._queue:  # submitted while idle was being set
-                self._sleeping = False
-                self._idle.clear()
+            if not self._handoff.rest(queue, _IDLE_WAIT_S):
                 continue
-            self._wake.wait(_IDLE_WAIT_S)
-            self._sleeping = False
-            self._wake.clear()
             if self._queue:
                 self._hurry.wait(DEFAULT_LINGER_S)
             self._hurry.clear()

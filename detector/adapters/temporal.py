@@ -68,7 +68,7 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from detector.contracts.events import Kind
+from detector.contracts.events import MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_WORKER_ID_CHARS, Kind
 
 from ._context import Authority, Ownership, owning
 from ._sink import AdapterSink, owner_fields
@@ -89,9 +89,7 @@ _P = ParamSpec("_P")
 ADAPTER: Final = "temporal"
 EPOCH_FROM: Final = "temporal.scheduled_ms*1000+attempt"
 RUN_EPOCH_FROM: Final = "temporal.history_length"
-MAX_KEY: Final = 512
 _ATTEMPT_SPAN: Final = 1000  # the attempt only breaks ties between equal scheduled times
-_LABEL: Final = 128
 _LOST: Final = ("not_found", "timed_out", "reset", "paused")  # the server took the attempt away
 _SDK_THROTTLE_S: Final = 30.0  # the SDK's default heartbeat throttle without a timeout
 _THROTTLE_SHARE: Final = 0.8  # ... and its share of the heartbeat timeout
@@ -99,10 +97,10 @@ _THROTTLE_SHARE: Final = 0.8  # ... and its share of the heartbeat timeout
 
 def _fit(key: str) -> str:
     """A key longer than the contract's 512 characters is cut and ends in a hash of the whole."""
-    if len(key) <= MAX_KEY:
+    if len(key) <= MAX_KEY_CHARS:
         return key
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    return f"{key[: MAX_KEY - 33]}#{digest}"
+    return f"{key[: MAX_KEY_CHARS - 33]}#{digest}"
 
 
 def workflow_key(info: temporalio.activity.Info) -> str:
@@ -163,7 +161,7 @@ def _ending(end: Callable[[str | None, str | None], None]) -> Iterator[None]:
         outcome = "cancelled"
         raise
     except BaseException as exc:
-        error = type(exc).__name__[:_LABEL]
+        error = type(exc).__name__[:MAX_LABEL_CHARS]
         raise
     finally:
         end(outcome, error)
@@ -182,7 +180,7 @@ class _Attempt:
             Authority.APPROXIMATE if local else Authority.SYSTEM,
             EPOCH_FROM,
             {
-                "tool_class": info.activity_type[:_LABEL],
+                "tool_class": info.activity_type[:MAX_LABEL_CHARS],
                 "temporal_activity": "local" if local else "server",
             },
         )
@@ -332,7 +330,7 @@ class _RunOwnership(Ownership):
             worker_id,
             Authority.SYSTEM,
             RUN_EPOCH_FROM,
-            {"tool_class": info.workflow_type[:_LABEL], "temporal_task": "workflow"},
+            {"tool_class": info.workflow_type[:MAX_LABEL_CHARS], "temporal_task": "workflow"},
             _seconds(info.task_timeout),
         )
 
@@ -436,7 +434,8 @@ class SplitbrainInterceptor(Interceptor):
         default, pid@host). It must be given here: `activity.client()` is not available in a
         synchronous activity. `sink` defaults to one configured by `SPLITBRAIN_*` variables."""
         self.sink = sink if sink is not None else AdapterSink(ADAPTER)
-        self.worker_id = (worker_id or f"{os.getpid()}@{socket.gethostname()}")[:256]
+        worker_id = worker_id or f"{os.getpid()}@{socket.gethostname()}"
+        self.worker_id = worker_id[:MAX_WORKER_ID_CHARS]
 
         class _Bound(_WorkflowInbound):  # the SDK makes the class with only `next`
             root: ClassVar[SplitbrainInterceptor] = self

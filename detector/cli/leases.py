@@ -25,7 +25,7 @@ from pydantic import AfterValidator, Field
 
 from detector.cli.arguments import argument_type, port, positive_int
 from detector.cli.main import silence_stdout
-from detector.contracts.topics import INPUT_TOPIC
+from detector.contracts.topics import DLQ_TOPIC, INPUT_TOPIC
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError, KafkaConnection, add_kafka_arguments
 from detector.report import count, printable
@@ -143,6 +143,7 @@ def run_relay(args: argparse.Namespace) -> int:
         dsn,
         kafka,
         topic=args.topic,
+        dlq_topic=args.dlq_topic,
         batch=args.batch,
         retention=timedelta(hours=args.retention_h),
         job_retention=timedelta(hours=args.job_retention_h),
@@ -160,6 +161,8 @@ def run_relay(args: argparse.Namespace) -> int:
     finally:
         relay.close()
     print(f"relayed {relay.published} event(s) to {args.topic}", file=sys.stderr)
+    if relay.dead_lettered:
+        print(f"sent {relay.dead_lettered} invalid row(s) to {args.dlq_topic}", file=sys.stderr)
     return ExitCode.OK
 
 
@@ -462,6 +465,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _add_dsn(p)
     p.add_argument(
         "--topic", default=INPUT_TOPIC, metavar="NAME", help="the topic the outbox is published to"
+    )
+    p.add_argument(
+        "--dlq-topic",
+        default=DLQ_TOPIC,
+        metavar="NAME",
+        help="the topic an outbox row that is no valid event is sent to, with the reason",
     )
     p.add_argument(
         "--batch",

@@ -34,3 +34,29 @@ class DeadLetter:
             ("source.partition", str(self.partition).encode()),
             ("source.offset", str(self.offset).encode()),
         ]
+
+
+# Where an outbox row comes from: the lease store's table, in a dead letter's `source.table`.
+OUTBOX_TABLE: Final = "tool_job_outbox"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxDeadLetter:
+    """A row of the lease store's outbox that is not a valid event (written by hand, or by a
+    version that did not check what it wrote): the relay sends it to the DLQ topic, keyed by
+    its job, instead of stopping at it or dropping it."""
+
+    reason: str
+    field: str | None
+    job_id: str
+    seq: int
+    value: bytes
+
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
+        return [
+            ("error.reason", self.reason.encode()),
+            ("error.field", (self.field or "").encode()),
+            ("source.table", OUTBOX_TABLE.encode()),
+            ("source.job", self.job_id.encode()),
+            ("source.seq", str(self.seq).encode()),
+        ]

@@ -50,6 +50,14 @@ SCHEMA: Final = "splitbrain.ownership/v1"
 MAX_EVENT_BYTES: Final = 64 * 1024
 MAX_DETAIL_BYTES: Final = 4096
 MAX_EPOCH: Final = 2**63 - 1
+# The longest texts of DESIGN §3, in characters: a workflow or effect key, a worker id, a
+# destination, an event id, and a label (an `attrs` name or value).
+MAX_KEY_CHARS: Final = 512
+MAX_WORKER_ID_CHARS: Final = 256
+MAX_DESTINATION_CHARS: Final = 256
+MAX_EVENT_ID_CHARS: Final = 128
+MAX_LABEL_CHARS: Final = 128
+MAX_ATTRS: Final = 16  # labels in an event's `attrs`
 
 
 class Kind(StrEnum):
@@ -103,7 +111,6 @@ EFFECT_KINDS: Final = frozenset(
 )
 
 
-MAX_KEY_CHARS: Final = 512
 # The error type of an effect kind without an effect key: a required field, named `effect_key`.
 _NEEDS_KEY: Final = "effect_key_required"
 
@@ -136,7 +143,7 @@ def _detail_fits(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
-ShortLabel = Annotated[str, Field(max_length=128)]
+ShortLabel = Annotated[str, Field(max_length=MAX_LABEL_CHARS)]
 # Whether the input used a job-queue name of a required field (its value is the first such name
 # present). Only then do the parse functions compare the names, since `AliasChoices` takes the
 # first name present and ignores the others: canonical events pay a few dictionary lookups in
@@ -161,13 +168,13 @@ class OwnershipEvent(BaseModel):
         extra="ignore", frozen=True, populate_by_name=True, str_strip_whitespace=False
     )
 
-    event_id: Annotated[str, Field(min_length=1, max_length=128)]
+    event_id: Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
     kind: Kind
     workflow_key: Annotated[
         str,
         Field(
             min_length=1,
-            max_length=512,
+            max_length=MAX_KEY_CHARS,
             validation_alias=AliasChoices("workflow_key", *FIELD_ALIASES["workflow_key"]),
         ),
     ]
@@ -184,7 +191,7 @@ class OwnershipEvent(BaseModel):
         str,
         Field(
             min_length=1,
-            max_length=256,
+            max_length=MAX_WORKER_ID_CHARS,
             validation_alias=AliasChoices("worker_id", *FIELD_ALIASES["worker_id"]),
         ),
     ]
@@ -192,13 +199,13 @@ class OwnershipEvent(BaseModel):
     source: Source = Source.WORKER
     observed_at: Annotated[AwareDatetime | None, Field(strict=True)] = None
     effect_key: Annotated[str | None, Field(min_length=1, max_length=MAX_KEY_CHARS)] = None
-    destination: Annotated[str | None, Field(max_length=256)] = None
+    destination: Annotated[str | None, Field(max_length=MAX_DESTINATION_CHARS)] = None
     lease_until: Annotated[AwareDatetime | None, Field(strict=True)] = None
     lease_duration_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = None
     heartbeat_interval_s: Annotated[float | None, Field(gt=0, strict=True, allow_inf_nan=False)] = (
         None
     )
-    attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=16)] = None
+    attrs: Annotated[dict[ShortLabel, ShortLabel] | None, Field(max_length=MAX_ATTRS)] = None
     detail: Annotated[dict[str, Any] | None, AfterValidator(_detail_fits)] = None
     trace_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{32}$")] = None
     span_id: Annotated[str | None, Field(pattern=r"^[0-9a-f]{16}$")] = None
@@ -624,6 +631,17 @@ def parse_event_obj(obj: Mapping[str, Any], dropped: Iterable[FieldDrop] = ()) -
     except ValidationError as exc:
         return _salvage(exc, lambda: from_json(raw), drops)
     return _without(event, drops)
+
+
+def parse_event_strict(obj: Mapping[str, Any]) -> OwnershipEvent:
+    """Validate an event where it is made (an emitter, the lease store's outbox): as
+    `parse_event_obj`, but an invalid optional field is an `EventError` naming it too. A
+    detector would drop the field and go on; whoever makes the event can fix it."""
+    event = parse_event_obj(obj)
+    if event.dropped_fields:
+        drop = event.dropped_fields[0]
+        raise EventError(drop.reason, drop.field)
+    return event
 
 
 def _serialisable(obj: Mapping[str, Any], drops: _Drops) -> dict[str, Any]:

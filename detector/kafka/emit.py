@@ -20,7 +20,7 @@ from uuid import uuid4
 from confluent_kafka import KafkaError, Message, Producer
 from opentelemetry import propagate, trace
 
-from detector.contracts.events import EventError, Kind, OwnershipEvent, Source, parse_event_obj
+from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_strict
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import SplitbrainError
 from detector.kafka.config import KafkaClientError, KafkaConnection, raise_unrecoverable
@@ -31,6 +31,8 @@ PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "partitioner": "murmur2_random",
 }
 DEFAULT_FLUSH_TIMEOUT: Final = 30.0
+# A record's headers, as confluent-kafka takes them.
+Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]]
 
 
 class Fields(TypedDict):
@@ -126,11 +128,7 @@ class Emitter:
             validated = event
         else:
             defaults = {"event_id": uuid4().hex, "observed_at": datetime.now(UTC)}
-            validated = parse_event_obj({**defaults, **(event or {}), **fields})
-            if validated.dropped_fields:
-                # A detector would drop the field and go on; the emitter's caller can fix it.
-                drop = validated.dropped_fields[0]
-                raise EventError(drop.reason, drop.field)
+            validated = parse_event_strict({**defaults, **(event or {}), **fields})
         self._send(validated)
         return validated
 
@@ -168,6 +166,12 @@ class Emitter:
         adapters' sink, whose thread runs in no span (there is no trace context to carry)."""
         self._enqueue(workflow_key.encode("utf-8"), value, None)
 
+    def dead_letter(self, topic: str, key: bytes, value: bytes, headers: Headers) -> None:
+        """Send a record that is no valid event to the dead-letter topic `topic`, as it is, with
+        the headers that say why (`detector.contracts.dead_letters`); `flush` waits for its
+        acknowledgement as for an event's."""
+        self._enqueue(key, value, headers, topic)
+
     def _send(self, event: OwnershipEvent) -> None:
         self._produce(event, event.model_dump_json(exclude_none=True).encode("utf-8"))
 
@@ -181,12 +185,12 @@ class Emitter:
         self._enqueue(event.workflow_key.encode("utf-8"), value, headers)
 
     def _enqueue(
-        self, key: bytes, value: bytes, headers: dict[str, str | bytes | None] | None
+        self, key: bytes, value: bytes, headers: Headers | None, topic: str | None = None
     ) -> None:
         while True:
             try:
                 self._producer.produce(
-                    self.topic, value, key, headers=headers, on_delivery=self._on_delivery
+                    topic or self.topic, value, key, headers=headers, on_delivery=self._on_delivery
                 )
                 break
             except BufferError:

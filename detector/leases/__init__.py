@@ -23,7 +23,6 @@ from detector.leases.errors import (
     LeaseError,
     LeaseInputError,
     MigrationError,
-    OutboxRowError,
     StoreUnavailableError,
 )
 from detector.leases.policy import JobClass, Labels
@@ -63,7 +62,6 @@ __all__ = [
     "LostReason",
     "MigrationError",
     "OutboxRelay",
-    "OutboxRowError",
     "Outcome",
     "Pruned",
     "Receipt",

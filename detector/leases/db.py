@@ -1,8 +1,12 @@
-"""Connections to the lease store's database (psycopg 3, synchronous)."""
+"""Connections to the lease store's database (psycopg 3, synchronous), and `Database`: the one
+connection of a store, a destination or a relay, with its transactions."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 from typing import Final
 
 import psycopg
@@ -64,3 +68,49 @@ def with_server_settings(options: str | None) -> str:
     own = {name.replace("-", "_") for name in _SETTING.findall(options or "")}
     added = [f"-c {name}={value}" for name, value in SERVER_SETTINGS.items() if name not in own]
     return " ".join(part for part in (options or "", *added) if part)
+
+
+class Database:
+    """One connection to the database at `dsn`, made on first use and made again when it broke
+    or when this process is a fork of the one that made it (a socket shared by two processes
+    interleaves both's statements). For one thread: a blocking connection per thread is what
+    lets a heartbeat go on while a tool call blocks another thread. `name` says whose database
+    it is in errors."""
+
+    def __init__(self, dsn: str, name: str = "the lease store") -> None:
+        self.name = name
+        self._dsn = dsn
+        self._conn: psycopg.Connection[DictRow] | None = None
+        self._pid = os.getpid()
+
+    def connection(self) -> psycopg.Connection[DictRow]:
+        """The connection, a new one if there was none or it broke (`StoreUnavailableError`
+        when the database does not answer)."""
+        if self._pid != os.getpid():  # a forked child never uses its parent's connection
+            self._pid, self._conn = os.getpid(), None
+        if self._conn is None or self._conn.broken:
+            self._conn = connect(self._dsn)
+        return self._conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """One database transaction. A database that does not answer, or a connection lost
+        mid-call, is `StoreUnavailableError`: whether a write committed is then unknown."""
+        with self.answering():
+            conn = self.connection()
+            with conn.transaction():
+                yield conn
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """A block that uses the connection: its `psycopg.OperationalError` (no answer, a
+        connection lost) as `StoreUnavailableError`."""
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"{self.name} did not answer: {one_line(exc)}") from exc
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None

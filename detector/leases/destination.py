@@ -50,11 +50,9 @@ to it; the job's token closes the window between a takeover and the new owner's 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -66,17 +64,22 @@ from psycopg.rows import DictRow
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detector.closing import Closing
-from detector.contracts.events import MAX_EPOCH, MAX_KEY_CHARS, Source
-from detector.leases.db import connect, one_line
+from detector.contracts.events import (
+    MAX_DESTINATION_CHARS,
+    MAX_EPOCH,
+    MAX_KEY_CHARS,
+    MAX_WORKER_ID_CHARS,
+    Source,
+)
+from detector.leases.db import Database
 from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.inspect import NotMigratedError
 from detector.leases.outbox import append, next_seq
-from detector.leases.store import MAX_OWNER_CHARS, MAX_PAYLOAD_BYTES
+from detector.leases.values import MAX_PAYLOAD_BYTES, check_text, digest, json_text
 
 log = logging.getLogger(__name__)
 
-MAX_ENTITY_CHARS: Final = 256
-MAX_DESTINATION_CHARS: Final = 256  # an event's `destination`
+MAX_ENTITY_CHARS: Final = 256  # the destination's own limit (`fenced_entities.entity`)
 # No control characters: these go into logs and events as they are.
 _PRINTABLE: Final = r"^[^\x00-\x1f\x7f]+$"
 
@@ -93,7 +96,7 @@ class EffectRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     job_id: UUID
-    worker_id: Annotated[str, _text(MAX_OWNER_CHARS)]
+    worker_id: Annotated[str, _text(MAX_WORKER_ID_CHARS)]
     fence: Annotated[int, Field(ge=0, le=MAX_EPOCH)]
     idempotency_key: Annotated[str, _text(MAX_KEY_CHARS)]
     entity: Annotated[str, _text(MAX_ENTITY_CHARS)]
@@ -266,30 +269,26 @@ class FencedDestination(Closing):
         fenced: bool = True,
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
     ) -> None:
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_DESTINATION_CHARS:
-            raise LeaseInputError(
-                "name", f"expected a string of 1 to {MAX_DESTINATION_CHARS} characters"
-            )
+        check_text("name", name, MAX_DESTINATION_CHARS)
         self.name = name
         self.fenced = fenced
-        self._dsn = dsn
         self._max_payload_bytes = max_payload_bytes
-        self._conn = connect(dsn)
+        self._db = Database(dsn, "the destination's database")
         try:
-            with self._transaction() as conn:
+            with self._db.transaction() as conn:
                 row = conn.execute(_MIGRATED).fetchone()
         except BaseException:
-            self._conn.close()
+            self._db.close()
             raise
         if row is None or not row["migrated"]:
-            self._conn.close()
+            self._db.close()
             raise NotMigratedError(
                 "the database has no fenced destination tables (fenced_receipts): run "
                 "`splitbrain leases migrate` with the same DSN first"
             )
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     def apply(self, request: EffectRequest, effect: Effect | Mapping[str, Any]) -> Receipt:
         """Decide on `request` and, if it is accepted, make `effect`, in one transaction.
@@ -305,10 +304,10 @@ class FencedDestination(Closing):
         same request again is safe (that is what the idempotency key is for).
         """
         if callable(effect):
-            run, digest = effect, None
+            run, payload_sha256 = effect, None
         else:
-            body = self._json("payload", dict(effect))
-            run, digest = self._ledger(request, body), _digest(body)
+            body = json_text("payload", dict(effect), self._max_payload_bytes)
+            run, payload_sha256 = self._ledger(request, body), digest(body)
         params = {
             "destination": self.name,
             "idempotency_key": request.idempotency_key,
@@ -320,11 +319,11 @@ class FencedDestination(Closing):
             "fenced": self.fenced,
         }
         try:
-            receipt = self._decide(request, params, run, digest)
+            receipt = self._decide(request, params, run, payload_sha256)
         except _Repeated as repeat:
             stored = repeat.stored
             if stored is None:  # another transaction took the key while this one waited
-                with self._transaction() as conn:
+                with self._db.transaction() as conn:
                     stored = conn.execute(_STORED, params).fetchone()
                 if stored is None:
                     raise StoreUnavailableError(
@@ -334,7 +333,7 @@ class FencedDestination(Closing):
             if (receipt.entity, receipt.effect_key) != (request.entity, request.key):
                 raise IdempotencyKeyReusedError(receipt) from None
             if self.fenced and receipt.accepted and request.fence > receipt.fence:
-                with self._transaction() as conn:
+                with self._db.transaction() as conn:
                     conn.execute(_ENTITY_RAISE, params)
         log.log(
             logging.INFO if receipt.accepted else logging.WARNING,
@@ -345,21 +344,25 @@ class FencedDestination(Closing):
             receipt.job_id,
             receipt.seq,
             receipt.entity,
-            _digest(request.idempotency_key),
+            digest(request.idempotency_key),
             receipt.fence,
             receipt.fence_held,
             request.fence,
             request.worker_id,
-            "" if digest is None else f" payload_sha256={digest}",
+            "" if payload_sha256 is None else f" payload_sha256={payload_sha256}",
         )
         return receipt
 
     # -- internals --------------------------------------------------------------------------
 
     def _decide(
-        self, request: EffectRequest, params: dict[str, Any], run: Effect, digest: str | None
+        self,
+        request: EffectRequest,
+        params: dict[str, Any],
+        run: Effect,
+        payload_sha256: str | None,
     ) -> Receipt:
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             # A repeat is answered without taking a lock or a seq.
             stored = conn.execute(_STORED, params).fetchone()
             if stored is not None:
@@ -390,7 +393,7 @@ class FencedDestination(Closing):
             result = None
             if accepted:
                 result = run(conn)
-                text = self._json("result", result)
+                text = json_text("result", result, self._max_payload_bytes)
                 result = json.loads(text)  # as it is stored, and as a repeat returns it
                 conn.execute(_RESULT, {**params, "result": text})
                 if fence_held != held:
@@ -410,8 +413,8 @@ class FencedDestination(Closing):
                 detail["job_fence"] = token
             if attempt is None:
                 detail["attempt"] = None  # a displaced owner's attempt is not the job's
-            if digest is not None:
-                detail["payload_sha256"] = digest
+            if payload_sha256 is not None:
+                detail["payload_sha256"] = payload_sha256
             append(
                 conn,
                 job,
@@ -454,35 +457,6 @@ class FencedDestination(Closing):
             return {"effect_id": row["id"]}
 
         return record
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[DictRow]]:
-        """One database transaction, as the lease store's (`LeaseStore._transaction`)."""
-        try:
-            if self._conn.broken:
-                self._conn = connect(self._dsn)
-            with self._conn.transaction():
-                yield self._conn
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailableError(
-                f"the destination's database did not answer: {one_line(exc)}"
-            ) from exc
-
-    def _json(self, field: str, value: Any) -> str:
-        try:
-            text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise LeaseInputError(field, f"not JSON: {exc}") from None
-        size = len(text.encode())
-        if size > self._max_payload_bytes:
-            raise LeaseInputError(
-                field, f"{size} bytes as JSON; the limit is {self._max_payload_bytes}"
-            )
-        return text
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _receipt(row: DictRow, *, repeated: bool) -> Receipt:

@@ -46,8 +46,3 @@ class StoreUnavailableError(LeaseError):
 class MigrationError(LeaseError):
     """The database's schema is not one this version can migrate: it was migrated by a newer
     version, or a step it recorded differs from this version's."""
-
-
-class OutboxRowError(LeaseError):
-    """An outbox row that is not a valid ownership event. The relay stops at it rather than skip
-    it (a skipped transition is a verdict made on less than what happened)."""

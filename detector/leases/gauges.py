@@ -90,14 +90,20 @@ class LeaseGauges:
         self.relayed = Counter(
             "splitbrain_lease_store_relayed", "Outbox rows this relay published", registry=r
         )
+        self.dead_lettered = Counter(
+            "splitbrain_lease_store_dead_lettered",
+            "Outbox rows this relay sent to the DLQ topic because they are no valid event",
+            registry=r,
+        )
         self.last_step = Gauge(
             "splitbrain_lease_store_relay_last_step_timestamp_seconds",
             "When this relay last completed a step (published a batch or found none), Unix time",
             registry=r,
         )
 
-    def stepped(self, published: int) -> None:
+    def stepped(self, published: int, dead_lettered: int = 0) -> None:
         self.relayed.inc(published)
+        self.dead_lettered.inc(dead_lettered)
         self.last_step.set(time.time())
 
     def refresh(self, conn: psycopg.Connection[DictRow]) -> None:

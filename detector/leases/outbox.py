@@ -7,7 +7,9 @@ ordered after it, whatever the owner believes; and an event recorded before it k
 seq however late the relay publishes it. Nothing here picks a seq on its own: that is the point.
 
 Whoever writes an event of a job — the store on a transition or a refusal, a fenced destination
-in the same database on a receipt — does it through `append`.
+in the same database on a receipt — does it through `append`, which validates the event against
+the input contract (DESIGN §3) before it writes the row: an event the detector could not read
+raises at its caller, in the transaction that would have written it, and never reaches the relay.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import DictRow
 
-from detector.contracts.events import Source
+from detector.contracts.events import EventError, Source, parse_event_strict
+from detector.leases.errors import LeaseInputError
 from detector.leases.policy import Labels
 
 # The job-queue kinds of DESIGN §3 (and the two a destination writes) that reach the outbox.
@@ -81,7 +84,9 @@ def append(
     **fields: Any,
 ) -> None:
     """Append the job's event `kind` at the seq its row just took (`row` holds the columns of
-    `event_columns`). The event is `owner`'s (owner id, token, attempt), else the row's owner's."""
+    `event_columns`). The event is `owner`'s (owner id, token, attempt), else the row's owner's.
+    `LeaseInputError` naming the field when the event would not be valid: raised before the
+    row is written, it rolls back the caller's transaction."""
     owner_id, token, attempt = (
         (row["owner_id"], row["fencing_token"], row["attempt"]) if owner is None else owner
     )
@@ -102,4 +107,10 @@ def append(
     attrs = row_labels(row).attrs()
     if attrs:
         event["attrs"] = attrs
+    try:
+        parse_event_strict(event)
+    except EventError as exc:
+        raise LeaseInputError(
+            exc.field or "event", f"the {kind} event would not be valid: {exc.reason}"
+        ) from None
     conn.execute(_APPEND, (row["id"], row["event_seq"], json.dumps(event)))

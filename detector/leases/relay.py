@@ -10,10 +10,16 @@ published again, with the event id they were written with, which the detector ig
 redelivery (a redelivery repeats a prefix of the job's events: their first publications stay in
 seq order). Relayed rows are deleted once they are older than the retention, so the table holds
 the recent past for `leases inspect` and investigations, not the whole history.
+
+A row that is not a valid event (the store validates what it writes, so only a row written by
+hand or by an older version) goes to the DLQ topic instead, as stored, with the reason in its
+headers (`OutboxDeadLetter`), and is marked relayed with the others: bad input is never lost, and
+never stops the relay. The job's later rows are published after it as usual.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -26,12 +32,13 @@ import psycopg
 from psycopg.rows import DictRow
 
 from detector.closing import Closing
-from detector.contracts.events import EventError
-from detector.contracts.topics import INPUT_TOPIC
+from detector.contracts.dead_letters import OutboxDeadLetter
+from detector.contracts.events import EventError, parse_event_strict
+from detector.contracts.topics import DLQ_TOPIC, INPUT_TOPIC
 from detector.kafka.config import KafkaClientError
 from detector.kafka.emit import DeliveryError, Emitter
-from detector.leases.db import connect, one_line
-from detector.leases.errors import OutboxRowError, StoreUnavailableError
+from detector.leases.db import Database
+from detector.leases.errors import StoreUnavailableError
 from detector.leases.gauges import LeaseGauges
 from detector.leases.retention import DEFAULT_JOB_RETENTION, Pruned, prune_jobs, prune_relayed
 
@@ -83,14 +90,21 @@ UPDATE tool_job_outbox AS o SET relayed_at = now()
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """One relay step: the rows published and marked, and what was pruned."""
+    """One relay step: the rows published and those dead-lettered, all marked relayed, and
+    what was pruned."""
 
     published: int
     pruned: Pruned
+    dead_lettered: int = 0
+
+    @property
+    def relayed(self) -> int:
+        return self.published + self.dead_lettered
 
 
 class OutboxRelay(Closing):
-    """Relays the outbox of the lease store at `dsn` through an `Emitter` of `kafka_config`."""
+    """Relays the outbox of the lease store at `dsn` through an `Emitter` of `kafka_config`:
+    its events to `topic`, a row that is no valid event to `dlq_topic`."""
 
     def __init__(
         self,
@@ -98,6 +112,7 @@ class OutboxRelay(Closing):
         kafka_config: Mapping[str, Any],
         *,
         topic: str = INPUT_TOPIC,
+        dlq_topic: str = DLQ_TOPIC,
         batch: int = _BATCH,
         retention: timedelta = DEFAULT_RETENTION,
         job_retention: timedelta = DEFAULT_JOB_RETENTION,
@@ -105,41 +120,35 @@ class OutboxRelay(Closing):
         gauges: LeaseGauges | None = None,
     ) -> None:
         self.gauges = gauges
-        self._dsn = dsn
+        self._db = Database(dsn)
+        self._dlq_topic = dlq_topic
         self._batch = batch
         self._retention = retention
         self._job_retention = job_retention
         self._ack_timeout_s = ack_timeout_s
         self._kafka = (kafka_config, topic)
         self._emitter = Emitter(kafka_config, topic=topic)
-        self._conn: psycopg.Connection[DictRow] | None = None
         self.published = 0
+        self.dead_lettered = 0
 
     def close(self) -> None:
         self._emitter.close()
-        if self._conn is not None:
-            self._conn.close()
+        self._db.close()
 
     def step(self, *, prune: bool = True) -> Batch:
-        """Publish one batch of unrelayed rows, then mark them relayed; with `prune`, delete
-        the relayed rows older than the retention and a batch of the finished jobs older than
-        the job retention (`detector.leases.retention`).
+        """Publish one batch of unrelayed rows (a row that is no valid event to the DLQ topic),
+        then mark them relayed; with `prune`, delete the relayed rows older than the retention
+        and a batch of the finished jobs older than the job retention
+        (`detector.leases.retention`).
 
         Raises `StoreUnavailableError` when the database does not answer and `DeliveryError`
         when Kafka did not acknowledge the batch: either way nothing was marked, and the rows
         go out again on the next step.
         """
         try:
-            conn = self._connection()
-            with conn.transaction():
+            with self._db.transaction() as conn:
                 rows = self._take(conn)
-                for row in rows:
-                    try:
-                        self._emitter.emit(row["event"])
-                    except EventError as exc:
-                        raise OutboxRowError(
-                            f"outbox row job={row['job_id']} seq={row['seq']}: {exc}"
-                        ) from exc
+                dead = sum(not self._publish(row) for row in rows)
                 if rows:
                     self._emitter.flush(self._ack_timeout_s)
                     conn.execute(_MARK, ([r["job_id"] for r in rows], [r["seq"] for r in rows]))
@@ -148,18 +157,46 @@ class OutboxRelay(Closing):
                     pruned = prune_relayed(conn, self._retention) + prune_jobs(
                         conn, self._job_retention
                     )
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
         except DeliveryError:
             # What librdkafka still holds would be delivered behind the next step's copy of it:
             # drop it, so that a broker that is down does not grow the queue by a batch a try.
             self._emitter.close()
             self._emitter = Emitter(self._kafka[0], topic=self._kafka[1])
             raise
-        self.published += len(rows)
+        self.published += len(rows) - dead
+        self.dead_lettered += dead
         if self.gauges is not None:
-            self.gauges.stepped(len(rows))
-        return Batch(len(rows), pruned)
+            self.gauges.stepped(len(rows) - dead, dead)
+        return Batch(len(rows) - dead, pruned, dead)
+
+    def _publish(self, row: DictRow) -> bool:
+        """Send the row's event to the topic; False when it is no valid event, and was sent to
+        the DLQ topic instead."""
+        try:
+            if not isinstance(row["event"], dict):
+                raise EventError("not a JSON object")
+            event = parse_event_strict(row["event"])
+        except EventError as exc:
+            dead = OutboxDeadLetter(
+                f"invalid: {exc.reason}",
+                exc.field,
+                str(row["job_id"]),
+                row["seq"],
+                json.dumps(row["event"], ensure_ascii=False).encode(),
+            )
+            self._emitter.dead_letter(
+                self._dlq_topic, dead.job_id.encode(), dead.value, dead.headers()
+            )
+            log.error(
+                "outbox row job=%s seq=%d is no valid event (%s): sent to %s",
+                dead.job_id,
+                dead.seq,
+                exc,
+                self._dlq_topic,
+            )
+            return False
+        self._emitter.emit(event)
+        return True
 
     def _take(self, conn: psycopg.Connection[DictRow]) -> list[DictRow]:
         """Lock up to a batch of jobs and take up to a batch of their unrelayed rows, each
@@ -176,10 +213,8 @@ class OutboxRelay(Closing):
         step's time shows the stall)."""
         if self.gauges is None:
             return
-        try:
-            self.gauges.refresh(self._connection())
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
+        with self._db.answering():
+            self.gauges.refresh(self._db.connection())
 
     def run(
         self,
@@ -216,23 +251,19 @@ class OutboxRelay(Closing):
             if failing:
                 log.info("relay resumed")
                 failing = False
-            if batch.published:
-                log.debug("relayed %d event(s), pruned %s", batch.published, batch.pruned)
+            if batch.relayed:
+                log.debug("relayed %d event(s), pruned %s", batch.relayed, batch.pruned)
             else:
                 stop.wait(idle_s)
 
-    def _connection(self) -> psycopg.Connection[DictRow]:
-        if self._conn is None or self._conn.broken:
-            self._conn = connect(self._dsn)
-        return self._conn
-
 
 def relay_until_empty(relay: OutboxRelay, timeout_s: float = 60.0) -> int:
-    """Step until a step finds nothing to publish; the number published. For tools and tests
-    that need the outbox drained now (the long-running form is `OutboxRelay.run`)."""
+    """Step until a step finds nothing to relay; the number published (not counting the rows
+    dead-lettered). For tools and tests that need the outbox drained now (the long-running form
+    is `OutboxRelay.run`)."""
     deadline = time.monotonic() + timeout_s
     total = 0
-    while (batch := relay.step()).published:
+    while (batch := relay.step()).relayed:
         total += batch.published
         if time.monotonic() > deadline:
             raise TimeoutError(f"the outbox was not drained within {timeout_s:g}s")

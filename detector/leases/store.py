@@ -24,13 +24,11 @@ simplest thing that does that. A store holds one connection: use one store per t
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -41,19 +39,18 @@ import psycopg
 from psycopg.rows import DictRow
 
 from detector.closing import Closing
-from detector.contracts.events import MAX_KEY_CHARS, Source
-from detector.leases.db import connect, one_line
-from detector.leases.errors import JobKeyConflictError, LeaseInputError, StoreUnavailableError
+from detector.contracts.events import MAX_KEY_CHARS, MAX_WORKER_ID_CHARS, Source
+from detector.leases.db import Database
+from detector.leases.errors import JobKeyConflictError, LeaseInputError
 from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
 from detector.leases.retention import DEFAULT_BATCH, Pruned, prune_jobs, prune_relayed
+from detector.leases.values import MAX_PAYLOAD_BYTES, check_text, digest, json_text
 
 log = logging.getLogger(__name__)
 # Backoff jitter: spreads retries, nothing to do with secrets.
 _jitter: Final = random.Random()
 
-MAX_PAYLOAD_BYTES: Final = 64 * 1024
-MAX_OWNER_CHARS: Final = 256  # an event's worker_id
 # The job table is where a job's result goes: refusing a stale owner's result is a destination
 # enforcing the fence, which the detector counts as the fence holding.
 RESULT_DESTINATION: Final = "tool_jobs"
@@ -310,12 +307,12 @@ class LeaseStore(Closing):
             if job_class.name in self._classes:
                 raise LeaseInputError("job_class", f"{job_class.name!r} is defined twice")
             self._classes[job_class.name] = job_class
-        self._dsn = dsn
         self._max_payload_bytes = max_payload_bytes
-        self._conn = connect(dsn)
+        self._db = Database(dsn)
+        self._db.connection()  # a DSN or a database that cannot be used fails here
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     # -- the job's life ---------------------------------------------------------------------
 
@@ -330,12 +327,12 @@ class LeaseStore(Closing):
         is the same operation: `JobKeyConflictError` if that job has another class or payload."""
         stage = Stage(job_class, idempotency_key, payload, labels)
         params = self._stage_params(stage)
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             return self._enqueue(conn, params)
 
     def _stage_params(self, stage: Stage) -> dict[str, Any]:
         self.policy(stage.job_class)
-        _check_text("idempotency_key", stage.idempotency_key, MAX_KEY_CHARS)
+        check_text("idempotency_key", stage.idempotency_key, MAX_KEY_CHARS)
         return {
             "job_class": stage.job_class,
             "idempotency_key": stage.idempotency_key,
@@ -352,15 +349,15 @@ class LeaseStore(Closing):
                 # (unless it was pruned meanwhile: then the insert is tried again).
                 row = conn.execute(_JOB_BY_KEY, params).fetchone()
         job = _job(row)
-        digest = _digest(params["payload"])
+        payload_sha256 = digest(params["payload"])
         if not row["same"]:
-            raise JobKeyConflictError(job, params["job_class"], digest)
+            raise JobKeyConflictError(job, params["job_class"], payload_sha256)
         log.info(
             "%s job=%s class=%s payload_sha256=%s",
             "enqueued" if row["created"] else "enqueue repeated",
             job.id,
             job.job_class,
-            digest,
+            payload_sha256,
         )
         return job
 
@@ -369,7 +366,7 @@ class LeaseStore(Closing):
         and a lease of the class's length; None when there is none. Jobs of the class whose
         attempts are used up fail for good here, in the same transaction."""
         policy = self.policy(job_class)
-        _check_text("owner_id", owner_id, MAX_OWNER_CHARS)
+        check_text("owner_id", owner_id, MAX_WORKER_ID_CHARS)
         params = {
             "job_class": job_class,
             "owner_id": owner_id,
@@ -380,7 +377,7 @@ class LeaseStore(Closing):
         # Four round trips: BEGIN, the claim, its event, COMMIT. Pipelining them into two was
         # measured slower on a local server (psycopg's pipeline costs more than it saves there).
         row = None
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             for found in conn.execute(_CLAIM, params).fetchall():
                 if found["claimed"]:
                     row = found
@@ -439,7 +436,7 @@ class LeaseStore(Closing):
         """The heartbeat: the lease again for the class's length from the database's now, or
         `LeaseLost` when this owner no longer holds it (an answer, not an error to retry)."""
         policy = self.policy(lease.job_class)
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             row = self._while_held(conn, _EXTEND, {"lease": policy.lease}, lease, _EXTEND_REFUSED)
             if row is not None:
                 append(conn, row, "heartbeat_ok", lease_until=row["lease_until"])
@@ -468,10 +465,10 @@ class LeaseStore(Closing):
         it could not be recorded: do not send either. The event takes the job's next seq, so a
         request recorded before a takeover stays before it however late it is relayed.
         """
-        _check_text("request_id", request_id, MAX_KEY_CHARS)
+        check_text("request_id", request_id, MAX_KEY_CHARS)
         if effect_key is not None:
-            _check_text("effect_key", effect_key, MAX_KEY_CHARS)
-        with self._transaction() as conn:
+            check_text("effect_key", effect_key, MAX_KEY_CHARS)
+        with self._db.transaction() as conn:
             row = self._while_held(
                 conn, _REQUEST, {}, lease, _REQUEST_REFUSED, {"request": request_id}
             )
@@ -509,14 +506,14 @@ class LeaseStore(Closing):
         stage raises `JobKeyConflictError` and completes nothing)."""
         body = self._json("result", result)
         following = None if then is None else self._stage_params(then)
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             row = self._while_held(
                 conn,
                 _COMPLETE,
                 {"result": body},
                 lease,
                 _RESULT_REJECTED,
-                {"attempted": "complete", "result_sha256": _digest(body)},
+                {"attempted": "complete", "result_sha256": digest(body)},
             )
             if row is not None:
                 append(conn, row, "lease_released", detail={"outcome": Outcome.SUCCEEDED})
@@ -548,7 +545,7 @@ class LeaseStore(Closing):
         detail: dict[str, Any] = {"outcome": outcome, "reason": reason}
         if delay_s is not None:
             detail["retry_in_s"] = round(delay_s, 3)
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             row = self._while_held(
                 conn, _FAIL, params, lease, _RESULT_REJECTED, {"attempted": "fail"}
             )
@@ -563,8 +560,8 @@ class LeaseStore(Closing):
         the events (`job_claimed` by `by`, then `lease_released` with outcome `cancelled`)
         make any later effect of it stale to the detector. None when the job is not queued or
         running (finished already, or unknown)."""
-        _check_text("by", by, MAX_OWNER_CHARS)
-        with self._transaction() as conn:
+        check_text("by", by, MAX_WORKER_ID_CHARS)
+        with self._db.transaction() as conn:
             row = conn.execute(_CANCEL, {"job_id": job_id, "by": by}).fetchone()
             if row is None:
                 return None
@@ -588,12 +585,12 @@ class LeaseStore(Closing):
         than `older_than` (`detector.leases.retention`), a batch of jobs per transaction."""
         pruned = Pruned()
         while True:
-            with self._transaction() as conn:
+            with self._db.transaction() as conn:
                 step = prune_jobs(conn, older_than, batch)
             pruned += step
             if step.jobs < batch:
                 break
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             pruned += prune_relayed(conn, older_than)
         log.info(
             "pruned jobs=%d outbox_rows=%d receipts=%d",
@@ -604,23 +601,11 @@ class LeaseStore(Closing):
         return pruned
 
     def job(self, job_id: UUID) -> Job | None:
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             row = conn.execute(_JOB_BY_ID, (job_id,)).fetchone()
         return None if row is None else _job(row)
 
     # -- internals --------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[DictRow]]:
-        """One database transaction. A connection that broke is replaced first; a database
-        that does not answer, or a connection lost mid-call, is `StoreUnavailableError`."""
-        try:
-            if self._conn.broken:
-                self._conn = connect(self._dsn)
-            with self._conn.transaction():
-                yield self._conn
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailableError(f"the lease store did not answer: {one_line(exc)}") from exc
 
     def _while_held(
         self,
@@ -667,7 +652,7 @@ class LeaseStore(Closing):
             lease.fencing_token,
             lease.attempt,
             lease.owner_id,
-            _digest(body),
+            digest(body),
         )
         return outcome
 
@@ -682,17 +667,7 @@ class LeaseStore(Closing):
             ) from None
 
     def _json(self, field: str, value: Any) -> str:
-        """`value` as the JSON the database will store, if it is JSON and within the limit."""
-        try:
-            text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise LeaseInputError(field, f"not JSON: {exc}") from None
-        size = len(text.encode())
-        if size > self._max_payload_bytes:
-            raise LeaseInputError(
-                field, f"{size} bytes as JSON; the limit is {self._max_payload_bytes}"
-            )
-        return text
+        return json_text(field, value, self._max_payload_bytes)
 
 
 def _lost_reason(job: DictRow, lease: Lease) -> LostReason:
@@ -704,18 +679,9 @@ def _lost_reason(job: DictRow, lease: Lease) -> LostReason:
     return LostReason.EXPIRED
 
 
-def _check_text(field: str, value: str, limit: int) -> None:
-    if not isinstance(value, str) or not 0 < len(value) <= limit:
-        raise LeaseInputError(field, f"expected a string of 1 to {limit} characters")
-
-
 def _failure(reason: FailureReason, error: Any) -> str:
     """A job's `error`: why the attempt ended and the caller's error (the SQL adds `attempt`)."""
     return json.dumps({"reason": reason, "error": error}, ensure_ascii=False)
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _job(row: DictRow) -> Job:

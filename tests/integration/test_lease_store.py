@@ -339,6 +339,24 @@ def test_bad_input_is_refused_naming_the_field(postgres_dsn: str, store: LeaseSt
         assert job is not None and job.state is JobState.RUNNING
 
 
+def test_a_transition_whose_event_would_be_invalid_raises_naming_the_field_and_writes_nothing(
+    store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """The outbox takes only what the input contract accepts (DESIGN §3: a destination is a
+    string of at most 256 characters): checked when the row is written, not at relay time."""
+    store.enqueue("ocr", "doc:1:ocr", {})
+    lease = claimed(store.claim("ocr", "w1"))
+    with pytest.raises(
+        LeaseInputError,
+        match="destination: the tool_request_started event would not be valid: String should "
+        "have at most 256 characters",
+    ):
+        store.request_started(lease, request_id="req-1", destination="d" * 257)
+    assert [e["kind"] for e in outbox(db, lease.job_id)] == ["job_claimed"]
+    assert store.request_started(lease, request_id="req-1", destination="d" * 256) == lease
+    assert [e["kind"] for e in outbox(db, lease.job_id)] == ["job_claimed", "tool_request_started"]
+
+
 def test_a_repeated_idempotency_key_returns_the_existing_job_if_it_is_the_same_operation(
     store: LeaseStore, db: psycopg.Connection[DictRow]
 ) -> None:

@@ -25,6 +25,7 @@ from detector.devstack.topics import Record, TopicReader, WorkerTopics, read_com
 from detector.devstack.worker import connection_env
 from detector.leases import LeaseLost, LeaseStore, StoreUnavailableError
 from detector.leases.db import connect
+from detector.leases.gauges import LeaseGauges
 from detector.leases.relay import OutboxRelay, relay_until_empty
 from tests.integration.leases import job_class
 
@@ -32,8 +33,13 @@ OCR = job_class("ocr", lease_s=5.0, heartbeat_s=1.0, reserve_s=1.0)
 
 
 @pytest.fixture
-def topic(kafka_broker: LocalKafka) -> str:
-    return WorkerTopics.fresh("relay").create(kafka_broker.client_config(), 3).input
+def topics(kafka_broker: LocalKafka) -> WorkerTopics:
+    return WorkerTopics.fresh("relay").create(kafka_broker.client_config(), 3)
+
+
+@pytest.fixture
+def topic(topics: WorkerTopics) -> str:
+    return topics.input
 
 
 def one_job(store: LeaseStore, n: int) -> None:
@@ -257,9 +263,11 @@ def test_the_relay_resumes_after_a_database_restart_and_loses_no_row(
     relay_through(postgres_dsn, kafka_broker, topic, crash_database)
 
 
-def relay_command(postgres_dsn: str, kafka_broker: LocalKafka, topic: str) -> subprocess.Popen[str]:
+def relay_command(
+    postgres_dsn: str, kafka_broker: LocalKafka, topic: str, *flags: str
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "detector.cli", "leases", "relay", "--topic", topic],
+        [sys.executable, "-m", "detector.cli", "leases", "relay", "--topic", topic, *flags],
         env=connection_env(kafka_broker.client_config(), SPLITBRAIN_LEASES_DSN=postgres_dsn),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -286,17 +294,89 @@ def test_the_relay_command_runs_until_sigterm_and_exits_0(
     assert len(read_committed(kafka_broker.client_config(), topic)) == 20
 
 
-def test_an_outbox_row_that_is_not_an_event_stops_the_relay_naming_it(
-    postgres_dsn: str, db: psycopg.Connection[DictRow], kafka_broker: LocalKafka, topic: str
-) -> None:
+def job_with_a_row_that_is_no_event(postgres_dsn: str, db: psycopg.Connection[DictRow]) -> str:
+    """A job whose first outbox row is no valid event (no event id, owner or token: as a hand
+    or an earlier version could have written it), then claimed and completed (two valid rows)."""
     with LeaseStore(postgres_dsn, [OCR]) as store:
         job = store.enqueue("ocr", "doc:1:ocr", {"doc": 1})
+        db.execute(
+            "INSERT INTO tool_job_outbox (job_id, seq, event) VALUES (%s, 1, %s)",
+            (job.id, json.dumps(BAD_ROW | {"job": str(job.id)})),
+        )
+        db.execute("UPDATE tool_jobs SET event_seq = 1 WHERE id = %s", (job.id,))
+        lease = store.claim("ocr", "w1")
+        assert lease is not None
+        store.complete(lease, {"n": 1})
+    return str(job.id)
+
+
+BAD_ROW = {"kind": "job_claimed", "owner_id": "w0"}
+
+
+def test_an_outbox_row_that_is_no_event_goes_to_the_dlq_with_its_reason_and_the_relay_goes_on(
+    postgres_dsn: str,
+    db: psycopg.Connection[DictRow],
+    kafka_broker: LocalKafka,
+    topics: WorkerTopics,
+) -> None:
+    job = job_with_a_row_that_is_no_event(postgres_dsn, db)
+    with LeaseStore(postgres_dsn, [OCR]) as store:
+        other = str(store.enqueue("ocr", "doc:2:ocr", {"doc": 2}).id)
     db.execute(
         "INSERT INTO tool_job_outbox (job_id, seq, event) VALUES (%s, 1, %s)",
-        (job.id, json.dumps({"kind": "job_claimed", "job": str(job.id)})),
+        (other, json.dumps("not an event")),
     )
-    proc = relay_command(postgres_dsn, kafka_broker, topic)
+    gauges = LeaseGauges()
+    config = kafka_broker.client_config()
+    relay = OutboxRelay(
+        postgres_dsn, config, topic=topics.input, dlq_topic=topics.dlq, gauges=gauges
+    )
+    try:
+        assert relay_until_empty(relay) == 2
+    finally:
+        relay.close()
+    dead, not_an_object = sorted(
+        read_committed(config, topics.dlq), key=lambda r: r.key != job.encode()
+    )
+    assert not_an_object.key == other.encode()
+    assert json.loads(not_an_object.value) == "not an event"
+    assert not_an_object.headers["error.reason"] == b"invalid: not a JSON object"
+    assert dead.key == job.encode()
+    assert json.loads(dead.value) == BAD_ROW | {"job": job}
+    assert dead.headers == {
+        "error.reason": b"invalid: Field required",
+        "error.field": b"event_id",
+        "source.table": b"tool_job_outbox",
+        "source.job": job.encode(),
+        "source.seq": b"1",
+    }
+    events = by_job(read_committed(config, topics.input))
+    assert [(e["kind"], e["seq"]) for e in events[job]] == [
+        ("lease_acquired", 2),
+        ("lease_released", 3),
+    ]
+    assert all(row["relayed_at"] is not None for row in outbox_rows(postgres_dsn))
+    assert gauges.registry.get_sample_value("splitbrain_lease_store_dead_lettered_total") == 2
+    assert gauges.registry.get_sample_value("splitbrain_lease_store_relayed_total") == 2
+
+
+def test_the_relay_command_sends_a_row_that_is_no_event_to_its_dlq_topic_and_goes_on(
+    postgres_dsn: str,
+    db: psycopg.Connection[DictRow],
+    kafka_broker: LocalKafka,
+    topics: WorkerTopics,
+) -> None:
+    job = job_with_a_row_that_is_no_event(postgres_dsn, db)
+    proc = relay_command(postgres_dsn, kafka_broker, topics.input, "--dlq-topic", topics.dlq)
+    deadline = time.monotonic() + 60
+    while any(row["relayed_at"] is None for row in outbox_rows(postgres_dsn)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the relay command relayed nothing"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2
-    assert f"splitbrain leases relay: outbox row job={job.id} seq=1: " in err
-    assert outbox_rows(postgres_dsn)[0]["relayed_at"] is None
+    assert proc.returncode == 0, err
+    assert f"outbox row job={job} seq=1 is no valid event (event_id: Field required)" in err
+    assert f"relayed 2 event(s) to {topics.input}" in err
+    assert f"sent 1 invalid row(s) to {topics.dlq}" in err
+    assert len(read_committed(kafka_broker.client_config(), topics.dlq)) == 1

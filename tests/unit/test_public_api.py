@@ -69,7 +69,6 @@ PUBLIC = {
         "LostReason",
         "MigrationError",
         "OutboxRelay",
-        "OutboxRowError",
         "Outcome",
         "Pruned",
         "Receipt",
