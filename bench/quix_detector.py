@@ -29,7 +29,8 @@ from quixstreams import (  # type: ignore[import-not-found]  # its own venv
 from detector import gc_tuning
 from detector.contracts.dead_letters import DeadLetter
 from detector.core import Config, Detector, decode_state, encode_state
-from detector.runtime.intake import Headers, admit
+from detector.runtime.intake import admit
+from detector.telemetry.trace_context import Headers
 
 STATE_KEY: Final = "state"  # the one value of each workflow (the message key is the prefix)
 

@@ -121,7 +121,7 @@ class _Worker(CommandSettings):
     log_level: LogLevel = Field("INFO", description="log level")
 
     def worker_settings(self, kafka: dict[str, Any]) -> WorkerSettings:
-        """What either runtime reads, with `kafka` from `detector.kafka.config.client_config`;
+        """What either runtime reads, with `kafka` from `KafkaConnection.client_config`;
         a `SettingsError` for a guarantee the runtime does not give."""
         if self.runtime == "faust" and self.processing_guarantee != "exactly-once":
             raise SettingsError(

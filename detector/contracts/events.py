@@ -275,21 +275,35 @@ class EventError(SplitbrainError, ValueError):
 _Drops = dict[str, FieldDrop]
 
 
-def parse_event_json(raw: str | bytes) -> OwnershipEvent:
+def parse_event_json(raw: str | bytes, trace: tuple[str, str] | None = None) -> OwnershipEvent:
     """Parse one JSON object into an event, or raise `EventError` naming the field.
 
     An invalid or unreadable optional field is dropped and listed in the event's
     `dropped_fields`; an unknown one is ignored, whatever it holds. A field the event is read
     from, given twice with different values, makes it malformed (DESIGN §3): the JSON parsers
     keep the last value silently.
+
+    `trace`, the (trace id, span id) of the record that carried the event (its valid
+    `traceparent`, in lower-case hex), is the event's `trace_id` and `span_id` over its own.
     """
     try:
         event = OwnershipEvent.model_validate_json(raw)
     except ValidationError as exc:
-        return _read_slowly(raw, exc)
-    if "job_queue_name" in event.__pydantic_fields_set__ or _may_repeat(raw, event):
-        return _checked(event, raw, {})  # the property costs twice as much as the set
+        event = _read_slowly(raw, exc)
+    else:
+        if "job_queue_name" in event.__pydantic_fields_set__ or _may_repeat(raw, event):
+            event = _checked(event, raw, {})  # the property costs twice as much as the set
+    if trace is not None and (event.trace_id, event.span_id) != trace:
+        _set_trace(event, trace)
     return event
+
+
+def _set_trace(event: OwnershipEvent, trace: tuple[str, str]) -> None:
+    """`event`, just parsed and held by no one else, gets its record's trace context in place:
+    what `model_copy` would do, at a tenth of its cost."""
+    fields = event.__dict__
+    fields["trace_id"], fields["span_id"] = trace
+    event.__pydantic_fields_set__.update(("trace_id", "span_id"))
 
 
 def _read_slowly(raw: str | bytes, exc: ValidationError) -> OwnershipEvent:

@@ -10,7 +10,8 @@ from ._engine import (
     Observations,
     SweptStates,
 )
-from ._lease import LabelBounds, LeaseHealth, LeaseStats, LeaseWarning, ToolClassHealth
+from ._labels import LabelBounds
+from ._lease import LeaseHealth, LeaseStats, LeaseWarning
 from ._state import STATE_VERSION, WorkflowState, encode_state
 from ._upgrade import SweepMarks, decode_state, sweep_marks
 
@@ -29,7 +30,6 @@ __all__ = [
     "Observations",
     "SweepMarks",
     "SweptStates",
-    "ToolClassHealth",
     "WorkflowState",
     "decode_state",
     "encode_state",

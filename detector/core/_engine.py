@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from heapq import heappop, heappush
@@ -38,15 +38,8 @@ from detector.contracts.findings import ConditionKind, Finding, Severity, Status
 
 from ._clock import believe
 from ._episode import add_condition, verify
-from ._lease import (
-    HEARTBEAT_AGE_BOUNDS,
-    LEASE_REMAINING_BOUNDS,
-    MAX_LABEL_VALUES,
-    TAKEOVER_DELAY_BOUNDS,
-    LabelBounds,
-    LeaseHealth,
-    LeaseStats,
-)
+from ._labels import MAX_LABEL_VALUES, LabelBounds
+from ._lease import LeaseHealth
 from ._records import (
     ACQ_EPOCH,
     ACQ_ID,
@@ -79,7 +72,6 @@ from ._rules import (
     fenced,
 )
 from ._state import (
-    LEASE_RELEASED,
     LIST_FROM,
     Cut,
     Effect,
@@ -113,7 +105,6 @@ _VERIFIER: Final = Source.VERIFIER.value
 _ACTIVITY_KINDS: Final = frozenset({_HEARTBEAT, Kind.PROGRESS.value})
 # Kinds that change the compact state whoever sends them (the rest only when displaced).
 _COMPACT_KINDS: Final = frozenset({_COMMITTED, _REJECTED, _VERIFIED, *_FENCES})
-_MAX_SHARED_LEASES: Final = 1024
 _IDS_FROM: Final = LIST_FROM  # records a workflow holds before its ids get an index
 # Cuts that can hide a finding that does not exist yet: counted as truncated workflows.
 _HIDING: Final = int(Cut.ACQUISITIONS | Cut.EFFECT_KEYS)
@@ -312,7 +303,6 @@ class Detector:
     counters: Counters = field(default_factory=Counters)
     finding_stats: FindingStats = field(default_factory=FindingStats)
     lease_health: LeaseHealth = field(init=False)
-    _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
     # Workflows with an open finding, for `open_findings`. Not persisted, nor the schedule: the
     # first `advance` of a detector sweeps everything and finds them again.
     _watched: set[str] = field(default_factory=set, init=False, repr=False)
@@ -398,7 +388,7 @@ class Detector:
             _undisplaced(st, ev)
         if kind in _LEASE_KINDS:
             if kind == _HEARTBEAT:
-                self._heartbeat(st, epoch, obs, event)
+                self.lease_health.heartbeat(st, epoch, obs, event)
             else:
                 self._lease_event(key, st, kind, epoch, event, at)
         if kind not in _COMPACT_KINDS and not (st.acqs and epoch < st.acqs[-1].epoch):
@@ -768,38 +758,16 @@ class Detector:
     def _acquire(
         self, st: WorkflowState, acq: AcquisitionRecord, event: OwnershipEvent, late: bool
     ) -> None:
-        """Keep the acquisition; lease health."""
+        """Keep the acquisition; then its lease health (`LeaseHealth.acquired`)."""
         top = st.top
         if late and st.undisplaced is None:
             _index_undisplaced(st)  # from what the acquisitions known so far displace
         new_epoch = self._keep(st, acq)
         if st.found:
             _changed(st)  # the owners a finding names are chosen among the acquisitions
-        stats = self.lease_health.stats_of_attrs(event.attrs)
-        if new_epoch and top >= 0:
-            stats.reclaimed += 1
-            # A takeover while the previous epoch held its lease: it expired, or was broken.
-            # Known only when the takeover arrives after that epoch's events.
-            if acq.epoch > top and st.lease_until != LEASE_RELEASED:
-                stats.expired += 1
-                expiry = st.lease_until  # of the displaced epoch `top`, if known
-                if expiry is not None and acq.obs is not None:
-                    delay = acq.obs - expiry
-                    if delay >= 0:
-                        stats.takeover_delay[bisect_left(TAKEOVER_DELAY_BOUNDS, delay)] += 1
-                        stats.takeover_delay_sum += delay
-                    else:
-                        stats.early += 1
         if acq.epoch >= st.top:
-            st.labels = stats.labels
-            st.lease_s = self._shared_lease(event.lease_duration_s)
-            st.hb_obs = acq.obs
-            st.released_at = None
-            until = event.lease_until
-            st.lease_until = None if until is None else until.timestamp()
-            self.lease_health.acquired(
-                stats.labels[0], event.lease_duration_s, event.heartbeat_interval_s
-            )
+            st.released_at = None  # the current epoch holds the lease again
+        self.lease_health.acquired(st, acq, event, top, new_epoch)
 
     def _keep(self, st: WorkflowState, acq: AcquisitionRecord) -> bool:
         """Keep the acquisition in epoch order; is its epoch new? One forgotten at the cap
@@ -853,81 +821,19 @@ class Detector:
         event: OwnershipEvent,
         at: float | None,
     ) -> None:
-        """Lease health of a release, lease loss or uncertain ownership (heartbeats:
-        `_heartbeat`). Observations only: they decide no verdict."""
+        """A release, lease loss or uncertain ownership (heartbeats go to `LeaseHealth` at
+        once). A release of the current epoch starts its quiet period; the rest is lease
+        health, which decides no verdict."""
+        health = self.lease_health
         if kind == _RELEASED:
             if epoch >= st.top:
                 st.released_at = st.last_at
-                st.lease_until = LEASE_RELEASED
+                health.released(st)
                 self._schedule(key, st, at)
         elif kind == _LOST:
-            self._lease_stats(st, event.attrs).lost += 1
+            health.lost(st, event.attrs)
         else:
-            self._lease_stats(st, event.attrs).uncertain += 1
-
-    def _heartbeat(
-        self, st: WorkflowState, epoch: int, obs: float | None, event: OwnershipEvent
-    ) -> None:
-        """Heartbeat age and lease time remaining, on the emitters' clocks: for lease health
-        only, never for a verdict (DESIGN §4: clocks never decide)."""
-        acqs = st.acqs
-        top = acqs[-1].epoch if acqs else -1
-        if epoch < top:
-            return  # a displaced owner's heartbeats are no gaps of the lease
-        until = st.lease_until  # of the current epoch (`top`)
-        if obs is not None:
-            labels = st.labels
-            stats = None if labels is None else self.lease_health.stats.get(labels)
-            if stats is None or stats.labels is not labels:
-                stats = self._lease_stats(st, event.attrs)
-            last = st.hb_obs
-            st.hb_obs = obs
-            if last is not None and obs >= last:
-                gap = obs - last
-                stats.heartbeat_age[bisect_left(HEARTBEAT_AGE_BOUNDS, gap)] += 1
-                stats.heartbeat_age_sum += gap
-                lease = st.lease_s
-                if lease is not None and gap > 0 and gap + self.config.jitter_reserve_s >= lease:
-                    self.lease_health.near_expiry(stats.labels[0], gap, lease)
-            if until is not None and epoch == top and until != LEASE_RELEASED:
-                left = until - obs
-                stats.remaining[bisect_left(LEASE_REMAINING_BOUNDS, left)] += 1
-                stats.remaining_sum += left
-        extended = event.lease_until
-        if extended is not None:
-            if epoch == top and until != LEASE_RELEASED:
-                st.lease_until = extended.timestamp()
-        elif until is not None and epoch == top and until != LEASE_RELEASED:
-            st.lease_until = None  # extended, until when is not known
-
-    def _lease_stats(self, st: WorkflowState, attrs: Mapping[str, str] | None) -> LeaseStats:
-        """The lease-health observations of the workflow's labels: its acquisition's, else
-        those of this event's `attrs` (kept until an acquisition brings its own)."""
-        labels = st.labels
-        health = self.lease_health
-        if labels is not None:
-            stats = health.stats.get(labels)
-            if stats is not None:
-                if stats.labels is not labels:
-                    st.labels = stats.labels  # restored: share the one tuple again
-                return stats
-            stats = health.stats_of(labels)  # restored, or by another engine: bound them
-        else:
-            stats = health.stats_of_attrs(attrs)
-        st.labels = stats.labels
-        return stats
-
-    def _shared_lease(self, lease_s: float | None) -> float | None:
-        """Deployments use a handful of lease durations: one float object each, not one per
-        workflow."""
-        if lease_s is None:
-            return None
-        shared = self._lease_values.get(lease_s)
-        if shared is not None:
-            return shared
-        if len(self._lease_values) < _MAX_SHARED_LEASES:
-            self._lease_values[lease_s] = lease_s
-        return lease_s
+            health.uncertain(st, event.attrs)
 
     # ---- time ------------------------------------------------------------------------------
 

@@ -14,21 +14,16 @@ about before it happens.
 
 from __future__ import annotations
 
-import re
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from sys import intern
 from typing import ClassVar, Final, Literal
 
-UNLABELLED: Final = "unlabelled"  # an event without the label
-OTHER: Final = "other"  # a value that is no short label, or one beyond the cap
+from detector.contracts.events import OwnershipEvent
 
-Labels = tuple[str, str, str]  # tool_class, model, provider: `LabelBounds.NAMES`
-RawLabels = tuple[str | None, str | None, str | None]
-_NO_LABELS: Final[RawLabels] = (None, None, None)
-# Distinct values kept per label; later ones are counted as `other`.
-MAX_LABEL_VALUES: Final = 32
-_SHORT_LABEL: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+@-]{0,63}")
+from ._labels import LabelBounds, Labels, RawLabels
+from ._records import AcquisitionRecord
+from ._state import LEASE_RELEASED, WorkflowState
 
 # Histogram bounds, in seconds (the last bucket, +Inf, is implied). A heartbeat that arrives
 # after its lease ran out counts in the `0` bucket of the time remaining.
@@ -47,61 +42,6 @@ class LeaseWarning:
     heartbeat_interval_s: float | None
     observed_gap_s: float | None
     message: str
-
-
-@dataclass(slots=True)
-class ToolClassHealth:
-    acquisitions: int = 0
-    policy_violations: int = 0
-    near_expiry: int = 0
-
-
-class LabelBounds:
-    """Label values fit for metrics: bounded, never a workflow key, worker id or effect key.
-
-    Each label keeps at most `max_values` distinct values: a value that is no short label (1 to
-    64 letters, digits and `_.:/+@-`), or one beyond the cap, becomes `other`; a missing one
-    `unlabelled`. Equal labels come back as one tuple object, which many workflows can share.
-    """
-
-    NAMES: ClassVar = ("tool_class", "model", "provider")
-    __slots__ = ("_known", "_values", "max_values")
-
-    def __init__(self, max_values: int = MAX_LABEL_VALUES) -> None:
-        self.max_values = max_values
-        self._values: tuple[dict[str, str], ...] = tuple({} for _ in self.NAMES)
-        # Labels as events give them, when bounding keeps them (or only fills in
-        # `unlabelled`): bounded by the caps too, and found again in one lookup.
-        self._known: dict[RawLabels, Labels] = {}
-
-    def bound(self, raw: RawLabels) -> Labels:
-        labels = self._known.get(raw)
-        if labels is None:
-            labels = (self._value(0, raw[0]), self._value(1, raw[1]), self._value(2, raw[2]))
-            labels = self._known.setdefault(labels, labels)
-            if all(r is None or r == b for r, b in zip(raw, labels, strict=True)):
-                self._known[raw] = labels
-        return labels
-
-    def of_attrs(self, attrs: Mapping[str, str] | None) -> Labels:
-        """The labels of an event's `attrs`."""
-        if not attrs:
-            return self.bound(_NO_LABELS)
-        return self.bound((attrs.get("tool_class"), attrs.get("model"), attrs.get("provider")))
-
-    def _value(self, i: int, raw: str | None) -> str:
-        if not raw:
-            return UNLABELLED
-        admitted = self._values[i]
-        value = admitted.get(raw)
-        if value is not None:
-            return value
-        if raw in (UNLABELLED, OTHER):
-            return UNLABELLED if raw == UNLABELLED else OTHER
-        if len(admitted) >= self.max_values or not _SHORT_LABEL.fullmatch(raw):
-            return OTHER
-        value = admitted[raw] = intern(raw)
-        return value
 
 
 @dataclass(slots=True)
@@ -147,20 +87,27 @@ class LeaseStats:
     uncertain: int = 0  # `ownership_uncertain`: the coordination store did not answer
 
 
+# Lease durations kept as one shared float object each (`LeaseHealth._shared_lease`).
+_MAX_SHARED_LEASES: Final = 1024
+
+
 @dataclass(slots=True)
 class LeaseHealth:
-    """Per tool class (a bounded label) counts; each kind of warning is raised once per class.
+    """Lease-health observations of one engine: `stats` per set of labels (bounded by
+    `bounds`) for metrics, and `warnings`, each kind once per tool class (a bounded label).
 
-    `stats` holds the lease-health observations per set of labels, bounded by `bounds`.
+    The engine calls it once per acquisition, heartbeat, release, lease loss or uncertain
+    ownership; it keeps the workflow's lease fields (`WorkflowState.labels`, `lease_s`,
+    `hb_obs`, `lease_until`), which decide no verdict.
     """
 
     missed_heartbeats: int
     jitter_reserve_s: float
     bounds: LabelBounds = field(default_factory=LabelBounds)
-    classes: dict[str, ToolClassHealth] = field(default_factory=dict)
     warnings: list[LeaseWarning] = field(default_factory=list)
     stats: dict[Labels, LeaseStats] = field(default_factory=dict)
-    _warned: set[tuple[str, str]] = field(default_factory=set)
+    _warned: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
+    _lease_values: dict[float, float] = field(default_factory=dict, init=False, repr=False)
 
     def stats_of(self, raw: RawLabels) -> LeaseStats:
         """The observations of these labels, once bounded: one object per set of labels, whose
@@ -179,49 +126,147 @@ class LeaseHealth:
             stats = self.stats[labels] = LeaseStats(labels)
         return stats
 
-    def _cls(self, tool_class: str | None) -> ToolClassHealth:
-        name = tool_class or UNLABELLED
-        health = self.classes.get(name)
-        if health is None:
-            health = self.classes[name] = ToolClassHealth()
-        return health
+    # ---- one call per event of a lease kind -------------------------------------------------
 
-    def acquired(self, tool_class: str | None, lease_s: float | None, hb_s: float | None) -> None:
-        health = self._cls(tool_class)
-        health.acquisitions += 1
+    def acquired(
+        self,
+        st: WorkflowState,
+        acq: AcquisitionRecord,
+        event: OwnershipEvent,
+        top: int,
+        new_epoch: bool,
+    ) -> None:
+        """An acquisition the engine kept: `top` is the highest epoch acquired before it, and
+        `new_epoch` whether no acquisition of its epoch was known."""
+        stats = self.stats_of_attrs(event.attrs)
+        if new_epoch and top >= 0:
+            stats.reclaimed += 1
+            # A takeover while the previous epoch held its lease: it expired, or was broken.
+            # Known only when the takeover arrives after that epoch's events.
+            if acq.epoch > top and st.lease_until != LEASE_RELEASED:
+                stats.expired += 1
+                expiry = st.lease_until  # of the displaced epoch `top`, if known
+                if expiry is not None and acq.obs is not None:
+                    delay = acq.obs - expiry
+                    if delay >= 0:
+                        stats.takeover_delay[bisect_left(TAKEOVER_DELAY_BOUNDS, delay)] += 1
+                        stats.takeover_delay_sum += delay
+                    else:
+                        stats.early += 1
+        if acq.epoch >= st.top:
+            st.labels = stats.labels
+            st.lease_s = self._shared_lease(event.lease_duration_s)
+            st.hb_obs = acq.obs
+            until = event.lease_until
+            st.lease_until = None if until is None else until.timestamp()
+            self._check_policy(stats.labels[0], event.lease_duration_s, event.heartbeat_interval_s)
+
+    def heartbeat(
+        self, st: WorkflowState, epoch: int, obs: float | None, event: OwnershipEvent
+    ) -> None:
+        """Heartbeat age and lease time remaining, on the emitters' clocks: for lease health
+        only, never for a verdict (DESIGN §4: clocks never decide)."""
+        acqs = st.acqs
+        top = acqs[-1].epoch if acqs else -1
+        if epoch < top:
+            return  # a displaced owner's heartbeats are no gaps of the lease
+        until = st.lease_until  # of the current epoch (`top`)
+        if obs is not None:
+            labels = st.labels
+            stats = None if labels is None else self.stats.get(labels)
+            if stats is None or stats.labels is not labels:
+                stats = self._stats_of_state(st, event.attrs)
+            last = st.hb_obs
+            st.hb_obs = obs
+            if last is not None and obs >= last:
+                gap = obs - last
+                stats.heartbeat_age[bisect_left(HEARTBEAT_AGE_BOUNDS, gap)] += 1
+                stats.heartbeat_age_sum += gap
+                lease = st.lease_s
+                # Tested inline: a call per heartbeat would cost more than the test.
+                if lease is not None and gap > 0 and gap + self.jitter_reserve_s >= lease:
+                    self._near_expiry(stats.labels[0], gap, lease)
+            if until is not None and epoch == top and until != LEASE_RELEASED:
+                left = until - obs
+                stats.remaining[bisect_left(LEASE_REMAINING_BOUNDS, left)] += 1
+                stats.remaining_sum += left
+        extended = event.lease_until
+        if extended is not None:
+            if epoch == top and until != LEASE_RELEASED:
+                st.lease_until = extended.timestamp()
+        elif until is not None and epoch == top and until != LEASE_RELEASED:
+            st.lease_until = None  # extended, until when is not known
+
+    def released(self, st: WorkflowState) -> None:
+        """The current epoch released its lease (the engine checks the epoch)."""
+        st.lease_until = LEASE_RELEASED
+
+    def lost(self, st: WorkflowState, attrs: Mapping[str, str] | None) -> None:
+        """`lease_lost`: an extension returned no row."""
+        self._stats_of_state(st, attrs).lost += 1
+
+    def uncertain(self, st: WorkflowState, attrs: Mapping[str, str] | None) -> None:
+        """`ownership_uncertain`: the coordination store did not answer."""
+        self._stats_of_state(st, attrs).uncertain += 1
+
+    # ---- inside -----------------------------------------------------------------------------
+
+    def _stats_of_state(self, st: WorkflowState, attrs: Mapping[str, str] | None) -> LeaseStats:
+        """The observations of the workflow's labels: its acquisition's, else those of this
+        event's `attrs` (kept until an acquisition brings its own)."""
+        labels = st.labels
+        if labels is not None:
+            stats = self.stats.get(labels)
+            if stats is not None:
+                if stats.labels is not labels:
+                    st.labels = stats.labels  # restored: share the one tuple again
+                return stats
+            stats = self.stats_of(labels)  # restored, or by another engine: bound them
+        else:
+            stats = self.stats_of_attrs(attrs)
+        st.labels = stats.labels
+        return stats
+
+    def _shared_lease(self, lease_s: float | None) -> float | None:
+        """Deployments use a handful of lease durations: one float object each, not one per
+        workflow."""
+        if lease_s is None:
+            return None
+        shared = self._lease_values.get(lease_s)
+        if shared is not None:
+            return shared
+        if len(self._lease_values) < _MAX_SHARED_LEASES:
+            self._lease_values[lease_s] = lease_s
+        return lease_s
+
+    def _check_policy(self, tool_class: str, lease_s: float | None, hb_s: float | None) -> None:
+        """Warn once per tool class of a lease too short for its heartbeat period."""
         if lease_s is None or hb_s is None:
             return
         periods = self.missed_heartbeats + 1
         needed = periods * hb_s + self.jitter_reserve_s
-        if lease_s <= needed:
-            health.policy_violations += 1
-            if self._first(tool_class, "policy"):
-                self.warnings.append(
-                    LeaseWarning(
-                        tool_class or UNLABELLED,
-                        "policy",
-                        lease_s,
-                        hb_s,
-                        None,
-                        f"lease {lease_s:g}s is not longer than ({self.missed_heartbeats}+1) x "
-                        f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s "
-                        "(L > H + R x max(H, T) + J; the events carry no T, a failed "
-                        "extension's time, so it is taken as H): a worker that misses "
-                        f"{self.missed_heartbeats} heartbeats loses its lease while alive",
-                    )
+        if lease_s <= needed and self._first(tool_class, "policy"):
+            self.warnings.append(
+                LeaseWarning(
+                    tool_class,
+                    "policy",
+                    lease_s,
+                    hb_s,
+                    None,
+                    f"lease {lease_s:g}s is not longer than ({self.missed_heartbeats}+1) x "
+                    f"{hb_s:g}s heartbeat + {self.jitter_reserve_s:g}s jitter = {needed:g}s "
+                    "(L > H + R x max(H, T) + J; the events carry no T, a failed "
+                    "extension's time, so it is taken as H): a worker that misses "
+                    f"{self.missed_heartbeats} heartbeats loses its lease while alive",
                 )
+            )
 
-    def near_expiry(self, tool_class: str | None, gap_s: float, lease_s: float) -> None:
-        """A heartbeat gap came within the jitter reserve of the lease (gap + J >= L).
-
-        The engine tests that condition itself on every heartbeat: a call per heartbeat would
-        cost more than the test.
-        """
-        self._cls(tool_class).near_expiry += 1
+    def _near_expiry(self, tool_class: str, gap_s: float, lease_s: float) -> None:
+        """A heartbeat gap came within the jitter reserve of the lease (gap + J >= L)."""
         if self._first(tool_class, "heartbeat_gap"):
             self.warnings.append(
                 LeaseWarning(
-                    tool_class or UNLABELLED,
+                    tool_class,
                     "heartbeat_gap",
                     lease_s,
                     None,
@@ -232,9 +277,9 @@ class LeaseHealth:
                 )
             )
 
-    def _first(self, tool_class: str | None, reason: str) -> bool:
-        """Each kind of warning once per tool class: the counters carry the rest."""
-        key = (tool_class or UNLABELLED, reason)
+    def _first(self, tool_class: str, reason: str) -> bool:
+        """Each kind of warning once per tool class."""
+        key = (tool_class, reason)
         if key in self._warned:
             return False
         self._warned.add(key)

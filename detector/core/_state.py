@@ -20,7 +20,7 @@ import msgspec
 
 from detector.contracts.findings import ConditionKind, Severity, Status
 
-from ._lease import UNLABELLED, Labels
+from ._labels import UNLABELLED, Labels
 from ._records import (
     ACQ_ID,
     EVENT_ID,
@@ -523,7 +523,7 @@ V3_FIELDS: Final = 21
 
 
 # Decoded labels and lease durations, one object each for the states that share them (as the
-# engine shares them: `LeaseHealth.stats_of`, `Detector._shared_lease`); bounded, the engine
+# engine shares them: `LeaseHealth.stats_of`, `LeaseHealth._shared_lease`); bounded, the engine
 # bounds labels again at their first use.
 _SHARED_MAX: Final = 1024
 _T = TypeVar("_T")

@@ -56,12 +56,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal, Self
+from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from detector.closing import Closing
 from detector.contracts.events import (
@@ -89,9 +89,9 @@ def _text(limit: int) -> Any:
 
 
 class EffectRequest(BaseModel):
-    """What a caller presents with an effect. `effect_key` defaults to the idempotency key;
-    `attempt`, if omitted, is the job's when the fence and worker are its current owner's, and
-    is recorded as unknown (null) otherwise."""
+    """What a caller presents with an effect. `effect_key`, if omitted, is the idempotency key
+    (`key` gives the one in force); `attempt`, if omitted, is the job's when the fence and
+    worker are its current owner's, and is recorded as unknown (null) otherwise."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -102,12 +102,6 @@ class EffectRequest(BaseModel):
     entity: Annotated[str, _text(MAX_ENTITY_CHARS)]
     effect_key: Annotated[str | None, _text(MAX_KEY_CHARS)] = None
     attempt: Annotated[int | None, Field(ge=1, le=2**31 - 1)] = None
-
-    @model_validator(mode="after")
-    def _default_effect_key(self) -> Self:
-        if self.effect_key is None:
-            object.__setattr__(self, "effect_key", self.idempotency_key)
-        return self
 
     @property
     def key(self) -> str:

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Final
 
 from detector.contracts.dead_letters import DeadLetter
 from detector.core import Detector, FindingUpdate
-from detector.runtime.intake import Headers, admit
+from detector.runtime.intake import admit
 from detector.telemetry.metrics import WorkerMetrics
+from detector.telemetry.trace_context import Headers
 
 if TYPE_CHECKING:
     from detector.telemetry.tracing import PartitionTracing

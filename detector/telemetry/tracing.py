@@ -64,8 +64,8 @@ from opentelemetry.util.types import Attributes
 from detector.contracts.events import Kind, OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.core import FindingUpdate
-from detector.runtime.intake import Headers, traceparent
 from detector.settings import SettingsError
+from detector.telemetry.trace_context import Headers, traceparent
 
 log = logging.getLogger(__name__)
 

@@ -508,3 +508,12 @@ def test_only_json_is_read_member_by_member(
     if not still_json:
         with pytest.raises(EventError):
             parse_event_json(mutated)
+
+
+@pytest.mark.parametrize("own", ["ef" * 16, "XYZ"])  # a valid trace id, and one dropped
+def test_a_records_trace_context_is_the_events_own(own: str) -> None:
+    trace = ("ab" * 16, "cd" * 8)
+    event = parse_event_json(raw(trace_id=own), trace)
+    assert (event.trace_id, event.span_id) == trace
+    # Set like any field read from the text: written out and read back, it is the same event.
+    assert parse_event_json(event.model_dump_json(exclude_unset=True)) == event

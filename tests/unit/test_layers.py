@@ -29,7 +29,6 @@ TIERS: Final = (
 )
 # Imports that run upward today, each with the change that removes it.
 UPWARD: Final = {
-    ("telemetry", "runtime"): "the traceparent parser moves into telemetry (issue 24, item 3)",
     ("histories", "timeline"): "audit's HTML page draws timelines from the reader below it",
 }
 RANK: Final = {name: rank for rank, tier in enumerate(TIERS) for name in tier}

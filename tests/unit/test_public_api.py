@@ -43,7 +43,6 @@ PUBLIC = {
         "Observations",
         "SweepMarks",
         "SweptStates",
-        "ToolClassHealth",
         "WorkflowState",
         "decode_state",
         "encode_state",

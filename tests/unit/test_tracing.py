@@ -23,10 +23,11 @@ from detector.contracts.dead_letters import DeadLetter
 from detector.contracts.events import OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.core import Config, Detector
-from detector.runtime.intake import admit, traceparent
+from detector.runtime.intake import admit
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.settings import SettingsError
 from detector.telemetry.metrics import WorkerMetrics
+from detector.telemetry.trace_context import traceparent
 from detector.telemetry.tracing import (
     FINDING_SPAN,
     FindingsSampled,

@@ -49,7 +49,6 @@ def test_heartbeat_gap_close_to_lease_expiry_warns_per_tool_class() -> None:
     # a second gap of the same class does not repeat the warning
     r.feed([ev("h5", "heartbeat", W, 1, "w", seq=6, t=320)])
     assert len(r.detector.lease_health.warnings) == 1
-    assert r.detector.lease_health.classes["export"].near_expiry == 2  # each gap is counted
 
 
 def test_displaced_heartbeats_do_not_count_as_gaps_of_the_current_owner() -> None:
