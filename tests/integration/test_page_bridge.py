@@ -33,6 +33,7 @@ from detector.paging.webhook import SIGNATURE_HEADER, verify
 from detector.report import printable, witness
 from detector.testing.kafka import LocalKafka, free_port
 from detector.testing.pagerduty import PagerDutyReceiver
+from detector.testing.topics import read_committed
 from detector.testing.worker import connection_env
 from tests.integration.conftest import deploy
 from tests.integration.deployment import audited, fixture_lines, keyed
@@ -683,6 +684,48 @@ def test_two_bridges_share_the_partitions_and_one_takes_over_the_others_state(
             actions = [(r.event or {}).get("event_action") for r in pd.requests[triggers:]]
             assert actions == ["resolve"] * 8
             assert all(inc.opened == 1 for inc in pd.incidents.values())
+            assert second.stop() == 0
+        finally:
+            first.kill()
+            second.kill()
+
+
+def test_a_restore_reads_the_state_topic_past_an_undecided_transaction(
+    kafka_broker: LocalKafka, tmp_path: Path
+) -> None:
+    """The bridge's restore is the worker's (`detector.kafka.stateful.recovery`): a state record
+    in a transaction still open when the bridge is assigned is waited for, not skipped. A bridge
+    that skipped it would know nothing of the finding, and trigger it again."""
+    config = kafka_broker.client_config()
+    topic = findings_topic(config, partitions=1)
+    with PagerDutyReceiver(KEY) as pd:
+        env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
+        first = BridgeProcess(config, topic, tmp_path, ("--pagerduty-url", pd.url), env)
+        second = BridgeProcess(config, topic, tmp_path, first.sinks, env, instance="b2")
+        try:
+            first.start()
+            publish(config, topic, REVS[2])
+            until(lambda: len(pd.incidents) == 1 and settled(first), "one incident", first)
+            assert first.stop() == 0
+            saved = [(r.key, r.value) for r in read_committed(config, first.state_topic)]
+            assert saved, "the first bridge saved no state"
+            # The second bridge, in a group of its own, reads the finding again: its state topic
+            # holds the first one's state, in a transaction decided only once it restores.
+            admin = AdminClient(dict(config))
+            state_topic = NewTopic(second.state_topic, 1, 1, config={"cleanup.policy": "compact"})
+            admin.create_topics([state_topic])[second.state_topic].result(30)
+            owner = Producer({**config, "transactional.id": f"it-page-prev-{second.tag}"})
+            owner.init_transactions(30)
+            owner.begin_transaction()
+            for key, value in saved:
+                owner.produce(second.state_topic, key=key, value=value, partition=0)
+            owner.flush(30)
+            second.start()
+            until(lambda: "is undecided" in second.text(), "the restore to wait for it", second)
+            owner.commit_transaction(30)
+            until(lambda: settled(second), "the finding read again and committed", second)
+            assert second.sample("splitbrain_page_findings_open") == 1
+            assert len(pd.requests) == 1, [r.event for r in pd.requests]
             assert second.stop() == 0
         finally:
             first.kill()
