@@ -25,13 +25,14 @@ from detector.testing.worker import WorkerProcess
 from tests.integration.deployment import Deployment, audited, wait_for
 from tests.integration.test_page_bridge import (
     KEY,
-    REVS,
     BridgeProcess,
+    critical_findings,
     findings_topic,
+    one_group,
     publish,
     settled,
+    takes_over_and_resolves,
     until,
-    variant,
 )
 from tests.integration.test_worker import event, wait_for_audit
 
@@ -122,14 +123,9 @@ def test_a_bridge_that_lost_its_partitions_announces_nothing_again(
     nothing is triggered or resolved twice."""
     config = kafka_broker.client_config()
     topic = findings_topic(config, partitions=2)
-    opened = [variant(REVS[2], f"sb-it-lost{i}", f"tenant-{i}/lost") for i in range(4)]
-    resolved = [variant(REVS[4], f.finding_id, f.workflow_key) for f in opened]
+    opened, resolved = critical_findings(4, "lost")
     with PagerDutyReceiver(KEY) as pd:
-        env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
-        paused = BridgeProcess(config, topic, tmp_path, ("--pagerduty-url", pd.url), env)
-        successor = BridgeProcess(
-            config, topic, tmp_path, paused.sinks, env, tag=paused.tag, instance="b2"
-        )
+        paused, successor = one_group(config, topic, tmp_path, pd)
         try:
             paused.start()
             until(
@@ -140,19 +136,8 @@ def test_a_bridge_that_lost_its_partitions_announces_nothing_again(
             publish(config, topic, *opened, spread=2)
             until(lambda: len(pd.incidents) == 4 and settled(paused), "four incidents", paused)
             signal_bridge(paused, signal.SIGSTOP)
-            successor.start()
-            until(
-                lambda: len(successor.samples("splitbrain_page_consumer_lag_records")) == 2,
-                "the successor to own both partitions, once the paused bridge's session expired",
-                successor,
-            )
-            until(lambda: successor.sample("splitbrain_page_findings_open") == 4, "4", successor)
-            publish(config, topic, *resolved, spread=2)
-            until(
-                lambda: all(inc.status == "resolved" for inc in pd.incidents.values()),
-                "every incident resolved",
-                successor,
-            )
+            successor.start()  # it owns both once the paused bridge's session expired
+            takes_over_and_resolves(successor, topic, 2, resolved, pd)
             until(lambda: settled(successor), "the resolutions saved and committed", successor)
             signal_bridge(paused, signal.SIGCONT)
             until(

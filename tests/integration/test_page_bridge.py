@@ -256,6 +256,48 @@ def admin_watermarks(config: Mapping[str, Any], topic: str, partition: int) -> t
         consumer.close()
 
 
+def critical_findings(count: int, name: str) -> tuple[list[Finding], list[Finding]]:
+    """`count` critical findings, each of a workflow of its own, and their resolutions."""
+    opened = [variant(REVS[2], f"sb-it-{name}{i}", f"tenant-{i}/{name}") for i in range(count)]
+    return opened, [variant(REVS[4], f.finding_id, f.workflow_key) for f in opened]
+
+
+def one_group(
+    config: Mapping[str, Any], topic: str, workdir: Path, pd: PagerDutyReceiver
+) -> tuple[BridgeProcess, BridgeProcess]:
+    """Two bridges (not started) of one group and state topic, paging `pd`."""
+    env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
+    first = BridgeProcess(config, topic, workdir, ("--pagerduty-url", pd.url), env)
+    return first, BridgeProcess(config, topic, workdir, first.sinks, env, first.tag, "b2")
+
+
+def takes_over_and_resolves(
+    bridge: BridgeProcess,
+    topic: str,
+    partitions: int,
+    resolved: list[Finding],
+    pd: PagerDutyReceiver,
+) -> None:
+    """`bridge` comes to own every partition of `topic` and restores the open findings; then
+    it takes their resolutions and resolves every incident."""
+    until(
+        lambda: len(bridge.samples("splitbrain_page_consumer_lag_records")) == partitions,
+        f"bridge {bridge.instance} to own every partition",
+        bridge,
+    )
+    until(
+        lambda: bridge.sample("splitbrain_page_findings_open") == len(resolved),
+        f"{len(resolved)} findings open",
+        bridge,
+    )
+    publish(bridge.config, topic, *resolved, spread=partitions)
+    until(
+        lambda: all(inc.status == "resolved" for inc in pd.incidents.values()),
+        "every incident resolved",
+        bridge,
+    )
+
+
 # ---- the tests --------------------------------------------------------------------------------
 
 
@@ -642,14 +684,9 @@ def test_two_bridges_share_the_partitions_and_one_takes_over_the_others_state(
     co-partitioned state topic and triggers nothing again; it resolves them all."""
     config = kafka_broker.client_config()
     topic = findings_topic(config, partitions=4)
-    opened = [variant(REVS[2], f"sb-it-m{i}", f"tenant-{i}/job") for i in range(8)]
-    resolved = [variant(REVS[4], f.finding_id, f.workflow_key) for f in opened]
+    opened, resolved = critical_findings(8, "job")
     with PagerDutyReceiver(KEY) as pd:
-        env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
-        first = BridgeProcess(config, topic, tmp_path, ("--pagerduty-url", pd.url), env)
-        second = BridgeProcess(
-            config, topic, tmp_path, first.sinks, env, tag=first.tag, instance="b2"
-        )
+        first, second = one_group(config, topic, tmp_path, pd)
         try:
             first.start()
             second.start()
@@ -669,18 +706,7 @@ def test_two_bridges_share_the_partitions_and_one_takes_over_the_others_state(
             for bridge in (first, second):  # each took the findings of its two partitions
                 assert bridge.text().count("pagerduty took trigger") == 4, bridge.text()
             first.kill()
-            until(
-                lambda: len(second.samples("splitbrain_page_consumer_lag_records")) == 4,
-                "the survivor to be assigned every partition",
-                second,
-            )
-            until(lambda: second.sample("splitbrain_page_findings_open") == 8, "8 open", second)
-            publish(config, topic, *resolved, spread=4)
-            until(
-                lambda: all(inc.status == "resolved" for inc in pd.incidents.values()),
-                "every incident resolved",
-                second,
-            )
+            takes_over_and_resolves(second, topic, 4, resolved, pd)
             actions = [(r.event or {}).get("event_action") for r in pd.requests[triggers:]]
             assert actions == ["resolve"] * 8
             assert all(inc.opened == 1 for inc in pd.incidents.values())
