@@ -48,11 +48,14 @@ from detector.contracts.findings import Finding
 from detector.contracts.page_state import PageStateRecord, SinkName
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError, describe
+from detector.kafka.stateful.rebalance import subscribe
+from detector.kafka.stateful.recovery import StateRestore, StateTopicError
+from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
 from detector.paging.alertmanager import AlertmanagerSink
 from detector.paging.delivery import Answer, Backoff, Outcome, Request, origin, post, redact
 from detector.paging.metrics import PageMetrics
 from detector.paging.state import Delivery, PageState, SinkPolicy
-from detector.paging.store import StateTopic, StateTopicError, TopologyError, ensure_state_topic
+from detector.paging.store import StateTopic
 from detector.report import printable
 
 
@@ -68,6 +71,8 @@ _POLL_S: Final = 0.2
 _LAG_EVERY_S: Final = 5.0
 _EXPIRE_EVERY_S: Final = 60.0
 _RESEND_CHUNK: Final = 500
+_RESTORE_TIMEOUT_S: Final = 120.0  # then exit 1: its supervisor restarts it
+_STATE_CONFIG: Final = {"cleanup.policy": "compact"}
 
 
 class Sink(Protocol):
@@ -118,6 +123,12 @@ class Bridge:
         self.rng = rng or random.Random()
         self.state = PageState(settings.policies)
         self.store = StateTopic(settings.kafka, settings.state_topic)
+        self.restore = StateRestore(
+            settings.kafka,
+            settings.state_topic,
+            group_id=f"{settings.group_id}-restore",
+            timeout_s=_RESTORE_TIMEOUT_S,
+        )
         self.consumer = Consumer(
             {
                 **settings.kafka,
@@ -159,16 +170,13 @@ class Bridge:
             # log_level 5 (notice): librdkafka's note, at info level, that the client dropped an
             # admin event nobody waits for any more is noise in the bridge's log.
             admin = AdminClient({**self.s.kafka, "log_level": 5})
-            ensure_state_topic(admin, self.s.findings_topic, self.s.state_topic)
+            ensure_state_topic(
+                admin, self.s.findings_topic, "findings", self.s.state_topic, _STATE_CONFIG
+            )
         except TopologyError as exc:
             log.error("cannot start the bridge: %s", exc)
             return ExitCode.UNUSABLE
-        self.consumer.subscribe(
-            [self.s.findings_topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        subscribe(self.consumer, self.s.findings_topic, self)
         sinks = ", ".join(f"{name} {origin(sink.url)}" for name, sink in self.s.sinks.items())
         log.info(
             "bridge started: group %s, %s -> %s; state in %s",
@@ -462,14 +470,14 @@ class Bridge:
 
     # ---- rebalances ---------------------------------------------------------------------------
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def partitions_assigned(self, partitions: list[int]) -> None:
         started = time.monotonic()
-        ps = sorted(tp.partition for tp in partitions)
+        ps = sorted(partitions)
         asked = [TopicPartition(self.s.findings_topic, p) for p in ps]
-        for tp in consumer.committed(asked, timeout=30):
+        for tp in self.consumer.committed(asked, timeout=30):
             self.committed[tp.partition] = tp.offset
         before = len(self.state.entries)
-        for p, offset, key, value in self.store.read(ps):
+        for p, offset, key, value in self.restore.read(ps):
             fid = key.decode("utf-8", "replace")
             if value is None:
                 self.state.forget(fid)
@@ -500,7 +508,7 @@ class Bridge:
             time.monotonic() - started,
         )
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def partitions_revoked(self, partitions: list[int]) -> None:
         if self.broken:
             pass
         elif self.pending or self.catching_up:
@@ -510,12 +518,13 @@ class Bridge:
             self._complete()
         self._forget(partitions)
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def partitions_lost(self, partitions: list[int]) -> None:
         # Another bridge may own them already: write nothing for them.
+        log.warning("partitions %s lost: their unsaved state is dropped", sorted(partitions))
         self._forget(partitions)
 
-    def _forget(self, partitions: list[TopicPartition]) -> None:
-        ps = {tp.partition for tp in partitions}
+    def _forget(self, partitions: list[int]) -> None:
+        ps = set(partitions)
         self.pending.clear()
         self.offsets.clear()
         self.paused = False

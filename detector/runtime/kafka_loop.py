@@ -23,23 +23,24 @@ from typing import Final
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from detector.core import Detector, encode_state
 from detector.errors import ExitCode, SplitbrainError
-from detector.kafka.offsets import end_offsets
+from detector.kafka.stateful.rebalance import subscribe
+from detector.kafka.stateful.recovery import StateRestore
+from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
 from detector.runtime.output import open_output
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.stall import StallWatch
 from detector.runtime.store import Store, open_store
-from detector.runtime.topology import TopologyError, inspect_topics
+from detector.runtime.topology import inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
 from detector.telemetry.tracing import ProcessingSpans, WorkerTracing
 
@@ -52,8 +53,6 @@ _POLL_S: Final = 0.05
 # with lz4 (docs/benchmarks.md, issue 22). Only the worker reads the changelog back, so the
 # producer, whose findings any client reads, keeps lz4.
 CHANGELOG_CONFIG: Final = {"cleanup.policy": "compact", "compression.type": "zstd"}
-_END_OFFSETS_TIMEOUT_S: Final = 5.0  # short: a SIGTERM during a restore is seen between asks
-_RETRY_S: Final = 0.5
 
 
 class FencedError(SplitbrainError):
@@ -107,7 +106,12 @@ class KafkaLoopWorker:
             }
         )
         self.output = open_output(settings, self.consumer)
-        self.admin = AdminClient(settings.kafka)
+        self.restore = StateRestore(
+            settings.kafka,
+            settings.changelog_topic,
+            group_id=f"{settings.group_id}-restore",
+            on_error=self.stall.kafka_error,  # a restore can wait out an outage too
+        )
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -116,14 +120,16 @@ class KafkaLoopWorker:
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
         try:
-            self._ensure_changelog()
+            admin = AdminClient(self.s.kafka)
+            inspect_topics(admin, self.s)
+            ensure_state_topic(
+                admin, self.s.input_topic, "input", self.s.changelog_topic, CHANGELOG_CONFIG
+            )
         except TopologyError as exc:
             log.error("cannot start the worker: %s", exc)
             return ExitCode.UNUSABLE
         self.output.start()
-        self.consumer.subscribe(
-            [self.s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+        subscribe(self.consumer, self.s.input_topic, self)
         log.info("worker %s started, group %s", self.s.instance_id, self.s.group_id)
         self.metrics.polled(time.time())
         self.stall.start(assigned=lambda: bool(self.partitions))
@@ -326,12 +332,12 @@ class KafkaLoopWorker:
                 self.stall.kafka_error(start_exc)
                 log.warning("a new producer cannot start yet (%s); trying again", start_exc)
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def partitions_assigned(self, partitions: list[int]) -> None:
         # The assignment itself starts at the committed offsets; only the state needs loading.
         self._abort_quietly()
-        self._restore([tp.partition for tp in partitions], rewind=False)
+        self._restore(partitions, rewind=False)
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def partitions_revoked(self, partitions: list[int]) -> None:
         # In a transaction, uncommitted work is discarded: the next owner resumes from the
         # committed offsets with the committed state. Committing here would race the new owner's
         # restore. At least once, it is committed if it can be, or the next owner writes it again.
@@ -340,12 +346,22 @@ class KafkaLoopWorker:
                 self._commit()
             except KafkaException as exc:
                 log.warning("commit during rebalance failed: %s", exc)
+        self._drop(partitions)
+
+    def partitions_lost(self, partitions: list[int]) -> None:
+        # The next owner may be restoring them already: uncommitted work is discarded in both
+        # modes, neither its states nor its offsets written (at least once, its output already
+        # in flight lands, and the next owner writes it again).
+        log.warning("partitions %s lost: their uncommitted work is dropped", sorted(partitions))
+        self._drop(partitions)
+
+    def _drop(self, partitions: list[int]) -> None:
         self._abort_quietly()
-        for tp in partitions:
-            gone = self.partitions.pop(tp.partition, None)
+        for partition in partitions:
+            gone = self.partitions.pop(partition, None)
             if gone is not None:
                 gone.store.close()
-            self.metrics.partition_gone(tp.partition)
+            self.metrics.partition_gone(partition)
 
     def _abort_quietly(self) -> None:
         if not self.in_txn:
@@ -396,100 +412,9 @@ class KafkaLoopWorker:
         return PartitionState(store, processor)
 
     def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
-        """Up to each partition's high watermark as it was when the restore began.
-
-        Not merely to where a read_committed reader first reports the end: that is the last
-        stable offset, which stops short of a transaction whose commit the coordinator has
-        acknowledged but not yet marked on the partition (its markers are written after the
-        producer's commit returns). States read to there, with the committed offsets read after
-        them, would resume past events whose effect on the state was never loaded. A transaction
-        still open (a paused zombie's) is waited out: the coordinator aborts it at its timeout.
-        """
-        ends = self._changelog_ends(list(restored))
-        if ends is None:  # stopping
-            return
-        reader = Consumer(
-            {
-                **self.s.kafka,
-                "error_cb": self.stall.kafka_error,  # a restore can wait out an outage too
-                "group.id": f"{self.s.group_id}-restore",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
-        try:
-            reader.assign(
-                [TopicPartition(self.s.changelog_topic, p, OFFSET_BEGINNING) for p in restored]
-            )
-            pending = set(restored)
-            while pending and not self.stopping:  # a broker that is down must not pin SIGTERM
-                for msg in reader.consume(num_messages=1000, timeout=0.5):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            # Reported again, further on, once an undecided transaction is decided.
-                            _, partition, end = _coordinates(msg)
-                            if end >= ends[partition]:
-                                pending.discard(partition)
-                            else:
-                                log.info(
-                                    "changelog partition %d: a transaction at %d is undecided, "
-                                    "waiting for it (end %d)",
-                                    partition,
-                                    end,
-                                    ends[partition],
-                                )
-                            continue
-                        raise KafkaException(err)
-                    raw_key, value = msg.key(), msg.value()
-                    if raw_key is None:
-                        continue
-                    restored[_coordinates(msg)[1]].store.load(raw_key.decode(), value)
-        finally:
-            reader.close()
-
-    def _changelog_ends(self, partitions: list[int]) -> dict[int, int] | None:
-        """The changelog partitions' high watermarks, asked again while the broker does not
-        answer (a restore cannot start without them); None when the worker is stopping."""
-        while not self.stopping:
-            try:
-                return end_offsets(
-                    self.admin,
-                    self.s.changelog_topic,
-                    partitions,
-                    IsolationLevel.READ_UNCOMMITTED,
-                    timeout=_END_OFFSETS_TIMEOUT_S,
-                )
-            except (KafkaException, TimeoutError) as exc:
-                # A broker restarted under the admin client can answer FENCED_LEADER_EPOCH to
-                # every ask at once (its metadata is stale; seen for minutes in the torture
-                # run): ask again after a pause, with a client that fetches metadata afresh.
-                self.stall.kafka_error(exc)
-                log.warning("changelog end offsets not known yet (%s); asking again", exc)
-                time.sleep(_RETRY_S)
-                self.admin = AdminClient(self.s.kafka)
-        return None
-
-    def _ensure_changelog(self) -> None:
-        """The changelog is ours: compacted and co-partitioned with the input; create if absent
-        (after checking that every topic the worker writes can take what it writes)."""
-        admin = self.admin
-        partitions, replication = inspect_topics(admin, self.s)
-        if self.s.changelog_topic in admin.list_topics(timeout=30).topics:
-            return
-        topic = NewTopic(
-            self.s.changelog_topic,
-            num_partitions=partitions,
-            replication_factor=replication,
-            config=CHANGELOG_CONFIG,
-        )
-        for future in admin.create_topics([topic]).values():
-            try:
-                future.result()
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
+        """Each partition's states, up to the changelog's high watermark (`StateRestore`)."""
+        for partition, _, key, value in self.restore.read(restored, lambda: self.stopping):
+            restored[partition].store.load(key.decode(), value)
 
 
 def _fatal(exc: KafkaException) -> bool:

@@ -9,25 +9,15 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient
 
-from detector.errors import SplitbrainError
 from detector.kafka.config import fetch_metadata
+from detector.kafka.stateful.topics import TopologyError, check_copartitioned, source_shape
 from detector.runtime.settings import WorkerSettings
-
-
-class TopologyError(SplitbrainError, RuntimeError):
-    """A topic is missing or partitioned so that the worker's output would be misplaced."""
 
 
 def inspect_topics(admin: AdminClient, settings: WorkerSettings) -> tuple[int, int]:
     """Partition count and replication factor of the input, checked against the outputs."""
     topics = fetch_metadata(admin, 30.0).topics
-    source = topics.get(settings.input_topic)
-    if source is None or source.error is not None or not source.partitions:
-        raise TopologyError(
-            f"input topic {settings.input_topic!r} does not exist: run `splitbrain topics apply`"
-        )
-    partitions = len(source.partitions)
-    replication = len(next(iter(source.partitions.values())).replicas)
+    partitions, replication = source_shape(topics, settings.input_topic, "input")
     for name in (settings.findings_topic, settings.dlq_topic):
         topic = topics.get(name)
         if topic is None or topic.error is not None:
@@ -37,14 +27,5 @@ def inspect_topics(admin: AdminClient, settings: WorkerSettings) -> tuple[int, i
                 f"{name!r} has {len(topic.partitions)} partitions, fewer than the input's "
                 f"{partitions}: it must be co-partitioned with {settings.input_topic!r}"
             )
-    changelog = topics.get(settings.changelog_topic)
-    if (
-        changelog is not None
-        and changelog.error is None
-        and len(changelog.partitions) != partitions
-    ):
-        raise TopologyError(
-            f"changelog {settings.changelog_topic!r} has {len(changelog.partitions)} partitions,"
-            f" the input has {partitions}"
-        )
+    check_copartitioned(topics, settings.changelog_topic, settings.input_topic, partitions)
     return partitions, replication

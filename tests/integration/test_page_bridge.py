@@ -35,6 +35,7 @@ from detector.devstack.worker import connection_env
 from detector.paging.webhook import SIGNATURE_HEADER, verify
 from detector.report import printable, witness
 from detector.testing.pagerduty import PagerDutyReceiver
+from detector.devstack.topics import read_committed
 from tests.integration.conftest import deploy
 from tests.integration.deployment import audited, fixture_lines, keyed
 from tests.integration.receiver import Receiver
@@ -254,6 +255,48 @@ def admin_watermarks(config: Mapping[str, Any], topic: str, partition: int) -> t
         return int(low), int(high)
     finally:
         consumer.close()
+
+
+def critical_findings(count: int, name: str) -> tuple[list[Finding], list[Finding]]:
+    """`count` critical findings, each of a workflow of its own, and their resolutions."""
+    opened = [variant(REVS[2], f"sb-it-{name}{i}", f"tenant-{i}/{name}") for i in range(count)]
+    return opened, [variant(REVS[4], f.finding_id, f.workflow_key) for f in opened]
+
+
+def one_group(
+    config: Mapping[str, Any], topic: str, workdir: Path, pd: PagerDutyReceiver
+) -> tuple[BridgeProcess, BridgeProcess]:
+    """Two bridges (not started) of one group and state topic, paging `pd`."""
+    env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
+    first = BridgeProcess(config, topic, workdir, ("--pagerduty-url", pd.url), env)
+    return first, BridgeProcess(config, topic, workdir, first.sinks, env, first.tag, "b2")
+
+
+def takes_over_and_resolves(
+    bridge: BridgeProcess,
+    topic: str,
+    partitions: int,
+    resolved: list[Finding],
+    pd: PagerDutyReceiver,
+) -> None:
+    """`bridge` comes to own every partition of `topic` and restores the open findings; then
+    it takes their resolutions and resolves every incident."""
+    until(
+        lambda: len(bridge.samples("splitbrain_page_consumer_lag_records")) == partitions,
+        f"bridge {bridge.instance} to own every partition",
+        bridge,
+    )
+    until(
+        lambda: bridge.sample("splitbrain_page_findings_open") == len(resolved),
+        f"{len(resolved)} findings open",
+        bridge,
+    )
+    publish(bridge.config, topic, *resolved, spread=partitions)
+    until(
+        lambda: all(inc.status == "resolved" for inc in pd.incidents.values()),
+        "every incident resolved",
+        bridge,
+    )
 
 
 # ---- the tests --------------------------------------------------------------------------------
@@ -642,14 +685,9 @@ def test_two_bridges_share_the_partitions_and_one_takes_over_the_others_state(
     co-partitioned state topic and triggers nothing again; it resolves them all."""
     config = kafka_broker.client_config()
     topic = findings_topic(config, partitions=4)
-    opened = [variant(REVS[2], f"sb-it-m{i}", f"tenant-{i}/job") for i in range(8)]
-    resolved = [variant(REVS[4], f.finding_id, f.workflow_key) for f in opened]
+    opened, resolved = critical_findings(8, "job")
     with PagerDutyReceiver(KEY) as pd:
-        env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
-        first = BridgeProcess(config, topic, tmp_path, ("--pagerduty-url", pd.url), env)
-        second = BridgeProcess(
-            config, topic, tmp_path, first.sinks, env, tag=first.tag, instance="b2"
-        )
+        first, second = one_group(config, topic, tmp_path, pd)
         try:
             first.start()
             second.start()
@@ -669,21 +707,52 @@ def test_two_bridges_share_the_partitions_and_one_takes_over_the_others_state(
             for bridge in (first, second):  # each took the findings of its two partitions
                 assert bridge.text().count("pagerduty took trigger") == 4, bridge.text()
             first.kill()
-            until(
-                lambda: len(second.samples("splitbrain_page_consumer_lag_records")) == 4,
-                "the survivor to be assigned every partition",
-                second,
-            )
-            until(lambda: second.sample("splitbrain_page_findings_open") == 8, "8 open", second)
-            publish(config, topic, *resolved, spread=4)
-            until(
-                lambda: all(inc.status == "resolved" for inc in pd.incidents.values()),
-                "every incident resolved",
-                second,
-            )
+            takes_over_and_resolves(second, topic, 4, resolved, pd)
             actions = [(r.event or {}).get("event_action") for r in pd.requests[triggers:]]
             assert actions == ["resolve"] * 8
             assert all(inc.opened == 1 for inc in pd.incidents.values())
+            assert second.stop() == 0
+        finally:
+            first.kill()
+            second.kill()
+
+
+def test_a_restore_reads_the_state_topic_past_an_undecided_transaction(
+    kafka_broker: LocalKafka, tmp_path: Path
+) -> None:
+    """The bridge's restore is the worker's (`detector.kafka.stateful.recovery`): a state record
+    in a transaction still open when the bridge is assigned is waited for, not skipped. A bridge
+    that skipped it would know nothing of the finding, and trigger it again."""
+    config = kafka_broker.client_config()
+    topic = findings_topic(config, partitions=1)
+    with PagerDutyReceiver(KEY) as pd:
+        env = {"SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY}
+        first = BridgeProcess(config, topic, tmp_path, ("--pagerduty-url", pd.url), env)
+        second = BridgeProcess(config, topic, tmp_path, first.sinks, env, instance="b2")
+        try:
+            first.start()
+            publish(config, topic, REVS[2])
+            until(lambda: len(pd.incidents) == 1 and settled(first), "one incident", first)
+            assert first.stop() == 0
+            saved = [(r.key, r.value) for r in read_committed(config, first.state_topic)]
+            assert saved, "the first bridge saved no state"
+            # The second bridge, in a group of its own, reads the finding again: its state topic
+            # holds the first one's state, in a transaction decided only once it restores.
+            admin = AdminClient(dict(config))
+            state_topic = NewTopic(second.state_topic, 1, 1, config={"cleanup.policy": "compact"})
+            admin.create_topics([state_topic])[second.state_topic].result(30)
+            owner = Producer({**config, "transactional.id": f"it-page-prev-{second.tag}"})
+            owner.init_transactions(30)
+            owner.begin_transaction()
+            for key, value in saved:
+                owner.produce(second.state_topic, key=key, value=value, partition=0)
+            owner.flush(30)
+            second.start()
+            until(lambda: "is undecided" in second.text(), "the restore to wait for it", second)
+            owner.commit_transaction(30)
+            until(lambda: settled(second), "the finding read again and committed", second)
+            assert second.sample("splitbrain_page_findings_open") == 1
+            assert len(pd.requests) == 1, [r.event for r in pd.requests]
             assert second.stop() == 0
         finally:
             first.kill()

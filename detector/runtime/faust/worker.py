@@ -20,6 +20,7 @@ from mode import CrashingSupervisor
 from detector.core import Detector, FindingUpdate
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError
+from detector.kafka.stateful.topics import TopologyError
 from detector.runtime.faust.barrier import CommitBarrier, FaustRuntimeError
 from detector.runtime.faust.credentials import broker_credentials
 from detector.runtime.faust.recovery import EosTableManager
@@ -27,7 +28,7 @@ from detector.runtime.faust.table import TABLE_NAME, PartitionStates, StateTable
 from detector.runtime.faust.transport import EosConsumer, SplitbrainApp
 from detector.runtime.processor import Outcome, PartitionProcessor
 from detector.runtime.settings import WorkerSettings
-from detector.runtime.topology import TopologyError, inspect_topics
+from detector.runtime.topology import inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
 from detector.telemetry.tracing import WorkerTracing
 
