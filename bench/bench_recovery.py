@@ -143,9 +143,9 @@ def fill(
             encoded.append((key.encode(), encode_state(state)))
             written += 1
         chunk += 1
-    copies = (encoded if n == 0 else copy(encoded, n) for n in range(-(-workflows // distinct)))
-    for key, value in itertools.islice(itertools.chain.from_iterable(copies), workflows):
-        produce(producer, topics.changelog, key, value)
+    copies = (encoded if c == 0 else copy(encoded, c) for c in range(-(-workflows // distinct)))
+    for record_key, value in itertools.islice(itertools.chain.from_iterable(copies), workflows):
+        produce(producer, topics.changelog, record_key, value)
         in_txn += 1
         if in_txn == TXN_RECORDS:
             producer.commit_transaction(60)
