@@ -10,7 +10,10 @@ through the worker's own step (`PartitionProcessor.process`, at the wall-clock t
 resulting state is written `encode_state`d under its workflow key by a transactional producer,
 lz4, a transaction per 5,000 records, as a worker writes it. So the restore reads real states;
 the changelog holds one record per workflow, as after compaction (a live changelog also holds the
-superseded records of its uncompacted tail, which a restore reads too).
+superseded records of its uncompacted tail, which a restore reads too). With --distinct N, only
+N workflows go through the step and their encoded states are written again under renamed keys
+up to --workflows (a state holds no key): the same records to restore, filled in a fraction of
+the time on a loaded machine.
 
 Processing again: a finding a probe opens is visible to a read_committed consumer of the findings
 topic, so the probe went through the rules and its transaction committed. Two probes are
@@ -25,9 +28,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -102,8 +106,11 @@ class Filled:
     stale: Stale
 
 
-def fill(broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow: int) -> Filled:
-    """`workflows` states in the changelog, each as the worker's step left it (see the module)."""
+def fill(
+    broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow: int, distinct: int
+) -> Filled:
+    """`workflows` states in the changelog, each as the worker's step left it, the first
+    `distinct` written again under renamed keys up to `workflows` (see the module)."""
     producer = Producer(
         {
             **broker.client_config(),
@@ -122,8 +129,9 @@ def fill(broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow:
     written = events = in_txn = chunk = 0
     stale = None
     producer.begin_transaction()
-    while written < workflows:
-        n = min(CHUNK, workflows - written)
+    encoded: list[tuple[bytes, bytes]] = []  # the distinct states, for their copies
+    while written < min(workflows, distinct):
+        n = min(CHUNK, distinct - written)
         # Some of the n workflows get no event; the next chunk makes up for them.
         lines = tagged(history(n * per_workflow, n, seed=chunk), f"c{chunk}")
         processor = PartitionProcessor(0, Detector(), metrics)
@@ -132,19 +140,28 @@ def fill(broker: LocalKafka, topics: WorkerTopics, workflows: int, per_workflow:
         events += len(lines)
         states = processor.detector.states
         stale = stale or Stale.among(states)
-        for key, state in list(states.items())[: workflows - written]:
-            produce(producer, topics.changelog, key.encode(), encode_state(state))
+        for key, state in list(states.items())[: min(workflows, distinct) - written]:
+            encoded.append((key.encode(), encode_state(state)))
             written += 1
-            in_txn += 1
-            if in_txn == TXN_RECORDS:
-                producer.commit_transaction(60)
-                producer.begin_transaction()
-                in_txn = 0
         chunk += 1
+    copies = (encoded if c == 0 else copy(encoded, c) for c in range(-(-workflows // distinct)))
+    for record_key, value in itertools.islice(itertools.chain.from_iterable(copies), workflows):
+        produce(producer, topics.changelog, record_key, value)
+        in_txn += 1
+        if in_txn == TXN_RECORDS:
+            producer.commit_transaction(60)
+            producer.begin_transaction()
+            in_txn = 0
     producer.commit_transaction(60)
     if stale is None:
         raise SystemExit("no workflow with a takeover in the history: fill more workflows")
-    return Filled(written, events, time.perf_counter() - started, stale)
+    return Filled(workflows, events, time.perf_counter() - started, stale)
+
+
+def copy(encoded: list[tuple[bytes, bytes]], n: int) -> Iterator[tuple[bytes, bytes]]:
+    """The encoded states under keys of their own: `/export/` becomes `/export/k{n}-`."""
+    renamed = f"/export/k{n}-".encode()
+    return ((key.replace(b"/export/", renamed, 1), value) for key, value in encoded)
 
 
 @dataclass(slots=True)
@@ -228,6 +245,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
     ap.add_argument("--events-per-workflow", type=int, default=4)
+    ap.add_argument("--distinct", type=int, help="workflows through the step; default: all")
     args = ap.parse_args()
     with broker_with_topics("rec", args.partitions) as (broker, topics):
         run(args, broker, topics)
@@ -242,12 +260,14 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
         [NewTopic(topics.changelog, args.partitions, 1, config=compact)]
     ).values():
         future.result(30)
-    filled = fill(broker, topics, args.workflows, args.events_per_workflow)
+    distinct = args.distinct or args.workflows
+    filled = fill(broker, topics, args.workflows, args.events_per_workflow, distinct)
     offsets = sum(end_offsets(admin, topics.changelog, IsolationLevel.READ_UNCOMMITTED).values())
     print(
         f"changelog filled directly (no worker): {filled.states:,} workflow states from "
         f"{filled.events:,} events of bench_engine's history through the worker's processing "
-        f"step, encode_state'd, {TXN_RECORDS:,} per transaction, lz4, in {filled.seconds:.0f} s; "
+        f"step ({distinct:,} distinct states, the rest copies under renamed keys), "
+        f"encode_state'd, {TXN_RECORDS:,} per transaction, lz4, in {filled.seconds:.0f} s; "
         f"{offsets:,} offsets, {topic_bytes(broker, topics.changelog) / 1e6:,.0f} MB on disk; "
         "one record per workflow, as after compaction"
     )
@@ -308,8 +328,8 @@ def report(worker: WorkerProcess, seen: Recovery, filled: Filled, offsets: int, 
         after = None if seen.processing_s is None else seen.processing_s - seen.restored_s
         print(
             f"    phases (worker log): up and fenced its predecessor {seen.up_s:.2f} s; "
-            f"group join (static membership: the restarted member takes its partitions back) "
-            f"{joined - seen.up_s:.2f} s; restore {seen.restore_s:.2f} s; first batch "
+            f"group join (the killed member's session expiring) {joined - seen.up_s:.2f} s; "
+            f"restore {seen.restore_s:.2f} s; first batch "
             f"committed and read {fmt(after)}"
         )
     count, total = restore_metric(worker)

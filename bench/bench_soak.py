@@ -6,11 +6,15 @@ steady load the worker can keep up with; a throughput run cannot show it.
 
 The load is bench_engine's history mix, endlessly, in generations: each is a history over a
 number of fresh workflows (renamed per generation), then every workflow's release by its owner.
-A released workflow is evicted after the quiet period, so the state stays bounded, except for the
-workflows with a finding, which the engine compacts but never forgets (README, "State therefore
-grows with the number of findings"): the summary counts the tracked workflows too. The worker's
-quiet period is shortened (--quiet-period-s) so that workflows go through their whole life, from
-acquisition to eviction, many times within the run.
+A share of the workflows (--zombie-fraction, 2% by default) has a zombie: the stale events of the
+history's other zombies are left out. A finding resolves once its zombie has been quiet for the
+quiet period, as in a fleet where the displaced owner dies or is fenced soon after the takeover.
+A released workflow is evicted after the quiet period; one with a finding is compacted then, and
+forgotten after --idle-ttl-s down to what its later revisions need (42 B). So the workflows
+tracked are bounded by those with an event within idle_ttl_s + idle_sweep_s plus those
+remnants: the bound is computed from what was produced and printed beside the count. The worker's
+periods are shortened so that workflows go through their whole life, from acquisition to
+forgetting, many times within the run.
 
 The maximum rate is measured first on the same stream (its own topics and worker, the group's
 committed offsets over the middle of the run), unless --rate gives it. Every few seconds: the
@@ -26,9 +30,10 @@ import argparse
 import csv
 import itertools
 import json
+import random
 import statistics
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Final
@@ -50,33 +55,71 @@ TEMPLATES: Final = 4  # distinct histories the generations cycle through (rename
 Event = tuple[bytes, bytes]  # record key, value
 
 
-def generation(seed: int, workflows: int, per_workflow: int) -> list[Event]:
-    """A history over `workflows` workflows, then each one's release by its current owner."""
+@dataclass(frozen=True, slots=True)
+class Generation:
+    events: list[Event]
+    workflows: int
+    zombies: int  # workflows with a finding, each kept as a remnant once forgotten
+
+
+def generation(seed: int, workflows: int, per_workflow: int, zombies: int) -> Generation:
+    """A history over `workflows` workflows, then each one's release by its current owner;
+    only `zombies` of the workflows keep their stale events."""
     lines = history(workflows * per_workflow, workflows, seed)
+    docs = [json.loads(raw) for raw in lines]
+    stale: list[str] = []  # workflows with a stale event, in the order of their first one
+    epochs: dict[str, int] = {}
+    for doc in docs:
+        wf, epoch = doc["workflow_key"], doc["owner_epoch"]
+        if doc["kind"] == "lease_acquired":
+            epochs[wf] = max(epochs.get(wf, 0), epoch)
+        elif epoch < epochs.get(wf, 0) and wf not in stale:
+            stale.append(wf)
+    keep = set(random.Random(seed).sample(stale, min(len(stale), zombies)))
     owners: dict[str, tuple[int, str, int]] = {}  # workflow -> epoch, worker, last seq
     events: list[Event] = []
-    for raw in lines:
-        doc = json.loads(raw)
+    for raw, doc in zip(lines, docs, strict=True):
         wf, seq = doc["workflow_key"], doc["seq"]
         epoch, worker, _ = owners.get(wf, (0, "", 0))
         if doc["kind"] == "lease_acquired" and doc["owner_epoch"] > epoch:
             epoch, worker = doc["owner_epoch"], doc["worker_id"]
+        elif doc["owner_epoch"] < epoch and wf not in keep:
+            continue  # a zombie left out
         owners[wf] = (epoch, worker, seq)
         events.append((wf.encode(), raw))
     eid = len(lines)  # the history's last event id
     for wf, (epoch, worker, seq) in owners.items():
         eid += 1
         events.append((wf.encode(), _event(eid, "lease_released", wf, epoch, worker, seq + 1)))
-    return events
+    return Generation(events, len(owners), len(keep))
 
 
-def stream(workflows: int, per_workflow: int) -> Iterator[Event]:
-    """Generation after generation, each over fresh workflows and event ids, forever."""
-    templates = [generation(seed, workflows, per_workflow) for seed in range(TEMPLATES)]
-    for g in itertools.count():
-        template = templates[g % TEMPLATES]
-        keys = tagged([key for key, _ in template], f"g{g}")
-        yield from zip(keys, tagged([raw for _, raw in template], f"g{g}"), strict=True)
+class Load:
+    """Generation after generation, each over fresh workflows and event ids, forever; it knows
+    when each generation was produced, for the bound on the workflows tracked."""
+
+    def __init__(self, workflows: int, per_workflow: int, zombie_fraction: float) -> None:
+        zombies = round(workflows * zombie_fraction)
+        self.templates = [
+            generation(seed, workflows, per_workflow, zombies) for seed in range(TEMPLATES)
+        ]
+        self.done: list[tuple[float, Generation]] = []  # when each generation was produced
+
+    def events(self, clock: Callable[[], float] = time.monotonic) -> Iterator[Event]:
+        for g in itertools.count():
+            template = self.templates[g % TEMPLATES]
+            keys = tagged([key for key, _ in template.events], f"g{g}")
+            raws = tagged([raw for _, raw in template.events], f"g{g}")
+            yield from zip(keys, raws, strict=True)
+            self.done.append((clock(), template))
+
+    def bound(self, now: float, window_s: float) -> int:
+        """Workflows the worker may track at `now`: every workflow of a generation produced
+        within `window_s`, or still being produced, plus one remnant per zombie of older ones."""
+        recent = [gen for at, gen in self.done if now - at < window_s]
+        remnants = sum(gen.zombies for at, gen in self.done if now - at >= window_s)
+        current = self.templates[len(self.done) % TEMPLATES]
+        return sum(gen.workflows for gen in recent) + current.workflows + remnants
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +132,7 @@ class Sample:
     committed_per_s: float | None
     produced: int
     workflows: float | None  # splitbrain_state_workflows
+    bound: int  # what `workflows` may be: see Load.bound
     findings_opened: float | None  # splitbrain_findings_opened_total
 
 
@@ -106,7 +150,7 @@ class Sampler:
         self.partitions = len(end_offsets(self.admin, topics.input))
         self.last: tuple[float, int] | None = None
 
-    def sample(self, t: float, produced: int) -> Sample:
+    def sample(self, t: float, produced: int, bound: int) -> Sample:
         assert self.worker.proc is not None
         rss = vm_kb(self.worker.proc.pid)
         ends = end_offsets(self.admin, self.topics.input, IsolationLevel.READ_UNCOMMITTED)
@@ -126,6 +170,7 @@ class Sampler:
             committed_per_s=None if rate is None else round(rate, 1),
             produced=produced,
             workflows=total(metrics, "splitbrain_state_workflows"),
+            bound=bound,
             findings_opened=total(metrics, "splitbrain_findings_opened_total"),
         )
 
@@ -147,20 +192,36 @@ def assigned(worker: WorkerProcess, timeout: float = 300.0) -> float:
     return time.monotonic() - started
 
 
+def show(s: Sample) -> None:
+    """One sample, printed as it is taken, so that a long run can be followed."""
+    rss = "n/a" if s.rss_mb is None else f"{s.rss_mb:,.1f}"
+    lag = "n/a" if s.lag is None else f"{s.lag:,}"
+    rate = "n/a" if s.committed_per_s is None else f"{s.committed_per_s:,.0f}"
+    tracked = "n/a" if s.workflows is None else f"{s.workflows:,.0f}"
+    print(
+        f"  {s.t / 60:6.1f} min  RSS {rss} MB  lag {lag}  committed {rate}/s  "
+        f"tracked {tracked} (bound {s.bound:,})",
+        flush=True,
+    )
+
+
 def drive(
     producer: Producer,
     topic: str,
-    events: Iterator[Event],
+    load: Load,
     rate: float,
     seconds: float,
     sampler: Sampler,
     every_s: float,
+    window_s: float,
+    print_every_s: float,
 ) -> list[Sample]:
     """Produce at `rate` events/s for `seconds`, sampling every `every_s`."""
     samples: list[Sample] = []
     sent = 0
     started = time.monotonic()
-    next_sample = started
+    events = load.events()
+    next_sample = next_print = started
     while (now := time.monotonic()) - started < seconds:
         due = int((now - started) * rate)
         while sent < due:
@@ -170,8 +231,11 @@ def drive(
         if now >= next_sample:
             if not sampler.worker.alive():
                 raise SystemExit(f"the worker exited:\n{sampler.worker.tail()}")
-            samples.append(sampler.sample(now - started, sent))
+            samples.append(sampler.sample(now - started, sent, load.bound(now, window_s)))
             next_sample += every_s
+            if now >= next_print:
+                show(samples[-1])
+                next_print += print_every_s
         time.sleep(0.005)
     producer.flush(30)
     return samples
@@ -183,8 +247,8 @@ def calibrate(
     """The worker's maximum rate on this stream: its own topics and worker, from committed
     offsets."""
     topics = WorkerTopics.fresh("cal").create(broker.client_config(), partitions)
-    events = stream(args.generation_workflows, args.events_per_workflow)
-    lines = [raw for _, raw in itertools.islice(events, args.calibrate_events)]
+    load = Load(args.generation_workflows, args.events_per_workflow, args.zombie_fraction)
+    lines = [raw for _, raw in itertools.islice(load.events(), args.calibrate_events)]
     publish(broker.bootstrap, topics.input, lines)
     worker = start_worker(broker, topics, *flags, instance="cal")
     try:
@@ -239,7 +303,26 @@ def summarize(samples: list[Sample], args: argparse.Namespace, rate: float) -> d
     if lags:
         worst = out["lag_max"] = max(lags)
         print(f"  lag after the warm-up: max {worst:,} records ({worst / rate:.2f} s of load)")
+    over = [s for s in samples if s.workflows is not None and s.workflows > s.bound]
+    out["tracked_over_bound"] = len(over)
+    print(
+        f"  workflows tracked above the bound (active + within idle_ttl_s + remnants): "
+        f"{len(over)} of {len(samples)} samples"
+    )
+    flat = {f: within(out[f], 0.05) for f in ("rss_mb", "lag")}
+    out["flat"] = flat
+    verdict = ", ".join(f"{f} {'flat' if ok else 'NOT flat'}" for f, ok in flat.items())
+    print(f"verdict (±5% after the warm-up): {verdict}; tracked bounded: {not over}")
     return out
+
+
+def within(start_end: object, tolerance: float) -> bool:
+    """Whether the end of a window's mean is within `tolerance` of its start."""
+    assert isinstance(start_end, dict)
+    first, last = start_end["start"], start_end["end"]
+    if first is None or last is None or first == 0:
+        return False
+    return bool(abs(last - first) / first <= tolerance)
 
 
 def plot(samples: list[Sample], out: Path, rate: float, warm: float) -> None:
@@ -251,6 +334,7 @@ def plot(samples: list[Sample], out: Path, rate: float, warm: float) -> None:
     rss.set_ylabel("worker RSS (MB)", color="tab:blue")
     tracked = rss.twinx()  # what the RSS should follow
     tracked.plot(t, [s.workflows for s in samples], color="tab:purple", alpha=0.5)
+    tracked.plot(t, [s.bound for s in samples], color="tab:purple", linestyle=":", alpha=0.5)
     tracked.set_ylabel("workflows tracked", color="tab:purple")
     lag.plot(t, [s.lag for s in samples], color="tab:red", label="end offsets - committed")
     lag.plot(t, [s.lag_metric for s in samples], color="tab:orange", label="worker's metric")
@@ -290,6 +374,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
     ap.add_argument("--quiet-period-s", type=float, default=60.0)
+    ap.add_argument("--idle-ttl-s", type=float, default=120.0)
+    ap.add_argument("--idle-sweep-s", type=float, default=30.0)
+    ap.add_argument("--zombie-fraction", type=float, default=0.02)
+    ap.add_argument(
+        "--print-every", type=float, default=60.0, help="seconds between printed samples"
+    )
     ap.add_argument("--generation-workflows", type=int, default=5_000)
     ap.add_argument("--events-per-workflow", type=int, default=20)
     ap.add_argument("--calibrate-events", type=int, default=300_000)
@@ -300,10 +390,16 @@ def main() -> None:
 
 def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
     print(machine())
-    flags = ("--store", args.store, "--quiet-period-s", str(args.quiet_period_s))
+    flags = (
+        *("--store", args.store, "--quiet-period-s", str(args.quiet_period_s)),
+        *("--idle-ttl-s", str(args.idle_ttl_s), "--idle-sweep-s", str(args.idle_sweep_s)),
+    )
     print(
         f"worker: store {args.store}, {args.partitions} partition(s), --quiet-period-s "
-        f"{args.quiet_period_s:g} (released workflows evicted after it), defaults otherwise"
+        f"{args.quiet_period_s:g} (released workflows evicted after it), --idle-ttl-s "
+        f"{args.idle_ttl_s:g} --idle-sweep-s {args.idle_sweep_s:g} (resolved findings' "
+        f"workflows forgotten after them), defaults otherwise; {args.zombie_fraction:.0%} of "
+        f"the workflows with a zombie"
     )
     if args.rate is None:
         maximum = calibrate(broker, args, flags, args.partitions)
@@ -312,7 +408,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
         maximum = args.rate
         print(f"maximum rate: {maximum:,.0f} events/s (given)")
     rate = maximum * args.load
-    per_generation = args.generation_workflows * (args.events_per_workflow + 1)
+    per_generation = args.generation_workflows * (args.events_per_workflow + 1)  # about
     steady = per_generation / rate + args.quiet_period_s
     print(
         f"load: {rate:,.0f} events/s ({args.load:.0%} of the maximum) for {args.minutes:g} min; "
@@ -330,9 +426,18 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
         worker = start_worker(broker, topics, *flags, metrics_port=free_port(), instance="soak")
         print(f"worker processing {assigned(worker):.1f} s after its start; the load starts")
         sampler = Sampler(broker, worker, topics)
-        events = stream(args.generation_workflows, args.events_per_workflow)
+        load = Load(args.generation_workflows, args.events_per_workflow, args.zombie_fraction)
+        remembered_s = max(args.quiet_period_s, args.idle_ttl_s + args.idle_sweep_s) + args.every
         samples = drive(
-            producer, topics.input, events, rate, args.minutes * 60, sampler, args.every
+            producer,
+            topics.input,
+            load,
+            rate,
+            args.minutes * 60,
+            sampler,
+            args.every,
+            remembered_s,
+            args.print_every,
         )
     finally:
         if sampler is not None:

@@ -227,6 +227,10 @@ def test_a_finding_resolved_by_silence_is_not_republished_after_a_restart(
     assert revisions() == resolved
 
 
+FORGET_SOON = ("--quiet-period-s", "1", "--idle-ttl-s", "2", "--idle-sweep-s", "1")
+Revisions = Callable[[], list[tuple[str, int, str]]]
+
+
 @pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
 def test_a_forgotten_finding_goes_on_at_its_next_revision_after_a_restart(
     deployment: Deployment,
@@ -234,8 +238,32 @@ def test_a_forgotten_finding_goes_on_at_its_next_revision_after_a_restart(
     """An idle workflow whose finding resolved is forgotten down to what the finding's later
     revisions need; that remnant is on the changelog, so after a restart new stale evidence
     continues the finding under its id at the next revision, never at a published one."""
-    flags = ("--quiet-period-s", "1", "--idle-ttl-s", "2", "--idle-sweep-s", "1")
-    w = deployment.worker("w1", *flags)
+    w = deployment.worker("w1", *FORGET_SOON)
+    revisions = forget_a_resolved_finding(deployment, w)
+    assert w.stop() == 0
+    w.start()  # restores the remnant from the changelog
+    wait_for(lambda: "restored partitions" in w.log.read_text(), "the restart", workers=[w])
+    assert_goes_on_at_its_next_revision(deployment, revisions, w)
+
+
+@pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
+def test_a_forgotten_finding_goes_on_at_its_next_revision_after_a_rebalance(
+    deployment: Deployment,
+) -> None:
+    """The same when the workflow's partition moves to another member of the group: the member
+    that takes it restores the remnant from the changelog, not from the first one's memory."""
+    w1 = deployment.worker("w1", *FORGET_SOON)
+    revisions = forget_a_resolved_finding(deployment, w1)
+    w2 = deployment.worker("w2", *FORGET_SOON)
+    wait_for(lambda: "restored partitions" in w2.log.read_text(), "w2 to join", workers=[w1, w2])
+    assert w1.stop() == 0  # leaves the group: every partition moves to w2
+    assert_goes_on_at_its_next_revision(deployment, revisions, w2)
+    assert "finding " in w2.log.read_text()  # published by the member that took the partition
+
+
+def forget_a_resolved_finding(deployment: Deployment, w: WorkerProcess) -> Revisions:
+    """A takeover of `idle-wf` and one event of its zombie: the finding opens, resolves once
+    the zombie is quiet, and `w` forgets the idle workflow. Returns the findings' reader."""
     events = [(1, 1, "lease_acquired"), (2, 2, "lease_acquired"), (3, 1, "progress")]
     deployment.publish(
         (b"idle-wf", event(f"i{seq}", kind, "idle-wf", epoch, seq)) for seq, epoch, kind in events
@@ -251,9 +279,13 @@ def test_a_forgotten_finding_goes_on_at_its_next_revision_after_a_restart(
 
     wait_for(lambda: [r[1:] for r in revisions()] == [(1, "open"), (2, "resolved")], "quiet")
     wait_for(forgotten, "the idle workflow forgotten", workers=[w])
-    assert w.stop() == 0
-    w.start()  # restores the remnant from the changelog
-    wait_for(lambda: "restored partitions" in w.log.read_text(), "the restart", workers=[w])
+    return revisions
+
+
+def assert_goes_on_at_its_next_revision(
+    deployment: Deployment, revisions: Revisions, w: WorkerProcess
+) -> None:
+    """New stale evidence on the forgotten workflow: revision 3 of the same finding."""
     later = [(4, 3, "lease_acquired"), (5, 1, "progress")]
     deployment.publish(
         (b"idle-wf", event(f"i{seq}", kind, "idle-wf", epoch, seq)) for seq, epoch, kind in later

@@ -7,6 +7,7 @@ restores exactly the state of the partitions it is assigned.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Final
@@ -23,6 +24,8 @@ from detector.errors import SplitbrainError
 from detector.kafka.config import fetch_metadata
 
 _TIMEOUT_S: Final = 30.0
+
+log = logging.getLogger(__name__)
 
 
 class TopologyError(SplitbrainError, RuntimeError):
@@ -56,25 +59,40 @@ def check_copartitioned(
 
 
 def ensure_state_topic(
-    admin: AdminClient, source: str, role: str, state: str, config: Mapping[str, str]
+    admin: AdminClient,
+    source: str,
+    role: str,
+    state: str,
+    config: Mapping[str, str],
+    *,
+    older: Mapping[str, str] | None = None,
 ) -> int:
     """The source topic's partition count. The state topic is created with `config` (which must
-    compact it), as many partitions and replicas as the source, when it is missing; when it is
-    not, it is checked for both."""
+    compact it), as many partitions and replicas as the source, when it is missing, or with
+    `older` when the broker refuses `config` as invalid (a setting newer than the broker); when
+    it is not missing, it is checked for both."""
     topics = fetch_metadata(admin, _TIMEOUT_S).topics
     partitions, replication = source_shape(topics, source, role)
     if check_copartitioned(topics, state, source, partitions):
         _check_compacted(admin, state)
         return partitions
-    topic = NewTopic(
-        state, num_partitions=partitions, replication_factor=replication, config=dict(config)
-    )
-    for future in admin.create_topics([topic], request_timeout=_TIMEOUT_S).values():
+    for attempt in (config, older):
+        if attempt is None:
+            break
+        topic = NewTopic(
+            state, num_partitions=partitions, replication_factor=replication, config=dict(attempt)
+        )
         try:
-            future.result()
+            admin.create_topics([topic], request_timeout=_TIMEOUT_S)[state].result()
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            code = exc.args[0].code()
+            if code == KafkaError.INVALID_CONFIG and attempt is config and older is not None:
+                log.info("state topic %s: the broker refused %s, creating it with %s", state,
+                         dict(config), dict(older))
+                continue
+            if code != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+        break
     _wait_for_partitions(admin, state, partitions)
     return partitions
 

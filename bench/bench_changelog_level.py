@@ -1,0 +1,90 @@
+"""The changelog's size at each zstd level, offline: which level the worker creates it with.
+
+Why: the broker recompresses the changelog with the topic's codec and level, and what it stores
+per input byte moves with the transactions' size (so with the load) when measured on a broker.
+Here the fleet history (bench_fleet_worker) goes through one `PartitionProcessor` per partition;
+every `--per-transaction` events, each partition's states changed since the last transaction
+are encoded and compressed together, as the broker compresses a batch. Prints bytes per input
+(JSON) byte and compression time per raw byte at each level; asserts nothing.
+Run: `python bench/bench_changelog_level.py [--events N] [--per-transaction N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import zlib
+
+import zstandard
+from bench_fleet_worker import fleet
+from bench_worker import workflow_key
+
+from detector.core import Detector, WorkflowState, encode_state
+from detector.runtime.processor import PartitionProcessor
+from detector.telemetry.metrics import WorkerMetrics
+
+LEVELS = (1, 3, 6, 9, 12, 15, 19)
+BATCH_OVERHEAD = 61  # a record batch's header, bytes
+Batch = list[tuple[bytes, bytes]]
+
+
+def batches(lines: list[bytes], partitions: int, per_transaction: int) -> list[Batch]:
+    """Each transaction's changelog records, one batch per partition it touched."""
+    metrics = WorkerMetrics()
+    processors = [PartitionProcessor(p, Detector(), metrics) for p in range(partitions)]
+    changed: list[set[str]] = [set() for _ in range(partitions)]
+    out: list[Batch] = []
+    started = time.time()
+    for offset, raw in enumerate(lines):
+        key = workflow_key(raw)
+        p = zlib.crc32(key) % partitions
+        changed[p] |= processors[p].process(key, raw, "in", offset, started + offset / 1000).changed
+        if (offset + 1) % per_transaction and offset + 1 < len(lines):
+            continue
+        for p, keys in enumerate(changed):
+            states = processors[p].detector.states
+            records = [
+                (k.encode(), encode_state(st) if (st := states.get(k)) else b"") for k in keys
+            ]
+            if records:
+                out.append(records)
+            keys.clear()
+    return out
+
+
+def tombstone_or(state: WorkflowState | None) -> bytes:
+    return b"" if state is None else encode_state(state)
+
+
+def framed(batch: Batch) -> bytes:
+    return b"".join(len(k).to_bytes(2, "big") + k + len(v).to_bytes(4, "big") + v for k, v in batch)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=120_000)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--per-transaction", type=int, default=600)
+    args = ap.parse_args()
+    lines = fleet(40_000, 8, 7)[: args.events]
+    input_bytes = sum(len(raw) for raw in lines)
+    raw = [framed(b) for b in batches(lines, args.partitions, args.per_transaction)]
+    raw_bytes = sum(len(r) for r in raw)
+    print(
+        f"{len(lines):,} events of the fleet history, {args.per_transaction} per transaction "
+        f"over {args.partitions} partitions: {len(raw):,} batches, {raw_bytes / input_bytes:.3f} "
+        "raw bytes per input byte"
+    )
+    for level in LEVELS:
+        compressor = zstandard.ZstdCompressor(level=level)
+        started = time.perf_counter()
+        size = sum(len(compressor.compress(r)) + BATCH_OVERHEAD for r in raw)
+        took = time.perf_counter() - started
+        print(
+            f"  zstd {level:2d}: {size / input_bytes:.3f} bytes per input byte, "
+            f"{took / raw_bytes * 1e9:.1f} ns per raw byte"
+        )
+
+
+if __name__ == "__main__":
+    main()
