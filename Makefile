@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo audit-examples test lint typecheck unit kafka-jars schemas bundle readme dist bench clean
+.PHONY: demo audit-examples test slow lint typecheck unit kafka-jars schemas bundle readme dist bench clean
 
 # constraints.txt: the exact versions the suite runs with (pyproject.toml has them as lower bounds).
 $(STAMP): pyproject.toml constraints.txt
@@ -42,6 +42,11 @@ kafka-jars: $(STAMP)
 
 test: lint typecheck kafka-jars $(STAMP)
 	$(BIN)/pytest -q
+
+# The slow job's tests (.ci/slow, which also builds kube-apiserver): the three-broker torture run
+# of both runtimes, and the Kubernetes adapter's against the built server (skipped without it).
+slow: kafka-jars $(STAMP)
+	SPLITBRAIN_TORTURE_CLUSTER=1 $(BIN)/pytest -q -m slow
 
 schemas: $(STAMP)
 	$(BIN)/python -m detector.contracts.schemas topics/schemas

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, TypedDict
 
@@ -189,8 +190,15 @@ class LocalKafkaCluster:
         raise DevKafkaError(f"brokers {sorted(seen)} registered, not {sorted(ids)}, in time")
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Stop every node by PID (SIGTERM, then SIGKILL). False if none ran."""
-        return any([node.stop(timeout) for node in self.nodes.values()])
+        """Stop every node by PID (SIGTERM, then SIGKILL), all at once. False if none ran.
+
+        At once, not in turn: a node's clean shutdown waits for the controller quorum to
+        acknowledge it, so the last of three stopped in turn waited out `timeout` (two voters
+        gone) before its SIGKILL.
+        """
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            stopped = list(pool.map(lambda node: node.stop(timeout), self.nodes.values()))
+        return any(stopped)
 
     def restart(self, node_id: int) -> None:
         """Start a stopped or killed node again on its data and ports, and wait until every

@@ -24,7 +24,9 @@ import pytest
 from detector.devstack.postgres import postgres_binaries
 from detector.devstack.process import Pid, free_port
 from detector.devstack.record import LOCK_FILE, load_record
+from detector.histories.audit import audit_lines
 from detector.testing.view import fetched
+from tests.integration.test_page_bridge import active_alerts
 from tests.paths import ROOT
 from tests.tools import program
 
@@ -425,9 +427,17 @@ def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> N
     assert load_record(state) is None  # nothing was started
 
 
-def test_dev_up_status_down(tmp_path: Path) -> None:
+def test_dev_up_on_three_brokers_pages_a_replayed_finding_and_down_stops_it_all(
+    tmp_path: Path,
+) -> None:
+    """`dev up --brokers 3`: the stack on a KRaft cluster with the topics' default profile
+    (the single broker is the demo's, tested above); a history replayed into it is detected and
+    paged; `dev down` stops it all by PID, each broker cleanly (none is left to SIGKILL once the
+    other two have gone)."""
     require_stack_tools()
     state = tmp_path / "dev"
+    history = ROOT / "examples" / "export-ledger.jsonl"
+    expected = set(audit_lines(history.read_bytes().splitlines()).findings)  # one critical
 
     def dev(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -435,14 +445,16 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=240,
             check=False,
         )
 
-    up = dev("up")
+    up = dev("up", "--brokers", "3")
     try:
         assert up.returncode == 0, up
-        assert "export SPLITBRAIN_BOOTSTRAP_SERVERS=127.0.0.1:" in up.stdout
+        assert "(profile default)" in up.stdout
+        bootstrap = re.search(r"export SPLITBRAIN_BOOTSTRAP_SERVERS=(\S+)", up.stdout)
+        assert bootstrap and bootstrap[1].count(",") == 2, up.stdout
         assert "export SPLITBRAIN_LEASES_DSN=" in up.stdout
         status = dev("status")
         assert status.returncode == 0, status
@@ -455,11 +467,33 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         again = dev("up")
         assert again.returncode == 2, again
         assert "a stack already runs" in again.stderr
+
+        env = {**os.environ, "SPLITBRAIN_BOOTSTRAP_SERVERS": bootstrap[1]}
+        replayed = subprocess.run(
+            command("replay", str(history)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert replayed.returncode == 0, replayed
+        record = load_record(state)
+        assert record is not None
+        am_url = next(c for c in record["components"] if c["name"] == "alertmanager")["urls"]
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while set(active_alerts(am_url["url"])) != expected:
+            assert time.monotonic() < deadline, f"not paged:\n{replayed.stdout}"
+            time.sleep(1.0)
     finally:
         down = dev("down")
     assert down.returncode == 0, down
     assert "stopped 9 component(s)" in down.stdout
     assert left_running(state, up.stdout) == []
+    logs = sorted((state / "kafka").glob("broker-*/logs/server.log"))
+    assert len(logs) == 3
+    for log in logs:
+        assert "] shut down completed" in log.read_text(errors="replace"), log
     after = dev("status")
     assert after.returncode == 1
     assert "0 of 9 component(s) running" in after.stdout
