@@ -49,25 +49,34 @@ DEFAULT_RETENTION: Final = timedelta(hours=24)
 # How long a batch may wait for Kafka's acknowledgements before it is left for the next try.
 DEFAULT_ACK_TIMEOUT_S: Final = 30.0
 
-# The jobs whose unrelayed rows are oldest (looked up among the oldest rows, through the index on
-# unrelayed rows), each kept only if this relay takes its advisory lock, until `jobs` are taken.
-# The lock lasts until the transaction ends: after the marks are committed, or after a failure
-# that marked nothing. Another relay skips a locked job, so a job is relayed by one relay at a
-# time, and the next to lock it finds its rows up to the last published one already marked.
-_LOCK_SPACE: Final = 0x5B1A  # the first key of the two-key advisory locks the relays take
-_JOBS: Final = """
+# The jobs whose unrelayed rows are oldest, looked up among the oldest rows through the index on
+# unrelayed rows, leaving out jobs already found held by another relay.
+_WINDOW: Final = """
 WITH oldest AS MATERIALIZED (
     SELECT job_id, created_at FROM tool_job_outbox
-     WHERE relayed_at IS NULL
+     WHERE relayed_at IS NULL AND job_id <> ALL(%(skip)s::uuid[])
      ORDER BY created_at
      LIMIT %(scan)s
-), candidates AS MATERIALIZED (
-    SELECT job_id, min(created_at) AS first FROM oldest GROUP BY job_id ORDER BY first
+)
+SELECT job_id FROM oldest GROUP BY job_id ORDER BY min(created_at)
+"""
+# Of those jobs, in order, each kept only if this relay takes its advisory lock, until `jobs` are
+# taken. The lock lasts until the transaction ends: after the marks are committed, or after a
+# failure that marked nothing. Another relay skips a locked job, so a job is relayed by one relay
+# at a time, and the next to lock it finds its rows up to the last published one already marked.
+_LOCK_SPACE: Final = 0x5B1A  # the first key of the two-key advisory locks the relays take
+_LOCK: Final = """
+WITH candidates AS MATERIALIZED (
+    SELECT job_id, n FROM unnest(%(candidates)s::uuid[]) WITH ORDINALITY AS c(job_id, n)
+     ORDER BY n
 )
 SELECT job_id FROM candidates
  WHERE pg_try_advisory_xact_lock(%(space)s, hashtext(job_id::text))
  LIMIT %(jobs)s
 """
+# How many windows a relay looks at when every job in one is held by another relay: a backlog
+# whose oldest rows are all one long job's would otherwise leave every relay but one idle.
+_WINDOWS: Final = 4
 # Of the jobs this relay locked, the unrelayed rows of lowest seq. A job's rows commit in seq
 # order (each transition holds the job row's lock while it takes its seq and writes its row), so
 # this statement, which starts after the lock was taken, sees every row below the highest it
@@ -201,11 +210,18 @@ class OutboxRelay(Closing):
     def _take(self, conn: psycopg.Connection[DictRow]) -> list[DictRow]:
         """Lock up to a batch of jobs and take up to a batch of their unrelayed rows, each
         job's in seq order (the transaction's advisory locks keep other relays off them)."""
-        params = {"scan": 4 * self._batch, "space": _LOCK_SPACE, "jobs": self._batch}
-        jobs = [r["job_id"] for r in conn.execute(_JOBS, params).fetchall()]
-        if not jobs:
-            return []
-        return conn.execute(_PENDING, {"jobs": jobs, "rows": self._batch}).fetchall()
+        held: list[Any] = []  # jobs another relay holds: the next window looks past them
+        for _ in range(_WINDOWS):
+            window = {"skip": held, "scan": 4 * self._batch}
+            candidates = [r["job_id"] for r in conn.execute(_WINDOW, window).fetchall()]
+            if not candidates:
+                return []
+            lock = {"candidates": candidates, "space": _LOCK_SPACE, "jobs": self._batch}
+            jobs = [r["job_id"] for r in conn.execute(_LOCK, lock).fetchall()]
+            if jobs:
+                return conn.execute(_PENDING, {"jobs": jobs, "rows": self._batch}).fetchall()
+            held += candidates
+        return []
 
     def refresh_gauges(self) -> None:
         """Read the live lease gauges (`detector.leases.gauges`); `StoreUnavailableError` when

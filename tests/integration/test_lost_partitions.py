@@ -19,9 +19,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from detector.devstack.kafka import LocalKafka
-from detector.testing.pagerduty import PagerDutyReceiver
 from detector.devstack.topics import group_offsets
 from detector.devstack.worker import WorkerProcess
+from detector.testing.pagerduty import PagerDutyReceiver
 from tests.integration.deployment import Deployment, audited, wait_for
 from tests.integration.test_page_bridge import (
     KEY,

@@ -31,11 +31,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from detector.contracts.findings import Finding
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.process import free_port
+from detector.devstack.topics import read_committed
 from detector.devstack.worker import connection_env
 from detector.paging.webhook import SIGNATURE_HEADER, verify
 from detector.report import printable, witness
 from detector.testing.pagerduty import PagerDutyReceiver
-from detector.devstack.topics import read_committed
 from tests.integration.conftest import deploy
 from tests.integration.deployment import audited, fixture_lines, keyed
 from tests.integration.receiver import Receiver

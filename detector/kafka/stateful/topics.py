@@ -87,8 +87,12 @@ def ensure_state_topic(
         except KafkaException as exc:
             code = exc.args[0].code()
             if code == KafkaError.INVALID_CONFIG and attempt is config and older is not None:
-                log.info("state topic %s: the broker refused %s, creating it with %s", state,
-                         dict(config), dict(older))
+                log.info(
+                    "state topic %s: the broker refused %s, creating it with %s",
+                    state,
+                    dict(config),
+                    dict(older),
+                )
                 continue
             if code != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
