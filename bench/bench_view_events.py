@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from detector.histories.audit import audit_lines
-from detector.timeline import EventWindows, draw
+from detector.histories.window import EventWindows
+from detector.timeline import draw
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

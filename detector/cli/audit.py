@@ -16,8 +16,9 @@ from detector.core import Config
 from detector.errors import ExitCode, SplitbrainError
 from detector.histories.audit import AuditResult, StrictStopError, audit_lines
 from detector.histories.reader import UnusableHistoryError, open_history
+from detector.histories.window import EventWindows
 from detector.report import count, finding_lines, printable
-from detector.timeline import EventWindows, render
+from detector.timeline import render
 
 FAIL_ON_CHOICES: Final = ("info", "warning", "critical", "none")
 

@@ -11,8 +11,8 @@ from detector.contracts.findings import Finding
 from detector.core import Config, Detector, LeaseWarning
 from detector.errors import SplitbrainError
 from detector.histories.reader import BadLine, read_history
+from detector.histories.window import EventWindows
 from detector.report import printable
-from detector.timeline import EventWindows
 
 # Bad lines kept for the caller; each one is printed as it comes, and all of them are counted.
 # Keeping them all would make memory grow with the garbage in a history.

@@ -2,7 +2,7 @@
 HTML report (`audit --html`)."""
 
 from detector.timeline.page import render
+from detector.timeline.seen import Seen, Windows
 from detector.timeline.svg import Timeline, draw
-from detector.timeline.window import EventWindows, Seen
 
-__all__ = ["EventWindows", "Seen", "Timeline", "draw", "render"]
+__all__ = ["Seen", "Timeline", "Windows", "draw", "render"]

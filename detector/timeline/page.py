@@ -11,8 +11,8 @@ from typing import Final
 
 from detector.contracts.findings import Finding
 from detector.report import count, witness
+from detector.timeline.seen import Seen, Windows
 from detector.timeline.svg import Timeline, draw, text
-from detector.timeline.window import EventWindows, Seen
 from detector.version import package_version
 
 # Findings drawn, worst first; the others are listed in the summary only. A figure with its events
@@ -105,7 +105,7 @@ def _raw(seen: Iterable[Seen], timeline: Timeline) -> str:
     return '<pre class="raw">' + "\n".join(lines) + "</pre>"
 
 
-def _finding(i: int, f: Finding, windows: EventWindows) -> str:
+def _finding(i: int, f: Finding, windows: Windows) -> str:
     seen, not_kept = windows.events(f.workflow_key)
     timeline = draw(f, seen)
     displaced = (
@@ -138,7 +138,7 @@ def _finding(i: int, f: Finding, windows: EventWindows) -> str:
 
 def render(
     findings: Iterable[Finding],
-    windows: EventWindows,
+    windows: Windows,
     *,
     source: str,
     events: int,

@@ -15,7 +15,7 @@ from typing import Final
 
 from detector.contracts.findings import ConditionKind, Finding
 from detector.report import printable
-from detector.timeline.window import Seen
+from detector.timeline.seen import Seen
 
 MAX_POINTS: Final = 200
 STEP: Final = 56  # px between two events

@@ -18,6 +18,7 @@ from typing import Final
 
 from detector.contracts.events import Kind, OwnershipEvent
 from detector.histories.reader import UTF8_BOM, GoodLine, parse_line
+from detector.timeline.seen import Seen
 
 # Kinds that open or close an episode: worth keeping after the window around an update ended.
 LANDMARKS: Final = frozenset(
@@ -29,14 +30,6 @@ LANDMARKS: Final = frozenset(
         Kind.OUTCOME_VERIFIED,
     }
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """An event and its position in the history (its arrival), the order when `seq` is absent."""
-
-    arrival: int
-    event: OwnershipEvent
 
 
 @dataclass(slots=True)
