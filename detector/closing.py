@@ -1,5 +1,5 @@
 """`Closing`: the context manager of every object that holds a connection or a socket and lets
-it go in `close()`; `with` closes it however the block ends."""
+it go in `close()`; `with` closes it however the block ends. `Started`: one `with` starts too."""
 
 from __future__ import annotations
 
@@ -21,3 +21,19 @@ class Closing:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class Started(Closing):
+    """A `Closing` that `with` also starts: a server that fails to start is closed at once, so
+    that what it half-started (a process, a directory) goes with it."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self

@@ -15,9 +15,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
+from detector.closing import Started
 from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
 
@@ -39,7 +38,7 @@ def etcd_binary() -> Path:
     return Path(found)
 
 
-class LocalEtcd:
+class LocalEtcd(Started):
     """One etcd member on 127.0.0.1: `.endpoint` (http://127.0.0.1:PORT), `.port`."""
 
     def __init__(self, *, start_timeout: float = 30.0) -> None:
@@ -62,22 +61,6 @@ class LocalEtcd:
     @property
     def log_path(self) -> Path:
         return self._root / "etcd.log"
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def argv(self) -> list[str]:
         """The server's command line (for a stack that runs it as its own process)."""

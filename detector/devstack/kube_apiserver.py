@@ -17,9 +17,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
+from detector.closing import Started
 from detector.devstack.etcd import LocalEtcd
 from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
@@ -47,7 +47,7 @@ def kube_apiserver_binary() -> Path:
     return path
 
 
-class LocalKubeApiServer:
+class LocalKubeApiServer(Started):
     """kube-apiserver and its etcd: `.url`, `.kubeconfig` (a file with the token)."""
 
     def __init__(self, *, etcd: LocalEtcd | None = None, start_timeout: float = 120.0) -> None:
@@ -76,22 +76,6 @@ class LocalKubeApiServer:
     @property
     def log_path(self) -> Path:
         return self._root / "kube-apiserver.log"
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def prepare(self) -> list[str]:
         """Write the keys, the token file and the kubeconfig; the server's command line."""

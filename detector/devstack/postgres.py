@@ -22,12 +22,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Literal, Self
+from typing import Final, Literal
 
 import psycopg
 from psycopg import sql
 
+from detector.closing import Started
 from detector.devstack import process
 from detector.errors import SplitbrainError
 
@@ -101,7 +101,7 @@ def _server_user() -> str | None:
     return SERVER_USER
 
 
-class LocalPostgres:
+class LocalPostgres(Started):
     """One throwaway PostgreSQL cluster: `start()` creates and starts it, `restart()` keeps its
     data and port, `close()` stops it and deletes its directory. Also a context manager."""
 
@@ -132,22 +132,6 @@ class LocalPostgres:
         return psycopg.conninfo.make_conninfo(
             host="127.0.0.1", port=self.port, user=SUPERUSER, dbname=dbname
         )
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()  # a server that half-started, and its directory
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def start(self) -> None:
         """Create the cluster on first use, then start the server and wait until it accepts

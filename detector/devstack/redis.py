@@ -16,9 +16,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
+from detector.closing import Started
 from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
 
@@ -59,7 +59,7 @@ def redis_ready(port: int) -> bool:
         return False
 
 
-class LocalRedis:
+class LocalRedis(Started):
     """One throwaway Redis server: `start()` starts it and waits for PING, `close()` stops it by
     PID and deletes its directory. Also a context manager."""
 
@@ -77,22 +77,6 @@ class LocalRedis:
     @property
     def log_path(self) -> Path:
         return self._root / _LOG_FILE
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
-from typing import Final, Self
+from typing import Final
 
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -33,6 +33,7 @@ from temporalio.worker import Worker
 
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed, progress
 from detector.adapters.temporal import SplitbrainInterceptor
+from detector.closing import Started
 from detector.devstack.process import free_port, port_open, stop_child
 from detector.errors import SplitbrainError
 
@@ -70,7 +71,7 @@ def server_argv(port: int) -> list[str]:
     return [str(server_binary()), str(port)]
 
 
-class LocalTemporal:
+class LocalTemporal(Started):
     """Temporal's test server on a free port: `.target` (127.0.0.1:PORT) for `Client.connect`;
     stopped by PID."""
 
@@ -85,17 +86,6 @@ class LocalTemporal:
     @property
     def log_path(self) -> Path:
         return self._root / "temporal-test-server.log"
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
