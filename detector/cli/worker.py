@@ -98,6 +98,13 @@ class _Worker(CommandSettings):
         100, description="commit the transaction at least this often, in milliseconds"
     )
     commit_max_events: PositiveInt = Field(5000, description="or after this many input records")
+    commit_give_up_s: Seconds = Field(
+        300.0,
+        description="kafka runtime: a commit that has waited for Kafka this long ends the worker "
+        "(status 1) for its supervisor to start a fresh one, which looks the coordinators up "
+        "again (librdkafka can wait for ever on a group coordinator whose broker is gone for "
+        "good); nothing is lost or written twice. 0: wait for ever. In seconds",
+    )
     processing_guarantee: Guarantee = Field(
         "exactly-once",
         description="exactly-once: one Kafka transaction per batch, so a (finding_id, revision) "
@@ -137,6 +144,7 @@ class _Worker(CommandSettings):
             group_id=self.group_id,
             commit_interval_ms=self.commit_interval_ms,
             commit_max_events=self.commit_max_events,
+            commit_give_up_s=self.commit_give_up_s or None,
             processing_guarantee=self.processing_guarantee,
             state_dir=self.state_dir,
             store=self.store,
@@ -161,7 +169,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run a detector worker: consume ownership events, publish findings (exactly once)",
         description="Consume agent.ownership.v1 in a consumer group, keep per-workflow state in "
         "a changelog-backed table and publish finding revisions transactionally. Each flag "
-        "also reads SPLITBRAIN_<NAME> from the environment; the flag wins.",
+        "also reads SPLITBRAIN_<NAME> from the environment; the flag wins. Exit 0 after SIGTERM; "
+        "1: crashed, or gave up on a commit (--commit-give-up-s); 2: a flag, a variable or the "
+        "topics cannot be used; 3: fenced by a newer owner.",
     )
     add_kafka_arguments(p)
     WorkerCommandSettings.add_flags(p)

@@ -34,6 +34,7 @@ from detector.devstack.process import free_port
 CLUSTER_FILE: Final = "cluster.json"
 CLUSTER_HEAP_MB: Final = 256  # three JVMs on a developer's laptop (or a CI runner)
 TRANSACTION_STATE_PARTITIONS: Final = 5  # `transaction.state.log.num.partitions` of every node
+OFFSETS_PARTITIONS: Final = 5  # `offsets.topic.num.partitions` of every node
 
 
 class _Node(TypedDict):
@@ -251,6 +252,12 @@ class LocalKafkaCluster:
             TRANSACTION_STATE_PARTITIONS
         )
         return self.leader("__transaction_state", partition)
+
+    def group_coordinator(self, group_id: str) -> int:
+        """The node coordinating consumer group `group_id`: the leader of the `__consumer_offsets`
+        partition its hash picks (FindCoordinator's answer)."""
+        partition = (java_string_hash(group_id) & 0x7FFFFFFF) % OFFSETS_PARTITIONS
+        return self.leader("__consumer_offsets", partition)
 
     def wait_topic(self, topic: str, timeout: float = 30.0) -> None:
         """Until every running node's metadata has `topic` with a leader for each partition: a

@@ -14,6 +14,7 @@ the batch and then commits the offsets (`detector.runtime.output`).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -96,7 +97,7 @@ class KafkaLoopWorker:
         self.in_txn = False
         self.txn_events = 0
         self.txn_started = 0.0
-        self.stall = StallWatch()
+        self.stall = StallWatch(give_up_s=settings.commit_give_up_s, give_up=_exit_stuck)
         self.consumer = Consumer(
             {
                 **settings.kafka,
@@ -427,6 +428,12 @@ class KafkaLoopWorker:
         """Each partition's states, up to the changelog's high watermark (`StateRestore`)."""
         for partition, _, key, value in self.restore.read(restored, lambda: self.stopping):
             restored[partition].store.load(key.decode(), value)
+
+
+def _exit_stuck() -> None:
+    """The process ends at once: the loop is blocked inside the client, past any clean stop."""
+    logging.shutdown()
+    os._exit(ExitCode.FAILED)
 
 
 def _fatal(exc: KafkaException) -> bool:

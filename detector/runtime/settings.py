@@ -21,6 +21,8 @@ class WorkerSettings:
     `kafka` is the librdkafka client config (bootstrap and security) of `detector.kafka.config`.
     `instance_id` names this worker's slot: it is part of the transactional id, so a restarted
     worker fences its own previous incarnation at once instead of waiting for a timeout.
+    `commit_give_up_s`: a commit waiting for Kafka this long ends the kafka runtime's process
+    (None: it waits for ever; `detector.runtime.stall`).
     `processing_guarantee` at-least-once (kafka runtime only) gives up the transactions, and with
     them the promise that a (finding_id, revision) pair is never written twice.
     """
@@ -33,6 +35,7 @@ class WorkerSettings:
     group_id: str
     commit_interval_ms: int
     commit_max_events: int
+    commit_give_up_s: float | None
     processing_guarantee: Guarantee
     state_dir: Path
     store: Store

@@ -7,6 +7,12 @@ right (nothing is lost: the input waits in Kafka), but then nothing says why fin
 warning names the cause and Kafka's last error; one line says when commits resume. The check runs
 on a thread of its own: with two brokers of three down, a transaction call can block the loop for
 as long as the outage lasts.
+
+A commit that waits past `give_up_s` ends the process instead: librdkafka (2.16) can wait inside
+`send_offsets_to_transaction` for ever once the broker that coordinated the group is gone for good
+(librdkafka #5511, #5456), and only a new client looks the coordinator up again. The transaction
+left open commits nothing; the next process fences it by its transactional id and goes on from the
+committed offsets, so giving up loses nothing and writes nothing twice.
 """
 
 from __future__ import annotations
@@ -29,9 +35,16 @@ class StallWatch:
     runs `check` every few seconds on a daemon thread."""
 
     def __init__(
-        self, after_s: float = STALL_AFTER_S, clock: Callable[[], float] = time.monotonic
+        self,
+        after_s: float = STALL_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        give_up_s: float | None = None,
+        give_up: Callable[[], None] = lambda: None,
     ) -> None:
         self.after_s = after_s
+        self.give_up_s = give_up_s
+        self._give_up = give_up
         self._clock = clock
         self._progress_at = clock()
         self._last_error: str | None = None  # since the last progress
@@ -70,6 +83,16 @@ class StallWatch:
         is not stalled)."""
         now = self._clock()
         since = self._committing_since
+        if since is not None and self.give_up_s is not None and now - since >= self.give_up_s:
+            log.error(
+                "giving up: a commit has waited %.0f s for Kafka (last error: %s); exiting so "
+                "that a new process looks the coordinators up again (its transactional id "
+                "fences this one's open transaction: nothing is lost or written twice)",
+                now - since,
+                self._last_error or "none reported",
+            )
+            self._give_up()
+            return
         waiting = since is not None and now - since >= self.after_s
         if self._stalled_since is not None or (self._last_error is None and not waiting):
             return

@@ -39,6 +39,7 @@ def worker(tmp_path: Path) -> FaustWorker:
         group_id="g",
         commit_interval_ms=100,
         commit_max_events=1000,
+        commit_give_up_s=None,
         processing_guarantee="exactly-once",
         state_dir=tmp_path,
         store="memory",

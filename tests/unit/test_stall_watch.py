@@ -60,3 +60,43 @@ def test_a_commit_blocked_on_kafka_is_a_stall_even_with_no_error_reported(
     (warning,) = caplog.messages
     assert "a commit has waited for Kafka all along" in warning
     assert "last error: none reported" in warning
+
+
+def test_a_commit_blocked_past_give_up_s_ends_the_worker_once_it_is_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A group coordinator lost for good: librdkafka waits inside the commit for ever, so the
+    worker gives up and a fresh process looks the coordinator up again."""
+    clock = Clock()
+    ended: list[float] = []
+    watch = StallWatch(after_s=30.0, clock=clock, give_up_s=300.0, give_up=lambda: ended.append(1))
+    watch.kafka_error("GroupCoordinator: 127.0.0.1:9093/2: Connection refused")
+    watch.committing(True)
+    clock.now += 299.0
+    watch.check(assigned=True)
+    assert ended == []
+    assert "stalled on Kafka" in caplog.messages[-1]
+    clock.now += 1.0
+    watch.check(assigned=True)
+    assert ended == [1]
+    assert caplog.messages[-1].startswith("giving up: a commit has waited 300 s for Kafka")
+    assert "Connection refused" in caplog.messages[-1]
+
+
+def test_a_long_outage_between_commits_is_waited_out_and_a_worker_may_never_give_up() -> None:
+    """Only a commit that waits counts: a worker that commits now and then keeps going, and with
+    no give_up_s (`--commit-give-up-s 0`) even a blocked commit is waited for."""
+    clock = Clock()
+    ended: list[int] = []
+    watch = StallWatch(clock=clock, give_up_s=300.0, give_up=lambda: ended.append(1))
+    for _ in range(10):
+        watch.committing(True)
+        clock.now += 200.0
+        watch.check(assigned=True)
+        watch.committing(False)
+        watch.progressed()
+    never = StallWatch(clock=clock, give_up_s=None, give_up=lambda: ended.append(2))
+    never.committing(True)
+    clock.now += 10_000.0
+    never.check(assigned=True)
+    assert ended == []
