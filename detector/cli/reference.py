@@ -35,11 +35,6 @@ ENVIRONMENT_ONLY: Final = (
         "under `$XDG_CACHE_HOME` when set)",
     ),
     (
-        "SPLITBRAIN_LEASES_DSN",
-        "`python -m detector.leases.http_destination`",
-        "the lease store's database, when `--dsn` is not given",
-    ),
-    (
         "PGPASSWORD, ~/.pgpass",
         "`leases`, the lease store's clients",
         "the database password: a DSN need not carry one",

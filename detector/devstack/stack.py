@@ -7,7 +7,7 @@ Components, in the order they start (and the reverse of the order they stop):
   the bundled `topics/topics.yaml` (`topics apply --profile local`: the product's own topic names);
 - `postgres`: PostgreSQL (`LocalPostgres`, Debian's `postgresql`) with the lease store migrated
   in database `jobs`;
-- `destination`: the example destination over HTTP (`python -m detector.leases.http_destination`,
+- `destination`: the example destination over HTTP (`splitbrain leases destination`,
   unfenced unless `Options.fenced`);
 - `relay`: the outbox relay (`splitbrain leases relay`) to `agent.ownership.v1`;
 - `detector-N`: `splitbrain worker` processes in one group, each with /metrics (`WorkerProcess`);
@@ -251,8 +251,8 @@ class Stack:
             urls={"url": url},
             log=self.dir / "logs" / "destination.log",
             argv=[
-                *(sys.executable, "-m", "detector.leases.http_destination", "--dsn", dsn),
-                *("--listen", f"127.0.0.1:{port}", "--name", DESTINATION_NAME, *mode),
+                *(sys.executable, "-m", "detector.cli", "leases", "destination", "--dsn", dsn),
+                *("--port", str(port), "--name", DESTINATION_NAME, *mode),
             ],
             env=env,
             ready=functools.partial(port_open, port),

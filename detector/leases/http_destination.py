@@ -1,11 +1,5 @@
-"""A small HTTP service in front of a `FencedDestination`: the example destination of the demo.
-
-    python -m detector.leases.http_destination --dsn DSN --listen 127.0.0.1:PORT \
-        [--unfenced] [--name NAME]
-
-(the DSN also from SPLITBRAIN_LEASES_DSN; a password belongs in PGPASSWORD or ~/.pgpass, not
-on the command line). It prints `listening on http://HOST:PORT` once it listens, and stops on
-SIGTERM or Ctrl-C.
+"""A small HTTP service in front of a `FencedDestination`: the example destination of the demo,
+served by `splitbrain leases destination` (`detector.cli.leases`, which reads its settings).
 
 `POST /effects/<entity>` with a JSON object (the effect's payload, at most 16 KiB) and the
 headers a worker sends with each tool request (`detector.leases.runner.ToolCall.headers`):
@@ -26,27 +20,20 @@ Logs carry technical ids, hashes and codes only, never the payload.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
-import os
 import queue
-import signal
-import sys
 import threading
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import unquote, urlsplit
 
-import psycopg
-import psycopg.conninfo
 from pydantic import ValidationError
 
-from detector.errors import ExitCode
 from detector.leases.db import one_line
 from detector.leases.destination import (
     EffectRequest,
@@ -54,7 +41,7 @@ from detector.leases.destination import (
     IdempotencyKeyReusedError,
     UnknownJobError,
 )
-from detector.leases.errors import LeaseError, LeaseInputError, StoreUnavailableError
+from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.runner import FENCE_HEADER, IDEMPOTENCY_HEADER, JOB_HEADER, WORKER_HEADER
 
 log = logging.getLogger(__name__)
@@ -64,7 +51,6 @@ EFFECT_KEY_HEADER: Final = "X-Effect-Key"
 MAX_BODY_BYTES: Final = 16 * 1024
 DEFAULT_NAME: Final = "example-destination"
 PATH_PREFIX: Final = "/effects/"
-DSN_VARIABLE: Final = "SPLITBRAIN_LEASES_DSN"
 # Where each field of an `EffectRequest` comes from, to name it in a 400.
 _SOURCES: Final = {
     "job_id": JOB_HEADER,
@@ -346,76 +332,3 @@ class DestinationServer:
     @property
     def url(self) -> str:
         return f"http://{self._address[0]}:{self.port}"
-
-
-# -- the command -------------------------------------------------------------------------------
-
-
-def _listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m detector.leases.http_destination",
-        description="An example fenced destination over HTTP (POST /effects/<entity>).",
-    )
-    parser.add_argument("--dsn", help="the lease store's database (or SPLITBRAIN_LEASES_DSN)")
-    parser.add_argument("--listen", type=_listen, default=("127.0.0.1", 8787), metavar="HOST:PORT")
-    parser.add_argument("--name", default=DEFAULT_NAME, help="the destination's name")
-    parser.add_argument(
-        "--unfenced", action="store_true", help="accept every fence (still once per key)"
-    )
-    return parser.parse_args(argv)
-
-
-def _dsn(args: argparse.Namespace) -> str:
-    """The DSN, from --dsn or the variable; a `ValueError` saying why there is none to use."""
-    dsn: str | None = args.dsn if args.dsn is not None else os.environ.get(DSN_VARIABLE)
-    if not dsn:
-        raise ValueError(f"no database given: pass --dsn or set {DSN_VARIABLE}")
-    try:
-        given = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"not a libpq connection string: {one_line(exc)}") from None
-    if args.dsn is not None and "password" in given:
-        raise ValueError(
-            "--dsn holds a password, which ps and shell history keep: put it in PGPASSWORD "
-            f"or ~/.pgpass, or give the DSN in {DSN_VARIABLE}"
-        )
-    return dsn
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s %(message)s")
-    prog = "python -m detector.leases.http_destination"
-    host, port = args.listen
-    try:
-        server = DestinationServer(
-            _dsn(args), args.name, fenced=not args.unfenced, host=host, port=port
-        ).start()
-    except (ValueError, LeaseError, psycopg.Error, OSError) as exc:
-        print(f"{prog}: {one_line(exc)}", file=sys.stderr)
-        return ExitCode.UNUSABLE
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    mode = "fenced" if not args.unfenced else "UNFENCED"
-    print(f"listening on {server.url} ({mode}, destination {args.name})", flush=True)
-    try:
-        stop.wait()
-    finally:
-        server.stop()
-    return ExitCode.OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -745,7 +745,7 @@ def test_the_command_serves_until_sigterm_and_refuses_a_missing_dsn(
 ) -> None:
     w1, w2 = takeover(store, db)
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SPLITBRAIN_")}
-    command = [sys.executable, "-m", "detector.leases.http_destination"]
+    command = [sys.executable, "-m", "detector.cli", "leases", "destination"]
     missing = subprocess.run(
         command, capture_output=True, text=True, env=env, timeout=60, check=False
     )
@@ -753,7 +753,7 @@ def test_the_command_serves_until_sigterm_and_refuses_a_missing_dsn(
     assert "no database given: pass --dsn or set SPLITBRAIN_LEASES_DSN" in missing.stderr
 
     service = subprocess.Popen(
-        [*command, "--listen", "127.0.0.1:0", "--unfenced", "--name", "demo"],
+        [*command, "--port", "0", "--unfenced", "--name", "demo"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

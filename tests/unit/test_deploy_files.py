@@ -277,14 +277,6 @@ def flag_value(argv: list[str], flag: str) -> str:
 # ---- what the code reads ----------------------------------------------------------------------
 
 
-@functools.cache
-def cli_variables() -> frozenset[str]:
-    """What the settings classes read, and the variable the example destination reads itself."""
-    from detector.leases import http_destination  # noqa: PLC0415
-
-    return settings_variables() | {http_destination.DSN_VARIABLE}
-
-
 def _wide(prog: str) -> argparse.HelpFormatter:
     return argparse.HelpFormatter(prog, width=200)  # no variable name wrapped
 
@@ -403,7 +395,7 @@ def test_every_image_is_pinned() -> None:
 
 
 def test_every_splitbrain_variable_is_one_the_cli_reads() -> None:
-    known = cli_variables()
+    known = settings_variables()
     assert {"SPLITBRAIN_BOOTSTRAP_SERVERS", "SPLITBRAIN_LEASES_DSN"} <= known
     for name, service in services().items():
         for variable in environment(service):
