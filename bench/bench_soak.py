@@ -7,8 +7,12 @@ steady load the worker can keep up with; a throughput run cannot show it.
 The load is bench_engine's history mix, endlessly, in generations: each is a history over a
 number of fresh workflows (renamed per generation), then every workflow's release by its owner.
 A share of the workflows (--zombie-fraction, 2% by default) has a zombie: the stale events of the
-history's other zombies are left out. A finding resolves once its zombie has been quiet for the
-quiet period, as in a fleet where the displaced owner dies or is fenced soon after the takeover.
+history's other zombies are left out. After the releases, a verifier confirms every effect key a
+finding names (`outcome_verified`), so that a finding resolves once its zombie has been quiet for
+the quiet period, as in a fleet where the displaced owner dies or is fenced soon after the
+takeover and someone checks what it did. Without the verifications a finding with an effect
+condition stays open, rightly, and its whole state is kept: the soak then measures open
+findings piling up (about 8 KB each), not a leak.
 A released workflow is evicted after the quiet period; one with a finding is compacted then, and
 forgotten after --idle-ttl-s down to what its later revisions need (42 B). So the workflows
 tracked are bounded by those with an event within idle_ttl_s + idle_sweep_s plus those
@@ -46,6 +50,8 @@ from confluent_kafka.admin import AdminClient
 from matplotlib.figure import Figure
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
+from detector.contracts.events import parse_event_json
+from detector.core import Config, Detector
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.process import free_port
 from detector.devstack.topics import WorkerTopics, end_offsets
@@ -91,7 +97,39 @@ def generation(seed: int, workflows: int, per_workflow: int, zombies: int) -> Ge
     for wf, (epoch, worker, seq) in owners.items():
         eid += 1
         events.append((wf.encode(), _event(eid, "lease_released", wf, epoch, worker, seq + 1)))
+    for wf, key in flagged_keys(events):
+        eid += 1
+        epoch, _, seq = owners[wf]
+        verified = _event(
+            eid,
+            "outcome_verified",
+            wf,
+            epoch,
+            "verifier",
+            seq + 2,
+            source="verifier",
+            effect_key=key,
+        )
+        events.append((wf.encode(), verified))
     return Generation(events, len(owners), len(keep))
+
+
+def flagged_keys(events: list[Event]) -> list[tuple[str, str]]:
+    """(workflow, effect key) of every effect key a finding of `events` names: what a verifier
+    checks after an incident. Without it a finding with an effect condition stays open for ever
+    (DESIGN §4), and its workflow is never forgotten."""
+    detector = Detector(Config.for_audit())
+    for _, raw in events:
+        detector.observe(parse_event_json(raw))
+    detector.finish()
+    return sorted(
+        {
+            (f.workflow_key, c.effect_key)
+            for f in detector.findings()
+            for c in f.conditions
+            if c.effect_key is not None
+        }
+    )
 
 
 class Load:
@@ -134,6 +172,7 @@ class Sample:
     workflows: float | None  # splitbrain_state_workflows
     bound: int  # what `workflows` may be: see Load.bound
     findings_opened: float | None  # splitbrain_findings_opened_total
+    findings_open: float | None  # splitbrain_findings_open: a state kept whole, each
 
 
 def total(metrics: Mapping[tuple[str, Labels], float], name: str) -> float | None:
@@ -172,6 +211,7 @@ class Sampler:
             workflows=total(metrics, "splitbrain_state_workflows"),
             bound=bound,
             findings_opened=total(metrics, "splitbrain_findings_opened_total"),
+            findings_open=total(metrics, "splitbrain_findings_open"),
         )
 
     def close(self) -> None:
@@ -198,9 +238,10 @@ def show(s: Sample) -> None:
     lag = "n/a" if s.lag is None else f"{s.lag:,}"
     rate = "n/a" if s.committed_per_s is None else f"{s.committed_per_s:,.0f}"
     tracked = "n/a" if s.workflows is None else f"{s.workflows:,.0f}"
+    still = "n/a" if s.findings_open is None else f"{s.findings_open:,.0f}"
     print(
         f"  {s.t / 60:6.1f} min  RSS {rss} MB  lag {lag}  committed {rate}/s  "
-        f"tracked {tracked} (bound {s.bound:,})",
+        f"tracked {tracked} (bound {s.bound:,})  open findings {still}",
         flush=True,
     )
 
@@ -287,6 +328,7 @@ def summarize(samples: list[Sample], args: argparse.Namespace, rate: float) -> d
         "committed_per_s": "events/s committed",
         "workflows": "workflows tracked",
         "findings_opened": "findings opened (cumulative)",
+        "findings_open": "findings open",
     }
     for field, label in names.items():
         first = window(samples, warm, warm + tenth, field)

@@ -17,6 +17,7 @@ from ..histories import (
     run,
     stale_commit,
     takeover,
+    verify,
 )
 
 
@@ -228,3 +229,22 @@ def test_a_forgotten_finding_goes_on_at_its_next_revision_under_its_id() -> None
             "critical",
         )
         assert update.finding.evidence_truncated  # what came before was forgotten
+
+
+def test_a_finding_waiting_for_its_verifier_is_never_forgotten_and_is_once_verified() -> None:
+    """A stale commit's finding stays open, its whole state kept, until a verifier confirms the
+    key (DESIGN §4), however long its workflow is idle; once verified and quiet, it resolves and
+    its workflow is forgotten down to its remnant at the next idle sweep."""
+    cfg = Config(idle_ttl_s=3600, quiet_period_s=600)
+    r = run(stale_commit(), cfg, at(0))
+    r.advance(at(10 * 3600))
+    assert r.finding(W, 17).status.value == "open"
+    held = r.detector.states[W]  # compacted (raw events gone), not forgotten
+    assert held.found and held.effects and held.acqs and held.past is None
+    r.feed([verify("v", 7)], now=at(10 * 3600 + 1))
+    r.advance(at(11 * 3600 + 2))
+    last = r.updates[-1].finding
+    assert (last.finding_id, last.status.value) == (r.updates[0].finding.finding_id, "resolved")
+    kept = r.detector.states[W]
+    assert (kept.acqs, kept.evidence, kept.found, kept.effects) == ((), (), None, None)
+    assert kept.past is not None and kept.past[0][2] == last.revision
