@@ -50,12 +50,11 @@ from confluent_kafka.admin import AdminClient
 from matplotlib.figure import Figure
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
-from detector.contracts.events import parse_event_json
-from detector.core import Config, Detector
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.process import free_port
 from detector.devstack.topics import WorkerTopics, end_offsets
 from detector.devstack.worker import Labels, WorkerProcess
+from detector.histories.audit import audit_lines
 
 TEMPLATES: Final = 4  # distinct histories the generations cycle through (renamed each time)
 Event = tuple[bytes, bytes]  # record key, value
@@ -118,14 +117,11 @@ def flagged_keys(events: list[Event]) -> list[tuple[str, str]]:
     """(workflow, effect key) of every effect key a finding of `events` names: what a verifier
     checks after an incident. Without it a finding with an effect condition stays open for ever
     (DESIGN §4), and its workflow is never forgotten."""
-    detector = Detector(Config.for_audit())
-    for _, raw in events:
-        detector.observe(parse_event_json(raw))
-    detector.finish()
+    findings = audit_lines(raw for _, raw in events).findings.values()
     return sorted(
         {
             (f.workflow_key, c.effect_key)
-            for f in detector.findings()
+            for f in findings
             for c in f.conditions
             if c.effect_key is not None
         }
