@@ -49,6 +49,7 @@ from ._records import (
     AcquisitionRecord,
     ConditionRecord,
     EventRecord,
+    Latest,
     acq_print,
     any_after,
     before,
@@ -65,6 +66,7 @@ from ._render import render, severity_of
 from ._rules import (
     EFFECT_OCCURRENCES,
     STALE_CONDITION,
+    acquisition,
     add_fence,
     appended,
     displaced,
@@ -97,8 +99,6 @@ _FENCES: Final = frozenset({_LOST, _RELEASED})
 _COMMIT_SLOTS: Final = tuple(f"{_COMMITTED}:{source.value}" for source in Source)
 # Kinds lease health looks at (acquisitions apart).
 _LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, _UNCERTAIN})
-# What a late acquisition can find displaced: evidence, and a displaced owner's sign of life.
-_DISPLACEABLE: Final = frozenset({*STALE_CONDITION, _UNCERTAIN})
 _REJECTED: Final = Kind.EFFECT_REJECTED.value
 _DESTINATION: Final = Source.DESTINATION.value
 _VERIFIER: Final = Source.VERIFIER.value
@@ -454,18 +454,19 @@ class Detector:
                 eff.verified = marks()
             if mark(eff.verified, ev.seq, ev.pos, ev.event_id):
                 touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
-        elif (
-            kind == _UNCERTAIN
+        if (
+            kind not in STALE_CONDITION
             and acqs
             and ev.epoch < acqs[-1].epoch
+            and _signs_life(st, ev)
             and displaced(st, ev.epoch, ev.seq, ev.pos)
         ):
             touched.extend(self._alive(st, ev, at))
         return touched
 
     def _alive(self, st: WorkflowState, ev: EventRecord, at: float | None) -> list[Episode]:
-        """A displaced owner unsure of its lease is alive: its silence starts again (DESIGN §4
-        "Time and silence"); it is no fence."""
+        """A displaced owner heard from after the takeover is alive: its silence starts again
+        (DESIGN §4 "Time and silence"). Unsure of its lease, it is no fence either."""
         if st.uncertain is None:
             st.uncertain = {}
         st.uncertain[ev.epoch] = extend(st.uncertain.get(ev.epoch), ev)
@@ -604,18 +605,23 @@ class Detector:
                 for ev in tail:
                     if not before(acq, ev):
                         kept.append(ev)
-                    elif ev.kind == _UNCERTAIN:
-                        touched.extend(self._alive(st, ev, at))
-                    else:
+                    elif ev.kind in STALE_CONDITION:
                         touched.append(self._stale(st, ev, at, uncertain))
+                    else:
+                        touched.extend(self._alive(st, ev, at))
                 if not kept:
                     del und[epoch]
         if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos, ACQUISITION):
             # Raw events after it are gone: the latest effects per key still tell, but other
             # stale events and earlier witnesses may be among what was forgotten.
             if acq.epoch > st.blind_below:
+                # The findings of the epochs it newly blinds say their evidence may be cut:
+                # a new revision each, published now (never a document changed in silence).
+                for ep in st.episodes.values():
+                    if not ep.retry and st.blind_below <= ep.displaced_epoch < acq.epoch:
+                        ep.changes += 1
+                        touched.append(ep)
                 st.blind_below = acq.epoch
-                _changed(st)
             for eff in (st.effects or {}).values():
                 for (epoch, _), ev in list(eff.lasts.items()):
                     if epoch < acq.epoch and before(acq, ev):
@@ -961,7 +967,7 @@ class Detector:
             if not st.found:
                 continue
             now = believed.now
-            alive = st.uncertain or {}
+            alive = _heard(st)
             for ep in st.episodes.values():
                 # Silence is measured from the displaced epoch's last sign of life.
                 heard = None if ep.stale is None else union(ep.stale, alive.get(ep.displaced_epoch))
@@ -1111,7 +1117,11 @@ def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
     """Keep `ev` for a later acquisition to displace, unless one already does."""
     und = st.undisplaced
     assert und is not None
-    if ev.seq is None or ev.kind not in _DISPLACEABLE or displaced(st, ev.epoch, ev.seq, ev.pos):
+    if (
+        ev.seq is None
+        or (ev.kind not in STALE_CONDITION and not _signs_life(st, ev))
+        or displaced(st, ev.epoch, ev.seq, ev.pos)
+    ):
         return
     kept = und.get(ev.epoch)
     if kept is None:
@@ -1120,6 +1130,36 @@ def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
         kept.append(ev)  # in order, as most are
     else:
         insort(kept, ev, key=_SEQ)
+
+
+def _heard(st: WorkflowState) -> dict[int, Latest]:
+    """`audit`'s final word on each displaced epoch's signs of life besides evidence: those
+    heard as they came, and every retained one now that the history's owners are all known (a
+    verification may come before the acquisition that names its epoch's worker)."""
+    heard = dict(st.uncertain or {})
+    top = st.acqs[-1].epoch if st.acqs else -1
+    for ev in st.evidence:
+        if (
+            ev.epoch < top
+            and ev.kind not in STALE_CONDITION
+            and _signs_life(st, ev)
+            and displaced(st, ev.epoch, ev.seq, ev.pos)
+        ):
+            heard[ev.epoch] = extend(heard.get(ev.epoch), ev)
+    return heard
+
+
+def _signs_life(st: WorkflowState, ev: EventRecord) -> bool:
+    """Is the event a sign of life of its epoch's owner, besides evidence? Its doubt about the
+    lease, whoever sends it, or any other event that carries its epoch and its worker (a
+    verification it sends included): either ends its silence (DESIGN §4 "Time and silence")."""
+    if ev.kind == _UNCERTAIN:
+        return True
+    acq = acquisition(st, ev.epoch)
+    if acq is not None:
+        return acq.worker_id == ev.worker_id
+    ep = st.episodes.get((ev.epoch, False))
+    return ep is not None and ep.worker == ev.worker_id
 
 
 def _moved_by(ep: Episode, acq: AcquisitionRecord) -> bool:

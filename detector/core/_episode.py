@@ -52,6 +52,11 @@ def outcome(bits: int) -> str:
     return "rejected" if bits & _REJECTED else "attempted"
 
 
+def rejected(bits: int) -> bool:
+    """Did a destination reject the displaced epoch on this key (the fence held)?"""
+    return bool(bits & _REJECTED)
+
+
 def _unanswered(bits: int) -> int:
     return int(bool(bits & _ATTEMPT) and not bits & _REJECTED)
 

@@ -10,7 +10,7 @@ which answer "is any member after this point?" exactly for either kind of point.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from sys import intern
 from typing import Any, Final, NamedTuple, TypeVar
@@ -103,6 +103,40 @@ def earliest(items: Iterable[OrderedT]) -> OrderedT | None:
     for item in items:
         found = item if found is None else earlier(found, item)
     return found
+
+
+def in_order(items: list[OrderedT], rank: Callable[[OrderedT], int]) -> list[OrderedT]:
+    """A few records (a finding's listed conditions) in the pairwise order: each one no other
+    left is before; where that order makes a cycle, the cycle's earliest by `seq` (DESIGN §4).
+    `rank` orders records at one place (one event witnessing two conditions). Quadratic: it is
+    for the bounded lists a revision shows, never for a history."""
+    n = len(items)
+    after: list[list[int]] = [[] for _ in range(n)]
+    preceded = [0] * n
+    for i in range(n):
+        for j in range(i + 1, n):
+            if before(items[i], items[j]):
+                after[i].append(j)
+                preceded[j] += 1
+            elif before(items[j], items[i]):
+                after[j].append(i)
+                preceded[i] += 1
+    left = set(range(n))
+    out: list[OrderedT] = []
+    while left:
+        free = [i for i in left if not preceded[i]]
+        if free:
+            pick = min(free, key=lambda i: rank(items[i]))
+        else:  # a cycle: every one left follows another
+            pick = min(
+                (i for i in left if items[i].seq is not None),
+                key=lambda i: (items[i].seq, tie(items[i]), rank(items[i])),
+            )
+        left.discard(pick)
+        out.append(items[pick])
+        for j in after[pick]:
+            preceded[j] -= 1
+    return out
 
 
 # ---- identity -------------------------------------------------------------------------------

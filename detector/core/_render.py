@@ -8,7 +8,6 @@ characters, which JSON may escape six-fold): `_fit` keeps every revision under 6
 from __future__ import annotations
 
 import hashlib
-from functools import cmp_to_key
 from typing import Final, Literal
 
 from detector.contracts.findings import (
@@ -22,14 +21,13 @@ from detector.contracts.findings import (
     StaleEventRef,
 )
 
-from ._episode import outcome, shown
-from ._records import AcquisitionRecord, ConditionRecord, EventRecord, before
+from ._episode import SHOWN_KEYS, outcome, rejected, shown
+from ._records import AcquisitionRecord, ConditionRecord, EventRecord, in_order
 from ._rules import (
     acquisition,
     current_owner_before,
     displacing,
     first_higher,
-    placed_by_seq,
     worker_of,
 )
 from ._state import Cut, Episode, WorkflowState
@@ -49,17 +47,6 @@ _COMMITTING: Final = frozenset(
 _KEYS_IN_RESPONSE: Final = 3
 # Cuts that can change any finding of the workflow, not only the one whose evidence they cut.
 _WORKFLOW_CUTS: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
-
-
-def _compare(a: ConditionRecord, b: ConditionRecord) -> int:
-    if before(a, b):
-        return -1
-    if before(b, a):
-        return 1
-    return _RANK[a.kind] - _RANK[b.kind]
-
-
-_in_order: Final = cmp_to_key(_compare)
 
 
 def severity_of(cond: ConditionRecord) -> Severity:
@@ -114,11 +101,11 @@ def _listing(keys: list[str]) -> str:
     return keys[0] if len(keys) == 1 else f"{', '.join(keys[:-1])} and {keys[-1]}"
 
 
-def _keys(ep: Episode, first: str) -> tuple[dict[str, list[str]], str]:
-    """At most a few of the episode's keys by what happened to each, those of `first` first;
-    and a note of how many more the finding holds."""
+def _keys(ep: Episode, first: str, listed: list[str]) -> tuple[dict[str, list[str]], str]:
+    """At most a few of the finding's listed keys by what happened to each, those of `first`
+    (its highest condition's) first; and a note of how many more the finding holds."""
     by: dict[str, list[str]] = {first: [], "committed": [], "attempted": [], "rejected": []}
-    for key in ep.shown:
+    for key in listed:
         by[outcome(ep.keys.get(key, 0))].append(key)
     named: dict[str, list[str]] = {}
     room = _KEYS_IN_RESPONSE
@@ -139,7 +126,11 @@ def _retry_owners(top: ConditionRecord, now: str) -> str:
 
 
 def _response(
-    top: ConditionRecord, ep: Episode, displaced: Owner | None, current: Owner | None
+    top: ConditionRecord,
+    ep: Episode,
+    listed: list[str],
+    displaced: Owner | None,
+    current: Owner | None,
 ) -> str:
     who = _who(displaced, "the worker")
     now = _who(current, "the current owner")
@@ -170,8 +161,8 @@ def _response(
         ConditionKind.STALE_EFFECT_ATTEMPT: "attempted",
         ConditionKind.STALE_EFFECT_REJECTED: "rejected",
     }[top.kind]
-    named, more = _keys(ep, first)
-    main = _listing(named.get(first, [])) or "the affected effects"
+    named, more = _keys(ep, first, listed)
+    main = _listing(named[first]) if named.get(first) else "the affected effects"
     also = "".join(
         f"; {_ALSO[what]} {_listing(keys)}" for what, keys in named.items() if what != first
     )
@@ -200,16 +191,59 @@ _ALSO: Final = {
 }
 
 
-def _transition(
-    state: WorkflowState, ep: Episode, conds: list[ConditionRecord]
+def _transition_of(
+    state: WorkflowState, ep: Episode, cond: ConditionRecord
 ) -> AcquisitionRecord | None:
-    """What displaced the episode's first stale event; with none (a duplicate after a clean
-    handoff), the first higher epoch acquired."""
-    if ep.first_stale is not None:
-        found = displacing(state, ep.first_stale)
-        if found is not None:
-            return found
-    return first_higher(state, ep.displaced_epoch)
+    """What displaced a condition's witness: the earliest acquisition of a higher epoch before
+    it; with none (a duplicate after a clean handoff), the first higher epoch acquired."""
+    found = displacing(state, ep.displaced_epoch, cond)
+    return found if found is not None else first_higher(state, ep.displaced_epoch)
+
+
+def _both_by_seq(state: WorkflowState, cond: ConditionRecord) -> bool:
+    """Do both commits of a retry's duplicate carry `seq`? The first is in its key's pair
+    (`Effect.twice`); a key forgotten at its cap leaves the witness alone to tell (the finding
+    then says its evidence was cut)."""
+    key = cond.effect_key
+    eff = None if state.effects is None or key is None else state.effects.get(key)
+    epoch = (cond.epochs or (None,))[0]
+    for (e, _), pair in () if eff is None else eff.twice.items():
+        if e == epoch and len(pair) == 2 and pair[1].event_id == cond.event_id:
+            return pair[0].seq is not None and pair[1].seq is not None
+    return cond.seq is not None
+
+
+def _witness(
+    state: WorkflowState, ep: Episode, conds: list[ConditionRecord]
+) -> tuple[ConditionRecord, AcquisitionRecord | None, bool]:
+    """The condition a finding names first, its transition, and whether the order is
+    authoritative (DESIGN §4): the first listed condition placed after its own transition by
+    `seq` (for a retry, which has no transition: one whose two commits both carry `seq`); with
+    none, the first listed condition, placed by arrival."""
+    if ep.retry:
+        placed = next((c for c in conds if _both_by_seq(state, c)), None)
+        return (conds[0], None, False) if placed is None else (placed, None, True)
+    first: tuple[ConditionRecord, AcquisitionRecord | None] | None = None
+    for c in conds:
+        tr = _transition_of(state, ep, c)
+        if c.seq is not None and tr is not None and tr.seq is not None and tr.seq <= c.seq:
+            return c, tr, True
+        if first is None:
+            first = (c, tr)
+    assert first is not None
+    return first[0], first[1], False
+
+
+def _effect_keys(ep: Episode, top: ConditionRecord, conds: list[ConditionRecord]) -> list[str]:
+    """The keys a revision lists: those of its highest condition first (DESIGN §5), then the
+    episode's first keys, sorted; at most `SHOWN_KEYS`."""
+    kind = (top.kind, top.cause)
+    mine = sorted(
+        {c.effect_key for c in conds if (c.kind, c.cause) == kind and c.effect_key is not None}
+    )
+    if not mine:
+        return list(ep.shown)
+    return [*mine, *(k for k in ep.shown if k not in set(mine))][:SHOWN_KEYS]
 
 
 def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
@@ -217,36 +251,30 @@ def render(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) 
 
 
 def _document(workflow_key: str, state: WorkflowState, ep: Episode, revision: int) -> Finding:
-    conds = sorted(shown(ep), key=_in_order)
+    conds = in_order(shown(ep), lambda c: _RANK[c.kind])
     latest = None if ep.latest is None else ep.latest.latest
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
-    transition: AcquisitionRecord | None = None
     displaced: Owner | None = None
     if not ep.retry:
         displaced = _owner(acquisition(state, ep.displaced_epoch), fallback, ep.displaced_epoch)
-        transition = _transition(state, ep, conds)
     # The highest epoch acquired before the latest condition; none acquired: null.
     current = _owner(
         None if latest is None else current_owner_before(state, latest), None, ep.displaced_epoch
     )
-    # Placed after the takeover by seq; a retry has none: its commits placed by seq at all.
-    if ep.retry:
-        placed = [c for c in conds if c.seq is not None]
-        authoritative = bool(placed) and len(placed) == len(conds)
-    else:
-        placed = [c for c in conds if placed_by_seq(state, ep.displaced_epoch, c.seq)]
-        authoritative = bool(placed)
-    if authoritative and conds[0] is not placed[0]:
-        conds.remove(placed[0])
-        conds.insert(0, placed[0])  # the witness names a condition placed by seq first
-    # An attempt whose effect a destination then rejected is settled: the fence held.
-    rejected = {c.effect_key for c in conds if c.kind is ConditionKind.STALE_EFFECT_REJECTED}
+    witness, transition, authoritative = _witness(state, ep, conds)
+    if conds[0] is not witness:
+        conds.remove(witness)
+        conds.insert(0, witness)  # the witness names a condition placed by seq first
+    # An attempt whose key a destination then rejected is settled: the fence held.
     open_conds = [
         c
         for c in conds
-        if c.kind is not ConditionKind.STALE_EFFECT_ATTEMPT or c.effect_key not in rejected
+        if c.kind is not ConditionKind.STALE_EFFECT_ATTEMPT
+        or c.effect_key is None
+        or not rejected(ep.keys.get(c.effect_key, 0))
     ] or conds
     top = max(open_conds, key=lambda c: (severity_of(c).rank, _RANK[c.kind]))
+    listed = _effect_keys(ep, top, conds)
     tracked = len(ep.keys) + ep.keys_over
     last = ep.last_stale
     truncated = (
@@ -279,16 +307,16 @@ def _document(workflow_key: str, state: WorkflowState, ep: Episode, revision: in
         last_stale_event=None
         if last is None
         else StaleEventRef(event_id=last.event_id, seq=last.seq, kind=last.kind),
-        effect_keys=list(ep.shown),
+        effect_keys=listed,
         sink_outcome=_sink_outcome(ep, conds),
         ordering="authoritative_seq" if authoritative else "arrival",
         confidence=_confidence(ep, authoritative, truncated),
         evidence_lag=_lag(transition, last),
-        response=_response(top, ep, displaced, current),
+        response=_response(top, ep, listed, displaced, current),
         trace_links=[c.trace for c in conds if c.trace is not None],
         evidence_truncated=truncated,
         conditions_omitted=max(ep.total - len(conds), 0),
-        effect_keys_omitted=tracked - len(ep.shown),
+        effect_keys_omitted=tracked - len(listed),
     )
 
 

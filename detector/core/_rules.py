@@ -14,7 +14,15 @@ from typing import Final
 from detector.contracts.events import Kind
 from detector.contracts.findings import ConditionKind
 
-from ._records import AcquisitionRecord, EventRecord, Latest, before, earlier, earliest
+from ._records import (
+    AcquisitionRecord,
+    EventRecord,
+    Latest,
+    Ordered,
+    before,
+    earlier,
+    earliest,
+)
 from ._state import FencePoint, WorkflowState
 
 STALE_CONDITION: Final[dict[str, ConditionKind]] = {
@@ -86,17 +94,8 @@ def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bo
     return min_pos[i] < pos
 
 
-def placed_by_seq(state: WorkflowState, epoch: int, seq: int | None) -> bool:
-    """Is an event of `epoch` at `seq` after a higher epoch's acquisition by `seq` (not only by
-    arrival)?"""
-    if seq is None:
-        return False
-    epochs, min_seq, _, _ = _index(state)
-    return min_seq[bisect_right(epochs, epoch)] <= seq
-
-
 def _earliest_above(
-    state: WorkflowState, epoch: int, ev: EventRecord | None
+    state: WorkflowState, epoch: int, ev: Ordered | None
 ) -> AcquisitionRecord | None:
     """The earliest acquisition of an epoch above `epoch` (before `ev`, when given). The walk
     goes up the epochs and stops once no later acquisition can come before the one found: the
@@ -117,9 +116,10 @@ def _earliest_above(
     return found
 
 
-def displacing(state: WorkflowState, ev: EventRecord) -> AcquisitionRecord | None:
-    """The stale event's transition: the earliest acquisition of a higher epoch before it."""
-    return _earliest_above(state, ev.epoch, ev)
+def displacing(state: WorkflowState, epoch: int, ev: Ordered) -> AcquisitionRecord | None:
+    """The transition of an event of `epoch` (a condition's witness): the earliest acquisition
+    of a higher epoch before it."""
+    return _earliest_above(state, epoch, ev)
 
 
 def first_higher(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:

@@ -200,8 +200,9 @@ class WorkflowState:
     # Lease health only, never a verdict: the `lease_until` (the coordination store's clock) of
     # the current epoch's latest acquisition or heartbeat, or `LEASE_RELEASED`.
     lease_until: float | None = None
-    # Displaced epoch -> its `ownership_uncertain` events after the takeover: they end its
-    # silence (DESIGN §4), like its stale events.
+    # Displaced epoch -> its signs of life after the takeover besides evidence (its
+    # `ownership_uncertain` events, and any other event carrying its epoch and its worker): they
+    # end its silence (DESIGN §4), like its stale events.
     uncertain: dict[int, Latest] | None = None
     # The findings of the workflow that were forgotten once resolved and idle: a later episode of
     # one goes on at its next revision, under its finding id, never publishing one twice.

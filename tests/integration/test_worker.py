@@ -94,6 +94,41 @@ def test_findings_dead_letters_and_metrics_once(deployment: Deployment) -> None:
     assert all(source[r.key] == r.partition for r in findings.records)
 
 
+def many_keys_then_a_commit() -> list[bytes]:
+    """Issue 33's poison pill, a valid history: the displaced owner attempts 25 effect keys, then
+    commits one more that sorts after them. It crashed the engine, and the worker at each
+    restart, until someone deleted the event by hand."""
+
+    def line(eid: str, kind: str, epoch: int, seq: int, **more: str) -> bytes:
+        doc = {"event_id": eid, "kind": kind, "workflow_key": "many-keys", "owner_epoch": epoch}
+        return json.dumps(doc | {"worker_id": f"w{epoch}", "seq": seq} | more).encode()
+
+    attempts = [
+        line(f"t{i:02}", "effect_attempted", 1, 3 + i, effect_key=f"k{i:02}") for i in range(25)
+    ]
+    return [
+        line("a1", "lease_acquired", 1, 1, source="coordinator"),
+        line("a2", "lease_acquired", 2, 2, source="coordinator"),
+        *attempts,
+        line("c", "effect_committed", 1, 40, effect_key="z-last", source="destination"),
+    ]
+
+
+def test_a_commit_among_many_keys_is_found_by_the_worker_as_by_audit(
+    deployment: Deployment,
+) -> None:
+    lines = many_keys_then_a_commit()
+    expected = audited(lines)
+    (critical,) = [f for f in expected.values() if f["severity"] == "critical"]
+    assert critical["effect_keys"][0] == "z-last"
+    w = deployment.worker()
+    deployment.publish(keyed(lines))
+    with deployment.reader(deployment.topics.findings) as findings:
+        wait_for_audit(findings, expected, [w])
+        assert_each_revision_once(findings.records)
+    assert w.stop() == 0, w.tail()
+
+
 def wait_for_audit(
     findings: TopicReader, expected: dict[str, Finding], workers: list[WorkerProcess]
 ) -> None:

@@ -32,8 +32,9 @@ Rules, as modelled:
 - a condition's witness is its earliest trigger (for a duplicate this is the later of the two
   earliest commits); the latest condition is the last trigger of any condition, repeats
   included; `current` is the highest epoch acquired before it, None when none is.
-- transition (of the finding): the transition of its last stale event, the earliest acquisition
-  of a higher epoch before it (in a total order every stale event of an epoch has the same one).
+- transition: a condition's is the transition of its witness, the earliest acquisition of a
+  higher epoch before it; the finding's is that of its first listed condition: the first
+  witness placed by seq when the ordering is authoritative, else the earliest witness.
 - resolved = fenced and verified. fenced: no stale event (vacuous), or a lease_lost /
   lease_released of the displaced epoch, or a destination's effect_rejected of it, that is not
   before any stale event of the epoch, or (audit, after `finish()`) silence. verified: every
@@ -43,15 +44,15 @@ Rules, as modelled:
   bound beyond the latest believed time is pending until an event from a different worker or
   source reports a time within the bound of it (then both are believed). Decision: belief is
   final, i.e. taken at the end of the history. Silence is measured from the displaced epoch's
-  last sign of life: the last of its stale events and its `ownership_uncertain` events after the
-  takeover (no fence, and it ends silence). Its believed time is the latest time believed at or
-  before it in that order, and the episode is quiet when the latest believed time of the
-  workflow is at least the quiet period after it. No time: never quiet.
-- ordering: `authoritative_seq` when at least one condition's witness was placed after the
-  takeover by seq, `arrival` otherwise. Decision: a witness is placed by seq when it carries seq
-  and some acquisition of an epoch above the displaced one that carries seq is before it; for a
-  retry (no takeover), when every witness carries seq. In a cyclic workflow (no witness) it is
-  defined only when every trigger agrees.
+  last sign of life: the last of its stale events, its `ownership_uncertain` events after the
+  takeover (no fence, and it ends silence) and any other event after the takeover that carries
+  its epoch and its worker (a verification it sends included). Its believed time is the latest
+  time believed at or before it in that order, and the episode is quiet when the latest
+  believed time of the workflow is at least the quiet period after it. No time: never quiet.
+- ordering: `authoritative_seq` when at least one condition's witness was placed after its own
+  transition by seq (both carry seq), `arrival` otherwise; for a retry (no transition), when
+  both commits of one listed duplicate's witness carry seq (its two earliest commits). In a
+  cyclic workflow (no witness) it is defined only when every trigger agrees.
 - confidence: high = authoritative ordering and destination confirmation; medium = one of the
   two; low = neither. Destination confirmation: every confirming condition (stale commit, stale
   rejection, duplicate) has a trigger from a destination — for a duplicate, a pair of commits
@@ -332,22 +333,35 @@ class Workflow:
             return top[0]
         return max((x for x in members if x.seq is not None), key=lambda e: (e.seq, tie(e)))
 
-    def placed_by_seq(self, f: OracleFinding, e: E) -> bool:
+    def transition_of(self, f: OracleFinding, e: E) -> E | None:
+        """The earliest acquisition of an epoch above the displaced one before `e`."""
+        found: E | None = None
+        for a in self.acqs:
+            if a.epoch > f.epoch and before(a, e) and (found is None or before(a, found)):
+                found = a
+        return found
+
+    def placed_by_seq(self, f: OracleFinding, ck: CondKey, e: E) -> bool:
         if e.seq is None:
             return False
-        if f.tag == "retry":
-            return True
-        return any(a.epoch > f.epoch and a.seq is not None and before(a, e) for a in self.acqs)
+        if f.tag == "retry":  # the two earliest commits of the witness's source
+            mine = {c.event_id: c for c in f.occurrences[ck] if c.source == e.source}
+            firsts = sorted(mine.values(), key=lambda c: self.rank.get(c.event_id, 0))[:2]
+            return all(c.seq is not None for c in firsts)
+        tr = self.transition_of(f, e)
+        return tr is not None and tr.seq is not None
 
     def ordering_of(self, f: OracleFinding) -> str | None:
         if self.order is not None:
-            f.placed = {k: self.placed_by_seq(f, self.earliest(ts)) for k, ts in f.triggers.items()}
+            f.placed = {
+                k: self.placed_by_seq(f, k, self.earliest(ts)) for k, ts in f.triggers.items()
+            }
             placed = list(f.placed.values())
         else:  # no witness: defined when every trigger agrees
-            placed = [self.placed_by_seq(f, e) for ts in f.triggers.values() for e in ts]
+            placed = [self.placed_by_seq(f, k, e) for k, ts in f.triggers.items() for e in ts]
         if self.order is None and len(set(placed)) > 1:
             return None
-        by_seq = all(placed) if f.tag == "retry" else any(placed)
+        by_seq = any(placed)
         return "authoritative_seq" if by_seq else "arrival"
 
     def confidence(self, f: OracleFinding) -> str | None:
@@ -369,10 +383,14 @@ class Workflow:
             f.last_stale = self.last(f.stale)
         if self.order is not None:
             f.witness = {k: self.earliest(ts) for k, ts in f.triggers.items()}
-            if f.last_stale is not None:
-                last = f.last_stale
-                higher = [a for a in self.acqs if a.epoch > f.epoch and before(a, last)]
-                f.transition = self.earliest(higher)
+            if f.tag == "displaced":
+                placed = [k for k in f.witness if f.placed and f.placed[k]]
+                firsts = [f.witness[k] for k in placed] or list(f.witness.values())
+                first = self.earliest(firsts)
+                higher = [a for a in self.acqs if a.epoch > f.epoch]
+                f.transition = self.transition_of(f, first) or (
+                    self.earliest(higher) if higher else None
+                )
         verified = self.verified(f)
         if not verified or f.tag == "retry" or not f.stale or self.fenced(f):
             f.resolved = verified
@@ -397,10 +415,15 @@ class Workflow:
         `ownership_uncertain` events after the takeover."""
         if not self.believed or self.order is None:
             return False
+        mine = [a for a in self.acqs if a.epoch == f.epoch]
+        owner = (self.earliest(mine) if mine else f.stale[0]).worker
         alive = [
             e
             for e in self.events
-            if e.epoch == f.epoch and e.kind == "ownership_uncertain" and self.stale(e)
+            if e.epoch == f.epoch
+            and e.kind not in STALE_KIND
+            and (e.kind == "ownership_uncertain" or e.worker == owner)
+            and self.stale(e)
         ]
         anchor = self.last([*f.stale, *alive])
         upto = [

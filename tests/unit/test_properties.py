@@ -133,7 +133,7 @@ def differences(f: Finding, o: OracleFinding) -> list[str]:
     if skipped and o.placed is not None:
         # §4: the ordering is taken from the listed conditions
         placed = [o.placed[ck] for ck in listed]
-        by_seq = all(placed) if o.tag == "retry" else any(placed)
+        by_seq = any(placed)
         ordering = "authoritative_seq" if by_seq else "arrival"
     if o.confidence is not None and ordering == o.ordering and f.confidence != o.confidence:
         out.append(f"{k}: confidence {f.confidence}, oracle {o.confidence}")

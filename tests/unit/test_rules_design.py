@@ -1345,3 +1345,90 @@ def test_a_few_fences_against_their_seq_order_cut_nothing() -> None:
     fences = [act(f"l{s}", "lease_lost", 17, "alpha", s) for s in range(100, 96, -1)]
     f = one(audit([*takeover(), act("h6", "heartbeat", 17, "alpha", 6), *fences]))
     assert (status(f), f.evidence_truncated, f.confidence) == ("resolved", False, "high")
+
+
+# ---- §4 (2026-12-04): a finding's ordering and transition are its conditions' own ------------
+
+
+def test_a_commit_after_its_own_transition_only_by_arrival_is_not_authoritative() -> None:
+    """18's acquisition (no seq) displaced the commit at seq 9 by arrival; 19's at seq 7 came
+    later and is no earlier pairwise. A higher acquisition with seq before the commit is not
+    its transition: the order is arrival's, and the finding is never high."""
+    events = [
+        acq("a17", 17, "alpha", 1),
+        acq("a18", 18, "beta"),
+        commit("c9", 17, "alpha", 9),
+        acq("a19", 19, "gamma", 7),
+    ]
+    f = one(audit(events))
+    assert f.transition is not None and f.transition.event_id == "a18"
+    assert (f.ordering, f.confidence) == ("arrival", "medium")
+
+
+def test_the_transition_is_the_first_listed_conditions_own() -> None:
+    """The heartbeat at seq 3 is the first stale event, displaced by 18's acquisition (no seq)
+    by arrival; the commit at seq 9 arrived before 18's acquisition and was displaced by 19's at
+    seq 7. The commit is the witness placed by seq, named first, and the finding's transition is
+    its own (19's), not the first stale event's."""
+    events = [
+        acq("a17", 17, "alpha", 1),
+        acq("a19", 19, "gamma", 7),
+        commit("c9", 17, "alpha", 9),
+        acq("a18", 18, "beta"),
+        act("h3", "heartbeat", 17, "alpha", 3),
+    ]
+    f = one(audit(events))
+    assert (f.ordering, f.conditions[0].event_id) == ("authoritative_seq", "c9")
+    assert f.transition is not None and (f.transition.event_id, f.transition.seq) == ("a19", 7)
+    assert f.evidence_lag is not None and f.evidence_lag.seq == 2
+
+
+def test_a_retry_is_authoritative_when_both_commits_of_one_duplicate_carry_seq() -> None:
+    """Key "a" was committed twice with seq; key "b" once with seq, once without. One listed
+    duplicate with both commits placed by seq is enough (DESIGN §4), and it is named first."""
+    events = [
+        commit("b1", 5, "una", 1, key="b"),
+        commit("b2", 5, "una", key="b"),
+        commit("a1", 5, "una", 2, key="a"),
+        commit("a2", 5, "una", 3, key="a"),
+    ]
+    (f,) = audit(events).findings()
+    assert f.displaced is None
+    assert (f.ordering, f.conditions[0].event_id) == ("authoritative_seq", "a2")
+    without = audit(events[:2]).findings()[0]
+    assert without.ordering == "arrival"
+
+
+def test_in_a_cycle_the_first_and_last_stale_events_are_its_earliest_and_latest_by_seq() -> None:
+    """s8 (seq 8) arrives, then n (no seq), then s6 (seq 6): s6 is before s8 by seq, s8 before
+    n by arrival, n before s6 by arrival. Every one follows another: the first is s6 and the
+    last s8, by seq, in every arrival order of the three."""
+    stale = [
+        act("s8", "progress", 17, "alpha", 8, key=None),
+        act("n", "progress", 17, "alpha", key=None),
+        act("s6", "effect_attempted", 17, "alpha", 6, key="k"),
+    ]
+    f = one(audit([*takeover(), *stale]))
+    assert f.last_stale_event is not None and f.last_stale_event.event_id == "s8"
+    assert [c.event_id for c in f.conditions][:1] == ["s6"]
+
+
+@pytest.mark.parametrize("sender", ["alpha", "checker"])
+def test_a_verification_the_displaced_owner_sends_ends_its_silence(sender: str) -> None:
+    """17 is stale at t=10; a verification carrying epoch 17 comes at t=600 and beta reports
+    t=1000. From alpha, 17's own worker, it is a sign of life: 400 s only, open. From a checker
+    it says nothing of alpha: 990 s of silence, resolved."""
+    events = [
+        acq("a17", 17, "alpha", 1, t=0),
+        acq("a18", 18, "beta", 5, t=5),
+        act("h6", "heartbeat", 17, "alpha", 6, t=10),
+        act("v7", "outcome_verified", 17, sender, 7, key="k", source="verifier", t=600),
+        act("b8", "heartbeat", 18, "beta", 8, t=1000),
+    ]
+    expected = "open" if sender == "alpha" else "resolved"
+    assert status(one(audit(events))) == expected
+    for arrival in itertools.permutations(range(5)):
+        assert status(one(audit([events[i] for i in arrival]))) == expected
+    r = worker([(0, events[0]), (1, events[1]), (10, events[2]), (500, events[3])])
+    r.advance(BASE_TS + 700)  # 690 s after the stale heartbeat, 200 s after the verification
+    assert status(one(r)) == ("open" if sender == "alpha" else "resolved")

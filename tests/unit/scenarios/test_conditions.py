@@ -113,3 +113,28 @@ def test_displaced_epoch_knowing_it_lost_is_not_a_condition(kind: str) -> None:
 def test_verifier_outcome_verified_from_displaced_epoch_is_never_stale() -> None:
     r = run([*takeover(), verify("v", 6, epoch=17)])
     assert r.findings() == []
+
+
+# --- many keys: the highest condition's keys are listed and named first -------------------------
+
+
+@pytest.mark.parametrize("committed", ["a-first", "z-last", "k13"])
+def test_a_commit_among_many_attempted_keys_is_listed_and_named_first(committed: str) -> None:
+    """25 attempted keys, then one more key committed, sorting before, after or among them: the
+    commit is critical, its key is listed first and named by the response as committed, and
+    every key the response names is listed (issue 33: a key sorting after the first 20 listed
+    crashed the engine, and with it `audit` and the worker)."""
+    attempts = [
+        ev(f"t{i:02}", "effect_attempted", W, 17, "alpha", seq=6 + i, key=f"k{i:02}")
+        for i in range(25)
+    ]
+    stale_commit = commit("c", 17, "alpha", seq=40, key=committed)
+    f = run([*takeover(), *attempts, stale_commit]).finding(W, 17)
+    assert (f.severity.value, f.sink_outcome) == ("critical", "committed")
+    assert f.effect_keys[0] == committed and len(f.effect_keys) == 20
+    keys = {f"k{i:02}" for i in range(25)} | {committed}
+    assert f.effect_keys_omitted == len(keys) - 20
+    assert f"committed {committed} after" in f.response
+    named = [k for k in sorted(keys - {committed}) if k in f.response]
+    assert named and set(named) <= set(f.effect_keys)
+    assert f"(and {len(keys) - 3} more effect keys)" in f.response
