@@ -145,8 +145,8 @@ class Config:
     # `advance` looks at every workflow only this often; in between, only at workflows with an
     # open finding or a release, so a tick costs little at millions of states.
     idle_sweep_s: float = 3600.0
-    missed_heartbeats: int = 2
-    jitter_reserve_s: float = 5.0
+    missed_heartbeats: int = 1  # R: DESIGN §4, the practice's own example
+    jitter_reserve_s: float = 20.0  # J
     # Distinct values each lease-health label (tool_class, model, provider) keeps; then `other`.
     max_label_values: int = MAX_LABEL_VALUES
 

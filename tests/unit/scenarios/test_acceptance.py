@@ -38,3 +38,10 @@ def test_seed_fixture_one_critical_finding_and_two_clean_workflows() -> None:
         ("critical", True),
         ("critical", False),
     ]
+
+
+def test_seed_fixture_draws_no_lease_warning() -> None:
+    """Its leases are the practice's own example, 90 s with a 30 s heartbeat: healthy under
+    DESIGN §4's defaults (R = 1, J = 20 s, T = H: 30 + 30 + 20 = 80 < 90)."""
+    r = run(seed_history())
+    assert r.detector.lease_health.warnings == []
