@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Final, NotRequired, TextIO
 
@@ -126,21 +127,34 @@ def load_expectation(path: str) -> Expectation:
 
 
 def check_expectation(result: AuditResult, expected: Expectation) -> list[str]:
-    """Differences between what the history produced and what the expectation file demands."""
-    problems: list[str] = []
+    """Differences between what the history produced and what the expectation file demands.
+
+    Each listed finding must be met by a finding of its own (DESIGN §6): a finding of its
+    workflow with that severity and status, those epochs and at least those conditions (kind,
+    and seq and cause where given) and effect keys. A field the entry leaves out is not
+    checked; an epoch given as `null` is (`"displaced_epoch": null` asks for a retry finding).
+    Any finding of the workflow may meet an entry, and the entries are assigned to findings one
+    to one by a maximum bipartite matching, so two identical entries need two findings and a
+    loose entry listed first cannot take the only finding a stricter one accepts. An entry left
+    unmet is reported with the differences of the closest finding of its workflow, or with the
+    entries holding the findings that meet it.
+    """
     findings = list(result.findings.values())
-    for want in expected.get("findings", []):
-        wf = want["workflow_key"]
-        epoch = want.get("displaced_epoch")
-        candidates = [
-            f
-            for f in findings
-            if f.workflow_key == wf and (f.displaced.owner_epoch if f.displaced else None) == epoch
-        ]
-        if not candidates:
-            problems.append(f"{wf}: no finding with displaced epoch {epoch}")
-            continue
-        problems.extend(f"{wf}: {p}" for p in _compare(candidates[0], want))
+    wants = expected.get("findings", [])
+    by_workflow: dict[str, list[int]] = {}
+    for j, f in enumerate(findings):
+        by_workflow.setdefault(f.workflow_key, []).append(j)
+    meets = [
+        [j for j in by_workflow.get(w["workflow_key"], []) if not _compare(findings[j], w)]
+        for w in wants
+    ]
+    owner = _one_to_one(meets)
+    taken = {j: i for i, j in enumerate(owner) if j is not None}
+    problems: list[str] = []
+    for i, want in enumerate(wants):
+        if owner[i] is None:
+            candidates = by_workflow.get(want["workflow_key"], [])
+            problems.append(_unmet(i, want, findings, candidates, meets[i], taken))
     for wf in expected.get("clean", []):
         got = [f for f in findings if f.workflow_key == wf]
         if got:
@@ -149,23 +163,110 @@ def check_expectation(result: AuditResult, expected: Expectation) -> list[str]:
     return problems
 
 
+def _one_to_one(meets: list[list[int]]) -> list[int | None]:
+    """A maximum matching of entries to the findings that meet them (augmenting paths, found
+    breadth first, without recursion): for each entry, the index of its finding, or None when
+    no assignment leaves it one."""
+    finding_of: list[int | None] = [None] * len(meets)
+    entry_of: dict[int, int] = {}
+    for root in range(len(meets)):
+        reached_from: dict[int, int] = {}  # a finding -> the entry the path reached it from
+        queue, free = [root], None
+        for i in queue:  # grows while it is read
+            for j in meets[i]:
+                if j in reached_from:
+                    continue
+                reached_from[j] = i
+                if j not in entry_of:
+                    free = j
+                    break
+                queue.append(entry_of[j])
+            if free is not None:
+                break
+        while free is not None:  # flip the path: each entry on it takes the next finding
+            i = reached_from[free]
+            finding_of[i], entry_of[free], free = free, i, finding_of[i]
+    return finding_of
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _epochs(want: ExpectedFinding) -> dict[str, int | None]:
+    """The epochs an entry names (`null` included), by their names in the file."""
+    named: dict[str, int | None] = {}
+    if "displaced_epoch" in want:
+        named["displaced_epoch"] = want["displaced_epoch"]
+    if "current_epoch" in want:
+        named["current_epoch"] = want["current_epoch"]
+    return named
+
+
+def _describe(want: ExpectedFinding) -> str:
+    parts = [f"{name} {_json(epoch)}" for name, epoch in _epochs(want).items()]
+    parts += [want[name] for name in ("severity", "status") if name in want]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _name(f: Finding) -> str:
+    displaced = f.displaced.owner_epoch if f.displaced else None
+    current = f.current.owner_epoch if f.current else None
+    return (
+        f"{f.finding_id} (displaced_epoch {_json(displaced)}, current_epoch {_json(current)}, "
+        f"{f.severity.value}, {f.status.value})"
+    )
+
+
+def _unmet(
+    i: int,
+    want: ExpectedFinding,
+    findings: list[Finding],
+    candidates: list[int],
+    meets: list[int],
+    taken: dict[int, int],
+) -> str:
+    """Why listed finding `i` (numbered from 1, as in the file) has no finding of its own."""
+    head = f"{want['workflow_key']}: expected finding {i + 1}{_describe(want)}"
+    if meets:
+        held = "; ".join(
+            f"{findings[j].finding_id} by expected finding {taken[j] + 1}" for j in meets
+        )
+        return (
+            f"{head}: each listed finding needs a finding of its own, and every finding that "
+            f"meets this one is already matched ({held})"
+        )
+    if not candidates:
+        return f"{head}: no finding for this workflow"
+    closest = min(candidates, key=lambda j: (len(_compare(findings[j], want)), j in taken))
+    of = f" of its {len(candidates)}" if len(candidates) > 1 else ""
+    return (
+        f"{head}: no finding matches; the closest{of}, {_name(findings[closest])}, differs: "
+        + "; ".join(_compare(findings[closest], want))
+    )
+
+
 def _compare(f: Finding, want: ExpectedFinding) -> list[str]:
+    """How `f` falls short of `want`: an empty list when it meets it."""
     problems = []
     for name, got in (("severity", f.severity.value), ("status", f.status.value)):
         expected = want.get(name)
         if expected is not None and expected != got:
             problems.append(f"{name} {got}, expected {expected}")
-    current = f.current.owner_epoch if f.current else None
-    if "current_epoch" in want and want["current_epoch"] != current:
-        problems.append(f"current epoch {current}, expected {want['current_epoch']}")
+    actual = {"displaced_epoch": f.displaced, "current_epoch": f.current}
+    for name, epoch in _epochs(want).items():
+        owner = actual[name]
+        got_epoch = owner.owner_epoch if owner else None
+        if got_epoch != epoch:
+            problems.append(f"{name} {_json(got_epoch)}, expected {_json(epoch)}")
     have = {(c.kind.value, c.seq, c.cause) for c in f.conditions}
     for c in want.get("conditions", []):
         key = (c["kind"], c.get("seq"), c.get("cause"))
         if not any(_cond_matches(key, h) for h in have):
-            problems.append(f"missing condition {dict(c)}")
+            problems.append(f"missing condition {_json(dict(c))}")
     missing_keys = set(want.get("effect_keys", [])) - set(f.effect_keys)
     if missing_keys:
-        problems.append(f"missing effect keys {sorted(missing_keys)}")
+        problems.append(f"missing effect keys {_json(sorted(missing_keys))}")
     return problems
 
 

@@ -32,7 +32,7 @@ MIN_TOKEN: Final = 16
 def split_listen(value: str) -> tuple[str, int]:
     """`127.0.0.1:8080` or `[::1]:8080` as (address, port); a ValueError otherwise."""
     host, colon, port = value.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not colon or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ValueError("no port")
     return str(ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))), int(port)
 

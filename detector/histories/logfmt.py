@@ -1,9 +1,13 @@
 """Job-queue log lines (`job_claimed job=8f1b token=42 worker=w1 seq=3`) as event mappings.
 
 The first bare word is the kind; `key=value` pairs follow, values optionally double-quoted.
-`attrs.X=` and `detail.X=` fill those objects. Integers and numbers are converted here because
-the event model is strict about its numeric fields (a JSON string is not an epoch, nor a lease
-duration).
+`attrs.X=` and `detail.X=` fill those objects. The value of a numeric field is a number only
+when it is written as JSON writes one (DESIGN §3: ASCII digits, an optional leading minus, no
+leading zero, an optional fraction and exponent), and it is then read by the JSON parser that
+reads the wire, so `token=1.0` and `"token": 1.0` are one thing. Any other value (a fullwidth
+or Arabic-Indic digit, `seq=+1`, `seq=1_000`, `seq=007`, `lease_duration_s=NaN`) stays a string,
+which the event model refuses as it refuses a JSON string there, naming the field: a required
+one (the epoch) costs the line, an optional one is dropped and reported.
 
 A line that says one thing twice and differently (a key repeated, `kind=` against the bare
 word, `attrs=` against `attrs.X=`), or whose quote never closes, is refused: picking one of the
@@ -18,14 +22,18 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from pydantic_core import from_json
+
 from detector.contracts.events import KIND_ALIASES, FieldDrop
 from detector.errors import SplitbrainError
 
 _TOKEN: Final = re.compile(r'\s*([^\s=]+)(?:=(?:("(?:[^"\\]|\\.)*")|(\S*)))?')
-_INTEGER_FIELDS: Final = frozenset({"owner_epoch", "token", "fencing_token", "seq"})
-_INT: Final = re.compile(r"-?\d+")
-_NUMBER_FIELDS: Final = frozenset({"lease_duration_s", "heartbeat_interval_s"})
-_NUMBER: Final = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")  # as JSON writes one
+# The event's numeric fields, under every name a line may give them (DESIGN §3).
+_NUMBER_FIELDS: Final = frozenset(
+    {"owner_epoch", "token", "fencing_token", "seq", "lease_duration_s", "heartbeat_interval_s"}
+)
+# A number as JSON (RFC 8259) writes one: `[0-9]`, never `\d`, which matches any Unicode digit.
+_JSON_NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _OBJECTS: Final = ("attrs", "detail")
 
 
@@ -81,10 +89,8 @@ def parse_logfmt_line(line: str) -> tuple[dict[str, Any], tuple[FieldDrop, ...]]
             _put(out, "kind", key, "kind")
             continue
         value: Any = plain if quoted is None else _unquote(quoted)
-        if key in _INTEGER_FIELDS and _INT.fullmatch(value):
-            value = int(value)
-        elif key in _NUMBER_FIELDS and _NUMBER.fullmatch(value):
-            value = float(value)
+        if key in _NUMBER_FIELDS and _JSON_NUMBER.fullmatch(value):
+            value = from_json(value)  # an int or a float exactly as the wire's parser reads it
         group, _, sub = key.partition(".")
         if group in _OBJECTS and isinstance(out.get(group), str if sub else dict):
             raise LogfmtError(f"{group} given both as {group}= and as {group}.X=")

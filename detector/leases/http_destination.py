@@ -65,6 +65,14 @@ _REQUIRED: Final = (JOB_HEADER, WORKER_HEADER, FENCE_HEADER, IDEMPOTENCY_HEADER)
 _BORROW_TIMEOUT_S: Final = 10.0
 
 
+def content_length(text: str | None) -> int | None:
+    """A Content-Length header's value, or None when it is missing or not ASCII digits (RFC 9110:
+    `1*DIGIT`; `str.isdigit` and `int` also take `²` and `٣`)."""
+    if text is None or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 class _Refused(Exception):  # noqa: N818 - an HTTP answer other than a receipt
     def __init__(self, status: HTTPStatus, error: str, field: str | None, reason: str) -> None:
         super().__init__(reason)
@@ -215,11 +223,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding") is not None:
             reason = "send a Content-Length, not Transfer-Encoding"
             raise _Refused(HTTPStatus.BAD_REQUEST, "bad_request", "Content-Length", reason)
-        length_text = self._header("Content-Length")
-        if length_text is None or not length_text.isdigit():
+        length = content_length(self._header("Content-Length"))
+        if length is None:
             reason = "missing or not a number"
             raise _Refused(HTTPStatus.BAD_REQUEST, "bad_request", "Content-Length", reason)
-        length, limit = int(length_text), self.server.max_body_bytes
+        limit = self.server.max_body_bytes
         if length > limit:
             reason = f"{length} bytes; the limit is {limit}"
             raise _Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", "body", reason)

@@ -6,8 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from detector.cli import main
+from detector.cli.audit import _one_to_one
 from detector.histories.audit import audit_lines
 from tests.paths import PUBLISHED, ROOT, SEED_EXPECTED, SEED_FIXTURE
 
@@ -705,3 +708,155 @@ def test_a_missing_expectation_is_exit_2(capsys: pytest.CaptureFixture[str]) -> 
     code, out, err = audit(capsys, str(FIXTURE), "--expect", "/nonexistent/expected.json")
     assert (code, out) == (2, "")
     assert "cannot read /nonexistent/expected.json" in err and err.count("\n") == 1
+
+
+def _committed(event_id: str, epoch: int, seq: int, key: str) -> str:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "kind": "effect_committed",
+            "workflow_key": "wf",
+            "owner_epoch": epoch,
+            "worker_id": f"w{epoch}",
+            "seq": seq,
+            "source": "destination",
+            "effect_key": key,
+        }
+    )
+
+
+def _acquired(event_id: str, epoch: int, seq: int) -> str:
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "kind": "lease_acquired",
+            "workflow_key": "wf",
+            "owner_epoch": epoch,
+            "worker_id": f"w{epoch}",
+            "seq": seq,
+            "source": "coordinator",
+        }
+    )
+
+
+# Two retry findings on one workflow (`displaced: null`): k1 committed twice under epoch 1,
+# then, after a clean handoff, k2 committed twice under epoch 2.
+TWO_RETRIES = [
+    _acquired("a1", 1, 1),
+    _committed("c1", 1, 2, "k1"),
+    _committed("c2", 1, 3, "k1"),
+    _acquired("a2", 2, 4),
+    _committed("c3", 2, 5, "k2"),
+    _committed("c4", 2, 6, "k2"),
+]
+
+
+def _retry(current: int | None = None, seq: int | None = None) -> dict[str, object]:
+    want: dict[str, object] = {
+        "workflow_key": "wf",
+        "severity": "warning",
+        "status": "open",
+        "displaced_epoch": None,
+        "conditions": [{"kind": "duplicate_effect", "cause": "retry"}],
+    }
+    if current is not None:
+        want["current_epoch"] = current
+    if seq is not None:
+        want["conditions"] = [{"kind": "duplicate_effect", "cause": "retry", "seq": seq}]
+    return want
+
+
+def _expect(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, *wants: dict[str, object]
+) -> tuple[int, list[str]]:
+    history, path = tmp_path / "h.jsonl", tmp_path / "expected.json"
+    history.write_text("\n".join(TWO_RETRIES) + "\n")
+    path.write_text(json.dumps({"findings": list(wants), "clean": []}))
+    code, out, _ = audit(capsys, str(history), "--format", "json", "--expect", str(path))
+    return code, [line for line in out.splitlines() if not line.startswith("{")]
+
+
+def test_the_history_has_two_retry_findings_on_one_workflow() -> None:
+    result = audit_lines(line.encode() for line in TWO_RETRIES)
+    got = sorted(
+        (f.displaced, f.current.owner_epoch if f.current else None, f.conditions[-1].seq)
+        for f in result.findings.values()
+    )
+    assert got == [(None, 1, 3), (None, 2, 6)]
+
+
+@pytest.mark.parametrize(
+    "want",
+    [_retry(current=2, seq=6), _retry(current=2), _retry(seq=6)],
+    ids=["by-epoch-and-seq", "by-epoch", "by-seq"],
+)
+def test_an_expected_finding_may_be_any_finding_of_its_workflow(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, want: dict[str, object]
+) -> None:
+    """DESIGN §6: each listed finding must exist. The checker compared an entry only with the
+    first finding of its displaced epoch, so the second retry finding could never be listed."""
+    assert _expect(capsys, tmp_path, want) == (0, ["PASS"])
+
+
+def test_two_listed_findings_need_two_findings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, lines = _expect(capsys, tmp_path, _retry(current=2), _retry(current=2))
+    assert (code, lines[-1]) == (1, "FAIL")
+    (problem,) = lines[:-1]
+    assert problem.startswith("  wf: expected finding 2 (displaced_epoch null, current_epoch 2,")
+    assert "needs a finding of its own" in problem and "by expected finding 1" in problem
+
+
+def test_entries_are_assigned_to_findings_one_to_one_not_first_come(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The first entry (any retry finding) could take the only finding the second (epoch 1)
+    accepts: a matching, not a greedy pass, gives each entry its own."""
+    assert _expect(capsys, tmp_path, _retry(), _retry(current=1)) == (0, ["PASS"])
+    assert _expect(capsys, tmp_path, _retry(), _retry(), _retry())[0] == 1
+
+
+def test_an_unmet_expectation_names_the_closest_finding_and_how_it_differs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    want = {**_retry(current=2, seq=7), "severity": "critical"}
+    code, lines = _expect(capsys, tmp_path, want, {"workflow_key": "other"})
+    assert (code, lines[-1]) == (1, "FAIL")
+    closest, other = lines[:-1]
+    assert closest.startswith("  wf: expected finding 1 (displaced_epoch null, current_epoch 2,")
+    assert "no finding matches; the closest of its 2, sb-" in closest
+    assert "(displaced_epoch null, current_epoch 2, warning, open), differs: " in closest
+    assert closest.endswith(
+        'severity warning, expected critical; missing condition {"kind": "duplicate_effect", '
+        '"seq": 7, "cause": "retry"}'
+    )
+    assert other == "  other: expected finding 2: no finding for this workflow"
+
+
+def _most_pairs(meets: list[list[int]], i: int = 0, used: frozenset[int] = frozenset()) -> int:
+    """The size of a maximum matching, by trying every assignment (small inputs only)."""
+    if i == len(meets):
+        return 0
+    skip = _most_pairs(meets, i + 1, used)
+    return max(
+        [skip, *(1 + _most_pairs(meets, i + 1, used | {j}) for j in meets[i] if j not in used)]
+    )
+
+
+@given(
+    st.integers(0, 5).flatmap(
+        lambda findings: st.lists(
+            st.lists(st.integers(0, findings - 1), unique=True) if findings else st.just([]),
+            max_size=5,
+        )
+    )
+)
+def test_entries_and_findings_are_matched_one_to_one_as_many_as_can_be(
+    meets: list[list[int]],
+) -> None:
+    owner = _one_to_one(meets)
+    held = [j for j in owner if j is not None]
+    assert len(held) == len(set(held))
+    assert all(j in meets[i] for i, j in enumerate(owner) if j is not None)
+    assert len(held) == _most_pairs(meets)

@@ -66,6 +66,16 @@ def test_bad_settings_name_their_flag_or_variable(
     assert line.startswith("splitbrain ui: SPLITBRAIN_UI_LISTEN='[::1]': expected")
 
 
+@pytest.mark.parametrize(
+    "port",
+    ["\N{ARABIC-INDIC DIGIT EIGHT}080", "80\N{FULLWIDTH DIGIT EIGHT}0", "\N{SUPERSCRIPT TWO}"],
+)
+def test_a_port_is_ascii_digits(capsys: pytest.CaptureFixture[str], port: str) -> None:
+    """`str.isdigit` and `int` take any Unicode digit: `٨080` was port 8080."""
+    (line,) = refusal(capsys, "--listen", f"127.0.0.1:{port}")
+    assert line.startswith(f"splitbrain ui: --listen='127.0.0.1:{port}': expected an IP address")
+
+
 def test_a_token_is_never_a_flags_value(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["ui", *BOOT, "--token", "a-token-of-sixteen-chars"])
