@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, Field, create_model
 
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
-from detector.core import Config
+from detector.core import Config, Detector
 from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
 from detector.runtime.settings import Guarantee, Store, WorkerSettings
 from detector.settings import (
@@ -180,6 +180,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 @reports_kafka_errors("worker")
 def run(args: argparse.Namespace) -> int:
+    return run_worker(args, Detector)
+
+
+def run_worker(args: argparse.Namespace, engine: type[Detector]) -> int:
+    """The worker of the parsed `args`, whose partitions each run an `engine` (a test's can
+    raise on purpose: `detector.testing.faulty_worker`)."""
     options = WorkerCommandSettings.from_args(args)
     logging.basicConfig(
         level=options.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -197,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     if options.runtime == "faust":
         from detector.runtime.faust import run_faust_worker  # noqa: PLC0415
 
-        return run_faust_worker(settings, metrics)
+        return run_faust_worker(settings, metrics, engine)
     from detector.runtime.kafka_loop import run_kafka_loop  # noqa: PLC0415
 
-    return run_kafka_loop(settings, metrics)
+    return run_kafka_loop(settings, metrics, engine)

@@ -20,6 +20,8 @@ class DeadLetter:
     topic: str
     partition: int
     offset: int
+    # More headers after the common ones, such as what an engine error gives to group by.
+    details: tuple[tuple[str, str], ...] = ()
 
     @property
     def reason_code(self) -> str:
@@ -33,6 +35,7 @@ class DeadLetter:
             ("source.topic", self.topic.encode()),
             ("source.partition", str(self.partition).encode()),
             ("source.offset", str(self.offset).encode()),
+            *((name, value.encode()) for name, value in self.details),
         ]
 
 

@@ -396,6 +396,23 @@ class Detector:
         touched = self._ingest(st, ev, at, uncertain)
         return self._settle_all(key, st, at, touched) if touched else []
 
+    def failed(self, workflow_key: str) -> None:
+        """An event of `workflow_key` made `observe` raise, and the caller goes on without it (a
+        worker dead-letters it): later revisions of the workflow's findings say
+        `evidence_truncated`, and are never of high confidence.
+
+        The state stays as the exception left it. `observe` changes it in place, one field at a
+        time, so each field still holds a value of its type: what it lacks is part of what that
+        one event would have added, and the mark says so. Rolling back would take a copy of
+        every state before every event. Should what it left make a later event of the workflow
+        raise too, that event goes the same way: the workflow degrades, its partition does not.
+        Nothing is rendered here (rendering may be what raised): each finding carries the mark
+        from its next revision on, and none is published twice since none is published here."""
+        st = self.states.get(workflow_key)
+        if st is None:
+            st = self.states[workflow_key] = WorkflowState()
+        self._cut(st, Cut.ENGINE_ERROR)
+
     def _acquired(
         self,
         key: str,

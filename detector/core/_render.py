@@ -46,7 +46,7 @@ _COMMITTING: Final = frozenset(
 )
 _KEYS_IN_RESPONSE: Final = 3
 # Cuts that can change any finding of the workflow, not only the one whose evidence they cut.
-_WORKFLOW_CUTS: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS
+_WORKFLOW_CUTS: Final = Cut.ACQUISITIONS | Cut.EFFECT_KEYS | Cut.ENGINE_ERROR
 
 
 def severity_of(cond: ConditionRecord) -> Severity:

@@ -59,6 +59,7 @@ class Cut(IntFlag):
     EFFECT_KEYS = 4  # a duplicate of a forgotten commit cannot be found
     EVENT_IDS = 8  # a redelivery of a forgotten id cannot be recognised
     CLOCK = 16  # the times silence is measured on
+    ENGINE_ERROR = 32  # an event the engine raised on: what it did of it may be incomplete
 
 
 Point = tuple[int | None, int, str]  # (seq, pos, event_id): an occurrence awaiting verification

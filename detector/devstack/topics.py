@@ -122,10 +122,11 @@ def open_transactions(admin: AdminClient, topics: Iterable[str]) -> list[str]:
 
 
 def lagging_partitions(admin: AdminClient, topics: WorkerTopics) -> list[int]:
-    """The input partitions the group has not committed to their end."""
+    """The input partitions the group has not committed to their end (an empty one has none
+    to commit)."""
     ends = end_offsets(admin, topics.input, IsolationLevel.READ_UNCOMMITTED)
     committed = group_offsets(admin, topics.group, topics.input)
-    return sorted(p for p, end in ends.items() if committed.get(p, -1) < end)
+    return sorted(p for p, end in ends.items() if end and committed.get(p, -1) < end)
 
 
 def quiescent(admin: AdminClient, topics: WorkerTopics) -> bool:

@@ -88,8 +88,10 @@ class KafkaLoopWorker:
         settings: WorkerSettings,
         metrics: WorkerMetrics,
         tracing: WorkerTracing | None = None,
+        engine: type[Detector] = Detector,
     ) -> None:
         self.s = settings
+        self.engine = engine  # the class of each partition's engine
         self.metrics = metrics
         self.tracing = tracing or WorkerTracing.off()
         self.partitions: dict[int, PartitionState] = {}
@@ -418,7 +420,7 @@ class KafkaLoopWorker:
 
     def _fresh(self, partition: int) -> PartitionState:
         store = open_store(self.s.store, self.s.state_dir / self.s.instance_id, partition)
-        detector = Detector(config=self.s.engine, states=store.states)
+        detector = self.engine(config=self.s.engine, states=store.states)
         processor = PartitionProcessor(
             partition, detector, self.metrics, tracing=self.tracing.partition(partition)
         )
@@ -449,11 +451,13 @@ def _coordinates(msg: Message) -> tuple[str, int, int]:
     return topic, partition, offset
 
 
-def run_kafka_loop(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
+def run_kafka_loop(
+    settings: WorkerSettings, metrics: WorkerMetrics, engine: type[Detector] = Detector
+) -> int:
     tracing = WorkerTracing.from_env(
         topic=settings.input_topic, group=settings.group_id, instance=settings.instance_id
     )
     try:
-        return KafkaLoopWorker(settings, metrics, tracing).run()
+        return KafkaLoopWorker(settings, metrics, tracing, engine).run()
     finally:
         tracing.shutdown()  # export the spans still buffered

@@ -3,8 +3,8 @@
 A runtime only moves records: it polls, hands each record to `PartitionProcessor.process`, lets
 time pass with `tick`, and writes what the `Outcome` says (finding revisions and dead letters to
 their topics, changed workflow states to the changelog) inside its transaction. Admission,
-detection, the quiet-period clock, the finding log line and every per-record metric are decided
-here, once.
+detection, the quiet-period clock, the finding log line, every per-record metric and what an
+exception of the engine costs (one event, never the partition) are decided here, once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from detector.contracts.dead_letters import DeadLetter
+from detector.contracts.events import OwnershipEvent
 from detector.core import Detector, FindingUpdate
+from detector.runtime.engine_errors import EngineError
 from detector.runtime.intake import admit
 from detector.telemetry.metrics import WorkerMetrics
 from detector.telemetry.trace_context import Headers
@@ -78,7 +80,13 @@ class PartitionProcessor:
             self.metrics.fields_dropped(admitted, partition)
         if self.tracing is not None:
             self.tracing.remember(admitted)
-        updates = self.detector.observe(admitted, at=now)
+        try:
+            updates = self.detector.observe(admitted, at=now)
+        except Exception as exc:
+            error = EngineError.of(exc)
+            self._failed(admitted, error, topic, offset)
+            dead = error.dead_letter(key, value, topic, partition, offset)
+            return Outcome(dead_letter=dead, changed={admitted.workflow_key})
         self._published(updates)
         return Outcome(updates, None, {admitted.workflow_key})
 
@@ -99,6 +107,25 @@ class PartitionProcessor:
         # A resolved finding's new revision lives in its state: persist it with the revision,
         # or a restore would publish the same (finding_id, revision) again.
         return Outcome(advanced.updates, None, advanced.changed)
+
+    def _failed(self, event: OwnershipEvent, error: EngineError, topic: str, offset: int) -> None:
+        """The engine raised on `event`: one event must never stop a partition, so it goes to
+        the DLQ (the caller's outcome) and the partition goes on. Its offset commits with the
+        rest of the transaction and its workflow's state, marked (`Detector.failed`), with it:
+        a restart does not meet the event again."""
+        self.detector.failed(event.workflow_key)
+        self.metrics.engine_error(self.partition)
+        log.error(
+            "engine error on %s[%d]@%d (workflow#%s): %s, traceback %s; the event is "
+            "dead-lettered and its workflow's findings say evidence_truncated\n%s",
+            topic,
+            self.partition,
+            offset,
+            _short_hash(event.workflow_key),
+            error.error_class,
+            error.traceback_hash,
+            error.stack,
+        )
 
     def _published(self, updates: list[FindingUpdate]) -> None:
         for update in updates:

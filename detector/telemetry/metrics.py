@@ -215,6 +215,13 @@ class WorkerMetrics:
             "or incomplete there, and its revisions say evidence_truncated",
             registry=r,
         )
+        self.engine_errors = Counter(
+            "splitbrain_engine_errors_total",
+            "Events the engine raised an exception on: each went to the dead-letter topic with "
+            "the error's class and traceback hash, and its workflow's later findings say "
+            "evidence_truncated (detection there is degraded)",
+            registry=r,
+        )
         self.evictions = Counter(
             "splitbrain_state_evictions_total", "Workflow states evicted", ["cause"], registry=r
         )
@@ -392,6 +399,9 @@ class WorkerMetrics:
     def dead_letter(self, reason: str, partition: int) -> None:
         self._count(partition, self.dlq, reason)
 
+    def engine_error(self, partition: int) -> None:
+        self._count(partition, self.engine_errors)
+
     def fields_dropped(self, event: OwnershipEvent, partition: int) -> None:
         """Count the optional fields `admit` dropped from an event it kept (none: no work)."""
         for drop in event.dropped_fields:
@@ -541,7 +551,7 @@ class WorkerMetrics:
             for (counter, labels), amount in self._pending.pop(partition, {}).items():
                 trace_id = exemplars.get((counter, labels))
                 exemplar = None if trace_id is None else {"trace_id": trace_id}
-                counter.labels(*labels).inc(amount, exemplar)
+                (counter.labels(*labels) if labels else counter).inc(amount, exemplar)
         self.transactions.labels("committed").inc()
         self.commit_seconds.observe(seconds)
         self.batch_events.observe(events)

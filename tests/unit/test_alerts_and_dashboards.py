@@ -97,6 +97,7 @@ def test_rules_pass_their_promtool_unit_tests(promtool: str) -> None:
         (RULES, "< 120", "< 1200", "SplitbrainDetectionStalled"),
         (RULES, "lag_records[15m])) > 0", "lag_records[15m])) >= 0", "SplitbrainFallingBehind"),
         (RULES, "> 0.01", "> 0.1", "SplitbrainLeaseNearExpiry"),
+        (RULES, "engine_errors_total[30m]", "engine_errors_total[5m]", "SplitbrainEngineError"),
         (
             RULES,
             'seconds_bucket{le="5.0"}',
@@ -149,6 +150,7 @@ def exported_samples() -> dict[str, set[str]]:
     metrics = WorkerMetrics(CollectorRegistry())
     metrics.event("heartbeat", 0)
     metrics.dead_letter("invalid", 0)
+    metrics.engine_error(0)
     metrics.finding_revision(
         FindingUpdate(
             SimpleNamespace(severity=Severity.CRITICAL, status=Status.OPEN, revision=1),  # type: ignore[arg-type]
@@ -353,6 +355,7 @@ def test_known_label_values_are_exported_before_their_first_increment() -> None:
     )
     assert "splitbrain_findings_escalated_total[('severity', 'critical')] 0.0" in text
     assert "splitbrain_transactions_total[('outcome', 'aborted')] 0.0" in text
+    assert "splitbrain_engine_errors_total[] 0.0" in text
 
 
 # ---- the rules as a reader meets them ---------------------------------------------------------

@@ -15,7 +15,7 @@ from detector.cli import main
 from detector.cli.main import build_parser
 from detector.cli.worker import WorkerCommandSettings
 from detector.contracts.topics import GROUP_ID
-from detector.core import Config
+from detector.core import Config, Detector
 from detector.runtime import kafka_loop
 from detector.runtime.settings import WorkerSettings
 from detector.settings import ENV_PREFIX, SettingsError, flag
@@ -39,8 +39,9 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[WorkerSettings]:
     """The settings the kafka runtime was started with, instead of starting it."""
     runs: list[WorkerSettings] = []
 
-    def run_kafka_loop(settings: WorkerSettings, metrics: object) -> int:
+    def run_kafka_loop(settings: WorkerSettings, metrics: object, engine: type[Detector]) -> int:
         assert settings.state_dir.is_dir()
+        assert engine is Detector  # the command's engine raises on no event on purpose
         runs.append(settings)
         return 0
 

@@ -64,8 +64,10 @@ class FaustWorker:
         credentials: CredentialsT | None,
         metrics: WorkerMetrics,
         tracing: WorkerTracing | None = None,
+        engine: type[Detector] = Detector,
     ) -> None:
         self.settings = settings
+        self.engine = engine  # the class of each partition's engine
         self.metrics = metrics
         self.tracing = tracing or WorkerTracing.off()
         self.engines: dict[int, PartitionEngine] = {}
@@ -200,7 +202,7 @@ class FaustWorker:
         engine = self.engines.get(partition)
         if engine is None:
             states = PartitionStates(self.table, partition)
-            detector = Detector(config=self.settings.engine, states=states)
+            detector = self.engine(config=self.settings.engine, states=states)
             processor = PartitionProcessor(
                 partition, detector, self.metrics, tracing=self.tracing.partition(partition)
             )
@@ -292,7 +294,9 @@ def _host_label(text: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", text.lower()).strip("-")[:63] or "worker"
 
 
-def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
+def run_faust_worker(
+    settings: WorkerSettings, metrics: WorkerMetrics, engine: type[Detector] = Detector
+) -> int:
     """Run the faust worker until SIGTERM: 0 after a graceful stop, 1 after a crash, 2 when the
     cluster or the settings do not allow it to start."""
     if settings.store != "memory":
@@ -311,6 +315,7 @@ def run_faust_worker(settings: WorkerSettings, metrics: WorkerMetrics) -> int:
                 credentials=broker_credentials(settings.kafka),
                 metrics=metrics,
                 tracing=tracing,
+                engine=engine,
             )
         except (FaustRuntimeError, TopologyError, KafkaClientError, ssl.SSLError, OSError) as exc:
             log.error("cannot start the faust worker: %s", exc)
