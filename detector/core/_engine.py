@@ -860,7 +860,9 @@ class Detector:
 
     # ---- time ------------------------------------------------------------------------------
 
-    def advance(self, now: float) -> Advanced:
+    def advance(
+        self, now: float, on_error: Callable[[str, Exception], None] | None = None
+    ) -> Advanced:
         """Let the worker's time pass: resolve episodes whose displaced owner went quiet; evict
         idle state. Returns the revisions to publish and the workflows to persist.
 
@@ -868,6 +870,10 @@ class Detector:
         tick costs what it finds to do, however many workflows and open findings are held. Idle
         workflows are found by a sweep of every state at most every `idle_sweep_s`, so one is
         evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
+
+        `on_error`: a worker's, so that an exception on one workflow costs that workflow alone
+        (marked as `failed`, no longer watched until the next sweep) and is reported; without
+        it (`audit`, tests) the exception goes up.
         """
         updates: list[FindingUpdate] = []
         changed: set[str] = set()
@@ -876,52 +882,65 @@ class Detector:
         if sweep:
             self._swept_at = now
         for key in self._swept_keys(now) if sweep else self._due_keys(now):
-            st = self.states.get(key)
-            if st is None:
+            try:
+                self._advance_one(key, now, sweep, updates, changed)
+            except Exception as exc:
+                if on_error is None:
+                    raise
+                self.failed(key)
                 self._watched.discard(key)
-                continue
-            open_eps = [ep for ep in st.episodes.values() if ep.status is Status.OPEN]
-            if open_eps:
-                resolved = self._settle_all(key, st, now, open_eps)
-                if resolved:
-                    updates.extend(resolved)
-                    changed.add(key)
-            idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
-            settled = all(ep.status is Status.RESOLVED for ep in st.episodes.values())
-            released = (
-                st.released_at is not None
-                and now - st.released_at >= cfg.quiet_period_s
-                and settled
-            )
-            if not (released or idle):
-                self._watch(key, st)
-                self._schedule(key, st, now)
-                continue
-            if not st.episodes and st.past is None:
-                del self.states[key]
-            elif idle and settled:
-                # Forgotten, but its findings must never restart their revisions: what their
-                # later revisions need is kept (`WorkflowState.remnant`).
-                self.states[key] = st.remnant()
-            elif st.evidence or st.ids:
-                # Compacted: acquisitions, fences, effects and episodes stay; raw events go.
-                self._remember(st, st.evidence)
-                st.evidence = ()
-                st.undisplaced = None
-                forget_packed(st)
-                st.ids = None
-                st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
-                st.released_at = None
-            else:
-                self._watch(key, st)
-                continue
-            self._watch(key, self.states.get(key))
-            changed.add(key)
-            if idle:
-                self.counters.evicted_idle += 1
-            else:
-                self.counters.evicted_released += 1
+                self._due_at.pop(key, None)
+                changed.add(key)
+                on_error(key, exc)
         return Advanced(updates, changed)
+
+    def _advance_one(
+        self, key: str, now: float, sweep: bool, updates: list[FindingUpdate], changed: set[str]
+    ) -> None:
+        cfg = self.config
+        st = self.states.get(key)
+        if st is None:
+            self._watched.discard(key)
+            return
+        open_eps = [ep for ep in st.episodes.values() if ep.status is Status.OPEN]
+        if open_eps:
+            resolved = self._settle_all(key, st, now, open_eps)
+            if resolved:
+                updates.extend(resolved)
+                changed.add(key)
+        idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
+        settled = all(ep.status is Status.RESOLVED for ep in st.episodes.values())
+        released = (
+            st.released_at is not None and now - st.released_at >= cfg.quiet_period_s and settled
+        )
+        if not (released or idle):
+            self._watch(key, st)
+            self._schedule(key, st, now)
+            return
+        if not st.episodes and st.past is None:
+            del self.states[key]
+        elif idle and settled:
+            # Forgotten, but its findings must never restart their revisions: what their
+            # later revisions need is kept (`WorkflowState.remnant`).
+            self.states[key] = st.remnant()
+        elif st.evidence or st.ids:
+            # Compacted: acquisitions, fences, effects and episodes stay; raw events go.
+            self._remember(st, st.evidence)
+            st.evidence = ()
+            st.undisplaced = None
+            forget_packed(st)
+            st.ids = None
+            st.cut |= int(Cut.EVIDENCE) | _IDS_CUT
+            st.released_at = None
+        else:
+            self._watch(key, st)
+            return
+        self._watch(key, self.states.get(key))
+        changed.add(key)
+        if idle:
+            self.counters.evicted_idle += 1
+        else:
+            self.counters.evicted_released += 1
 
     def _swept_keys(self, now: float) -> list[str]:
         """Every state a sweep must look at; a store that keeps states encoded names only those

@@ -95,7 +95,7 @@ class PartitionProcessor:
         if self.last_tick is not None and now - self.last_tick < TICK_EVERY_S:
             return None
         self.last_tick = now
-        advanced = self.detector.advance(now)
+        advanced = self.detector.advance(now, self._tick_failed)
         self._published(advanced.updates)
         partition = self.partition
         self.metrics.state(partition, len(self.detector.states))
@@ -122,6 +122,22 @@ class PartitionProcessor:
             self.partition,
             offset,
             _short_hash(event.workflow_key),
+            error.error_class,
+            error.traceback_hash,
+            error.stack,
+        )
+
+    def _tick_failed(self, workflow_key: str, exc: Exception) -> None:
+        """The engine raised while time passed for one workflow: that workflow alone is marked
+        (its findings say evidence_truncated), counted and logged as an event's error is; the
+        others' time goes on, and the tick commits."""
+        error = EngineError.of(exc)
+        self.metrics.engine_error(self.partition)
+        log.error(
+            "engine error letting time pass on partition %d (workflow#%s): %s, traceback %s; "
+            "its findings say evidence_truncated\n%s",
+            self.partition,
+            _short_hash(workflow_key),
             error.error_class,
             error.traceback_hash,
             error.stack,

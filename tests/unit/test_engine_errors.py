@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -122,3 +123,34 @@ def test_one_bug_hashes_the_same_whatever_the_event_and_another_one_not() -> Non
 
 def keyed(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
     return [(parse_event_json(line).workflow_key.encode(), line) for line in lines]
+
+
+class _RaisesOnTime(Detector):
+    """An engine whose time step raises for one workflow: the bug of a quiet-period check."""
+
+    def _advance_one(self, key: str, *args: Any) -> None:
+        if key == LEDGER:
+            raise KeyError(key)
+        super()._advance_one(key, *args)
+
+
+def test_an_exception_letting_time_pass_costs_its_workflow_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`tick` is no event, but one workflow's exception there must not stop the partition (at
+    every tick, and at every restart from the same state): the others' time goes on."""
+    p = PartitionProcessor(0, _RaisesOnTime(), WorkerMetrics(CollectorRegistry()))
+    other = [line.replace(LEDGER.encode(), b"other") for line in fixture()]
+    for i, (k, v) in enumerate([*keyed(fixture()), *keyed(other)]):
+        p.process(k, v, TOPIC, i, now=1.0)
+    with caplog.at_level(logging.ERROR, logger="detector.runtime.processor"):
+        ticked = p.tick(1.0 + 8 * 24 * 3600.0)  # past every quiet period and the idle TTL
+    assert ticked is not None and {LEDGER, "other"} <= ticked.changed  # its time went on
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "KeyError" in line and LEDGER not in line
+    p.metrics.committed(0.01, 1)
+    assert p.metrics.registry.get_sample_value("splitbrain_engine_errors_total") == 1
+    assert LEDGER in p.detector.truncated_workflows()
+    # Without a worker's handler (`audit`, tests) the exception goes up.
+    with pytest.raises(KeyError):
+        p.detector.advance(1.0 + 16 * 24 * 3600.0)
