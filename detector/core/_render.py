@@ -125,6 +125,12 @@ def _retry_owners(top: ConditionRecord, now: str) -> str:
     return f"twice by {workers[-1]}{epoch}" if workers else f"twice by {now}"
 
 
+def _entitled(current: Owner | None) -> str:
+    """The sentence that names the finding's `current` owner as the one now entitled to act
+    (DESIGN §5); none when no owner is known."""
+    return "" if current is None else f" {_who(current, '')} is the owner now entitled to act."
+
+
 def _response(
     top: ConditionRecord,
     ep: Episode,
@@ -132,6 +138,8 @@ def _response(
     displaced: Owner | None,
     current: Owner | None,
 ) -> str:
+    """What to do and to whom: every response names `current`, when known, as the owner now
+    entitled to act; a duplicate's also names the owners of its own commits."""
     who = _who(displaced, "the worker")
     now = _who(current, "the current owner")
     if top.kind is ConditionKind.DUPLICATE_EFFECT:
@@ -139,18 +147,28 @@ def _response(
             return (
                 f"{top.effect_key} was committed {_retry_owners(top, now)}: check the "
                 "destination's idempotency key, treat the outcome as uncertain until it is "
-                "verified, and do not retry it again."
+                f"verified, and do not retry it again.{_entitled(current)}"
             )
-        # Named from the duplicate's own commits, not from whoever holds the lease now.
+        # Named from the duplicate's own commits, not from whoever holds the lease now; then
+        # whoever does (a later epoch than either commit's, after another takeover).
         owners = [
             f"{w} (epoch {e})" for w, e in zip(top.workers or (), top.epochs or (), strict=False)
         ]
         pair = " and ".join(owners) if owners else f"{who} and {now}"
+        if current is not None:
+            retry = f"do not auto-retry {now}, the owner now entitled to act."
+        else:
+            retry = f"do not auto-retry {owners[-1] if owners else now}."
         return (
             f"{top.effect_key} was committed under two owners ({pair}). Treat the outcome as "
-            "uncertain until an external check or a human verifies it; do not auto-retry "
-            f"{owners[-1] if owners else now}."
+            f"uncertain until an external check or a human verifies it; {retry}"
         )
+    return _stale_response(top, ep, listed, who, now) + _entitled(current)
+
+
+def _stale_response(
+    top: ConditionRecord, ep: Episode, listed: list[str], who: str, now: str
+) -> str:
     if top.kind is ConditionKind.STALE_ACTIVITY:
         return (
             f"Stop or quarantine {who}; it lost the lease to {now} but is still working. "
