@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from detector.contracts.findings import Finding
+from detector.contracts.findings import Finding, Owner
 
 _VERB: Final = {
     "stale_activity": "was still active",
@@ -45,6 +45,31 @@ def witness(f: Finding) -> str:
         how = "under epochs" if d.cause == "failover" else "twice under epoch"
         parts.append(f"{d.effect_key} was committed {how} {epochs} {_at(d.seq, d.event_id)}.")
     return " ".join(parts)
+
+
+def context_sides(f: Finding) -> list[tuple[str, str]]:
+    """The finding's `context` (DESIGN §5), one (what it is of, "key=value, …") per side that
+    has one: the source system's words for the work and its owners. Not yet escaped."""
+    ctx = f.context
+    if ctx is None:
+        return []
+    sides = (
+        (_of_owner("displaced owner", f.displaced), ctx.displaced),
+        ("latest condition", ctx.latest_condition),
+        (_of_owner("current owner", f.current), ctx.current),
+    )
+    return [
+        (label, ", ".join(f"{k}={v}" for k, v in side.items())) for label, side in sides if side
+    ]
+
+
+def _of_owner(label: str, owner: Owner | None) -> str:
+    return label if owner is None else f"{label} (epoch {owner.owner_epoch})"
+
+
+def context_text(f: Finding) -> str:
+    """The finding's `context` on one line ("" without one). Not yet escaped."""
+    return "; ".join(f"{label}: {words}" for label, words in context_sides(f))
 
 
 def count(n: int, noun: str) -> str:
@@ -90,5 +115,7 @@ def finding_lines(findings: Iterable[Finding]) -> list[str]:
             out.append(f"    seq {seq:>6}  {c.event_id:<12} {c.kind.value}{extra}")
         if f.conditions_omitted:
             out.append(f"    … and {count(f.conditions_omitted, 'more condition')}")
+        for label, words in context_sides(f):
+            out.append(f"  context of the {label}: {words}")
         out.append(f"  response: {f.response}")
     return out

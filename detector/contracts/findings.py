@@ -7,7 +7,7 @@ reader that missed earlier ones still has everything the on-call human needs.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +77,27 @@ class Condition(_Frozen):
     epochs: list[int] | None = Field(default=None, exclude_if=_absent)
 
 
+# A finding's `context` (DESIGN §5): at most this many entries per side, each key and value at
+# most this many characters (a longer one is cut and ends in "…").
+MAX_CONTEXT_ENTRIES: Final = 16
+MAX_CONTEXT_CHARS: Final = 128
+_ContextText = Annotated[str, Field(max_length=MAX_CONTEXT_CHARS)]
+ContextSide = Annotated[dict[_ContextText, _ContextText], Field(max_length=MAX_CONTEXT_ENTRIES)]
+
+
+class FindingContext(_Frozen):
+    """The source system's own words for the work and its owners, as an adapter or emitter put
+    them in `attrs` and `detail` (a task or activity name, an attempt number, a lease's name,
+    the cause of a move). Three sides, each left out when there is nothing to show: the
+    displaced owner's acquisition, the event of the finding's latest condition, and the current
+    owner's acquisition. `attrs` come first, then `detail`, each sorted by key; a `detail` value
+    that is no string is written as JSON writes it (`1`, `true`), a nested one as compact JSON."""
+
+    displaced: ContextSide | None = Field(default=None, exclude_if=_absent)
+    latest_condition: ContextSide | None = Field(default=None, exclude_if=_absent)
+    current: ContextSide | None = Field(default=None, exclude_if=_absent)
+
+
 class EvidenceLag(_Frozen):
     """How far after the takeover the latest stale evidence happened."""
 
@@ -112,6 +133,8 @@ class Finding(_Frozen):
     evidence_truncated: bool = False
     conditions_omitted: int = Field(default=0, ge=0, exclude_if=_zero)
     effect_keys_omitted: int = Field(default=0, ge=0, exclude_if=_zero)
+    # Optional for readers (absent means none): the source system's words (`FindingContext`).
+    context: FindingContext | None = Field(default=None, exclude_if=_absent)
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True)

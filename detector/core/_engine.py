@@ -37,6 +37,7 @@ from detector.contracts.events import Kind, OwnershipEvent, Source
 from detector.contracts.findings import ConditionKind, Finding, Severity, Status
 
 from ._clock import believe
+from ._context import context_of
 from ._episode import add_condition, verify
 from ._labels import MAX_LABEL_VALUES, LabelBounds
 from ._lease import LeaseHealth
@@ -103,6 +104,8 @@ _REJECTED: Final = Kind.EFFECT_REJECTED.value
 _DESTINATION: Final = Source.DESTINATION.value
 _VERIFIER: Final = Source.VERIFIER.value
 _ACTIVITY_KINDS: Final = frozenset({_HEARTBEAT, Kind.PROGRESS.value})
+# Kinds whose record keeps its event's context: acquisitions, and what can be a condition.
+_CONTEXT_KINDS: Final = frozenset({_ACQUIRED_VALUE, *STALE_CONDITION})
 # Kinds that change the compact state whoever sends them (the rest only when displaced).
 _COMPACT_KINDS: Final = frozenset({_COMMITTED, _REJECTED, _VERIFIED, *_FENCES})
 _IDS_FROM: Final = LIST_FROM  # records a workflow holds before its ids get an index
@@ -356,7 +359,19 @@ class Detector:
             tie = ("0" if kind == _ACQUIRED_VALUE else "1") + event.event_id  # acquisitions first
             self._clock(st, seq, pos, obs, worker, source, tie)
         if kind == _ACQUIRED_VALUE:
-            acq = new_record(AcquisitionRecord, (epoch, seq, pos, event.event_id, worker, obs))
+            # What a finding's `context` shows of it (DESIGN §5) is kept with its record.
+            acq = new_record(
+                AcquisitionRecord,
+                (
+                    epoch,
+                    seq,
+                    pos,
+                    event.event_id,
+                    worker,
+                    obs,
+                    context_of(event.attrs, event.detail),
+                ),
+            )
             self._acquire(st, acq, event, late)
             return self._acquired(key, st, acq, late, at, uncertain)
         trace = event.trace_id
@@ -373,6 +388,7 @@ class Detector:
                 worker,
                 obs,
                 None if trace is None else f"{trace}-{event.span_id or ''}",
+                context_of(event.attrs, event.detail) if kind in _CONTEXT_KINDS else None,
             ),
         )
         kept = st.evidence

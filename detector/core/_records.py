@@ -17,12 +17,16 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 from detector.contracts.findings import ConditionKind
 
+from ._context import Context, context_row
+
 
 class EventRecord(NamedTuple):
     """An observed event, reduced to what the rules read.
 
     `kind` and `source` hold the enums' plain string values: a tuple of only strings, numbers
     and None is dropped by the cyclic garbage collector, which matters at millions of them.
+    `ctx` is the event's `attrs` and `detail` as a finding's `context` shows them (`_context`):
+    one shared tuple, or None, kept only for kinds that can be a finding's latest condition.
     """
 
     event_id: str
@@ -35,10 +39,11 @@ class EventRecord(NamedTuple):
     worker_id: str
     obs: float | None
     trace: str | None = None
+    ctx: Context | None = None
 
 
 class AcquisitionRecord(NamedTuple):
-    """An acquisition: the moment an epoch became authoritative."""
+    """An acquisition: the moment an epoch became authoritative. `ctx`: as `EventRecord`'s."""
 
     epoch: int
     seq: int | None
@@ -46,6 +51,7 @@ class AcquisitionRecord(NamedTuple):
     event_id: str
     worker_id: str
     obs: float | None
+    ctx: Context | None = None
 
 
 class ConditionRecord(NamedTuple):
@@ -282,6 +288,8 @@ def event_of(row: list[Any]) -> EventRecord:
     """A record from its row, its kind, source and worker one shared string each, as the engine
     holds them (a restored state is otherwise larger than the one it was written from)."""
     eid, kind, epoch, seq, pos, source, key, worker, *rest = row
+    if len(rest) > 2:  # version 7 on: its context, one shared tuple again
+        rest[2] = context_row(rest[2])
     return EventRecord(
         eid, intern(kind), epoch, seq, pos, intern(source), key, intern(worker), *rest
     )

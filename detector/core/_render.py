@@ -16,11 +16,13 @@ from detector.contracts.findings import (
     EventRef,
     EvidenceLag,
     Finding,
+    FindingContext,
     Owner,
     Severity,
     StaleEventRef,
 )
 
+from ._context import Context, as_dict
 from ._episode import SHOWN_KEYS, outcome, rejected, shown
 from ._records import AcquisitionRecord, ConditionRecord, EventRecord, in_order
 from ._rules import (
@@ -125,6 +127,12 @@ def _retry_owners(top: ConditionRecord, now: str) -> str:
     return f"twice by {workers[-1]}{epoch}" if workers else f"twice by {now}"
 
 
+def _entitled(current: Owner | None) -> str:
+    """The sentence that names the finding's `current` owner as the one now entitled to act
+    (DESIGN §5); none when no owner is known."""
+    return "" if current is None else f" {_who(current, '')} is the owner now entitled to act."
+
+
 def _response(
     top: ConditionRecord,
     ep: Episode,
@@ -132,6 +140,8 @@ def _response(
     displaced: Owner | None,
     current: Owner | None,
 ) -> str:
+    """What to do and to whom: every response names `current`, when known, as the owner now
+    entitled to act; a duplicate's also names the owners of its own commits."""
     who = _who(displaced, "the worker")
     now = _who(current, "the current owner")
     if top.kind is ConditionKind.DUPLICATE_EFFECT:
@@ -139,18 +149,28 @@ def _response(
             return (
                 f"{top.effect_key} was committed {_retry_owners(top, now)}: check the "
                 "destination's idempotency key, treat the outcome as uncertain until it is "
-                "verified, and do not retry it again."
+                f"verified, and do not retry it again.{_entitled(current)}"
             )
-        # Named from the duplicate's own commits, not from whoever holds the lease now.
+        # Named from the duplicate's own commits, not from whoever holds the lease now; then
+        # whoever does (a later epoch than either commit's, after another takeover).
         owners = [
             f"{w} (epoch {e})" for w, e in zip(top.workers or (), top.epochs or (), strict=False)
         ]
         pair = " and ".join(owners) if owners else f"{who} and {now}"
+        if current is not None:
+            retry = f"do not auto-retry {now}, the owner now entitled to act."
+        else:
+            retry = f"do not auto-retry {owners[-1] if owners else now}."
         return (
             f"{top.effect_key} was committed under two owners ({pair}). Treat the outcome as "
-            "uncertain until an external check or a human verifies it; do not auto-retry "
-            f"{owners[-1] if owners else now}."
+            f"uncertain until an external check or a human verifies it; {retry}"
         )
+    return _stale_response(top, ep, listed, who, now) + _entitled(current)
+
+
+def _stale_response(
+    top: ConditionRecord, ep: Episode, listed: list[str], who: str, now: str
+) -> str:
     if top.kind is ConditionKind.STALE_ACTIVITY:
         return (
             f"Stop or quarantine {who}; it lost the lease to {now} but is still working. "
@@ -256,11 +276,14 @@ def _document(workflow_key: str, state: WorkflowState, ep: Episode, revision: in
     fallback = ep.worker or worker_of(state, ep.displaced_epoch)
     displaced: Owner | None = None
     if not ep.retry:
-        displaced = _owner(acquisition(state, ep.displaced_epoch), fallback, ep.displaced_epoch)
+        acquired = acquisition(state, ep.displaced_epoch)
+        displaced = _owner(acquired, fallback, ep.displaced_epoch)
+        if acquired is not None:
+            # Shown from here on, even once the acquisition is forgotten at its cap.
+            ep.displaced_ctx = acquired.ctx
     # The highest epoch acquired before the latest condition; none acquired: null.
-    current = _owner(
-        None if latest is None else current_owner_before(state, latest), None, ep.displaced_epoch
-    )
+    now = None if latest is None else current_owner_before(state, latest)
+    current = _owner(now, None, ep.displaced_epoch)
     witness, transition, authoritative = _witness(state, ep, conds)
     if conds[0] is not witness:
         conds.remove(witness)
@@ -317,6 +340,23 @@ def _document(workflow_key: str, state: WorkflowState, ep: Episode, revision: in
         evidence_truncated=truncated,
         conditions_omitted=max(ep.total - len(conds), 0),
         effect_keys_omitted=tracked - len(listed),
+        context=_context(
+            None if ep.retry else ep.displaced_ctx,
+            None if latest is None else latest.ctx,
+            None if now is None else now.ctx,
+        ),
+    )
+
+
+def _context(
+    displaced: Context | None, latest: Context | None, current: Context | None
+) -> FindingContext | None:
+    """The finding's `context` (DESIGN §5), from the records' own: bounded when they were made
+    (`_context`), so a revision shows them as they are. None when every side is empty."""
+    if not (displaced or latest or current):
+        return None
+    return FindingContext(
+        displaced=as_dict(displaced), latest_condition=as_dict(latest), current=as_dict(current)
     )
 
 
@@ -354,6 +394,12 @@ def _bound(f: Finding) -> int:
         + sum(map(len, (*owners, *refs, *f.trace_links)))
     )
     items = len(f.conditions) + len(f.effect_keys) + len(f.trace_links)
+    ctx = f.context
+    if ctx is not None:
+        for side in (ctx.displaced, ctx.latest_condition, ctx.current):
+            if side:
+                chars += sum(len(k) + len(v) for k, v in side.items())
+                items += 1
     return _ESCAPED * chars + _PER_ITEM * items + _FIXED
 
 
@@ -393,6 +439,9 @@ def _fit(f: Finding) -> Finding:
         others = [c for c in f.conditions if all(c is not k for k in firsts.values())]
         keys = f.effect_keys
         if not others and not keys:
+            if f.context is not None:  # the source's words go before the finding's own
+                f = f.model_copy(update={"context": None})
+                continue
             break  # what is left is bounded far below the cap
         kept_others = others[: len(others) // 2]
         dropped = set(map(id, others[len(kept_others) :]))

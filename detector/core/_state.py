@@ -20,6 +20,7 @@ import msgspec
 
 from detector.contracts.findings import ConditionKind, Severity, Status
 
+from ._context import Context, context_row
 from ._labels import UNLABELLED, Labels
 from ._records import (
     ACQ_ID,
@@ -48,7 +49,11 @@ from ._records import (
 # `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has the same
 # layout, without references, and is read as it is. 1 (JSON) and 2 (the retained records only) are
 # read by replaying their records (`detector.core._upgrade`).
-STATE_VERSION: Final = 6
+# 7 (the latest): records keep their event's context (DESIGN §5 `context`): an acquisition's
+# and an event's row end in it (None, or an array of [key, value] pairs), and an episode's in the
+# context of its displaced owner's acquisition as its finding last showed it
+# (`Episode.displaced_ctx`); states versions 3 to 6 wrote are read as they are, without context.
+STATE_VERSION: Final = 7
 
 
 class Cut(IntFlag):
@@ -115,6 +120,10 @@ class Episode:
     digest: int = 0
     worker: str | None = None
     truncated: bool = False
+    # The context of the displaced owner's acquisition as the finding last showed it: what it
+    # goes on showing once that acquisition is forgotten at the cap, as `worker` names the owner
+    # (a document never changes without a new revision).
+    displaced_ctx: Context | None = None
     # Not persisted: counts the changes of what the finding is rendered from (its conditions,
     # and its workflow's acquisitions and cuts); with its status, severity and `truncated`, it
     # is what the document was last made from (`rendered`). An event that changes none of them
@@ -296,8 +305,10 @@ def _ev(row: list[Any] | None) -> EventRecord | None:
 
 
 def _acquisition(row: list[Any]) -> AcquisitionRecord:
-    epoch, seq, pos, eid, worker, obs = row
-    return AcquisitionRecord(epoch, seq, pos, eid, intern(worker), obs)
+    epoch, seq, pos, eid, worker, obs, *ctx = row  # before version 7 without its context
+    return AcquisitionRecord(
+        epoch, seq, pos, eid, intern(worker), obs, context_row(ctx[0]) if ctx else None
+    )
 
 
 def _cond_row(c: ConditionRecord) -> list[Any]:
@@ -403,11 +414,13 @@ def _episode_row(ep: Episode) -> list[Any]:
         ep.worker,
         ep.truncated,
         ep.opened_at,
+        ep.displaced_ctx,
     ]
 
 
-# Episodes written before `opened_at` have one field less (and read as not knowing it).
-EPISODE_FIELDS: Final = 24
+# Episodes written before `opened_at` have two fields less (and read as not knowing it), those
+# written before version 7 one (without `displaced_ctx`).
+EPISODE_FIELDS: Final = 25
 
 
 def _frontier(points: list[list[Any]]) -> list[Point]:
@@ -420,7 +433,7 @@ def _frontier(points: list[list[Any]]) -> list[Point]:
 
 
 def _episode(row: list[Any]) -> Episode:
-    if len(row) not in (EPISODE_FIELDS - 1, EPISODE_FIELDS):
+    if len(row) not in (EPISODE_FIELDS - 2, EPISODE_FIELDS - 1, EPISODE_FIELDS):
         raise ValueError(f"damaged finding state: {len(row)} fields, not {EPISODE_FIELDS}")
     listed = [cond_of(c) for c in row[5]]
     return Episode(
@@ -446,7 +459,8 @@ def _episode(row: list[Any]) -> Episode:
         digest=row[20],
         worker=row[21],
         truncated=row[22],
-        opened_at=row[23] if len(row) == EPISODE_FIELDS else None,
+        opened_at=row[23] if len(row) > 23 else None,
+        displaced_ctx=context_row(row[24]) if len(row) > 24 else None,
     )
 
 
@@ -558,7 +572,7 @@ def _shared(shared: dict[_T, _T], value: _T) -> _T:
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3 to 6 state from its unpacked fields (`detector.core.decode_state` reads
+    """A version 3 to 7 state from its unpacked fields (`detector.core.decode_state` reads
     any)."""
     if len(fields) not in range(V3_FIELDS - 3, V3_FIELDS + 1):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")

@@ -21,7 +21,7 @@ from detector.contracts.page_state import Sent, SinkName
 from detector.paging.delivery import Request
 from detector.paging.links import FindingLink
 from detector.paging.state import ALERT_SEVERITY, Action, Delivery, Entry, condition_of
-from detector.report import printable, witness
+from detector.report import context_text, printable, witness
 
 ALERTNAME: Final = "SplitbrainFinding"
 API_PATH: Final = "/api/v2/alerts"
@@ -77,6 +77,9 @@ def alert_annotations(
         "response": printable(finding.response),
         "runbook_url": runbook_url,
     }
+    context = context_text(finding)
+    if context:  # an annotation, never a label: the source's words are not bounded labels
+        notes["context"] = printable(context)
     if link is not None:
         notes["finding_url"] = link.of(finding.finding_id)
     return notes

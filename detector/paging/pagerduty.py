@@ -44,7 +44,7 @@ def _cut(text: str, limit: int) -> str:
 
 def custom_details(finding: Finding, runbook_url: str) -> dict[str, Any]:
     f = finding
-    return {
+    details: dict[str, Any] = {
         "finding_id": f.finding_id,
         "revision": f.revision,
         "status": f.status.value,
@@ -66,6 +66,12 @@ def custom_details(finding: Finding, runbook_url: str) -> dict[str, Any]:
         "evidence_truncated": f.evidence_truncated,
         "runbook_url": runbook_url,
     }
+    if f.context is not None:  # the source system's words, by side (DESIGN §5 `context`)
+        details["context"] = {
+            side: {printable(k): printable(v) for k, v in words.items()}
+            for side, words in f.context.model_dump(exclude_none=True).items()
+        }
+    return details
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from detector.contracts.findings import Finding
-from detector.report import count, witness
+from detector.report import context_sides, count, witness
 from detector.timeline.seen import Seen, Windows
 from detector.timeline.svg import Timeline, draw, text
 from detector.version import package_version
@@ -105,6 +105,16 @@ def _raw(seen: Iterable[Seen], timeline: Timeline) -> str:
     return '<pre class="raw">' + "\n".join(lines) + "</pre>"
 
 
+def context_html(f: Finding, heading: str) -> str:
+    """The finding's `context` (DESIGN §5) under a heading of tag `heading`, escaped; "" when
+    it has none."""
+    sides = context_sides(f)
+    if not sides:
+        return ""
+    items = "".join(f"<li><b>{text(label)}</b>: {text(words)}</li>" for label, words in sides)
+    return f'<{heading}>Context</{heading}><ul class="context">{items}</ul>'
+
+
 def _finding(i: int, f: Finding, windows: Windows) -> str:
     seen, not_kept = windows.events(f.workflow_key)
     timeline = draw(f, seen)
@@ -131,6 +141,7 @@ def _finding(i: int, f: Finding, windows: Windows) -> str:
         f'<div class="figure">{timeline.svg}</div>{note}'
         f'<p class="note">{LEGEND}</p>'
         f'<h3>Witness</h3><p class="witness">{text(witness(f))}</p>'
+        f"{context_html(f, 'h3')}"
         f'<h3>Response</h3><p class="response">{text(f.response)}</p>'
         f"<h3>Events around the episode</h3>{_raw(seen, timeline)}</section>"
     )

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 from detector.contracts.findings import Finding, Severity, Status
 from detector.report import count, witness
-from detector.timeline.page import LEGEND, STYLE
+from detector.timeline.page import LEGEND, STYLE, context_html
 from detector.timeline.svg import draw, text
 from detector.version import package_version
 from detector.view.store import Filters
@@ -179,7 +179,8 @@ def finding(revisions: Sequence[Finding], *, export: bool = False) -> str:
         + "".join(f'<p class="note">{n}</p>' for n in notes)
         + f'<p class="note">{LEGEND}</p>'
         f'<h2>Witness</h2><p class="witness">{text(witness(f))}</p>'
-        f'<h2>Response</h2><p class="response">{text(f.response)}</p>'
+        + context_html(f, "h2")
+        + f'<h2>Response</h2><p class="response">{text(f.response)}</p>'
         f"<h2>Effect keys</h2><p>{text(keys) or 'none'}</p>"
         + (f"<h2>Traces</h2><ul>{traces}</ul>" if traces else "")
         + f"<h2>Revisions</h2>{_revisions(revisions)}</section>"

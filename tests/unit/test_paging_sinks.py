@@ -78,7 +78,10 @@ def test_an_open_finding_is_one_alert_with_its_labels_and_annotations() -> None:
         "condition": "duplicate_effect",
     }
     notes = alert["annotations"]
-    assert set(notes) == {"summary", "witness", "response", "runbook_url"}
+    assert set(notes) == {"summary", "witness", "response", "runbook_url", "context"}
+    assert notes["context"] == (
+        "displaced owner (epoch 17): tool_class=export; current owner (epoch 18): tool_class=export"
+    )
     assert "\n" not in notes["summary"]
     assert notes["summary"].startswith("CRITICAL split-brain in export-ledger: epoch 17")
     assert "worker-alpha lost epoch 17 to a takeover at seq 5" in notes["witness"]

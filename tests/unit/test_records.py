@@ -8,8 +8,9 @@ from detector.core._records import AcquisitionRecord, ConditionRecord, EventReco
 
 
 def test_the_fast_constructor_builds_the_same_records() -> None:
-    event = ("e1", "heartbeat", 3, 7, 2, "worker", None, "w1", 1.5, None)
-    acquisition = (4, 9, 3, "a4", "w2", None)
+    ctx = (("task", "myapp.add"), ("attempt", "2"))
+    event = ("e1", "heartbeat", 3, 7, 2, "worker", None, "w1", 1.5, None, ctx)
+    acquisition = (4, 9, 3, "a4", "w2", None, ctx)
     condition = (
         ConditionKind.DUPLICATE_EFFECT,
         "c9",

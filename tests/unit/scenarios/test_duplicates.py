@@ -103,3 +103,43 @@ def test_stale_retry_gives_a_retry_finding_and_a_displaced_finding() -> None:
     assert conds(retry) == [("duplicate_effect", 7, "retry")]
     assert retry.severity.value == "warning"
     assert displaced.severity.value == "critical"
+
+
+def test_a_duplicate_names_its_commits_owners_and_the_current_owner_entitled_to_act() -> None:
+    # K committed under epoch 2 (a) before any takeover, then under epoch 3 (b) after epoch 4
+    # (c) took over: the duplicate of epochs 2 and 3 is latest at seq 5, when c is current.
+    wf = "celery/dup"
+    r = run(
+        [
+            acq("a2", 2, "a", 1, wf),
+            commit("c2", 2, "a", 2, wf=wf),
+            acq("a3", 3, "b", 3, wf),
+            acq("a4", 4, "c", 4, wf),
+            commit("c3", 3, "b", 5, wf=wf),
+        ]
+    )
+    f = r.finding(wf, 2)
+    assert epochs(f) == (2, 4)
+    assert ("duplicate_effect", 5, "failover") in conds(f)
+    assert "two owners (a (epoch 2) and b (epoch 3))" in f.response
+    assert "do not auto-retry c (epoch 4), the owner now entitled to act." in f.response
+    assert "do not auto-retry b (epoch 3)" not in f.response
+
+
+def test_a_retry_names_both_workers_and_the_current_owner() -> None:
+    wf = "retry-two-workers"
+    r = run(
+        [
+            acq("a5", 5, "w1", 1, wf),
+            commit("k1", 5, "w1", 2, wf=wf),
+            commit("k2", 5, "w2", 3, wf=wf),
+        ]
+    )
+    f = r.finding(wf, None, retry_epoch=5)
+    assert "once by w1 and once by w2 (epoch 5)" in f.response
+    assert f.response.endswith("w1 (epoch 5) is the owner now entitled to act.")
+
+
+def test_every_stale_response_names_the_current_owner_entitled_to_act() -> None:
+    f = run([*takeover(), ev("p", "progress", W, 17, "alpha", seq=6)]).finding(W, 17)
+    assert f.response.endswith("beta (epoch 18) is the owner now entitled to act.")

@@ -63,7 +63,7 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 
 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
-    """Versions 4 to 6 write an effect's copy of a retained event as its index in the evidence; the
+    """Versions 4 to 7 write an effect's copy of a retained event as its index in the evidence; the
     same state written as version 3 (full copies) still decodes, to the same state."""
     import msgpack  # noqa: PLC0415
 
@@ -72,7 +72,7 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     r = run(seed_history())
     state = r.detector.states[W]
     fields = msgpack.unpackb(encode_state(state))
-    assert fields[0] == 6
+    assert fields[0] == 7
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
     assert references, "a commit retained as evidence is referenced, not copied"
@@ -97,7 +97,8 @@ def test_state_written_by_earlier_versions_still_decodes(name: str) -> None:
     r = run(seed_history())
     raw = (Path(__file__).parents[1] / "data" / name).read_bytes()
     restored = Detector(states={W: decode_state(raw.strip() if raw[:1] == b"{" else raw)})
-    assert restored.findings() == r.findings(W)
+    # Their records carry no context (version 7 on): the rest of the finding is the same.
+    assert restored.findings() == [f.model_copy(update={"context": None}) for f in r.findings(W)]
     assert decode_state(encode_state(r.detector.states[W])) == r.detector.states[W]
     later = ev("e99", "heartbeat", W, 17, "worker-alpha", seq=99)
     (up,) = restored.observe(later)
@@ -108,8 +109,8 @@ def test_state_written_by_earlier_versions_still_decodes(name: str) -> None:
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
-        (b'{"v":7,"pos":1}', "unknown workflow state version 7"),
-        (b"\x93\x07\x01\x02", "unknown workflow state version 7"),  # msgpack [7, 1, 2]
+        (b'{"v":8,"pos":1}', "unknown workflow state version 8"),
+        (b"\x93\x08\x01\x02", "unknown workflow state version 8"),  # msgpack [8, 1, 2]
         (b"\x91\x02", "damaged workflow state: 1 fields"),  # msgpack [2]
     ],
 )
@@ -189,7 +190,7 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
         *([verify("v", 9)] if resolved else []),
     ]
     r = run(first)
-    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    fields = _as_version_6(msgpack.unpackb(encode_state(r.detector.states[W])))
     assert fields[0] == 6 and fields[-1] is None
     version_5 = msgpack.packb([5, *fields[1:-1]])
     assert decode_state(version_5) == r.detector.states[W]
@@ -198,3 +199,57 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
     (up,) = restored.observe(later)
     (straight,) = r.detector.observe(later)
     assert up == straight
+
+
+def _as_version_6(fields: list[Any]) -> list[Any]:
+    """A version 7 state's fields as version 6 wrote them: records without their context (an
+    acquisition's row of six, an event's of ten), episodes without `displaced_ctx`."""
+
+    def event(row: Any) -> Any:
+        return row[:10] if isinstance(row, list) else row  # an int: its index in the evidence
+
+    def latest(row: list[Any] | None) -> list[Any] | None:
+        if row is None:
+            return None
+        top, unseq, last = row
+        return [None if top is None else event(top), unseq, event(last)]
+
+    old = [6, *fields[1:]]
+    old[3] = [a[:6] for a in old[3]]
+    old[4] = [event(e) for e in old[4]]
+    for _, row in old[6] or []:
+        row[0] = [event(r) for r in row[0]]
+        row[2] = [[epoch, source, [event(r) for r in evs]] for epoch, source, evs in row[2]]
+        row[4] = [[epoch, kind, event(r)] for epoch, kind, r in row[4]]
+    for ep in old[8]:
+        ep[15] = None if ep[15] is None else event(ep[15])
+        ep[16], ep[17] = latest(ep[16]), latest(ep[17])
+        del ep[24:]
+    old[19] = None if old[19] is None else [[epoch, latest(row)] for epoch, row in old[19]]
+    return old
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_a_version_6_state_still_decodes_and_goes_on(resolved: bool) -> None:
+    """Version 6 kept no context: its states read as they are (the records without one), and
+    the next event continues their findings; context comes with the records made from then on."""
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    first = [
+        *takeover(),
+        commit("c", 17, "alpha", 7),
+        ev("f", "lease_lost", W, 17, "alpha", seq=8),
+        *([verify("v", 9)] if resolved else []),
+    ]
+    r = run(first)
+    version_6 = msgpack.packb(_as_version_6(msgpack.unpackb(encode_state(r.detector.states[W]))))
+    assert decode_state(version_6) == r.detector.states[W]
+    restored = Detector(states={W: decode_state(version_6)})
+    later = commit("c2", 17, "alpha", 12, key="other", detail={"attempt": 3})
+    (up,) = restored.observe(later)
+    (straight,) = r.detector.observe(later)
+    assert up == straight
+    assert up.finding.context is not None
+    assert up.finding.context.latest_condition == {"attempt": "3"}
