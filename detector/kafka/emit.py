@@ -31,6 +31,10 @@ PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "partitioner": "murmur2_random",
 }
 DEFAULT_FLUSH_TIMEOUT: Final = 30.0
+# A poll that returned this much later than it was asked to: the process did not run meanwhile
+# (SIGSTOP, a frozen container or VM), and that time is not counted against a flush's timeout.
+PAUSE_S: Final = 1.0
+_POLL_S: Final = 0.1
 # A record's headers, as confluent-kafka takes them.
 Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]]
 
@@ -150,10 +154,29 @@ class Emitter:
 
         `poll`, not `Producer.flush`: an error raised by the error callback (a wrong password)
         ends `poll` at once, while `flush` carries on for seconds before it re-raises.
+
+        `timeout` is time this process ran: a stretch in which it did not (stopped by SIGSTOP,
+        a frozen container or VM; seen as a poll that came back more than `PAUSE_S` late) is
+        added to the wait, since Kafka's answers could not be served then. Without that, a
+        process paused past the timeout woke up and called unacknowledged the events whose
+        acknowledgements were waiting to be read. And before anything is called unacknowledged,
+        what arrived meanwhile is served once more.
         """
-        deadline = time.monotonic() + timeout
-        while len(self._producer) and (left := deadline - time.monotonic()) > 0:
-            self._producer.poll(min(0.1, left))
+        last = time.monotonic()
+        deadline = last + timeout
+        asked = 0.0
+        while len(self._producer):
+            now = time.monotonic()
+            late = now - last - asked
+            if late > PAUSE_S:
+                deadline += late
+            left = deadline - now
+            if left <= 0:
+                self._producer.poll(0)
+                break
+            asked = min(_POLL_S, left)
+            self._producer.poll(asked)
+            last = now
         return len(self._producer)
 
     def publish(self, event: OwnershipEvent, value: bytes) -> None:
