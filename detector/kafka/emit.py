@@ -23,7 +23,7 @@ from opentelemetry import propagate, trace
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_strict
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import SplitbrainError
-from detector.kafka.config import KafkaClientError, KafkaConnection, raise_unrecoverable
+from detector.kafka.config import KafkaClientError, KafkaConnection, env_name, raise_unrecoverable
 
 PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "enable.idempotence": True,
@@ -86,8 +86,14 @@ class Emitter:
     @classmethod
     def from_env(cls, *, topic: str = INPUT_TOPIC) -> Self:
         """An emitter configured only by `SPLITBRAIN_*` environment variables, for workers; a
-        `SettingsError` names a variable that cannot be used."""
-        return cls(KafkaConnection.from_env().client_config(), topic=topic)
+        `SettingsError` names a variable that cannot be used, a `KafkaClientError` one to set."""
+        connection = KafkaConnection.from_env()
+        if connection.bootstrap_servers is None:
+            raise KafkaClientError(
+                f"{env_name('bootstrap.servers')} is not set (librdkafka's bootstrap.servers: "
+                "the Kafka cluster to publish to, e.g. kafka:9092)"
+            )
+        return cls(connection.client_config(), topic=topic)
 
     def __enter__(self) -> Self:
         return self
@@ -177,6 +183,11 @@ class Emitter:
             asked = min(_POLL_S, left)
             self._producer.poll(asked)
             last = now
+        return len(self._producer)
+
+    def unacknowledged(self) -> int:
+        """Events handed to the producer that Kafka has not acknowledged yet (safe to ask from
+        another thread than the one that flushes)."""
         return len(self._producer)
 
     def publish(self, event: OwnershipEvent, value: bytes) -> None:
