@@ -12,19 +12,27 @@ counted (`splitbrain_adapter_events_dropped_total{adapter,reason}`), never raise
 that stops the fleet it watches would be worse than one that misses an event. Forked children
 (Celery's prefork pool) start their own thread and drop the parent's queue, which the parent
 still sends.
+
+At the process's exit (`atexit`: a script, a job, a pod that resumes one interrupt and ends) the
+sinks of the process send what they hold and wait for Kafka's acknowledgements, all together
+within one bound (`SPLITBRAIN_ADAPTER_EXIT_FLUSH_S`, 5 s); whatever is still unsent then is
+counted (`reason="exit"`) and logged in one line per sink. The exit never waits longer, and
+nothing raises into it.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import math
 import os
+import re
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, Protocol
@@ -32,6 +40,7 @@ from uuid import uuid4
 
 import msgspec
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from pydantic import Field
 
 from detector.contracts.events import (
     EFFECT_KINDS,
@@ -49,6 +58,8 @@ from detector.contracts.events import (
     Source,
     parse_event_json,
 )
+from detector.errors import SplitbrainError
+from detector.settings import CommandSettings, Seconds, SettingsError, env_var
 
 from ._handoff import Handoff
 
@@ -62,6 +73,39 @@ _ENCODE: Final = msgspec.json.Encoder().encode
 _SETTLE_S: Final = 5.0  # a wait for Kafka's acknowledgements, between bursts of events
 _FINAL_SETTLE_S: Final = 1.0  # at close, after `flush` already waited
 _RETRY_S: Final = 1.0  # after the emitter could not be made or failed: try again this late
+DEFAULT_EXIT_FLUSH_S: Final = 5.0
+# Where the README says how to configure the producer, for a log line that cannot name a variable.
+_CONFIGURATION: Final = (
+    f"the producer is configured by {env_var('bootstrap_servers')} and the other SPLITBRAIN_* "
+    "variables (README: Configuration and security)"
+)
+
+
+class SinkSettings(CommandSettings):
+    """The sink's settings, from the host process's `SPLITBRAIN_*` variables (an adapter runs
+    in someone else's process, with no command line of ours)."""
+
+    adapter_exit_flush_s: Seconds = Field(
+        DEFAULT_EXIT_FLUSH_S,
+        description="at the exit of a process whose adapters made events, how long it may "
+        "still wait for them to be sent and acknowledged by Kafka (every sink of the process "
+        "at once), in seconds; what is still unsent then is counted in "
+        '`splitbrain_adapter_events_dropped_total{reason="exit"}` and logged. 0: no wait',
+    )
+
+
+def _exit_flush_s() -> float:
+    """The exit's bound from the environment; a bad value is logged and the default used (an
+    adapter never stops the host's process over a setting of ours)."""
+    try:
+        return SinkSettings.from_env().adapter_exit_flush_s
+    except SettingsError as exc:
+        log.warning(
+            "adapter sink: %s; flushing at exit within %gs instead",
+            "; ".join(str(exc).splitlines()),
+            DEFAULT_EXIT_FLUSH_S,
+        )
+        return DEFAULT_EXIT_FLUSH_S
 
 
 class DropReason(StrEnum):
@@ -71,6 +115,7 @@ class DropReason(StrEnum):
     INVALID = "invalid"  # not a valid event (logged with its workflow key and field)
     KAFKA = "kafka"  # the emitter could not be made, or Kafka refused the event
     CLOSED = "closed"  # sent after `close`, or still queued when it gave up
+    EXIT = "exit"  # still unsent (queued, or not acknowledged by Kafka) when the process exited
 
 
 class Publisher(Protocol):
@@ -119,7 +164,65 @@ def _from_env() -> Publisher:
     return Emitter.from_env()
 
 
+_PROPERTY: Final = re.compile(r'property "([a-z.]+)"')
+
+
+def _unavailable(exc: Exception, *, from_env: bool) -> str:
+    """Why there is no producer, saying what to set. The project's own errors name the variable
+    (`SPLITBRAIN_BOOTSTRAP_SERVERS is not set (...)`); librdkafka's name a setting, whose
+    variable is added; any other is named by its class and text. For the producer the variables
+    configure, a reason that names no variable is followed by where they are described."""
+    # confluent-kafka, imported at the first send, not with the adapters.
+    from confluent_kafka import KafkaException  # noqa: PLC0415
+
+    from detector.kafka.config import KafkaConnection, describe, env_name  # noqa: PLC0415
+
+    if isinstance(exc, SplitbrainError):
+        reason = "; ".join(str(exc).splitlines())
+    elif isinstance(exc, KafkaException):
+        reason = describe(exc)
+        setting = _PROPERTY.search(reason)
+        if from_env and setting and setting[1].replace(".", "_") in KafkaConnection.model_fields:
+            reason += f": set {env_name(setting[1])}"
+    else:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if from_env and "SPLITBRAIN_" not in reason:
+        reason += f" ({_CONFIGURATION})"
+    return reason
+
+
 _sinks: weakref.WeakSet[AdapterSink] = weakref.WeakSet()
+_exit_hook = threading.Lock()
+_exit_hooked = False
+
+
+def _hook_exit() -> None:
+    """Register the exit's flush once for the process (and for a forked child, which inherits
+    it), at the first sink's first event: one hook for every sink, held weakly in `_sinks`."""
+    global _exit_hooked  # noqa: PLW0603  (one registration per process)
+    with _exit_hook:
+        if not _exit_hooked:
+            atexit.register(_flush_at_exit)
+            _exit_hooked = True
+
+
+def _flush_at_exit(of: Iterable[AdapterSink] | None = None) -> None:
+    """`atexit`: every sink of this process sends what it holds, all within one bound (each
+    sink's `exit_flush_s` from the same start, so never their sum). Upstream stages first
+    (LangGraph's ledger, whose records become events), then every sink is told at once, then
+    each is waited for and what it could not send is counted and logged. Never raises. `of`:
+    these sinks rather than all of the process's (tests)."""
+    try:
+        start = time.monotonic()
+        for sink in list(_sinks if of is None else of):
+            sink._flush_upstream(start + sink.exit_flush_s)
+        sinks = [sink for sink in list(_sinks if of is None else of) if sink._running_here()]
+        for sink in sinks:
+            sink._begin_exit(start + sink.exit_flush_s)
+        for sink in sinks:
+            sink._finish_exit()
+    except Exception:  # the host's exit must never see our failure
+        log.exception("adapter sink: flushing at exit failed")
 
 
 class _EventIds:
@@ -257,15 +360,23 @@ class AdapterSink:
         capacity: int = DEFAULT_CAPACITY,
         registry: CollectorRegistry | None = None,
         linger_s: float = DEFAULT_LINGER_S,
+        exit_flush_s: float | None = None,
     ) -> None:
         """`publisher` makes the emitter, in the sender thread (default: `Emitter.from_env`,
         configured by the `SPLITBRAIN_*` variables); `linger_s` is how long the sender waits
-        for more events once woken (what an event may wait, against wake-ups per event)."""
+        for more events once woken (what an event may wait, against wake-ups per event);
+        `exit_flush_s` how long the process's exit may wait for this sink's events to be sent
+        and acknowledged (default: `SPLITBRAIN_ADAPTER_EXIT_FLUSH_S`, else 5 s)."""
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         if not 0 <= linger_s <= 1:
             raise ValueError(f"linger_s must be between 0 and 1 second, not {linger_s}")
+        if exit_flush_s is None:
+            exit_flush_s = _exit_flush_s()
+        elif not 0 <= exit_flush_s < math.inf:
+            raise ValueError(f"exit_flush_s must be 0 or more seconds, not {exit_flush_s}")
         self.adapter = adapter
+        self.exit_flush_s = exit_flush_s
         self._make = publisher
         self._capacity = capacity
         self._linger_s = linger_s
@@ -275,10 +386,22 @@ class AdapterSink:
         self._queue: deque[_Queued] = deque()
         self._handoff = Handoff()
         self._closed = False
+        self._closed_reason = DropReason.CLOSED  # what an event sent once closed counts as
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._upstream: list[weakref.WeakMethod[Callable[[float], bool]]] = []
+        self._reset_exit()
         _sinks.add(self)
+
+    def _reset_exit(self) -> None:
+        self._deadline: float | None = None  # time.monotonic() the sender's waits end by (exit)
+        self._publisher: Publisher | None = None  # the sender's, for the exit to count its events
+        self._exit_lock = threading.Lock()
+        self._accounted = False  # the sender counted what it left (`_unsent`)
+        self._abandoned = False  # the exit's bound passed first: it counted, the sender must not
+        self._unsent = 0
+        self._holding = 0  # an event the sender took from the queue and has not yet published
 
     # ---- the host's side: never raises, never waits ------------------------------------------
 
@@ -305,7 +428,7 @@ class AdapterSink:
 
     def _put(self, item: _Queued) -> None:
         if self._closed:
-            self._dropped[DropReason.CLOSED].inc()
+            self._dropped[self._closed_reason].inc()
             return
         if len(self._queue) >= self._capacity:
             self._dropped[DropReason.QUEUE_FULL].inc()
@@ -334,14 +457,97 @@ class AdapterSink:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout + _FINAL_SETTLE_S)
-        left = len(self._queue)
-        self._queue.clear()
+        left = self._take_all()
         if left:
             self._dropped[DropReason.CLOSED].inc(left)
 
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    def flush_first(self, flush: Callable[[float], bool]) -> None:
+        """At exit, call `flush(seconds left)` before this sink sends what it holds: for a stage
+        whose records become this sink's events later (LangGraph's ledger). Held weakly: a bound
+        method, whose object the stage's owner keeps."""
+        self._upstream.append(weakref.WeakMethod(flush))
+        _hook_exit()
+
+    def flush_at_exit(self) -> None:
+        """What the process's exit does for this sink, for a process that ends without running
+        `atexit` (a Celery prefork child ends with `os._exit`): send what it holds within
+        `exit_flush_s`, count and log the rest, and stop. Never raises."""
+        _flush_at_exit([self])
+
+    # ---- the process's exit (`_flush_at_exit`) -------------------------------------------------
+
+    def _running_here(self) -> bool:
+        """A sender thread of this process (a forked child has none until it sends)."""
+        thread = self._thread
+        return thread is not None and self._pid == os.getpid() and thread.is_alive()
+
+    def _flush_upstream(self, deadline: float) -> None:
+        for ref in self._upstream:
+            flush = ref()
+            left = deadline - time.monotonic()
+            if flush is not None and left > 0:
+                try:
+                    flush(left)
+                except Exception:
+                    log.exception("adapter %s: flushing at exit failed", self.adapter)
+
+    def _begin_exit(self, deadline: float) -> None:
+        """Stop taking events (one sent now counts as `exit`) and let the sender send what is
+        queued, wait for Kafka until `deadline`, and end."""
+        self._deadline = deadline
+        self._closed_reason = DropReason.EXIT
+        self._closed = True
+        self._handoff.wake.set()
+
+    def _finish_exit(self) -> None:
+        """Wait for the sender until the deadline, then count and log what it could not send:
+        what it says it left, or, if it is still at work, what is queued and what the producer
+        holds unacknowledged."""
+        assert self._deadline is not None
+        thread = self._thread
+        if thread is not None:
+            thread.join(max(self._deadline - time.monotonic(), 0.0))
+        with self._exit_lock:
+            if self._accounted:
+                left = self._unsent
+            else:
+                self._abandoned = True
+                left = self._unacknowledged() + self._holding
+        left += self._take_all()
+        if left:
+            self._dropped[DropReason.EXIT].inc(left)
+            log.warning(
+                "adapter %s: %d event(s) not sent at exit: Kafka did not take them within %gs "
+                "(%s); counted as dropped, reason exit",
+                self.adapter,
+                left,
+                self.exit_flush_s,
+                env_var("adapter_exit_flush_s"),
+            )
+
+    def _unacknowledged(self) -> int:
+        """What the sender's producer holds that Kafka has not acknowledged, if it can say
+        (`Emitter.unacknowledged`); read while the sender may still be waiting on it."""
+        count = getattr(self._publisher, "unacknowledged", None)
+        try:
+            return int(count()) if count is not None else 0
+        except Exception:  # closed meanwhile: nothing it holds any more
+            return 0
+
+    def _take_all(self) -> int:
+        """Empty the queue; how many events it held (each taken once, whoever else takes)."""
+        taken = 0
+        queue = self._queue
+        while True:
+            try:
+                queue.popleft()
+            except IndexError:
+                return taken
+            taken += 1
 
     # ---- the sender thread ---------------------------------------------------------------------
 
@@ -354,6 +560,7 @@ class AdapterSink:
                 target=self._run, name=f"splitbrain-{self.adapter}", daemon=True
             )
             self._thread.start()
+        _hook_exit()
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's queue is the parent's to send; start afresh."""
@@ -361,6 +568,7 @@ class AdapterSink:
         self._thread = None
         self._lock = threading.Lock()
         self._handoff = Handoff()
+        self._reset_exit()
 
     def _run(self) -> None:
         publisher: Publisher | None = None
@@ -370,60 +578,91 @@ class AdapterSink:
                 if self._closed:
                     break
                 if publisher is not None and unsettled:
-                    self._settle(publisher, _SETTLE_S)
+                    self._settle(publisher, self._bounded(_SETTLE_S))
                     unsettled = False
                 if not self._queue:
                     self._handoff.rest(self._queue, _IDLE_WAIT_S)
                     continue
             if publisher is None:
-                publisher = self._connect()
+                publisher = self._publisher = self._connect()
                 if publisher is None:
                     continue
             # Woken by the host, or after a batch: more events come while we wait (a flush or
             # close ends the wait). The host wakes no one meanwhile.
             self._handoff.wake.wait(self._linger_s)
             self._handoff.wake.clear()
-            publisher = self._batch(publisher)
+            publisher = self._publisher = self._batch(publisher)
             unsettled = True
+        left = 0
         if publisher is not None:
-            self._settle(publisher, _FINAL_SETTLE_S, final=True)
-            publisher.close()
+            # At exit, the rest of the exit's bound; at close, after `flush` already waited.
+            timeout = _FINAL_SETTLE_S if self._deadline is None else self._bounded(math.inf)
+            left = self._settle(publisher, timeout)
+        self._account(left)
+        if publisher is not None:
+            publisher.close()  # (discards what Kafka did not acknowledge: counted just now)
         self._handoff.idle.set()
+
+    def _bounded(self, timeout: float) -> float:
+        """`timeout`, or less when the exit's deadline comes first."""
+        if self._deadline is None:
+            return timeout
+        return max(min(timeout, self._deadline - time.monotonic()), 0.0)
+
+    def _account(self, left: int) -> None:
+        """The sender ends with `left` events unacknowledged: dropped by `close`, or left for
+        the exit to count and log (unless the exit's bound passed first: then it counted)."""
+        with self._exit_lock:
+            if self._abandoned:
+                return
+            if self._deadline is not None:
+                self._unsent = left
+            elif left:
+                self._dropped[DropReason.CLOSED].inc(left)
+            self._accounted = True
 
     def _connect(self) -> Publisher | None:
         try:
             return self._make()
         except Exception as exc:
-            dropped = len(self._queue)
-            self._queue.clear()
+            dropped = self._take_all()
             self._dropped[DropReason.KAFKA].inc(dropped)
             log.warning(
-                "adapter %s: no Kafka producer (%s); %d event(s) dropped",
+                "adapter %s: no Kafka producer: %s; %d event(s) dropped",
                 self.adapter,
-                type(exc).__name__,
+                _unavailable(exc, from_env=self._make is _from_env),
                 dropped,
             )
-            time.sleep(_RETRY_S)
+            if not self._closed:
+                time.sleep(_RETRY_S)
             return None
 
     def _batch(self, publisher: Publisher) -> Publisher | None:
         """Publish what is queued now (the rest waits for the next batch)."""
         raw: Callable[[str, bytes], None] | None = getattr(publisher, "publish_json", None)
         sent = 0
+        queue = self._queue
         try:
-            for _ in range(len(self._queue)):
-                encoded = self._encode(self._queue.popleft())
-                if encoded is None:
-                    continue
-                key, value, event = encoded
-                if raw is not None:
-                    raw(key, value)
-                else:
-                    publisher.publish(event or parse_event_json(value), value)
-                sent += 1
+            for _ in range(len(queue)):
+                try:
+                    item = queue.popleft()
+                except IndexError:  # the exit took the rest (`_take_all`)
+                    break
+                self._holding = 1  # taken, not yet the producer's: the exit counts it
+                encoded = self._encode(item)
+                if encoded is not None:
+                    key, value, event = encoded
+                    if raw is not None:
+                        raw(key, value)
+                    else:
+                        publisher.publish(event or parse_event_json(value), value)
+                    sent += 1
+                self._holding = 0
         except Exception as exc:
+            self._holding = 0
             self._dropped[DropReason.KAFKA].inc()
             log.warning("adapter %s: event not published (%s)", self.adapter, type(exc).__name__)
+            self._publisher = None
             publisher.close()
             return None
         finally:
@@ -472,9 +711,9 @@ class AdapterSink:
             value = event.model_dump_json(exclude_none=True).encode("utf-8")
         return event.workflow_key, value, event
 
-    def _settle(self, publisher: Publisher, timeout: float, *, final: bool = False) -> None:
-        """Between bursts: wait for Kafka's acknowledgements, counting the events it refused;
-        at the end, also those it never acknowledged (closing the producer discards them)."""
+    def _settle(self, publisher: Publisher, timeout: float) -> int:
+        """Wait for Kafka's acknowledgements, counting the events it refused; how many it had
+        not acknowledged when the wait ended (still the producer's: it may yet send them)."""
         try:
             publisher.flush(timeout)
         except Exception as exc:
@@ -482,12 +721,16 @@ class AdapterSink:
             if failures:
                 self._dropped[DropReason.KAFKA].inc(len(failures))
             pending = getattr(exc, "pending", 0)
-            if final and pending:
-                self._dropped[DropReason.CLOSED].inc(pending)
-            log.warning("adapter %s: Kafka did not take events (%s)", self.adapter, exc)
+            # At exit, the exit's own line says what is left.
+            if failures or not pending or self._deadline is None:
+                log.warning("adapter %s: Kafka did not take events (%s)", self.adapter, exc)
+            return pending if type(pending) is int else 0
+        return 0
 
 
 def _reset_after_fork() -> None:
+    global _exit_hook  # noqa: PLW0603  (a lock another thread may have held at the fork)
+    _exit_hook = threading.Lock()
     _event_id.reset()
     for sink in list(_sinks):
         sink._after_fork()

@@ -248,6 +248,7 @@ class CeleryAdapter:
             (signals.task_postrun, self._on_postrun),
             (signals.task_revoked, self._on_revoked),
             (signals.task_failure, self._on_failure),
+            (signals.worker_process_shutdown, self._on_process_shutdown),
         ]
         os.register_at_fork(after_in_child=self._received.clear)
 
@@ -291,6 +292,12 @@ class CeleryAdapter:
     ) -> None:
         if terminated and request is not None:
             self._child_gone(str(request.id), "revoked")
+
+    @_guarded
+    def _on_process_shutdown(self, **_: Any) -> None:
+        """A prefork pool's child ends with `os._exit`, which runs no `atexit`: its events are
+        sent here, within the exit's bound, as any process's exit sends them."""
+        self.sink.flush_at_exit()
 
     @_guarded
     def _on_failure(

@@ -388,6 +388,8 @@ class _Behind(Generic[_T]):
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued item was drained; True when that happened in time."""
+        if self._pid != os.getpid():  # a forked child: nothing of its own queued yet
+            return True
         self._hurry.set()
         self._handoff.wake.set()
         return self._handoff.idle.wait(timeout)
@@ -500,6 +502,8 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
             self._drain,
             UNRECORDED.labels(ADAPTER, "queue_full").inc,
         )
+        # At exit, the ledger's records become events before the sink sends what it holds.
+        self.sink.flush_first(self._behind.flush)
         # The runs of the graph invocation whose context this is, by workflow key.
         self._invocation: ContextVar[dict[str, _Run] | None] = ContextVar(
             f"splitbrain_langgraph_{id(self)}", default=None

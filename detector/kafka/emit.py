@@ -23,7 +23,7 @@ from opentelemetry import propagate, trace
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_strict
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import SplitbrainError
-from detector.kafka.config import KafkaClientError, KafkaConnection, raise_unrecoverable
+from detector.kafka.config import KafkaClientError, KafkaConnection, env_name, raise_unrecoverable
 
 PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "enable.idempotence": True,
@@ -31,6 +31,10 @@ PRODUCER_SETTINGS: Final[Mapping[str, Any]] = {
     "partitioner": "murmur2_random",
 }
 DEFAULT_FLUSH_TIMEOUT: Final = 30.0
+# A poll that returned this much later than it was asked to: the process did not run meanwhile
+# (SIGSTOP, a frozen container or VM), and that time is not counted against a flush's timeout.
+PAUSE_S: Final = 1.0
+_POLL_S: Final = 0.1
 # A record's headers, as confluent-kafka takes them.
 Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]]
 
@@ -82,8 +86,14 @@ class Emitter:
     @classmethod
     def from_env(cls, *, topic: str = INPUT_TOPIC) -> Self:
         """An emitter configured only by `SPLITBRAIN_*` environment variables, for workers; a
-        `SettingsError` names a variable that cannot be used."""
-        return cls(KafkaConnection.from_env().client_config(), topic=topic)
+        `SettingsError` names a variable that cannot be used, a `KafkaClientError` one to set."""
+        connection = KafkaConnection.from_env()
+        if connection.bootstrap_servers is None:
+            raise KafkaClientError(
+                f"{env_name('bootstrap.servers')} is not set (librdkafka's bootstrap.servers: "
+                "the Kafka cluster to publish to, e.g. kafka:9092)"
+            )
+        return cls(connection.client_config(), topic=topic)
 
     def __enter__(self) -> Self:
         return self
@@ -150,10 +160,34 @@ class Emitter:
 
         `poll`, not `Producer.flush`: an error raised by the error callback (a wrong password)
         ends `poll` at once, while `flush` carries on for seconds before it re-raises.
+
+        `timeout` is time this process ran: a stretch in which it did not (stopped by SIGSTOP,
+        a frozen container or VM; seen as a poll that came back more than `PAUSE_S` late) is
+        added to the wait, since Kafka's answers could not be served then. Without that, a
+        process paused past the timeout woke up and called unacknowledged the events whose
+        acknowledgements were waiting to be read. And before anything is called unacknowledged,
+        what arrived meanwhile is served once more.
         """
-        deadline = time.monotonic() + timeout
-        while len(self._producer) and (left := deadline - time.monotonic()) > 0:
-            self._producer.poll(min(0.1, left))
+        last = time.monotonic()
+        deadline = last + timeout
+        asked = 0.0
+        while len(self._producer):
+            now = time.monotonic()
+            late = now - last - asked
+            if late > PAUSE_S:
+                deadline += late
+            left = deadline - now
+            if left <= 0:
+                self._producer.poll(0)
+                break
+            asked = min(_POLL_S, left)
+            self._producer.poll(asked)
+            last = now
+        return len(self._producer)
+
+    def unacknowledged(self) -> int:
+        """Events handed to the producer that Kafka has not acknowledged yet (safe to ask from
+        another thread than the one that flushes)."""
         return len(self._producer)
 
     def publish(self, event: OwnershipEvent, value: bytes) -> None:

@@ -20,7 +20,7 @@ from tests.unit.test_adapter_sink import Recorder
 
 pytest.importorskip("celery", reason="the celery extra is not installed (.[celery])")
 
-from celery import Celery
+from celery import Celery, signals
 
 from detector.adapters.celery import CeleryAdapter, Watchdog, broker_epoch, install
 
@@ -211,3 +211,30 @@ def test_the_timer_fires_only_what_is_still_armed_and_forgets_what_ended() -> No
         time.sleep(0.01)
     watchdog.disarm(late)  # after it fired: nothing
     assert len(watchdog._heap) <= 2  # the ended tasks' timers were not kept for an hour
+
+
+def test_a_pool_child_s_shutdown_sends_what_its_sink_holds(
+    recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    """A prefork child ends with `os._exit` (no `atexit`): Celery's `worker_process_shutdown`,
+    sent in the child just before, flushes the sink as the exit would, and closes it."""
+    registry = CollectorRegistry()
+    sink = AdapterSink("celery", publisher=lambda: recorder, registry=registry)
+    app = make_app()
+    installed.append(install(app, sink=sink, worker_id="w1"))
+
+    def noop() -> None:
+        pass
+
+    task = as_task(app, noop)
+    task.apply(task_id="t-1")
+    signals.worker_process_shutdown.send(sender=None, pid=1, exitcode=0)
+    assert [e.kind for e in recorder.events] == [Kind.LEASE_ACQUIRED, Kind.LEASE_RELEASED]
+    task.apply(task_id="t-2")  # after it: counted, never queued
+    assert sink.queued == 0
+    assert (
+        registry.get_sample_value(
+            "splitbrain_adapter_events_dropped_total", {"adapter": "celery", "reason": "exit"}
+        )
+        == 2
+    )

@@ -4,8 +4,10 @@ of ours, and what cannot be published is counted by reason."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,8 +22,9 @@ from detector.adapters import (
     effect_rejected,
     owning,
 )
+from detector.adapters._sink import _flush_at_exit
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_json
-from detector.kafka.emit import Emitter
+from detector.kafka.emit import DeliveryError, Emitter
 
 
 class Recorder:
@@ -292,3 +295,197 @@ def test_events_queued_while_the_sender_lingers_are_all_sent_in_order(
 def test_a_linger_outside_its_bounds_is_refused() -> None:
     with pytest.raises(ValueError, match="linger_s"):
         AdapterSink("test", linger_s=2.0)
+
+
+# ---- the process's exit: flushed within a bound, the rest counted and logged --------------------
+
+
+class Unacknowledging(Recorder):
+    """Takes every event and never gets Kafka's acknowledgement, as the emitter against a
+    broker that does not answer: `flush` waits its timeout, then says how many are left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes: list[float] = []
+
+    def flush(self, timeout: float = 0) -> None:
+        self.flushes.append(timeout)
+        time.sleep(timeout)  # the real one polls this long
+        raise DeliveryError("not acknowledged", [], len(self.events))
+
+    def unacknowledged(self) -> int:
+        return len(self.events)
+
+
+def exit_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "at exit" in r.getMessage()]
+
+
+def test_at_exit_every_queued_event_is_sent_and_the_sink_closes(
+    registry: CollectorRegistry, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = AdapterSink("test", publisher=lambda: recorder, registry=registry, exit_flush_s=5)
+    own = owner(sink)
+    for seq in range(200):
+        own.emit(Kind.HEARTBEAT, seq=seq)
+    _flush_at_exit([sink])
+    assert [e.seq for e in recorder.events] == list(range(200))
+    assert dropped(registry, DropReason.EXIT) == 0
+    assert exit_lines(caplog) == []
+    own.emit(Kind.HEARTBEAT)  # the host's code still running at exit: counted, not queued
+    assert dropped(registry, DropReason.EXIT) == 1
+    assert sink.queued == 0
+
+
+def test_at_exit_a_stalled_producer_costs_the_bound_and_its_events_are_counted(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sender is stuck handing the first event over: the exit waits its bound, no more, and
+    counts every event, the one in the sender's hand too, in one line without their content."""
+    gate = threading.Event()
+    sink = AdapterSink(
+        "test", publisher=lambda: Recorder(gate=gate), registry=registry, exit_flush_s=0.3
+    )
+    try:
+        own = owner(sink)
+        for _ in range(5):
+            own.emit(Kind.HEARTBEAT)
+        started = time.monotonic()
+        _flush_at_exit([sink])
+        assert time.monotonic() - started < 0.3 + 0.5
+        assert dropped(registry, DropReason.EXIT) == 5
+        (line,) = exit_lines(caplog)
+        assert line == (
+            "adapter test: 5 event(s) not sent at exit: Kafka did not take them within 0.3s "
+            "(SPLITBRAIN_ADAPTER_EXIT_FLUSH_S); counted as dropped, reason exit"
+        )
+    finally:
+        gate.set()
+
+
+def test_at_exit_what_kafka_did_not_acknowledge_is_counted_once(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    publisher = Unacknowledging()
+    sink = AdapterSink("test", publisher=lambda: publisher, registry=registry, exit_flush_s=0.5)
+    own = owner(sink)
+    for _ in range(3):
+        own.emit(Kind.HEARTBEAT)
+    started = time.monotonic()
+    _flush_at_exit([sink])
+    assert time.monotonic() - started < 0.5 + 0.5
+    assert len(publisher.events) == 3
+    assert all(timeout <= 0.5 for timeout in publisher.flushes)  # never beyond the bound
+    assert dropped(registry, DropReason.EXIT) == 3
+    assert dropped(registry, DropReason.CLOSED) == 0
+    assert len(exit_lines(caplog)) == 1
+    assert not [r for r in caplog.records if "did not take events" in r.getMessage()]
+
+
+def test_at_exit_a_stage_before_the_sink_is_flushed_first_and_held_weakly(
+    sink: AdapterSink, recorder: Recorder
+) -> None:
+    class Stage:
+        def __init__(self) -> None:
+            self.left: list[float] = []
+
+        def flush(self, timeout: float) -> bool:
+            self.left.append(timeout)
+            owner(sink).emit(Kind.LEASE_RELEASED)  # its record becomes an event now
+            return True
+
+    stage, gone = Stage(), Stage()
+    sink.flush_first(stage.flush)
+    sink.flush_first(gone.flush)
+    del gone
+    _flush_at_exit([sink])
+    assert len(stage.left) == 1 and 0 < stage.left[0] <= sink.exit_flush_s
+    assert [e.kind for e in recorder.events] == [Kind.LEASE_RELEASED]
+
+
+def test_the_exit_s_bound_is_a_setting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("SPLITBRAIN_ADAPTER_EXIT_FLUSH_S", raising=False)
+    assert AdapterSink("test").exit_flush_s == 5.0
+    monkeypatch.setenv("SPLITBRAIN_ADAPTER_EXIT_FLUSH_S", "1.5")
+    assert AdapterSink("test").exit_flush_s == 1.5
+    assert AdapterSink("test", exit_flush_s=0).exit_flush_s == 0
+    monkeypatch.setenv("SPLITBRAIN_ADAPTER_EXIT_FLUSH_S", "soon")
+    assert AdapterSink("test").exit_flush_s == 5.0  # a bad value never stops the host
+    (line,) = [r.getMessage() for r in caplog.records if "adapter sink" in r.getMessage()]
+    assert line.startswith("adapter sink: SPLITBRAIN_ADAPTER_EXIT_FLUSH_S='soon': expected")
+    with pytest.raises(ValueError, match="exit_flush_s"):
+        AdapterSink("test", exit_flush_s=-1)
+
+
+# ---- a producer that cannot be made: the log line says what to set ------------------------------
+
+
+def no_producer_line(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, **publisher: Any
+) -> str:
+    sink = AdapterSink("test", registry=registry, **publisher)
+    try:
+        owner(sink).emit(Kind.HEARTBEAT)
+        assert sink.flush()
+    finally:
+        sink.close()
+    assert dropped(registry, DropReason.KAFKA) == 1
+    (line,) = [r.getMessage() for r in caplog.records if "no Kafka producer" in r.getMessage()]
+    return line
+
+
+def test_an_unset_broker_is_named_by_its_variable(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPLITBRAIN_BOOTSTRAP_SERVERS", raising=False)
+    assert no_producer_line(registry, caplog) == (
+        "adapter test: no Kafka producer: SPLITBRAIN_BOOTSTRAP_SERVERS is not set (librdkafka's "
+        "bootstrap.servers: the Kafka cluster to publish to, e.g. kafka:9092); 1 event(s) dropped"
+    )
+
+
+def test_a_setting_librdkafka_refuses_is_named_by_its_variable(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPLITBRAIN_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("SPLITBRAIN_SECURITY_PROTOCOL", "bogus")
+    assert no_producer_line(registry, caplog) == (
+        'adapter test: no Kafka producer: Invalid value "bogus" for configuration property '
+        '"security.protocol": set SPLITBRAIN_SECURITY_PROTOCOL; 1 event(s) dropped'
+    )
+
+
+def test_a_bad_variable_is_named_with_its_value(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPLITBRAIN_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("SPLITBRAIN_SASL_MECHANISM", "")
+    line = no_producer_line(registry, caplog)
+    assert line.startswith("adapter test: no Kafka producer: SPLITBRAIN_SASL_MECHANISM='': ")
+
+
+def test_any_other_failure_of_the_default_producer_says_where_it_is_configured(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(cls: type[Emitter]) -> Emitter:
+        raise OSError("no file descriptors")
+
+    monkeypatch.setattr(Emitter, "from_env", classmethod(broken))
+    assert no_producer_line(registry, caplog) == (
+        "adapter test: no Kafka producer: OSError: no file descriptors (the producer is "
+        "configured by SPLITBRAIN_BOOTSTRAP_SERVERS and the other SPLITBRAIN_* variables "
+        "(README: Configuration and security)); 1 event(s) dropped"
+    )
+
+
+def test_a_publisher_of_the_host_s_own_is_named_by_its_error(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> Recorder:
+        raise RuntimeError("bad configuration")
+
+    assert no_producer_line(registry, caplog, publisher=broken) == (
+        "adapter test: no Kafka producer: RuntimeError: bad configuration; 1 event(s) dropped"
+    )
