@@ -1,0 +1,60 @@
+"""Histories the property campaigns once falsified, kept as explicit regression examples.
+
+Each is written as hypothesis printed it (or as `gen.minimize` cut it down), in arrival order;
+the tests that replay them say what went wrong and whether the engine still gets it wrong.
+"""
+
+from __future__ import annotations
+
+from .gen import Row
+
+
+def authoritative(arrived: list[Row]) -> list[Row]:
+    """The authoritative order of a history with seq on every event (distinct per workflow)."""
+    return sorted(arrived, key=lambda r: (r.wf, r.seq or 0))
+
+
+# tests/unit/test_properties.py, test_revision_stream_is_gapless_unique_and_severity_never_drops
+# (shared/cases/property-finding-without-revision.txt): two workflows whose epoch-0 zombie keeps
+# sending heartbeats with an effect key; one `advance` after the 31st record (at 25 s per
+# record, quiet period 60 s). A resolved finding of wf1 then renders with confidence medium and
+# evidence_truncated true, where its last revision said high and false, and no revision is
+# published.
+FINDING_WITHOUT_REVISION = [
+    Row("wf1", "wf1-0", "lease_acquired", 0, "w0", "coordinator", 1, None, 0.0),
+    Row("wf0", "wf0-0", "lease_acquired", 0, "w0", "coordinator", 1, None, 0.0),
+    Row("wf0", "wf0-1", "lease_acquired", 1, "w1", "coordinator", 2, None, 0.0),
+    Row("wf1", "wf1-1", "lease_acquired", 1, "w1", "coordinator", 2, None, 0.0),
+    Row("wf0", "wf0-2", "heartbeat", 0, "w0", "worker", 3, "k0", 1.0),
+    Row("wf0", "wf0-3", "heartbeat", 0, "w0", "worker", 4, "k0", 2.0),
+    Row("wf0", "wf0-4", "heartbeat", 0, "w0", "worker", 5, "k0", 3.0),
+    Row("wf0", "wf0-5", "heartbeat", 0, "w0", "worker", 6, "k0", 4.0),
+    Row("wf0", "wf0-6", "lease_acquired", 2, "w2", "coordinator", 7, None, 4.0),
+    Row("wf0", "wf0-7", "heartbeat", 0, "w0", "worker", 8, "k0", 5.0),
+    Row("wf0", "wf0-8", "heartbeat", 0, "w0", "worker", 9, "k0", 6.0),
+    Row("wf0", "wf0-9", "heartbeat", 0, "w0", "worker", 10, "k0", 7.0),
+    Row("wf0", "wf0-10", "heartbeat", 0, "w0", "worker", 11, "k0", 8.0),
+    Row("wf1", "wf1-2", "heartbeat", 0, "w0", "worker", 3, "k0", 1.0),
+    Row("wf1", "wf1-3", "heartbeat", 0, "w0", "worker", 4, "k0", 2.0),
+    Row("wf1", "wf1-4", "heartbeat", 0, "w0", "worker", 5, "k0", 3.0),
+    Row("wf1", "wf1-5", "heartbeat", 0, "w0", "worker", 6, "k0", 4.0),
+    Row("wf1", "wf1-6", "heartbeat", 0, "w0", "worker", 7, "k0", 5.0),
+    Row("wf1", "wf1-7", "heartbeat", 0, "w0", "worker", 8, "k0", 6.0),
+    Row("wf1", "wf1-8", "lease_acquired", 2, "w2", "coordinator", 9, None, 6.0),
+    Row("wf1", "wf1-9", "heartbeat", 0, "w0", "worker", 10, "k0", 7.0),
+    Row("wf1", "wf1-10", "heartbeat", 0, "w0", "worker", 11, "k0", 8.0),
+    Row("wf1", "wf1-11", "heartbeat", 0, "w0", "worker", 12, "k0", 9.0),
+    Row("wf1", "wf1-12", "heartbeat", 0, "w0", "worker", 13, "k0", 10.0),
+    Row("wf1", "wf1-13", "heartbeat", 0, "w0", "worker", 14, "k0", 11.0),
+    Row("wf1", "wf1-20", "lease_released", 2, "w2", "worker", 21, None, 17.0),
+    Row("wf1", "wf1-16", "heartbeat", 0, "w0", "worker", 17, "k0", 13.0),
+    Row("wf1", "wf1-17", "heartbeat", 0, "w0", "worker", 18, "k0", 14.0),
+    Row("wf1", "wf1-14", "heartbeat", 1, "w1", "worker", 15, "k0", 12.0),
+    Row("wf0", "wf0-11", "heartbeat", 0, "w0", "worker", 12, "k0", 9.0),
+    Row("wf0", "wf0-12", "heartbeat", 0, "w0", "worker", 13, "k0", 10.0),
+    Row("wf1", "wf1-18", "heartbeat", 0, "w0", "worker", 19, "k0", 15.0),
+    Row("wf1", "wf1-19", "heartbeat", 0, "w0", "worker", 20, "k0", 16.0),
+    Row("wf1", "wf1-15", "lease_acquired", 3, "w3", "coordinator", 16, None, 12.0),
+    Row("wf1", "wf1-21", "heartbeat", 0, "w0", "worker", 22, "k0", 18.0),
+]
+FINDING_WITHOUT_REVISION_TICKS = [False] * 30 + [True]
