@@ -58,3 +58,57 @@ FINDING_WITHOUT_REVISION = [
     Row("wf1", "wf1-21", "heartbeat", 0, "w0", "worker", 22, "k0", 18.0),
 ]
 FINDING_WITHOUT_REVISION_TICKS = [False] * 30 + [True]
+
+
+def _row(i: int, kind: str, epoch: int, seq: int | None, key: str | None = None) -> Row:
+    """An event of workflow wf0 as the campaign writes it (`gen.user_workflow`), untimed."""
+    source = "coordinator" if kind == "lease_acquired" else "worker"
+    return Row("wf0", f"wf0-{i}", kind, epoch, f"w{epoch}", source, seq, key, None)
+
+
+# tests/unit/test_campaign.py (every test): the displaced owner attempts 20 keys, then commits
+# one that sorts after all of them. The response lists the committed keys among the 20 listed,
+# finds none, and `_listing([])` raises IndexError (issue 33's poison pill, shrunk).
+KEYS_SORTING_BEFORE_THE_COMMIT = [
+    _row(0, "lease_acquired", 0, 1),
+    _row(1, "lease_acquired", 1, 2),
+    *(_row(2 + j, "effect_attempted", 0, 3 + j, f"a{j:02d}") for j in range(20)),
+    _row(22, "effect_committed", 0, 23, "a99"),
+]
+
+# tests/unit/test_campaign.py, the worker's step with max_acquisitions=2: the third acquisition
+# (epoch 2, after the stale heartbeat) pushes out a retained acquisition. The open finding now
+# renders evidence_truncated true and confidence medium, but no revision says so (its readers
+# keep revision 1: high, not truncated). With max_acquisitions=1 the same cut also moves the
+# finding's transition to the epoch-2 acquisition, which is *after* the stale heartbeat, drops
+# `current`, and turns the ordering to arrival, still with no revision and without
+# evidence_truncated.
+ACQUISITION_CUT = [
+    _row(0, "lease_acquired", 0, 1),
+    _row(2, "lease_acquired", 1, 3),
+    _row(3, "heartbeat", 0, 4),
+    _row(4, "lease_acquired", 2, 5),
+]
+
+# tests/unit/test_campaign.py, the worker's step against `audit`, max_evidence=3: epoch 1 is
+# acquired again after the stale heartbeat. The worker's finding stays at revision 1 (high, not
+# truncated); `audit` publishes a revision 2 at `finish()` (medium, evidence_truncated) for the
+# same bytes and caps. They disagree on whether the verdict was cut.
+REACQUIRED_WITH_EVIDENCE_CUT = [
+    _row(0, "lease_acquired", 0, 1),
+    _row(2, "lease_acquired", 1, 3),
+    _row(3, "heartbeat", 0, 4),
+    _row(4, "lease_acquired", 1, 5),
+]
+
+# tests/unit/test_campaign.py, the worker's step with max_effect_keys=2: one owner, no takeover;
+# key a00 committed twice under epoch 0 (a retry finding, revision 1), then two more keys
+# committed. The third key cuts the workflow's effect keys: the retry finding now renders
+# evidence_truncated true, and no revision says so.
+RETRY_THEN_KEYS_CUT = [
+    _row(0, "lease_acquired", 0, 1),
+    _row(1, "effect_committed", 0, 2, "a00"),
+    _row(2, "effect_committed", 0, 3, "a00"),
+    _row(3, "effect_committed", 0, 4, "a01"),
+    _row(4, "effect_committed", 0, 5, "a02"),
+]
