@@ -13,7 +13,8 @@ A history is a list of `Row`s (compact, so a failing example prints readably) in
   defines pairwise (which conditions exist) is compared;
 - `"in_order"`: arrival is the authoritative order;
 - `"acq_last"`: every event carries seq, and the acquisitions arrive after everything else
-  (a coordinator's log read after the workers'): each displaces events that arrived before it.
+  (a coordinator's log read after the workers'): each displaces events that arrived before it;
+- `"late_acq"` (`user_history` only): each acquisition arrives up to 60 places late.
 
 Seq modes: `"all"` (seq on every event, each its own), `"tied"` (on every event, and some
 neighbours share one: DESIGN §4 orders them an acquisition first, then by `event_id`),

@@ -112,3 +112,24 @@ RETRY_THEN_KEYS_CUT = [
     _row(3, "effect_committed", 0, 4, "a01"),
     _row(4, "effect_committed", 0, 5, "a02"),
 ]
+
+# tests/unit/test_campaign.py, the worker's step with audit's caps (nothing is cut): epoch 10
+# acquired at seq 70; epoch 6 attempts a11 without seq (after the takeover by arrival: a
+# stale_effect_attempt finding, transition wf1-69); then epoch 10's earlier acquisition (seq 66)
+# arrives. The held finding now names wf1-65 as its transition, has no `current` and its
+# response says "the current owner" instead of w10 (epoch 10), and no revision is published.
+EARLIER_ACQUISITION_OF_THE_SAME_EPOCH = [
+    Row("wf1", "wf1-69", "lease_acquired", 10, "w10", "coordinator", 70, None, 1656.0),
+    Row("wf1", "wf1-51", "effect_attempted", 6, "w6", "worker", None, "a11", 902.0),
+    Row("wf1", "wf1-65", "lease_acquired", 10, "w10", "coordinator", 66, None, 959.0),
+]
+
+# tests/unit/test_campaign.py, arrival with seq on every event: key z00 committed under epoch 15
+# by w15 (destination, seq 13) and w15b (a worker's claim, seq 14), and under epoch 5 (seq 20).
+# The failover duplicate's response names the epoch-15 committer that arrived first: w15b in
+# this arrival, w15 in seq order. Its final document depends on arrival (DESIGN §4).
+COMMITTERS_OF_ONE_EPOCH_IN_ANY_ORDER = [
+    Row("wf1", "wf1-25", "effect_committed", 15, "w15b", "worker", 14, "z00", 2200.0),
+    Row("wf1", "wf1-37", "effect_committed", 5, "w5", "destination", 20, "z00", 2902.0),
+    Row("wf1", "wf1-24", "effect_committed", 15, "w15", "destination", 13, "z00", 2199.0),
+]
