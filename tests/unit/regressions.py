@@ -133,3 +133,35 @@ COMMITTERS_OF_ONE_EPOCH_IN_ANY_ORDER = [
     Row("wf1", "wf1-37", "effect_committed", 5, "w5", "destination", 20, "z00", 2902.0),
     Row("wf1", "wf1-24", "effect_committed", 15, "w15", "destination", 13, "z00", 2199.0),
 ]
+
+# tests/unit/test_campaign.py, the worker's step with audit's caps: a retry finding of epoch 6
+# (z00 committed twice without seq, current w9 by the acquisition at seq 29 between them); then
+# epoch 9's earlier acquisition (seq 25) arrives and epoch 6 commits m01. The held retry finding
+# has lost its `current` (w9, epoch 9), and no revision is published.
+EARLIER_ACQUISITION_UNDER_A_RETRY = [
+    Row("wf0", "wf0-22", "effect_committed", 6, "w6", "destination", None, "z00", None),
+    Row("wf0", "wf0-28", "lease_acquired", 9, "w9", "coordinator", 29, None, None),
+    Row("wf0", "wf0-23", "effect_committed", 6, "w6", "destination", None, "z00", None),
+    Row("wf0", "wf0-24", "lease_acquired", 9, "w9", "coordinator", 25, None, None),
+    Row("wf0", "wf0-26", "effect_committed", 6, "w6", "destination", None, "m01", None),
+]
+
+# tests/unit/test_campaign.py, the worker's step with audit's caps, no seq anywhere: z00 claimed
+# committed under epochs 5 and 8 (a failover duplicate with no transition), then epoch 9 is
+# acquired. The held finding names that acquisition, which came after both commits, as its
+# transition, and no revision is published.
+ACQUISITION_AFTER_A_DUPLICATE = [
+    Row("wf0", "wf0-61", "effect_committed", 5, "w5b", "worker", None, "z00", 996.0),
+    Row("wf0", "wf0-80", "effect_committed", 8, "w8", "worker", None, "z00", 2354.0),
+    Row("wf0", "wf0-78", "lease_acquired", 9, "w9", "coordinator", None, None, 2312.0),
+]
+
+# tests/unit/test_campaign.py, arrival with seq on every event: epoch 3 acquired at seq 11, then
+# m03 committed under epoch 1 by w1 (seq 13) and by w1b (seq 14). The finding's `displaced`
+# worker (and its response) is the epoch-1 worker whose commit arrived first: w1b in this
+# arrival, w1 in seq order.
+DISPLACED_WORKERS_OF_ONE_EPOCH_IN_ANY_ORDER = [
+    Row("wf0", "wf0-13", "effect_committed", 1, "w1b", "coordinator", 14, "m03", 4681.0),
+    Row("wf0", "wf0-10", "lease_acquired", 3, "w3", "worker", 11, None, 3989.0),
+    Row("wf0", "wf0-12", "effect_committed", 1, "w1", "worker", 13, "m03", 4680.0),
+]

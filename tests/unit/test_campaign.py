@@ -33,9 +33,12 @@ from detector.histories.audit import audit_lines
 
 from .gen import Row, build, lengthened, objs, user_history
 from .regressions import (
+    ACQUISITION_AFTER_A_DUPLICATE,
     ACQUISITION_CUT,
     COMMITTERS_OF_ONE_EPOCH_IN_ANY_ORDER,
+    DISPLACED_WORKERS_OF_ONE_EPOCH_IN_ANY_ORDER,
     EARLIER_ACQUISITION_OF_THE_SAME_EPOCH,
+    EARLIER_ACQUISITION_UNDER_A_RETRY,
     KEYS_SORTING_BEFORE_THE_COMMIT,
     REACQUIRED_WITH_EVIDENCE_CUT,
     RETRY_THEN_KEYS_CUT,
@@ -213,6 +216,33 @@ UNPUBLISHED_CUT += "with max_acquisitions=1 also transition, current, ordering) 
                 "transition and drops its current owner with no revision"
             ),
             id="worker: an earlier acquisition of the same epoch arrives last",
+        ),
+        pytest.param(
+            partial(survives_in_a_worker, config=Config.for_audit()),
+            EARLIER_ACQUISITION_UNDER_A_RETRY,
+            marks=known(
+                "an earlier acquisition of the current epoch, arriving late, drops a retry "
+                "finding's current owner with no revision"
+            ),
+            id="worker: an earlier acquisition of the current epoch under a retry",
+        ),
+        pytest.param(
+            partial(survives_in_a_worker, config=Config.for_audit()),
+            ACQUISITION_AFTER_A_DUPLICATE,
+            marks=known(
+                "an acquisition arriving after a failover duplicate without seq becomes its "
+                "transition (after both commits) with no revision"
+            ),
+            id="worker: an acquisition after a duplicate, no seq",
+        ),
+        pytest.param(
+            in_any_order,
+            DISPLACED_WORKERS_OF_ONE_EPOCH_IN_ANY_ORDER,
+            marks=known(
+                "a finding's displaced worker (and response) is the epoch's worker whose event "
+                "arrived first (w1b), not one chosen by seq (w1)"
+            ),
+            id="arrival: two workers of the displaced epoch",
         ),
         pytest.param(
             in_any_order,
