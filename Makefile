@@ -44,9 +44,12 @@ test: lint typecheck kafka-jars $(STAMP)
 	$(BIN)/pytest -q
 
 # The slow job's tests (.ci/slow, which also builds kube-apiserver): the three-broker torture run
-# of both runtimes, and the Kubernetes adapter's against the built server (skipped without it).
+# of both runtimes, and the Kubernetes adapter's against the built server (skipped without it);
+# then the property tests again under the long, random `slow` hypothesis profile (tests/conftest.py).
+PROPERTY_TESTS := tests/unit/test_properties.py tests/unit/test_campaign.py
 slow: kafka-jars $(STAMP)
 	SPLITBRAIN_TORTURE_CLUSTER=1 $(BIN)/pytest -q -m slow
+	SPLITBRAIN_HYPOTHESIS_PROFILE=slow $(BIN)/pytest -q $(PROPERTY_TESTS)
 
 schemas: $(STAMP)
 	$(BIN)/python -m detector.contracts.schemas topics/schemas

@@ -8,17 +8,46 @@ them `kafka`, so `pytest -m "not kafka"` runs the unit tests with no JVM at all.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.kafka_cluster import LocalKafkaCluster
 
 if TYPE_CHECKING:
     from selenium import webdriver
+
+# Hypothesis profiles, one mechanism for every property test (tests/unit/test_properties.py,
+# tests/unit/test_campaign.py): SPLITBRAIN_HYPOTHESIS_PROFILE names one; without it, `ci` when
+# CI is set and `dev` otherwise. pytest's own `--hypothesis-profile NAME` overrides both.
+# - `ci`: derandomised (the same examples on every run, so a red run is red again on a rerun), a
+#   short budget, and no shrinking (a failure is reported at once, with the blob that reproduces
+#   it, instead of shrinking a long history for minutes);
+# - `dev`: the same budget, random (each local run looks somewhere new);
+# - `slow`: the slow job's long random budget (`make slow`).
+# A test that scales its budget takes a share of `settings.default.max_examples`. Every failure
+# prints its reproduction blob; keep it as an explicit example (tests/unit/regressions.py).
+PROFILE_ENV: Final = "SPLITBRAIN_HYPOTHESIS_PROFILE"
+_PROPERTIES: Final = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "ci",
+    _PROPERTIES,
+    max_examples=100,
+    derandomize=True,
+    phases=[p for p in Phase if p is not Phase.shrink],
+)
+settings.register_profile("dev", _PROPERTIES, max_examples=100)
+settings.register_profile("slow", _PROPERTIES, max_examples=2500)
+settings.load_profile(os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev"))
 
 
 def mark_directory(items: list[pytest.Item], directory: Path, *marks: pytest.MarkDecorator) -> None:

@@ -13,7 +13,8 @@ A history is a list of `Row`s (compact, so a failing example prints readably) in
   defines pairwise (which conditions exist) is compared;
 - `"in_order"`: arrival is the authoritative order;
 - `"acq_last"`: every event carries seq, and the acquisitions arrive after everything else
-  (a coordinator's log read after the workers'): each displaces events that arrived before it.
+  (a coordinator's log read after the workers'): each displaces events that arrived before it;
+- `"late_acq"` (`user_history` only): each acquisition arrives up to 60 places late.
 
 Seq modes: `"all"` (seq on every event, each its own), `"tied"` (on every event, and some
 neighbours share one: DESIGN §4 orders them an acquisition first, then by `event_id`),
@@ -28,13 +29,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 
 from detector.contracts.events import OwnershipEvent
 
-from .histories import ev
+from .histories import ev, event_obj
 
 
 class Row(NamedTuple):
@@ -54,6 +55,16 @@ class Row(NamedTuple):
 def build(rows: Sequence[Row]) -> list[OwnershipEvent]:
     return [
         ev(r.id, r.kind, r.wf, r.epoch, r.worker, seq=r.seq, key=r.key, source=r.source, t=r.t)
+        for r in rows
+    ]
+
+
+def objs(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """The rows as the JSON objects an emitter writes (for paths that read bytes)."""
+    return [
+        event_obj(
+            r.id, r.kind, r.wf, r.epoch, r.worker, seq=r.seq, key=r.key, source=r.source, t=r.t
+        )
         for r in rows
     ]
 
@@ -271,6 +282,169 @@ def history(draw: st.DrawFn, seq: str, mode: str, most: int = 3) -> tuple[list[R
     """(authoritative order, an arrival order) of small workflows."""
     per_wf = draw(several(small_workflow, seq, most))
     return [r for rows in per_wf for r in rows], draw(arrival(per_wf, mode))
+
+
+# ---- the shapes users send (tests/unit/test_campaign.py) ------------------------------------
+
+EVERY_KIND = (
+    "heartbeat",
+    "progress",
+    "effect_attempted",
+    "effect_committed",
+    "effect_rejected",
+    "outcome_verified",
+    "lease_lost",
+    "lease_released",
+    "ownership_uncertain",
+)
+KEYED = ("effect_attempted", "effect_committed", "effect_rejected", "outcome_verified")
+EVERY_SOURCE = ("coordinator", "worker", "destination", "verifier")
+# Who usually asserts a kind (DESIGN §3); one event in five comes from any source instead.
+USUAL_SOURCE = {
+    "effect_committed": ("destination", "worker"),
+    "effect_rejected": ("destination", "worker"),
+    "outcome_verified": ("verifier", "worker"),
+}
+FAMILIES = ("a", "m", "z")  # effect key families: each sorts before or after the others
+ORDERS = ("up", "down", "scattered")  # a burst's keys in their sort order, reversed, or neither
+SEQ_MODES = ("all", "tied", "mixed", "none")
+ARRIVALS = {
+    "all": ("in_order", "seq", "acq_last", "late_acq"),
+    "tied": ("in_order", "seq", "acq_last", "late_acq"),
+    "mixed": ("in_order", "acyclic", "any", "late_acq"),
+    "none": ("in_order", "any", "late_acq"),
+}
+
+
+def effect_key(family: str, j: int, order: str = "up") -> str:
+    """The j-th key of a family, numbered so a run of keys sorts as `order` says."""
+    n = {"up": j, "down": 99 - j, "scattered": j * 37 % 100}[order]
+    return f"{family}{n:02d}"
+
+
+def lengthened(rows: Sequence[Row], where: str) -> list[Row]:
+    """The same history with names as long as the contract allows (workflow key and effect keys
+    512 characters, worker ids 256), padded with "!" (below every character the generators use)
+    at the `"end"`, or in the `"middle"` so that long names share a long prefix. Applied by the
+    tests, so a falsifying example still prints short."""
+
+    def pad(name: str, size: int) -> str:
+        fill = "!" * (size - len(name))
+        return name + fill if where == "end" else name[:1] + fill + name[1:]
+
+    return [
+        r._replace(
+            wf=pad(r.wf, 512),
+            worker=pad(r.worker, 256),
+            key=None if r.key is None else pad(r.key, 512),
+        )
+        for r in rows
+    ]
+
+
+@st.composite
+def source_for(draw: st.DrawFn, kind: str) -> str:
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.sampled_from(EVERY_SOURCE))
+    return draw(st.sampled_from(USUAL_SOURCE.get(kind, ("worker",))))
+
+
+@st.composite
+def user_workflow(draw: st.DrawFn, wf: str, seq: str) -> list[Row]:
+    """A workflow as users send them, in authoritative order: a chain of 1-6 takeovers (an epoch
+    sometimes acquired again, acquisitions sometimes out of epoch order), and after each one a
+    few moves by any owner acquired so far (the displaced ones are the zombies):
+
+    - one event of any kind from any source, activity sometimes carrying an effect key;
+    - a burst: one owner attempts, commits, is rejected on or has verified up to 30 keys of a
+      family, in their sort order, reversed or scattered (more keys than a finding lists, keys
+      that sort before and after those of other bursts);
+    - a retry: one key committed twice under one epoch, by one worker or two.
+
+    `observed_at` is sometimes absent (see `lengthened` for names as long as allowed)."""
+    timed = draw(st.integers(0, 3)) > 0
+    epochs = [draw(st.integers(0, 5))]
+    for _ in range(draw(st.integers(0, 5))):
+        epochs.append(epochs[-1] + draw(st.integers(0, 3)))
+    if draw(st.integers(0, 4)) == 0:
+        epochs = draw(st.permutations(epochs))
+    out: list[Row] = []
+    t = float(draw(st.integers(0, 100)))
+
+    def add(kind: str, epoch: int, key: str | None, source: str, worker: str = "") -> None:
+        out.append(
+            Row(wf, f"{wf}-{len(out)}", kind, epoch, f"w{epoch}{worker}", source, None, key, t)
+        )
+
+    for i, epoch in enumerate(epochs):
+        t += draw(st.sampled_from(GAPS))
+        add(
+            "lease_acquired", epoch, None, draw(st.sampled_from(("coordinator",) * 3 + ("worker",)))
+        )
+        for _ in range(draw(st.integers(0, 4))):
+            actor = epochs[draw(st.integers(0, i))]
+            shape = draw(st.sampled_from(("one", "one", "burst", "retry")))
+            t += draw(st.sampled_from(GAPS))
+            family = draw(st.sampled_from(FAMILIES))
+            if shape == "one":
+                kind = draw(st.sampled_from(EVERY_KIND))
+                j = draw(st.integers(0, 3))
+                keyed = kind in KEYED or (kind in ("heartbeat", "progress") and draw(st.booleans()))
+                key = effect_key(family, j) if keyed else None
+                add(kind, actor, key, draw(source_for(kind)))
+            elif shape == "burst":
+                kind = draw(st.sampled_from(KEYED))
+                order = draw(st.sampled_from(ORDERS))
+                source = draw(source_for(kind))
+                for j in range(draw(st.integers(1, 30))):
+                    t += 1.0
+                    add(kind, actor, effect_key(family, j, order), source)
+            else:
+                key = effect_key(family, draw(st.integers(0, 3)))
+                for worker in ("", draw(st.sampled_from(("", "b")))):
+                    t += 1.0
+                    add(
+                        "effect_committed", actor, key, draw(source_for("effect_committed")), worker
+                    )
+    if not timed:
+        out = [r._replace(t=None) for r in out]
+    if seq == "tied":
+        return tied(out, draw(st.lists(st.booleans(), min_size=len(out), max_size=len(out))))
+    return with_seq(out, draw(seq_flags(len(out), seq)))
+
+
+@st.composite
+def late_acquisitions(draw: st.DrawFn, rows: Sequence[Row]) -> list[Row]:
+    """Each acquisition arrives up to 60 places after its position (a coordinator's log read
+    late): it may come after the very events it displaces."""
+    delays = iter(draw(st.lists(st.integers(0, 60), min_size=len(rows), max_size=len(rows))))
+    placed = [
+        (i + next(delays) + 0.5 if r.kind == "lease_acquired" else float(i), r)
+        for i, r in enumerate(rows)
+    ]
+    return [r for _, r in sorted(placed, key=lambda p: p[0])]
+
+
+@st.composite
+def user_history(
+    draw: st.DrawFn, seq: Sequence[str] = SEQ_MODES, most: int = 2
+) -> tuple[list[Row], list[Row]]:
+    """(authoritative order, an arrival order) of 1..most `user_workflow`s, each with its seq
+    mode drawn from `seq` and an arrival its mode allows (see the module docstring), the
+    workflows interleaved."""
+    per_wf: list[list[Row]] = []
+    arrived: list[list[Row]] = []
+    for i in range(draw(st.integers(1, most))):
+        mode = draw(st.sampled_from(seq))
+        rows = draw(user_workflow(f"wf{i}", mode))
+        per_wf.append(rows)
+        how = draw(st.sampled_from(ARRIVALS[mode]))
+        if how == "late_acq":
+            arrived.append(draw(late_acquisitions(rows)))
+        else:
+            arrived.append(draw(arrival([rows], how)))
+    slots = [i for i, rows in enumerate(arrived) for _ in rows]
+    return [r for rows in per_wf for r in rows], interleave(arrived, draw(st.permutations(slots)))
 
 
 # ---- long workflows -----------------------------------------------------------------------

@@ -54,6 +54,26 @@ def ev(
     **extra: Unpack[EventFields],
 ) -> OwnershipEvent:
     """One event. `key` is the effect key; `t` seconds after BASE become `observed_at`."""
+    return parse_event_obj(
+        event_obj(event_id, kind, wf, epoch, worker, seq=seq, source=source, key=key, t=t, **extra)
+    )
+
+
+def event_obj(
+    event_id: str,
+    kind: str,
+    wf: str,
+    epoch: int,
+    worker: str,
+    *,
+    seq: int | None = None,
+    source: str | None = None,
+    key: str | None = None,
+    t: float | None = None,
+    **extra: Unpack[EventFields],
+) -> dict[str, Any]:
+    """The JSON object of `ev`'s event, as an emitter writes it (for the worker's step and
+    `audit`, which read bytes)."""
     obj: dict[str, Any] = {
         "event_id": event_id,
         "kind": kind,
@@ -69,7 +89,7 @@ def ev(
     if t is not None:
         obj["observed_at"] = (BASE + timedelta(seconds=t)).isoformat()
     obj.update(extra)
-    return parse_event_obj(obj)
+    return obj
 
 
 # The scenario vocabulary of tests/unit/scenarios: workflow `W`, whose effect key is `K`.

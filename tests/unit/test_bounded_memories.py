@@ -18,7 +18,8 @@ from detector.core import Config
 
 from .gen import Row, build, history, long_history
 from .histories import ev
-from .test_properties import LONG, SEEDS, SETTINGS, assert_matches, audit
+from .runners import audit
+from .test_properties import LONG, SEEDS, assert_matches
 
 HOUR = 3600.0
 WF = "tenant-7/export/2026-07-26"
@@ -37,7 +38,6 @@ def takeover(stale_kind: str = "progress", key: str | None = None) -> list[Owner
 # ---- the times awaiting a vouch (audit's silence) ---------------------------------------------
 
 
-@SETTINGS
 @given(
     st.integers(60, 300),  # doubted times of one emitter, more than any fixed bound kept
     st.data(),
@@ -74,7 +74,6 @@ def test_more_doubting_emitters_than_kept_flag_the_findings_that_hinge_on_silenc
 # ---- the ids of a small workflow's first events ------------------------------------------------
 
 
-@SETTINGS
 @given(history("all", "seq", most=1), st.data())
 def test_a_folded_acquisitions_id_is_remembered_in_a_small_workflow(
     case: tuple[list[Row], list[Row]], data: st.DataObject
@@ -111,7 +110,6 @@ def test_a_folded_acquisitions_id_is_remembered_in_a_small_workflow(
 # ---- the unverified occurrences of a key -------------------------------------------------------
 
 
-@SETTINGS
 @given(st.integers(17, 80), st.data())
 def test_out_of_order_occurrences_wait_for_verification_exactly(
     n: int, data: st.DataObject

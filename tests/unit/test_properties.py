@@ -4,18 +4,17 @@ Histories come from `gen` (see its docstring for the seq and arrival modes). Unl
 otherwise the engine runs as `audit` does: `observe(event)` without a caller time, then
 `finish()`, so the oracle models the quiet period on believed `observed_at` times.
 
-SPLITBRAIN_EXAMPLES (default 200) sets the example count of the small-history tests; the long
-ones run a fifth of it.
+The example budget is the hypothesis profile's (tests/conftest.py: `ci`, `dev`, `slow`); the long
+histories run a fifth of it.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from detector.contracts.events import OwnershipEvent
@@ -33,36 +32,15 @@ from .gen import (
 )
 from .histories import BASE_TS
 from .oracle import CondKey, FKey, OracleFinding, disbelieved_count, oracle
+from .regressions import FINDING_WITHOUT_REVISION, FINDING_WITHOUT_REVISION_TICKS, authoritative
+from .runners import audit, audit_config, final, share_of_budget
 
-EXAMPLES = int(os.environ.get("SPLITBRAIN_EXAMPLES", "200"))
-SETTINGS = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-LONG = settings(SETTINGS, max_examples=max(4, EXAMPLES // 5))
+LONG = share_of_budget(5)
 SEEDS = st.integers(0, 2**32 - 1)
 FUTURE = datetime(2099, 1, 1, tzinfo=UTC).timestamp() - BASE_TS  # an emitter's clock in 2099
 
 
 # ---- running the engine -----------------------------------------------------------------------
-
-
-def audit_config() -> Config:
-    """`audit`'s caps: histories of thousands of events per workflow stay exact."""
-    return Config.for_audit()
-
-
-def audit(
-    events: Sequence[OwnershipEvent], config: Config | None = None
-) -> tuple[Detector, list[FindingUpdate]]:
-    """Feed a whole history as `audit` does (no caller time), then end it."""
-    d = Detector(config=config or audit_config())
-    updates: list[FindingUpdate] = []
-    for e in events:
-        updates.extend(d.observe(e))
-    updates.extend(d.finish())
-    return d, updates
 
 
 def truncated_workflows(d: Detector) -> set[str]:
@@ -71,13 +49,6 @@ def truncated_workflows(d: Detector) -> set[str]:
 
 def truncated(f: Finding) -> bool:
     return f.evidence_truncated
-
-
-def final(findings: list[Finding]) -> list[dict[str, Any]]:
-    return sorted(
-        (f.model_dump(mode="json", exclude={"revision"}) for f in findings),
-        key=lambda f: f["finding_id"],
-    )
 
 
 # ---- comparing with the oracle ----------------------------------------------------------------
@@ -234,7 +205,6 @@ def test_long_workflows_with_worker_caps_never_invent_and_flag_what_they_miss(
 # ---- (c): arrival order with seq on every event -----------------------------------------------
 
 
-@SETTINGS
 @given(history("all", "seq"))
 def test_seq_histories_equal_the_oracle_in_any_arrival_order(
     case: tuple[list[Row], list[Row]],
@@ -245,7 +215,6 @@ def test_seq_histories_equal_the_oracle_in_any_arrival_order(
     assert_matches(events, d)
 
 
-@SETTINGS
 @given(history("all", "seq"))
 def test_arrival_order_does_not_change_final_findings_statuses_included(
     case: tuple[list[Row], list[Row]],
@@ -256,7 +225,6 @@ def test_arrival_order_does_not_change_final_findings_statuses_included(
     assert final(any_order.findings()) == final(in_order.findings())
 
 
-@SETTINGS
 @given(history("tied", "seq"))
 def test_tied_seq_histories_equal_the_oracle_in_any_arrival_order(
     case: tuple[list[Row], list[Row]],
@@ -271,7 +239,6 @@ def test_tied_seq_histories_equal_the_oracle_in_any_arrival_order(
     assert final(d.findings()) == final(in_order.findings())
 
 
-@SETTINGS
 @given(history("tied", "acq_last"))
 def test_acquisitions_arriving_after_what_they_displace_equal_the_oracle(
     case: tuple[list[Row], list[Row]],
@@ -298,7 +265,6 @@ def test_long_arrival_order_does_not_change_final_findings(seed: int, seq: str) 
 # ---- (d): mixed seq / no seq ------------------------------------------------------------------
 
 
-@SETTINGS
 @given(history("mixed", "acyclic"))
 def test_mixed_seq_histories_equal_the_oracle(case: tuple[list[Row], list[Row]]) -> None:
     """Seq events arrive in any order between the events without seq: the pairwise rule of
@@ -309,7 +275,6 @@ def test_mixed_seq_histories_equal_the_oracle(case: tuple[list[Row], list[Row]])
     assert_matches(events, d)
 
 
-@SETTINGS
 @given(history("none", "in_order"))
 def test_histories_without_seq_equal_the_oracle(case: tuple[list[Row], list[Row]]) -> None:
     _, arrived = case
@@ -318,7 +283,6 @@ def test_histories_without_seq_equal_the_oracle(case: tuple[list[Row], list[Row]
     assert_matches(events, d)
 
 
-@SETTINGS
 @given(history("mixed", "any"))
 def test_any_mixed_arrival_agrees_on_what_is_pairwise(case: tuple[list[Row], list[Row]]) -> None:
     """Whatever the arrival (the pairwise relation may be cyclic), what §4 defines pairwise is
@@ -351,7 +315,6 @@ def redelivered(r: Row, how: str, top_seq: int) -> Row:
     return r
 
 
-@SETTINGS
 @given(st.sampled_from([("all", "seq"), ("mixed", "acyclic"), ("none", "in_order")]), st.data())
 def test_redelivered_ids_change_nothing_whatever_their_seq_or_content(
     mode: tuple[str, str], data: st.DataObject
@@ -374,7 +337,6 @@ def test_redelivered_ids_change_nothing_whatever_their_seq_or_content(
 # ---- clean handoffs ---------------------------------------------------------------------------
 
 
-@SETTINGS
 @given(st.data())
 def test_clean_handoffs_give_no_finding(data: st.DataObject) -> None:
     per_wf = data.draw(several(clean_workflow))
@@ -404,7 +366,6 @@ def own(findings: list[Finding], wfs: set[str]) -> list[dict[str, Any]]:
     return final([f for f in findings if f.workflow_key in wfs])
 
 
-@SETTINGS
 @given(history("all", "seq"), st.data())
 def test_another_workflows_far_future_clock_never_resolves_anything(
     case: tuple[list[Row], list[Row]], data: st.DataObject
@@ -432,7 +393,6 @@ def test_another_workflows_far_future_clock_never_resolves_anything(
     assert own(w_together.findings(), wfs) == own(w_alone.findings(), wfs)
 
 
-@SETTINGS
 @given(history("all", "seq"), st.data())
 def test_a_single_far_future_time_in_a_workflow_is_not_believed(
     case: tuple[list[Row], list[Row]], data: st.DataObject
@@ -461,10 +421,17 @@ def test_a_single_far_future_time_in_a_workflow_is_not_believed(
 RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
-@SETTINGS
-@given(history("all", "seq"), st.data())
+@given(history("all", "seq"), st.lists(st.booleans(), max_size=90))
+@example(
+    (authoritative(FINDING_WITHOUT_REVISION), FINDING_WITHOUT_REVISION),
+    FINDING_WITHOUT_REVISION_TICKS,
+).xfail(
+    raises=AssertionError,
+    reason="engine bug: after the advance, a resolved finding of wf1 renders confidence medium "
+    "and evidence_truncated true where its last revision says high and false (no revision)",
+)
 def test_revision_stream_is_gapless_unique_and_severity_never_drops(
-    case: tuple[list[Row], list[Row]], data: st.DataObject
+    case: tuple[list[Row], list[Row]], advance_after: list[bool]
 ) -> None:
     _, arrived = case
     # time passes (quiet period 60 s, 25 s per event) and advance() runs now and then, so
@@ -473,7 +440,7 @@ def test_revision_stream_is_gapless_unique_and_severity_never_drops(
     updates: list[FindingUpdate] = []
     for i, e in enumerate(build(arrived)):
         updates.extend(d.observe(e, at=BASE_TS + 25.0 * i))
-        if data.draw(st.booleans(), label=f"advance after {i}"):
+        if i < len(advance_after) and advance_after[i]:
             updates.extend(d.advance(BASE_TS + 25.0 * i + 10.0).updates)
     seen: set[tuple[str, int]] = set()
     last: dict[str, Finding] = {}
@@ -510,7 +477,6 @@ def finish(d: Detector, n: int, worker: bool) -> list[FindingUpdate]:
     return d.advance(BASE_TS + 25.0 * n + 700.0).updates if worker else d.finish()
 
 
-@SETTINGS
 @given(
     history("mixed", "acyclic"),
     st.sampled_from(["audit-caps", "worker-caps"]),
@@ -560,7 +526,7 @@ def test_a_state_written_at_every_event_reads_back_as_it_is(
 # ---- the oracle itself ------------------------------------------------------------------------
 
 
-@settings(SETTINGS, max_examples=max(4, EXAMPLES // 4))
+@share_of_budget(4)
 @given(st.data())
 def test_oracle_does_not_depend_on_arrival_with_seq(data: st.DataObject) -> None:
     """The oracle's own contract: with seq on every event, arrival changes nothing."""
