@@ -314,6 +314,10 @@ class Detector:
     _due: list[tuple[float, str]] = field(default_factory=list, init=False, repr=False)
     _due_at: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _swept_at: float | None = field(default=None, init=False, repr=False)
+    # Set by an event that changed what every finding of its workflow is rendered from (a cut,
+    # an acquisition forgotten at the cap): `observe` then settles them all, so that no
+    # document changes without its revision. A cut happens once per kind and workflow.
+    _resettle: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.lease_health = LeaseHealth(
@@ -330,6 +334,16 @@ class Detector:
         `at` is a worker's processing time. Without it (`audit`), the event's believed
         `observed_at` is what silence is measured on, at `finish`.
         """
+        updates = self._account(event, at)
+        if self._resettle:
+            self._resettle = False
+            key = event.workflow_key
+            st = self.states[key]
+            if st.found:
+                updates.extend(self._settle_all(key, st, at, list(st.episodes.values())))
+        return updates
+
+    def _account(self, event: OwnershipEvent, at: float | None) -> list[FindingUpdate]:
         self.counters.events += 1
         observed = event.observed_at
         obs = None if observed is None else observed.timestamp()
@@ -518,8 +532,8 @@ class Detector:
         activity = ev.kind in _ACTIVITY_KINDS
         key = None if activity else ev.effect_key
         ep = st.episode((ev.epoch, False))
-        if ep.worker is None:
-            ep.worker = ev.worker_id
+        if ep.first_stale is None or before(ev, ep.first_stale):
+            ep.worker = ev.worker_id  # the first stale event's: the same in any arrival order
         cond = new_record(
             ConditionRecord,
             (ckind, ev.event_id, ev.seq, ev.pos, key, None, None, ev.source, ev.trace, None),
@@ -784,14 +798,17 @@ class Detector:
             clock = st.clock = []
         clock.append((seq, pos, obs, worker, source, at_seq))
         if len(clock) > self.config.max_evidence:
-            del clock[: len(clock) // 4]
-            self._cut(st, Cut.CLOCK)
+            gone = len(clock) // 4
+            if any(entry[2] is not None for entry in clock[:gone]):
+                self._cut(st, Cut.CLOCK)  # an entry without a time says nothing of silence
+            del clock[:gone]
 
     def _cut(self, st: WorkflowState, what: Cut) -> None:
         if what & _HIDING and not st.cut & _HIDING:
             self.counters.workflows_truncated += 1
         if int(what) & ~st.cut:
             _changed(st)
+            self._resettle = True
         st.cut |= int(what)
 
     def _acquire(
@@ -830,11 +847,19 @@ class Detector:
                 # Folded into the other acquisition of its epoch: the id of the one that goes
                 # must still be known when it comes again, however small the workflow is.
                 self._index_ids(st)[acq.event_id] = RETAINED
-                if before(acq, listed[i]):
-                    _pin(st, (listed[i],), acq_print)
+                kept = listed[i]
+                if before(acq, kept):
+                    _pin(st, (kept,), acq_print)
                     listed[i] = acq
                 else:
                     _pin(st, (acq,), acq_print)
+                if acq.seq is not None and kept.seq is not None and acq.pos != kept.pos:
+                    # The epoch is acquired before whatever either acquisition is before: by seq
+                    # the earlier one, by arrival the one that came first.
+                    listed[i] = listed[i]._replace(pos=min(acq.pos, kept.pos))
+                if listed[i] != kept:  # a finding may name it (its transition, its owners)
+                    _changed(st)
+                    self._resettle = True
             else:
                 listed.insert(i, acq)
             acqs = st.acqs = acquisitions_of(listed)
@@ -849,6 +874,10 @@ class Detector:
             dropped_first(st, 1)
             self.counters.acquisitions_dropped += 1
             self._cut(st, Cut.ACQUISITIONS)
+            # A finding may have named what went (its owners, its transition): each is
+            # published again if its document changed.
+            _changed(st)
+            self._resettle = True
         return new_epoch
 
     def _lease_event(

@@ -167,7 +167,9 @@ def _list(ep: Episode, cond: ConditionRecord) -> None:
     listed = ep.listed
     old = listed.get(k)
     if old is not None:
-        best = cond if _better(cond, old) else old
+        # At one place the newer wins: a duplicate's commits only get earlier, so the latest
+        # one made names the owners of its earliest commits.
+        best = old if _better(old, cond) else cond
         if _DESTINATION in (cond.source, old.source) and best.source != _DESTINATION:
             best = best._replace(source=_DESTINATION)
         if best != old:

@@ -29,7 +29,6 @@ from ._rules import (
     acquisition,
     current_owner_before,
     displacing,
-    first_higher,
     worker_of,
 )
 from ._state import Cut, Episode, WorkflowState
@@ -215,9 +214,8 @@ def _transition_of(
     state: WorkflowState, ep: Episode, cond: ConditionRecord
 ) -> AcquisitionRecord | None:
     """What displaced a condition's witness: the earliest acquisition of a higher epoch before
-    it; with none (a duplicate after a clean handoff), the first higher epoch acquired."""
-    found = displacing(state, ep.displaced_epoch, cond)
-    return found if found is not None else first_higher(state, ep.displaced_epoch)
+    it (for a duplicate after a clean handoff, the handoff); none when nothing did."""
+    return displacing(state, ep.displaced_epoch, cond)
 
 
 def _both_by_seq(state: WorkflowState, cond: ConditionRecord) -> bool:

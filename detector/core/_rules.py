@@ -122,12 +122,6 @@ def displacing(state: WorkflowState, epoch: int, ev: Ordered) -> AcquisitionReco
     return _earliest_above(state, epoch, ev)
 
 
-def first_higher(state: WorkflowState, epoch: int) -> AcquisitionRecord | None:
-    """The earliest acquisition of a higher epoch: the handoff of an owner that never acted
-    after it."""
-    return _earliest_above(state, epoch, None)
-
-
 # Fence points kept per epoch: a frontier of those with seq, sorted by seq (ties by event id),
 # whose arrivals then fall (none is at or after another in both), and one for the latest without
 # seq. Past this many, which takes a flood of fences arriving against their seq order, the middle

@@ -387,10 +387,7 @@ class Workflow:
                 placed = [k for k in f.witness if f.placed and f.placed[k]]
                 firsts = [f.witness[k] for k in placed] or list(f.witness.values())
                 first = self.earliest(firsts)
-                higher = [a for a in self.acqs if a.epoch > f.epoch]
-                f.transition = self.transition_of(f, first) or (
-                    self.earliest(higher) if higher else None
-                )
+                f.transition = self.transition_of(f, first)
         verified = self.verified(f)
         if not verified or f.tag == "retry" or not f.stale or self.fenced(f):
             f.resolved = verified

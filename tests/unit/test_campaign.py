@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from detector.cli.audit import render_text
@@ -110,20 +110,7 @@ def arrival_changes_nothing(in_order: list[Row], arrived: list[Row]) -> None:
 
 # ---- the campaign ----------------------------------------------------------------------------
 
-# The engine bugs kept below (test_what_the_campaign_found) make these properties fail today. In
-# the `ci` profile the examples are derandomised, so the failure is certain there and the mark is
-# strict: the first CI run after the fixes goes red (XPASS) and the mark comes off. The random
-# profiles (`dev`, `slow`) run the properties unmarked: they report every failure, known or new.
-CI_KNOWN_BUGS = pytest.mark.xfail(
-    condition=bool(settings.default and settings.default.derandomize),
-    strict=True,
-    raises=(AssertionError, IndexError),
-    reason="engine bugs of test_what_the_campaign_found (a finding changed without a revision; "
-    "a commit sorting after 20 attempted keys crashes the render)",
-)
 
-
-@CI_KNOWN_BUGS
 @given(user_history(), NAMES, CONFIGS, st.lists(st.booleans(), max_size=200))
 def test_the_worker_step_survives_and_publishes_each_change_once_and_small(
     case: tuple[list[Row], list[Row]], names: str, config: Config, ticks: list[bool]
@@ -131,7 +118,6 @@ def test_the_worker_step_survives_and_publishes_each_change_once_and_small(
     survives_in_a_worker(named(case[1], names), config, {i for i, t in enumerate(ticks) if t})
 
 
-@CI_KNOWN_BUGS
 @given(user_history(), NAMES, CONFIGS)
 def test_audit_survives_and_agrees_with_the_worker_step(
     case: tuple[list[Row], list[Row]], names: str, config: Config
@@ -150,21 +136,9 @@ def test_with_seq_on_every_event_arrival_changes_no_final_finding(
 # ---- what the campaign found (tests/unit/regressions.py) ---------------------------------------
 
 
-def known(reason: str, raises: type[BaseException] = AssertionError) -> pytest.MarkDecorator:
-    """An engine bug the campaign found and detector/core still has: the test turns red (XPASS,
-    strict) once it is fixed, so the mark comes off with the fix."""
-    return pytest.mark.xfail(strict=True, raises=raises, reason=reason)
-
-
 def in_any_order(rows: list[Row]) -> None:
     """`arrival_changes_nothing` for `rows` (seq on every event) against their seq order."""
     arrival_changes_nothing(authoritative(rows), rows)
-
-
-CRASH = "_render._listing([]) raises: the response's committed keys are looked for among the 20 "
-CRASH += "listed keys, and the commit, sorting after them, is not there"
-UNPUBLISHED_CUT = "a cut acquisition changes the open finding (evidence_truncated, confidence; "
-UNPUBLISHED_CUT += "with max_acquisitions=1 also transition, current, ordering) with no revision"
 
 
 @pytest.mark.parametrize(
@@ -173,93 +147,61 @@ UNPUBLISHED_CUT += "with max_acquisitions=1 also transition, current, ordering) 
         pytest.param(
             partial(survives_in_a_worker, config=Config()),
             KEYS_SORTING_BEFORE_THE_COMMIT,
-            marks=known(CRASH, IndexError),
             id="worker: a commit sorting after 20 attempted keys",
         ),
         pytest.param(
             partial(audit_agrees_with_the_worker, config=Config.for_audit()),
             KEYS_SORTING_BEFORE_THE_COMMIT,
-            marks=known(CRASH, IndexError),
             id="audit: a commit sorting after 20 attempted keys",
         ),
         pytest.param(
             in_any_order,
             KEYS_SORTING_BEFORE_THE_COMMIT[::-1],
-            marks=known(CRASH, IndexError),
             id="arrival: a commit sorting after 20 attempted keys, newest first",
         ),
         pytest.param(
             partial(survives_in_a_worker, config=Config(max_acquisitions=2)),
             ACQUISITION_CUT,
-            marks=known(UNPUBLISHED_CUT),
             id="worker: an acquisition cut, max_acquisitions=2",
         ),
         pytest.param(
             partial(survives_in_a_worker, config=Config(max_acquisitions=1)),
             ACQUISITION_CUT,
-            marks=known(UNPUBLISHED_CUT),
             id="worker: an acquisition cut, max_acquisitions=1",
         ),
         pytest.param(
             partial(survives_in_a_worker, config=Config(max_effect_keys=2)),
             RETRY_THEN_KEYS_CUT,
-            marks=known(
-                "an effect-key cut makes the retry finding evidence_truncated with no revision"
-            ),
             id="worker: a retry, then an effect-key cut, max_effect_keys=2",
         ),
         pytest.param(
             partial(survives_in_a_worker, config=Config.for_audit()),
             EARLIER_ACQUISITION_OF_THE_SAME_EPOCH,
-            marks=known(
-                "an earlier acquisition of the same epoch, arriving late, moves the finding's "
-                "transition and drops its current owner with no revision"
-            ),
             id="worker: an earlier acquisition of the same epoch arrives last",
         ),
         pytest.param(
             partial(survives_in_a_worker, config=Config.for_audit()),
             EARLIER_ACQUISITION_UNDER_A_RETRY,
-            marks=known(
-                "an earlier acquisition of the current epoch, arriving late, drops a retry "
-                "finding's current owner with no revision"
-            ),
             id="worker: an earlier acquisition of the current epoch under a retry",
         ),
         pytest.param(
             partial(survives_in_a_worker, config=Config.for_audit()),
             ACQUISITION_AFTER_A_DUPLICATE,
-            marks=known(
-                "an acquisition arriving after a failover duplicate without seq becomes its "
-                "transition (after both commits) with no revision"
-            ),
             id="worker: an acquisition after a duplicate, no seq",
         ),
         pytest.param(
             in_any_order,
             DISPLACED_WORKERS_OF_ONE_EPOCH_IN_ANY_ORDER,
-            marks=known(
-                "a finding's displaced worker (and response) is the epoch's worker whose event "
-                "arrived first (w1b), not one chosen by seq (w1)"
-            ),
             id="arrival: two workers of the displaced epoch",
         ),
         pytest.param(
             in_any_order,
             COMMITTERS_OF_ONE_EPOCH_IN_ANY_ORDER,
-            marks=known(
-                "the failover duplicate's response names the epoch's committer that arrived "
-                "first (w15b), not one chosen by seq (w15)"
-            ),
             id="arrival: two committers of one epoch and a lower epoch's commit",
         ),
         pytest.param(
             partial(audit_agrees_with_the_worker, config=Config(max_evidence=3)),
             REACQUIRED_WITH_EVIDENCE_CUT,
-            marks=known(
-                "with evidence cut, audit's finish() publishes a revision 2 (evidence_truncated, "
-                "medium) the worker never publishes (it stays at revision 1, high)"
-            ),
             id="audit against the worker: an epoch acquired again, max_evidence=3",
         ),
     ],

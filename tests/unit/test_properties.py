@@ -425,10 +425,6 @@ RANK = {"info": 0, "warning": 1, "critical": 2}
 @example(
     (authoritative(FINDING_WITHOUT_REVISION), FINDING_WITHOUT_REVISION),
     FINDING_WITHOUT_REVISION_TICKS,
-).xfail(
-    raises=AssertionError,
-    reason="engine bug: after the advance, a resolved finding of wf1 renders confidence medium "
-    "and evidence_truncated true where its last revision says high and false (no revision)",
 )
 def test_revision_stream_is_gapless_unique_and_severity_never_drops(
     case: tuple[list[Row], list[Row]], advance_after: list[bool]
