@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, Any, Final
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from pydantic import AfterValidator, Field
 
@@ -205,29 +205,49 @@ def run_prune(args: argparse.Namespace) -> int:
 
 @_reports_errors("destination")
 def run_destination(args: argparse.Namespace) -> int:
-    """Serve the example destination until SIGTERM or SIGINT, with a job to probe it with."""
+    """Serve the example destination until SIGTERM or SIGINT, with two jobs to probe it with."""
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
+    from detector.leases.errors import StoreUnavailableError  # noqa: PLC0415
     from detector.leases.http_destination import DestinationServer  # noqa: PLC0415
     from detector.leases.policy import JobClass  # noqa: PLC0415
-    from detector.leases.store import LeaseStore  # noqa: PLC0415
+    from detector.leases.store import Lease, LeaseStore  # noqa: PLC0415
 
     dsn = LeasesSettings.from_args(args).dsn(args)
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    # The job `probe` names: enqueued once per destination name, never claimed.
+    # The two jobs `probe` names, of this run, each running under a token the store issued: the
+    # first at 2 (claimed, its attempt failed, claimed again), the second at 1. Cancelled when
+    # the service stops; a job of an earlier run that was not (killed) is failed on the way.
     probe = JobClass(
         name="splitbrain-probe",
         lease_s=90,
         heartbeat_s=10,
         missed_heartbeats=2,
         reserve_s=10,
-        max_attempts=1,
+        max_attempts=2,
+        retry_backoff_s=0,
         tool_timeout_s=10,
         stage_time_limit_s=60,
     )
+    run = uuid4().hex[:12]
     with LeaseStore(dsn, [probe]) as store:
-        job = store.enqueue(probe.name, f"{probe.name}:{args.name}", {})
+
+        def claim(wanted: UUID) -> Lease:
+            while True:
+                lease = store.claim(probe.name, "splitbrain-probe")
+                if lease is None:
+                    raise StoreUnavailableError(f"the probe's job {wanted} could not be claimed")
+                if lease.job_id == wanted:
+                    return lease
+                store.fail(lease, {"reason": "a probe job of an earlier run"}, retryable=False)
+
+        def enqueue(which: str) -> UUID:
+            return store.enqueue(probe.name, f"{probe.name}:{args.name}:{run}:{which}", {}).id
+
+        first = enqueue("first")
+        store.fail(claim(first), {"reason": "to take the next token"}, retryable=True)
+        leases = (claim(first), claim(enqueue("second")))
     server = DestinationServer(
         dsn, args.name, fenced=not args.unfenced, host=args.host, port=args.port
     ).start()
@@ -236,11 +256,19 @@ def run_destination(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     mode = "UNFENCED: a displaced owner's effect lands" if args.unfenced else "fenced"
     print(f"listening on {server.url} ({mode}, destination {printable(args.name)})")
-    print(f"probe it: splitbrain probe {server.url} --job {job.id}", flush=True)
+    one, two = leases
+    print(
+        f"probe it: splitbrain probe {server.url} --job {one.job_id} --fence {one.fencing_token}"
+        f" --second-job {two.job_id} --second-fence {two.fencing_token}",
+        flush=True,
+    )
     try:
         stop.wait()
     finally:
         server.stop()
+        with LeaseStore(dsn, [probe]) as store:
+            for lease in leases:
+                store.cancel(lease.job_id, by="splitbrain-probe")
     return ExitCode.OK
 
 
@@ -519,10 +547,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="serve the example fenced destination over HTTP, for trying it and `probe`",
         description="Serve the example destination (POST /effects/<entity>, the fenced-effect "
         "protocol) on HOST:PORT until SIGTERM or SIGINT, its receipts in the lease store's "
-        "database, and print the id of a job to probe it with (`splitbrain probe URL --job "
-        "JOB`). --unfenced serves a destination that enforces no fence, as most do, to see "
-        "what the detector and the probe say about it. Exit 0 on a signal; 2: the DSN, the "
-        "database or the port cannot be used.",
+        "database, and print the `splitbrain probe` command that checks it: two running jobs of "
+        "its own, at tokens 2 and 1, cancelled when it stops. --unfenced serves a destination "
+        "that enforces no fence, as most do, to see what the detector and the probe say about "
+        "it. Exit 0 on a signal; 2: the DSN, the database or the port cannot be used.",
     )
     _add_dsn(p)
     p.add_argument("--host", default="127.0.0.1", metavar="HOST", help="(default: 127.0.0.1)")

@@ -1,32 +1,36 @@
-"""The fenced destination: where an effect is refused unless its fence is the newest seen.
+"""The fenced destination: where an effect is refused unless its fence is its job's current token.
 
 A lease cannot stop a displaced owner that does not know it lost (a GC pause, a partition, a
 hung call that returns late): only the destination can, by comparing the fencing token with the
 write, atomically (DESIGN §1). `FencedDestination` does that for effects kept in PostgreSQL:
 
-- Per entity (an invoice id, a document id) it keeps the highest fence it accepted. A request
-  presenting a lower fence is **rejected** with a receipt saying what was refused, the fence
-  presented and the fence held; an equal fence is accepted (one owner may make several effects
-  on one entity), a higher one is accepted and becomes the fence held.
-- Per job it reads the current token from the job row it locks anyway: a fence below it is a
-  displaced owner's and is **rejected** too, even on an entity its successor has not written to
-  yet (the event's `detail.refused_below` says which fence refused it: `entity` or `job`).
-- Per idempotency key it makes at most one effect. The same key again, at a fence no lower than
-  the accepted one's, gets the stored receipt back, **repeated**, and makes no second effect and
-  no second event; at a lower fence it is a stale owner's, and is rejected like any other (it
-  is not handed its successor's receipt, which would read as its own success). A rejection
-  does not use the key up: the owner that displaced the rejected one sends the same key (a
-  job's key names its operation, not an attempt) and must be able to make the effect. A
-  repeat of a rejected request that presents no higher fence than it did gets the stored
-  rejection back. A repeat under a higher fence than the accepted one's raises the entity's
-  fence to it, as an accepted request would: the older owner cannot then commit another key
-  on that entity.
+- Per job, it compares the fence presented with the one the store issued: the job's current
+  token, read from the job's row, which it locks in the transaction that writes the effect (a
+  claim or a cancel that would change the token waits for it, or it for them). The fence must
+  be **equal** to the token, and the job `running`; anything else is **rejected** with a
+  receipt saying what was refused, the fence presented and the job's token (`fence_held`), and
+  the event's `detail.refused` says why: `stale` (below the token: a displaced owner's),
+  `unissued` (above it: no owner of the job holds it, whatever the request claims) or
+  `not_running` (the token, but the job was retried, finished or cancelled). A fence is never
+  compared with another job's: two jobs on one entity (stages of one invoice, a re-enqueued
+  job, a refund after a capture) each write under their own token, whichever is higher.
+- Per idempotency key it makes at most one effect, whichever job presents the key. The same
+  key again gets the stored receipt back, **repeated**, and makes no second effect and no
+  second event, when it comes from the current owner of its job, or is a retry of the accepted
+  request itself (same job, same fence: that effect did land). Anyone else presenting the key
+  is refused like any other request under a wrong fence, and is not handed the accepted
+  receipt, which would read as its own success. A rejection does not use the key up: the owner
+  that displaced the rejected one sends the same key (a job's key names its operation, not an
+  attempt) and must be able to make the effect. A repeat of a rejected request (same key, same
+  fence) that would be refused again gets the stored rejection back; one whose fence the store
+  has issued since (an unissued fence the job's claims then reached) is decided again.
 - Every decision publishes an ownership event with `source: "destination"`: `effect_committed`
   or `effect_rejected`, under the fence the request **presented** (not the job's current token),
   with the request's effect key.
 - The effect, its receipt and its event are written in **one transaction** of the destination's
   database: there is never an effect without its receipt and event, nor a receipt of an effect
-  that did not happen.
+  that did not happen. The requests of one key are decided one after another (under a lock of
+  the key), so two of them never both make the effect.
 - `fenced=False` is the unfenced mode (the demo's "before", and tests): a destination as most
   are, which enforces neither the fence nor the key across owners. Every fence is accepted, and
   only a retry of the same key under the same fence is answered from its receipt; a displaced
@@ -40,12 +44,15 @@ job row's lock in the receipt's transaction (`detector.leases.outbox`). So a rec
 a takeover is ordered after the takeover's `job_claimed`, whatever the displaced owner
 believes, and the detector's verdict on it is authoritative (`ordering: authoritative_seq`). A
 request must therefore name a job that exists: an unknown job is an error, not a guess. A
-destination in another database could not take a seq in the job's order: its events would be
-ordered by their arrival in the partition only, which is weaker (a late-delivered receipt from
-before the takeover would look stale). That is not built here.
+destination in another database could not take a seq in the job's order, nor read the job's
+token in its own transaction: its events would be ordered by their arrival in the partition
+only, which is weaker (a late-delivered receipt from before the takeover would look stale). That
+is not built here.
 
-The entity's fence alone would protect it only from owners older than the newest one that wrote
-to it; the job's token closes the window between a takeover and the new owner's first write.
+Entities. `fenced_entities` keeps one row per entity (the receipts refer to it) with the highest
+fence accepted on it, as a record: no decision reads it. An earlier version refused a fence
+below that entity fence, which refused a second job's current owner whenever another job on the
+entity had reached a higher token.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ from detector.contracts.events import (
     Source,
 )
 from detector.leases.db import Database
-from detector.leases.errors import LeaseInputError, StoreUnavailableError
+from detector.leases.errors import LeaseInputError
 from detector.leases.inspect import NotMigratedError
 from detector.leases.outbox import append, next_seq
 from detector.leases.values import MAX_PAYLOAD_BYTES, check_text, digest, json_text
@@ -118,8 +125,9 @@ class Decision(StrEnum):
 class Receipt:
     """A destination's decision on one request, as stored. `repeated` says this answer is the
     stored receipt of an earlier request with the same idempotency key (nothing was done now);
-    `fence` is what that request presented, `fence_held` the entity's fence after the decision,
-    `seq` the position of its event in the job's order."""
+    `fence` is what that request presented, `fence_held` the job's token it was compared with
+    (what the store had issued for the job then), `seq` the position of its event in the job's
+    order."""
 
     destination: str
     decision: Decision
@@ -190,45 +198,41 @@ _RECEIPT_COLUMNS: Final = (
     "destination, idempotency_key, fence, accepted, entity, effect_key, job_id, worker_id,"
     " fence_held, seq, result, created_at"
 )
-# The receipt a request repeats. Fenced: the key's accepted one, if its fence is not above the
-# one presented now (a stale owner is refused, not handed its successor's receipt); else a
-# refusal at a fence at least the one presented now (which would be refused again), the
-# closest first. Unfenced: only a request of the same key and fence (one owner's retry).
-_STORED: Final = f"""
-SELECT {_RECEIPT_COLUMNS} FROM fenced_receipts
- WHERE destination = %(destination)s AND idempotency_key = %(idempotency_key)s
-   AND CASE WHEN %(fenced)s
-            THEN (accepted AND fence <= %(fence)s) OR (NOT accepted AND fence >= %(fence)s)
-            ELSE fence = %(fence)s END
- ORDER BY accepted DESC, fence
- LIMIT 1
+# Every request of one idempotency key is decided under this lock, one after another: a receipt
+# committed while a request waited is visible to it. (Two-key advisory locks; 0x4644 is this
+# destination's space, the relays' is 0x5B1A and the LangGraph ledger's 0x4C47.)
+_KEY_LOCK: Final = """
+SELECT pg_advisory_xact_lock(17988, hashtext(%(destination)s || chr(1) || %(idempotency_key)s))
 """
+# The receipts of the key, the accepted one (at most one when fenced) first.
+_STORED: Final = f"""
+SELECT {_RECEIPT_COLUMNS}, fenced FROM fenced_receipts
+ WHERE destination = %(destination)s AND idempotency_key = %(idempotency_key)s
+ ORDER BY accepted DESC, fenced DESC, created_at
+"""
+# The entity's row: what receipts refer to, and a record of the highest fence accepted on it.
+# No decision reads that fence: fences are compared per job, with the job's token.
 _ENTITY_NEW: Final = """
 INSERT INTO fenced_entities (destination, entity, fence)
-VALUES (%(destination)s, %(entity)s, %(fence)s)
+VALUES (%(destination)s, %(entity)s, 0)
 ON CONFLICT (destination, entity) DO NOTHING
 """
-_ENTITY_LOCK: Final = """
-SELECT fence FROM fenced_entities
- WHERE destination = %(destination)s AND entity = %(entity)s
-   FOR UPDATE
-"""
-_ENTITY_HOLD: Final = """
-UPDATE fenced_entities SET fence = %(fence_held)s, updated_at = now()
- WHERE destination = %(destination)s AND entity = %(entity)s
-"""
-# A repeat under a higher fence proves that fence's owner exists: no lower one may write now.
-_ENTITY_RAISE: Final = """
+_ENTITY_RECORD: Final = """
 UPDATE fenced_entities SET fence = %(fence)s, updated_at = now()
  WHERE destination = %(destination)s AND entity = %(entity)s AND fence < %(fence)s
 """
-# Takes the key (or waits for the transaction that holds it, and then takes nothing).
+# A refusal at a fence that the store has issued since (an unissued fence, then reached by the
+# job's claims) gives way to the acceptance: the refusal's event stays in the job's outbox.
 _RECEIPT: Final = f"""
 INSERT INTO fenced_receipts ({_RECEIPT_COLUMNS}, fenced)
 VALUES (%(destination)s, %(idempotency_key)s, %(fence)s, %(accepted)s, %(entity)s,
         %(effect_key)s, %(job_id)s, %(worker_id)s, %(fence_held)s, %(seq)s, NULL, now(),
         %(fenced)s)
-ON CONFLICT DO NOTHING
+ON CONFLICT (destination, idempotency_key, fence) DO UPDATE
+   SET accepted = EXCLUDED.accepted, job_id = EXCLUDED.job_id, worker_id = EXCLUDED.worker_id,
+       fence_held = EXCLUDED.fence_held, seq = EXCLUDED.seq, result = NULL,
+       fenced = EXCLUDED.fenced, created_at = EXCLUDED.created_at
+ WHERE EXCLUDED.accepted AND NOT fenced_receipts.accepted
 RETURNING created_at
 """
 _RESULT: Final = """
@@ -245,7 +249,7 @@ _MIGRATED: Final = "SELECT to_regclass('fenced_receipts') IS NOT NULL AS migrate
 
 
 class _Repeated(Exception):  # noqa: N818 - control flow: roll back, answer with the stored one
-    def __init__(self, stored: DictRow | None) -> None:
+    def __init__(self, stored: DictRow) -> None:
         super().__init__()
         self.stored = stored
 
@@ -289,8 +293,9 @@ class FencedDestination(Closing):
 
         `effect` is a callable (see `Effect`), or a JSON object: the payload, then recorded as
         one row of `fenced_effects` (the result is its `effect_id`). The answer is the receipt:
-        accepted, rejected (a lower fence than the entity's), or the stored receipt of the key
-        (`repeated`). An exception from the effect rolls everything back and is raised.
+        accepted, rejected (not the job's current token, or the job not running), or the
+        stored receipt of the key (`repeated`). An exception from the effect rolls everything
+        back and is raised.
 
         `UnknownJobError`: no such job. `IdempotencyKeyReusedError`: the key names another
         operation. `LeaseInputError`: a payload or result that is not JSON or is too large.
@@ -315,20 +320,7 @@ class FencedDestination(Closing):
         try:
             receipt = self._decide(request, params, run, payload_sha256)
         except _Repeated as repeat:
-            stored = repeat.stored
-            if stored is None:  # another transaction took the key while this one waited
-                with self._db.transaction() as conn:
-                    stored = conn.execute(_STORED, params).fetchone()
-                if stored is None:
-                    raise StoreUnavailableError(
-                        "the idempotency key's receipt vanished: retry the request"
-                    ) from None
-            receipt = _receipt(stored, repeated=True)
-            if (receipt.entity, receipt.effect_key) != (request.entity, request.key):
-                raise IdempotencyKeyReusedError(receipt) from None
-            if self.fenced and receipt.accepted and request.fence > receipt.fence:
-                with self._db.transaction() as conn:
-                    conn.execute(_ENTITY_RAISE, params)
+            receipt = _receipt(repeat.stored, repeated=True)
         log.log(
             logging.INFO if receipt.accepted else logging.WARNING,
             "%s destination=%s job=%s seq=%d entity=%s key_sha256=%s fence=%d held=%d"
@@ -357,41 +349,50 @@ class FencedDestination(Closing):
         payload_sha256: str | None,
     ) -> Receipt:
         with self._db.transaction() as conn:
-            # A repeat is answered without taking a lock or a seq.
-            stored = conn.execute(_STORED, params).fetchone()
-            if stored is not None:
-                raise _Repeated(stored)
-            # The job's row, then the entity's: every destination call locks in that order.
+            # The job's row (locked, and its next seq taken: a repeat rolls both back), then the
+            # key's lock: every destination call takes them in that order.
             job = next_seq(conn, request.job_id)
             if job is None:
                 raise UnknownJobError(request.job_id)
-            conn.execute(_ENTITY_NEW, params)
-            locked = conn.execute(_ENTITY_LOCK, params).fetchone()
-            assert locked is not None  # inserted or there, and never deleted
-            held: int = locked["fence"]
-            # Under the entity's lock, a receipt committed while this one waited is visible.
-            stored = conn.execute(_STORED, params).fetchone()
-            if stored is not None:
-                raise _Repeated(stored)
-            # Below the job's current token is a displaced owner's, even on an entity its
-            # successor has not written to yet.
+            conn.execute(_KEY_LOCK, params)
+            stored = conn.execute(_STORED, params).fetchall()
+            if stored and (stored[0]["entity"], stored[0]["effect_key"]) != (
+                request.entity,
+                request.key,
+            ):
+                raise IdempotencyKeyReusedError(_receipt(stored[0], repeated=True))
             token: int = job["fencing_token"]
-            below = "entity" if request.fence < held else "job" if request.fence < token else None
-            accepted = not self.fenced or below is None
-            fence_held = max(held, request.fence) if accepted else held
+            # What the store issued for this job, under its row's lock: a claim or a cancel
+            # that would change it waits for this transaction, or this one for it.
+            refused = _refusal(job, request.fence) if self.fenced else None
+            same = next((r for r in stored if r["fence"] == request.fence), None)
+            if self.fenced:
+                done = next((r for r in stored if r["accepted"]), None)
+                if done is not None and (
+                    refused is None  # the job's current owner: the effect was made once
+                    or (done["job_id"], done["fence"]) == (request.job_id, request.fence)
+                ):
+                    raise _Repeated(done)
+                if same is not None and (refused is not None or same["accepted"]):
+                    if refused is not None and same["accepted"]:
+                        # Another job made this key's effect under this very fence.
+                        raise IdempotencyKeyReusedError(_receipt(same, repeated=True))
+                    raise _Repeated(same)  # refused again: the stored refusal
+            elif same is not None:
+                raise _Repeated(same)  # one owner's retry: same key, same fence
+            accepted = refused is None
+            conn.execute(_ENTITY_NEW, params)
             seq: int = job["event_seq"]
-            mine = {**params, "accepted": accepted, "fence_held": fence_held, "seq": seq}
+            mine = {**params, "accepted": accepted, "fence_held": token, "seq": seq}
             taken = conn.execute(_RECEIPT, mine).fetchone()
-            if taken is None:
-                raise _Repeated(None)
+            assert taken is not None  # under the key's lock, every conflict was seen above
             result = None
             if accepted:
                 result = run(conn)
                 text = json_text("result", result, self._max_payload_bytes)
                 result = json.loads(text)  # as it is stored, and as a repeat returns it
                 conn.execute(_RESULT, {**params, "result": text})
-                if fence_held != held:
-                    conn.execute(_ENTITY_HOLD, mine)
+                conn.execute(_ENTITY_RECORD, params)
             attempt = request.attempt
             current = (job["owner_id"], job["fencing_token"])
             if attempt is None and current == (request.worker_id, request.fence):
@@ -399,12 +400,13 @@ class FencedDestination(Closing):
             detail: dict[str, Any] = {
                 "entity": request.entity,
                 "idempotency_key": request.idempotency_key,
-                "fence_held": fence_held,
+                "fence_held": token,
                 "fenced": self.fenced,
             }
-            if not accepted:
-                detail["refused_below"] = below  # the entity's fence, or the job's token
+            if refused is not None:
+                detail["refused"] = refused.value
                 detail["job_fence"] = token
+                detail["job_state"] = job["state"]
             if attempt is None:
                 detail["attempt"] = None  # a displaced owner's attempt is not the job's
             if payload_sha256 is not None:
@@ -429,7 +431,7 @@ class FencedDestination(Closing):
             effect_key=request.key,
             idempotency_key=request.idempotency_key,
             fence=request.fence,
-            fence_held=fence_held,
+            fence_held=token,
             seq=seq,
             result=result,
             created_at=taken["created_at"],
@@ -451,6 +453,24 @@ class FencedDestination(Closing):
             return {"effect_id": row["id"]}
 
         return record
+
+
+class Refusal(StrEnum):
+    """Why a fenced destination refused a fence: it is not the job's current token."""
+
+    STALE = "stale"  # below the job's token: a displaced owner's
+    UNISSUED = "unissued"  # above it: a fence the store has not issued for this job
+    NOT_RUNNING = "not_running"  # the token, but the job is not running (retried, finished)
+
+
+def _refusal(job: DictRow, fence: int) -> Refusal | None:
+    """None when `fence` is the job's current token and the job is running: its owner's."""
+    token: int = job["fencing_token"]
+    if fence < token:
+        return Refusal.STALE
+    if fence > token:
+        return Refusal.UNISSUED
+    return None if job["state"] == "running" else Refusal.NOT_RUNNING
 
 
 def _receipt(row: DictRow, *, repeated: bool) -> Receipt:

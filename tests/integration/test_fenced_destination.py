@@ -1,6 +1,7 @@
-"""The fenced destination against a real PostgreSQL (issue 10, item 4): a lower fence refused
-with a receipt, one effect per idempotency key, the unfenced mode, concurrent requests, the HTTP
-service, and the receipt's place in the job's order.
+"""The fenced destination against a real PostgreSQL (issue 10, item 4; issue 38): a fence other
+than the job's current token refused with a receipt (a displaced owner's, or one the store never
+issued), fences never compared across jobs, one effect per idempotency key, the unfenced mode,
+concurrent requests, the HTTP service, and the receipt's place in the job's order.
 
 Each test has a fresh database of the session's server (`postgres_dsn`). A takeover is a real
 one: the first owner's one-second lease lapses on the database's clock, and another owner
@@ -161,8 +162,9 @@ def test_a_lower_fence_is_rejected_with_a_receipt_and_an_effect_rejected_event(
         "idempotency_key": "invoice:42:refund",
         "fence_held": 2,
         "fenced": True,
-        "refused_below": "entity",
+        "refused": "stale",
         "job_fence": 2,
+        "job_state": "running",
         "payload_sha256": raw["detail"]["payload_sha256"],
     }
     assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:capture"]
@@ -170,7 +172,7 @@ def test_a_lower_fence_is_rejected_with_a_receipt_and_an_effect_rejected_event(
     assert ("stale_effect_rejected", 1) in findings(db, w1.job_id)
 
 
-def test_an_equal_or_higher_fence_is_accepted_with_effect_committed(
+def test_the_current_owners_fence_is_accepted_with_effect_committed(
     store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
 ) -> None:
     store.enqueue("ocr", "invoice:42:ocr", {})
@@ -237,22 +239,25 @@ def test_a_repeated_key_returns_the_earlier_receipt_and_makes_no_second_effect_o
     again = destination.apply(effect(w1, "invoice:42:capture"), capture)
     assert (again.status, again.repeated, again.decision) == ("repeated", True, Decision.ACCEPTED)
     assert again == Receipt(**{**_fields(first), "repeated": True})
-    # At the accepted fence or above, after a takeover too: the stored receipt, nothing done.
+    # To the job's next owner, after a takeover, and to the displaced owner's own retry: the
+    # stored receipt, nothing done.
     wait_lapsed(db, w1)
     w2 = claimed(store.claim("ocr", "w2"))
-    for fence in (2, 7):
-        redo = destination.apply(effect(w2, "invoice:42:capture", fence=fence), {"amount": 1})
-        assert redo == again
+    assert destination.apply(effect(w2, "invoice:42:capture"), {"amount": 1}) == again
+    assert destination.apply(effect(w1, "invoice:42:capture"), {"amount": 1}) == again
     assert calls == [1]
     after = (outbox(db, w1.job_id), effects(db), count(db, "fenced_receipts"))
     assert after[1:] == before[1:]
     assert after[0][: len(before[0])] == before[0] and len(after[0]) == len(before[0]) + 1
     assert after[0][-1]["kind"] == "job_claimed"  # w2's claim: no event of the repeats
-    # Below it, the key is a stale owner's: refused, never handed the accepted receipt.
-    stale = destination.apply(effect(w2, "invoice:42:capture", fence=0), {"amount": 1})
-    assert (stale.status, stale.fence, stale.fence_held) == ("rejected", 0, 7)  # raised by 7
+    # Under any other fence, below the job's token or above it (one the store never issued),
+    # the key is refused, never handed the accepted receipt.
+    for fence, why in ((0, "stale"), (7, "unissued")):
+        wrong = destination.apply(effect(w2, "invoice:42:capture", fence=fence), {"amount": 1})
+        assert (wrong.status, wrong.fence, wrong.fence_held) == ("rejected", fence, 2)
+        assert outbox(db, w1.job_id)[-1]["kind"] == "effect_rejected"
+        assert outbox(db, w1.job_id)[-1]["detail"]["refused"] == why
     assert calls == [1] and effects(db) == before[1]
-    assert outbox(db, w1.job_id)[-1]["kind"] == "effect_rejected"
     after = (outbox(db, w1.job_id), effects(db), count(db, "fenced_receipts"))
 
     # A key names one operation: another entity or effect key under it is refused.
@@ -312,9 +317,9 @@ def test_an_effect_that_fails_leaves_no_receipt_no_event_and_the_key_free(
     store.enqueue("ocr", "invoice:42:ocr", {})
     w1 = claimed(store.claim("ocr", "w1"))
     with pytest.raises(PaymentDeclinedError):
-        destination.apply(effect(w1, "invoice:42:capture", fence=5), declined)
+        destination.apply(effect(w1, "invoice:42:capture"), declined)
     with pytest.raises(LeaseInputError, match="result: not JSON"):
-        destination.apply(effect(w1, "invoice:42:capture", fence=5), lambda conn: object())
+        destination.apply(effect(w1, "invoice:42:capture"), lambda conn: object())
     assert [e["kind"] for e in outbox(db, w1.job_id)] == ["job_claimed"]
     tables = ("fenced_entities", "fenced_receipts", "fenced_effects")
     assert [count(db, t) for t in tables] == [0, 0, 0]
@@ -328,26 +333,27 @@ def test_an_effect_that_fails_leaves_no_receipt_no_event_and_the_key_free(
 def test_a_displaced_owner_is_refused_before_its_successor_writes_to_the_entity(
     store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
 ) -> None:
-    """W1's late effect lands between the takeover and W2's first write: the entity has no
-    fence yet, the job's token refuses it; W2 then makes the effect under the same key, once."""
+    """W1's late effect lands between the takeover and W2's first write: nothing was written to
+    the entity yet, the job's token refuses it; W2 then makes the effect under the same key,
+    once."""
     w1, w2 = takeover(store, db)
     late = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
-    assert (late.status, late.fence, late.fence_held) == ("rejected", 1, 1)
+    assert (late.status, late.fence, late.fence_held) == ("rejected", 1, 2)
     raw = outbox(db, w1.job_id)[-1]
     assert raw["kind"] == "effect_rejected"
-    assert (raw["detail"]["refused_below"], raw["detail"]["job_fence"]) == ("job", 2)
+    assert (raw["detail"]["refused"], raw["detail"]["job_fence"]) == ("stale", 2)
     done = destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
     assert (done.status, done.fence, done.fence_held) == ("accepted", 2, 2)
     assert [(e["idempotency_key"], e["fence"]) for e in effects(db)] == [("invoice:42:capture", 2)]
     assert findings(db, w1.job_id) == {("stale_effect_rejected", 1)}
 
 
-def test_an_effect_landed_before_the_takeover_is_repeated_to_the_successor_and_fences_it(
+def test_an_effect_landed_before_the_takeover_is_repeated_to_the_successor_only(
     store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
 ) -> None:
     """W1's effect lands before the cut: W2's request under the same key is `repeated`, nothing
-    is done twice, and the repeat raises the entity's fence, so W1 cannot then commit another
-    key on the entity (under the job's token or any other job's)."""
+    is done twice, and W1 cannot then commit another key, under its old token or under a fence
+    it claims for another job."""
     store.enqueue("ocr", "invoice:42:capture", {}, Labels(tool_class="ocr"))
     w1 = claimed(store.claim("ocr", "w1"))
     first = destination.apply(effect(w1, "invoice:42:capture"), {"amount": 100})
@@ -356,9 +362,9 @@ def test_an_effect_landed_before_the_takeover_is_repeated_to_the_successor_and_f
     w2 = claimed(store.claim("ocr", "w2"))
     again = destination.apply(effect(w2, "invoice:42:capture"), {"amount": 100})
     assert (again.status, again.decision, again.fence) == ("repeated", Decision.ACCEPTED, 1)
-    assert entity_fence(db) == 2
+    assert entity_fence(db) == 1  # the highest fence accepted on it: a record only
     other_job = store.enqueue("ocr", "invoice:42:refund", {}).id
-    for job_id in (w1.job_id, other_job):
+    for job_id, why, held in ((w1.job_id, "stale", 2), (other_job, "unissued", 0)):
         stale = destination.apply(
             EffectRequest(
                 job_id=job_id,
@@ -369,9 +375,126 @@ def test_an_effect_landed_before_the_takeover_is_repeated_to_the_successor_and_f
             ),
             {"amount": -100},
         )
-        assert (stale.status, stale.fence_held) == ("rejected", 2)
+        assert (stale.status, stale.fence_held) == ("rejected", held)
+        assert outbox(db, job_id)[-1]["detail"]["refused"] == why
     assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:capture"]
     assert {kind for kind, _ in findings(db, w1.job_id)} <= {"stale_effect_rejected"}
+
+
+# -- fences are per job, and only the store issues them (issue 38) -----------------------------
+
+
+def test_a_second_job_on_one_entity_is_accepted_under_its_own_lower_token(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """A capture job on invoice 42 reaches token 3 (two takeovers) and writes; a refund job on the
+    same invoice, at its own token 1, is its current owner and must be accepted. The capture
+    job's displaced owner is still refused."""
+    store.enqueue("ocr", "invoice:42:capture", {})
+    first = claimed(store.claim("ocr", "c1"))
+    wait_lapsed(db, first)
+    second = claimed(store.claim("ocr", "c2"))
+    wait_lapsed(db, second)
+    capture = claimed(store.claim("ocr", "c3"))
+    assert capture.fencing_token == 3
+    done = destination.apply(effect(capture, "invoice:42:capture"), {"amount": 100})
+    assert (done.status, done.fence, done.fence_held) == ("accepted", 3, 3)
+
+    store.enqueue("ocr", "invoice:42:refund", {})
+    refund = claimed(store.claim("ocr", "r1"))
+    assert (refund.job_id != capture.job_id, refund.fencing_token) == (True, 1)
+    refunded = destination.apply(effect(refund, "invoice:42:refund"), {"amount": -100})
+    assert (refunded.status, refunded.fence, refunded.fence_held) == ("accepted", 1, 1)
+    # And a stage of the refund job, after the capture job wrote again at 3.
+    destination.apply(effect(capture, "invoice:42:receipt"), {"mail": "billing"})
+    noted = destination.apply(effect(refund, "invoice:42:refund:note"), {"note": "partial"})
+    assert noted.status == "accepted"
+
+    late = destination.apply(effect(second, "invoice:42:void"), {})
+    assert (late.status, late.fence, late.fence_held) == ("rejected", 2, 3)
+    assert outbox(db, capture.job_id)[-1]["detail"]["refused"] == "stale"
+    assert [(e["idempotency_key"], e["fence"]) for e in effects(db)] == [
+        ("invoice:42:capture", 3),
+        ("invoice:42:refund", 1),
+        ("invoice:42:receipt", 3),
+        ("invoice:42:refund:note", 1),
+    ]
+    assert findings(db, refund.job_id) == set()
+    assert findings(db, capture.job_id) == {("stale_effect_rejected", 2)}
+
+
+def test_a_fence_the_store_never_issued_is_refused_and_the_owner_still_writes(
+    postgres_dsn: str, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """Fence 5 on a job whose token is 1 is refused (409 over HTTP), and the real owner, under
+    token 1, is then accepted. The refusal does not use up the key at fence 5 for an owner the
+    store does issue 5 to later."""
+    store.enqueue("ocr", "invoice:42:capture", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    path = f"/effects/{ENTITY}"
+    with DestinationServer(postgres_dsn, NAME) as server:
+        client = Client(server.port)
+        status, forged = client.post(path, headers_of(w1, "invoice:42:capture", fence=5), {})
+        assert (status, forged["status"], forged["fence"], forged["fence_held"]) == (
+            409,
+            "rejected",
+            5,
+            1,
+        )
+        raw = outbox(db, w1.job_id)[-1]
+        assert (raw["kind"], raw["detail"]["refused"], raw["detail"]["job_fence"]) == (
+            "effect_rejected",
+            "unissued",
+            1,
+        )
+        status, again = client.post(path, headers_of(w1, "invoice:42:capture", fence=5), {})
+        assert (status, again["status"], again["decision"]) == (409, "repeated", "rejected")
+        status, owned = client.post(path, headers_of(w1, "invoice:42:capture"), {"amount": 1})
+        assert (status, owned["status"], owned["fence"]) == (200, "accepted", 1)
+        assert effects(db)[0]["payload"] == {"amount": 1}
+        # Another key, after the forged fence: the owner is not displaced by it.
+        status, more = client.post(path, headers_of(w1, "invoice:42:email"), {})
+        assert (status, more["status"]) == (200, "accepted")
+    # The refusal of a fence nobody held does not make the detector take the owner for displaced.
+    assert findings(db, w1.job_id) == set()
+
+    with FencedDestination(postgres_dsn, NAME) as destination:
+        store.enqueue("ocr", "invoice:43:capture", {})
+        v1 = claimed(store.claim("ocr", "v1"))
+        early = destination.apply(effect(v1, "invoice:43:capture", fence=2), {})
+        assert (early.status, early.fence_held) == ("rejected", 1)
+        wait_lapsed(db, v1)
+        v2 = claimed(store.claim("ocr", "v2"))
+        assert v2.fencing_token == 2
+        made = destination.apply(effect(v2, "invoice:43:capture"), {})
+        assert (made.status, made.fence, made.repeated) == ("accepted", 2, False)
+        assert destination.apply(effect(v2, "invoice:43:capture"), {}).status == "repeated"
+    assert [e["idempotency_key"] for e in effects(db)] == [
+        "invoice:42:capture",
+        "invoice:42:email",
+        "invoice:43:capture",
+    ]
+
+
+def test_the_token_of_a_job_no_longer_running_is_refused(
+    store: LeaseStore, destination: FencedDestination, db: psycopg.Connection[DictRow]
+) -> None:
+    """An owner whose attempt was recorded as failed (the job queued for a retry, its token
+    unchanged) or whose job succeeded makes no further effect under that token."""
+    store.enqueue("ocr", "invoice:42:ocr", {})
+    w1 = claimed(store.claim("ocr", "w1"))
+    store.fail(w1, {"error": "timeout"}, retryable=True)
+    late = destination.apply(effect(w1, "invoice:42:capture"), {})
+    assert (late.status, late.fence, late.fence_held) == ("rejected", 1, 1)
+    detail = outbox(db, w1.job_id)[-1]["detail"]
+    assert (detail["refused"], detail["job_state"]) == ("not_running", "queued")
+    w2 = claimed(store.claim("ocr", "w2"))
+    assert destination.apply(effect(w2, "invoice:42:capture"), {}).status == "accepted"
+    store.complete(w2, {"ok": True})
+    after = destination.apply(effect(w2, "invoice:42:email"), {})
+    assert after.status == "rejected"
+    assert outbox(db, w1.job_id)[-1]["detail"]["job_state"] == "succeeded"
+    assert [e["idempotency_key"] for e in effects(db)] == ["invoice:42:capture"]
 
 
 # -- the unfenced mode --------------------------------------------------------------------------
@@ -418,45 +541,38 @@ def test_the_unfenced_mode_accepts_a_stale_fence_and_records_it(
 # -- concurrency ----------------------------------------------------------------------------------
 
 
-def race(dsn: str, jobs: list[UUID], entity: str, fences: list[int]) -> list[Receipt]:
-    """One request per fence, each under its own job and on its own connection, released at
-    once; each effect holds its transaction open a little while."""
-    start = threading.Barrier(len(fences))
+Ask = tuple[Lease, int, str]  # whose request, under which fence, with which key
+
+
+def race(dsn: str, entity: str, asks: list[Ask]) -> list[Receipt]:
+    """One request per ask, each on its own connection, released at once; each effect holds its
+    transaction open a little while."""
+    start = threading.Barrier(len(asks))
     receipts: list[Receipt] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def request(job_id: UUID, fence: int) -> None:
+    def request(lease: Lease, fence: int, key: str) -> None:
         def slow(conn: psycopg.Connection[DictRow]) -> Any:
             conn.execute("SELECT pg_sleep(0.02)")
             row = conn.execute(
                 "INSERT INTO fenced_effects (destination, entity, idempotency_key, fence, payload)"
                 " VALUES (%s, %s, %s, %s, '{}') RETURNING id",
-                (NAME, entity, f"{entity}:{fence}", fence),
+                (NAME, entity, key, fence),
             ).fetchone()
             assert row is not None
             return {"effect_id": row["id"]}
 
-        asked = EffectRequest(
-            job_id=job_id,
-            worker_id=f"w{fence}",
-            fence=fence,
-            idempotency_key=f"{entity}:{fence}",
-            entity=entity,
-        )
         try:
             with FencedDestination(dsn, NAME) as own:
                 start.wait()
-                got = own.apply(asked, slow)
+                got = own.apply(effect(lease, key, entity=entity, fence=fence), slow)
             with lock:
                 receipts.append(got)
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [
-        threading.Thread(target=request, args=(job_id, fence))
-        for job_id, fence in zip(jobs, fences, strict=True)
-    ]
+    threads = [threading.Thread(target=request, args=ask) for ask in asks]
     for t in threads:
         t.start()
     for t in threads:
@@ -465,38 +581,41 @@ def race(dsn: str, jobs: list[UUID], entity: str, fences: list[int]) -> list[Rec
     return receipts
 
 
-def test_concurrent_requests_for_one_entity_are_decided_one_after_another(
+def test_concurrent_requests_of_many_jobs_on_one_entity_each_meet_their_own_token(
     postgres_dsn: str,
     store: LeaseStore,
     destination: FencedDestination,
     db: psycopg.Connection[DictRow],
 ) -> None:
-    """Requests with different fences race for one entity: the decisions are those of some
-    serial order. Accepted effects never go back in fence, each refusal was below a fence
-    accepted before it, and the entity holds the highest accepted fence."""
+    """Eight jobs race on one entity: each owner's own key under its token is accepted, whatever
+    the others wrote; a fence above a job's token is refused; and one key sent by all eight is
+    made once, the others getting its receipt."""
     rng = random.Random(7)
-    jobs = [store.enqueue("ocr", f"job:{n}", {}).id for n in range(8)]
+    for n in range(8):
+        store.enqueue("ocr", f"job:{n}", {})
+    leases = [claimed(store.claim("ocr", f"w{n}")) for n in range(8)]
     for round_ in range(3):
         entity = f"invoice-{round_}"
-        held = EffectRequest(
-            job_id=jobs[0], worker_id="w0", fence=4, idempotency_key=f"{entity}:0", entity=entity
-        )
-        assert destination.apply(held, {}).accepted
-        fences = list(range(1, 9))
-        rng.shuffle(fences)
-        receipts = race(postgres_dsn, jobs, entity, fences)
+        asks: list[Ask] = []
+        for n, lease in enumerate(leases):
+            asks += [
+                (lease, 1, f"{entity}:own:{n}"),
+                (lease, 2, f"{entity}:unissued:{n}"),
+                (lease, 1, f"{entity}:shared"),
+            ]
+        rng.shuffle(asks)
+        receipts = race(postgres_dsn, entity, asks)
 
-        accepted = sorted((r for r in receipts if r.accepted), key=lambda r: r.result["effect_id"])
-        in_order = [4] + [r.fence for r in accepted]
-        assert in_order == sorted(in_order), in_order
-        assert all(r.fence_held == r.fence for r in accepted)  # it holds what it presented
-        refused = [r for r in receipts if not r.accepted]
-        assert {r.fence for r in refused} >= {1, 2, 3}
-        for r in refused:
-            assert r.fence < r.fence_held and r.fence_held in in_order
-        assert entity_fence(db, entity) == max(in_order)
-    # Each request is one event in its job's outbox, and each meets the contract.
-    assert sum(len(outbox(db, job)) for job in jobs) == 3 * 9
+        def kinds(part: str, got: list[Receipt] = receipts) -> list[str]:
+            return sorted(r.status for r in got if f":{part}" in r.idempotency_key)
+
+        assert kinds("own") == ["accepted"] * 8
+        assert kinds("unissued") == ["rejected"] * 8
+        assert kinds("shared") == ["accepted"] + ["repeated"] * 7
+        made = [e for e in effects(db) if e["entity"] == entity]
+        assert len(made) == 9 and len({e["idempotency_key"] for e in made}) == 9
+    # Each decision (not a repeat) is one event in its job's outbox, after the job's claim.
+    assert sum(len(outbox(db, lease.job_id)) for lease in leases) == 8 + 3 * (8 + 8 + 1)
 
 
 # -- errors -------------------------------------------------------------------------------------

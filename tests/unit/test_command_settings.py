@@ -73,7 +73,8 @@ FLAG_ONLY = [
     ("dev kafka start", "--timeout", "-1", SECONDS),
     ("dev kafka stop", "--timeout", "0", SECONDS),
     ("export", "--label", "no label", "KEY=VALUE with a Kubernetes label key and value"),
-    ("probe", "--fence", "0", "a whole number from 1 to 9223372036854775807"),
+    ("probe", "--fence", "0", "a whole number from 1 to 9223372036854775806"),
+    ("probe", "--second-fence", "-1", "a whole number from 0 to 9223372036854775806"),
 ]
 
 
