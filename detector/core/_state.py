@@ -21,6 +21,7 @@ import msgspec
 from detector.contracts.findings import ConditionKind, Severity, Status
 
 from ._labels import UNLABELLED, Labels
+from ._reach import Reach
 from ._records import (
     ACQ_ID,
     EVENT_ID,
@@ -37,18 +38,23 @@ from ._records import (
     marks_of,
 )
 
-# 6: a workflow whose findings all resolved is forgotten after `idle_ttl_s` down to `past`, what
-# its findings' later revisions need (`WorkflowState.past`): one field more, `None` in the states
-# version 5 wrote, which are read as they are. 5: two events at one seq are ordered by id (DESIGN
-# §4): marks and pending occurrences carry the id, fences are points, an episode keeps its stale
-# events and conditions as `Latest`, and the workflow the times its displaced owners said they were
-# uncertain; version 4 states are read as they are, each of these from what they kept. 4: an
-# effect's record that is also a retained raw event is written as its index in the evidence, not a
-# copy (a commit is in `firsts`, `twice` and `lasts` too: a quarter of a state's bytes,
-# `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has the same
-# layout, without references, and is read as it is. 1 (JSON) and 2 (the retained records only) are
-# read by replaying their records (`detector.core._upgrade`).
-STATE_VERSION: Final = 6
+# 7: an episode keeps the occurrences of its failover duplicates awaiting a verifier apart from
+# its own (`Episode.dup_pending`): a duplicate belongs to the episode of the epoch just below the
+# next one that committed its key, and gives way when a commit of an epoch between them arrives
+# late (DESIGN §4); one field more at the end of an episode's row, states version 6 wrote keep
+# theirs in `pending` and are read as they are. 6: a workflow whose findings all resolved is
+# forgotten after `idle_ttl_s` down to `past`, what its findings' later revisions need
+# (`WorkflowState.past`): one field more, `None` in the states version 5 wrote, which are read as
+# they are. 5: two events at one seq are ordered by id (DESIGN §4): marks and pending occurrences
+# carry the id, fences are points, an episode keeps its stale events and conditions as `Latest`,
+# and the workflow the times its displaced owners said they were uncertain; version 4 states are
+# read as they are, each of these from what they kept. 4: an effect's record that is also a
+# retained raw event is written as its index in the evidence, not a copy (a commit is in `firsts`,
+# `twice` and `lasts` too: a quarter of a state's bytes, `bench/bench_worker.py`). 3: compact
+# effects, fences and pending verifications; it has the same layout, without references, and is
+# read as it is. 1 (JSON) and 2 (the retained records only) are read by replaying their records
+# (`detector.core._upgrade`).
+STATE_VERSION: Final = 7
 
 
 class Cut(IntFlag):
@@ -82,6 +88,9 @@ class Effect:
     # the row whenever it takes the effect to change it (`Detector._effect`), and every row of
     # the workflow when raw events are forgotten (the row refers to them by their index).
     packed: msgspec.Raw | None = field(default=None, compare=False, repr=False)
+    # Not persisted: the epochs of `firsts`, sorted, for the epochs next to a commit's
+    # (`Detector._commit`); built from `firsts` at its first use.
+    order: list[int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -100,6 +109,10 @@ class Episode:
     total: int = 0  # distinct conditions
     activity: bool = False
     pending: dict[str, list[Point]] = field(default_factory=dict)  # unverified occurrences
+    # Those of its failover duplicates, per key: the partner epoch of a key's duplicate can
+    # change (`_episode.replace_duplicate`), and what it added is then rebuilt from the key's
+    # `Effect`, apart from the episode's own occurrences.
+    dup_pending: dict[str, list[Point]] = field(default_factory=dict)
     unconfirmed: int = 0  # committed/rejected/duplicate conditions no destination confirmed
     confirmations: int = 0
     unanswered: int = 0  # keys attempted and never rejected
@@ -216,6 +229,10 @@ class WorkflowState:
     undisplaced: dict[int, list[EventRecord]] | None = field(
         default=None, compare=False, repr=False
     )
+    # Not persisted, both `_reach.Reach`es, for the late acquisitions: `undisplaced`'s epochs by
+    # their latest seq (built with it), and the findings each could change (`Detector._reach`).
+    undisplaced_reach: Reach[int] | None = field(default=None, compare=False, repr=False)
+    reach: Reach[tuple[int, bool]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self, tool_class: str | None) -> None:
         if tool_class is not None:
@@ -401,11 +418,13 @@ def _episode_row(ep: Episode) -> list[Any]:
         ep.worker,
         ep.truncated,
         ep.opened_at,
+        {k: [list(p) for p in pts] for k, pts in ep.dup_pending.items()},
     ]
 
 
-# Episodes written before `opened_at` have one field less (and read as not knowing it).
-EPISODE_FIELDS: Final = 24
+# Episodes written before `opened_at` have two fields less (and read as not knowing it), before
+# `dup_pending` (version 7) one less.
+EPISODE_FIELDS: Final = 25
 
 
 def _frontier(points: list[list[Any]]) -> list[Point]:
@@ -418,7 +437,7 @@ def _frontier(points: list[list[Any]]) -> list[Point]:
 
 
 def _episode(row: list[Any]) -> Episode:
-    if len(row) not in (EPISODE_FIELDS - 1, EPISODE_FIELDS):
+    if len(row) not in (EPISODE_FIELDS - 2, EPISODE_FIELDS - 1, EPISODE_FIELDS):
         raise ValueError(f"damaged finding state: {len(row)} fields, not {EPISODE_FIELDS}")
     listed = [cond_of(c) for c in row[5]]
     return Episode(
@@ -444,7 +463,10 @@ def _episode(row: list[Any]) -> Episode:
         digest=row[20],
         worker=row[21],
         truncated=row[22],
-        opened_at=row[23] if len(row) == EPISODE_FIELDS else None,
+        opened_at=row[23] if len(row) > 23 else None,
+        dup_pending={}
+        if len(row) < EPISODE_FIELDS
+        else {k: _frontier(p) for k, p in row[24].items()},
     )
 
 
@@ -556,7 +578,7 @@ def _shared(shared: dict[_T, _T], value: _T) -> _T:
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3 to 6 state from its unpacked fields (`detector.core.decode_state` reads
+    """A version 3 to 7 state from its unpacked fields (`detector.core.decode_state` reads
     any)."""
     if len(fields) not in range(V3_FIELDS - 3, V3_FIELDS + 1):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")

@@ -52,7 +52,7 @@ def decode_state(raw: bytes) -> WorkflowState:
     else:
         fields = msgpack.unpackb(raw)
         version = fields[0] if isinstance(fields, list) and fields else None
-    if version in (3, 4, 5, STATE_VERSION):  # one layout, grown; 3 without references
+    if version in (3, 4, 5, 6, STATE_VERSION):  # one layout, grown; 3 without references
         return decode_v3(fields)
     if version not in (1, 2):
         raise ValueError(f"unknown workflow state version {version!r}")

@@ -63,7 +63,7 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 
 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
-    """Versions 4 to 6 write an effect's copy of a retained event as its index in the evidence; the
+    """Versions 4 to 7 write an effect's copy of a retained event as its index in the evidence; the
     same state written as version 3 (full copies) still decodes, to the same state."""
     import msgpack  # noqa: PLC0415
 
@@ -72,7 +72,7 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     r = run(seed_history())
     state = r.detector.states[W]
     fields = msgpack.unpackb(encode_state(state))
-    assert fields[0] == 6
+    assert fields[0] == 7
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
     assert references, "a commit retained as evidence is referenced, not copied"
@@ -108,8 +108,8 @@ def test_state_written_by_earlier_versions_still_decodes(name: str) -> None:
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
-        (b'{"v":7,"pos":1}', "unknown workflow state version 7"),
-        (b"\x93\x07\x01\x02", "unknown workflow state version 7"),  # msgpack [7, 1, 2]
+        (b'{"v":8,"pos":1}', "unknown workflow state version 8"),
+        (b"\x93\x08\x01\x02", "unknown workflow state version 8"),  # msgpack [8, 1, 2]
         (b"\x91\x02", "damaged workflow state: 1 fields"),  # msgpack [2]
     ],
 )
@@ -190,7 +190,7 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
     ]
     r = run(first)
     fields = msgpack.unpackb(encode_state(r.detector.states[W]))
-    assert fields[0] == 6 and fields[-1] is None
+    assert fields[0] == 7 and fields[-1] is None
     version_5 = msgpack.packb([5, *fields[1:-1]])
     assert decode_state(version_5) == r.detector.states[W]
     restored = Detector(states={W: decode_state(version_5)})
@@ -198,3 +198,35 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
     (up,) = restored.observe(later)
     (straight,) = r.detector.observe(later)
     assert up == straight
+
+
+def test_a_version_6_state_still_decodes_and_goes_on() -> None:
+    """Version 6 kept a failover duplicate's occurrences awaiting a verifier with the episode's
+    own (`pending`) and wrote no `dup_pending`: its states read as they are, and a verification
+    after every commit settles the duplicate as it would have."""
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    first = [
+        acq("a5", 5, "w5", 1),
+        commit("c5", 5, "w5", 2),
+        ev("r5", "lease_released", W, 5, "w5", seq=3),
+        acq("a6", 6, "w6", 4),
+        commit("c6", 6, "w6", 5),
+    ]
+    r = run(first)
+    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    assert fields[0] == 7
+    for row in fields[8]:
+        for key, points in row[24].items():  # as version 6 kept them
+            row[10].setdefault(key, []).extend(points)
+        del row[24]
+    version_6 = msgpack.packb([6, *fields[1:]])
+    restored = Detector(states={W: decode_state(version_6)})
+    (before,) = [f for f in restored.findings() if f.displaced and f.displaced.owner_epoch == 5]
+    assert before.status.value == "open"
+    settle = verify("v", 6, epoch=6)
+    (up,) = restored.observe(settle)
+    (straight,) = r.detector.observe(settle)
+    assert up == straight and up.finding.status.value == "resolved"
