@@ -15,13 +15,17 @@ Then each dimension DESIGN §4 says the work per event must not grow with, at N 
 - late acquisitions: N stale commits, then the N/200 acquisitions that displaced them (what
   `cat workers.jsonl coordinator.jsonl | splitbrain audit -` gives);
 - a flapping lease: N acquisitions, each followed by the displaced owner's heartbeat;
-- one effect key committed once by each of N owners in turn (every pair of owners is a
-  duplicate in the lower one's finding, whose latest condition, and so `current`, each new
-  commit moves: N²/2 revisions are the output itself, so the cost per revision is what stays
-  flat);
+- one effect key committed once by each of N owners in turn (DESIGN §4: the duplicate of two
+  consecutive owners, in the lower one's finding: N-1 findings, one revision each);
 - long values: N/20 long effect keys (512 characters that JSON escapes), each attempted and
   committed by the displaced owner and committed again by the new one (the largest revision
   must stay under 64 KiB).
+Then the three of issue 33, at N and at 3N (the target: 3N costs at most 4 times N; the better
+of two runs, `audit`'s caps):
+- late acquisitions arriving newest first: each epoch's displaced owner commits after the next
+  takeover, and the coordinator's acquisitions come after every worker's event, newest first;
+- owners re-committing one key after clean handoffs (acquire, commit, release);
+- a chain of zombies: each displaced owner commits the key after its takeover.
 Asserts nothing. Run: `python bench/bench_growth.py [--keys N] [--events N] [--scale N]`.
 """
 
@@ -108,6 +112,44 @@ def long_values(n: int) -> Iterator[OwnershipEvent]:
         yield _ev(5 + 3 * i, "effect_committed", 2, "beta", effect_key=key)
 
 
+def late_newest_first(n: int) -> Iterator[OwnershipEvent]:
+    for epoch in range(2, n + 1):  # the workers' file: each displaced owner commits once more
+        yield _ev(
+            10 * epoch + 1,
+            "effect_committed",
+            epoch - 1,
+            f"w{epoch - 1}",
+            effect_key=f"row/{epoch}",
+        )
+    for epoch in range(n, 0, -1):  # then the coordinator's, newest first
+        yield _ev(10 * epoch, "lease_acquired", epoch, f"w{epoch}", source="coordinator")
+
+
+def handoffs(n: int) -> Iterator[OwnershipEvent]:
+    for epoch in range(1, n + 1):
+        yield _ev(3 * epoch, "lease_acquired", epoch, f"w{epoch}", source="coordinator")
+        yield _ev(3 * epoch + 1, "effect_committed", epoch, f"w{epoch}", effect_key="ledger/close")
+        yield _ev(3 * epoch + 2, "lease_released", epoch, f"w{epoch}")
+
+
+def zombie_chain(n: int) -> Iterator[OwnershipEvent]:
+    yield _ev(1, "lease_acquired", 1, "w1", source="coordinator")
+    for epoch in range(2, n + 1):
+        yield _ev(2 * epoch, "lease_acquired", epoch, f"w{epoch}", source="coordinator")
+        yield _ev(
+            2 * epoch + 1, "effect_committed", epoch - 1, f"w{epoch - 1}", effect_key="ledger/close"
+        )
+
+
+# Issue 33: quadratic before (each late acquisition rendered every finding again; each commit of
+# the key revised every earlier owner's finding).
+GROWTH_3X: Final = {
+    "late acqs newest first": (late_newest_first, 1_000),
+    "key of N owners, handoffs": (handoffs, 1_000),
+    "chain of zombies": (zombie_chain, 1_000),
+}
+
+
 GROWTH: Final = {
     "late acquisitions": (late_acquisitions, 10_000),
     "flapping lease": (flapping, 2_000),
@@ -146,6 +188,18 @@ def growth(scale: float) -> None:
         )
 
 
+def growth_3x(scale: float) -> None:
+    print("growth, audit caps: time at N and at 3N (target: ratio <= 4)")
+    for name, (history, base) in GROWTH_3X.items():
+        n = max(int(base * scale), 2)
+        small, big = list(history(n)), list(history(3 * n))
+        (t1, r1, _), (t3, r3, _) = (min(timed(h), timed(h)) for h in (small, big))
+        print(
+            f"  {name:<26} N={n:>6}: {t1:8.3f} s; 3N: {t3:8.3f} s; ratio {t3 / t1:5.2f}; "
+            f"events {len(small)} and {len(big)}; revisions {r1} and {r3}"
+        )
+
+
 def run(name: str, events: list[OwnershipEvent], config: Config) -> None:
     detector = Detector(config)
     tenth = max(len(events) // 10, 1)
@@ -178,6 +232,7 @@ def main() -> None:
     gc_tuning.tune()
     print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
     growth(args.scale)
+    growth_3x(args.scale)
     if args.growth_only:
         return
     histories = {

@@ -38,14 +38,16 @@ from detector.contracts.findings import ConditionKind, Finding, Severity, Status
 
 from ._clock import believe
 from ._context import context_of
-from ._episode import add_condition, verify
+from ._episode import BIT, add_condition, replace_duplicate, verify
 from ._labels import MAX_LABEL_VALUES, LabelBounds
 from ._lease import LeaseHealth
+from ._reach import ALWAYS, NEVER, Reach
 from ._records import (
     ACQ_EPOCH,
     ACQ_ID,
     ACQUISITION,
     EVENT_ID,
+    NONE,
     RETAINED,
     AcquisitionRecord,
     ConditionRecord,
@@ -70,15 +72,19 @@ from ._rules import (
     acquisition,
     add_fence,
     appended,
+    current_owner_before,
     displaced,
     dropped_first,
     fenced,
+    inserted,
+    replaced,
 )
 from ._state import (
     LIST_FROM,
     Cut,
     Effect,
     Episode,
+    EpisodeKey,
     Evidence,
     WorkflowState,
     acquisitions_of,
@@ -98,6 +104,10 @@ _UNCERTAIN: Final = Kind.OWNERSHIP_UNCERTAIN.value
 _FENCES: Final = frozenset({_LOST, _RELEASED})
 # `Effect.lasts` slots of a commit, one per source (`_keep_last`).
 _COMMIT_SLOTS: Final = tuple(f"{_COMMITTED}:{source.value}" for source in Source)
+_FAILOVER_BIT: Final = BIT[(ConditionKind.DUPLICATE_EFFECT, "failover")]
+# Findings an acquisition looks at one by one (`_moved_by`) before they get a `Reach`: most
+# workflows have one or two, and a trie per workflow would cost more memory than it saves time.
+_SCAN_FINDINGS: Final = 8
 # Kinds lease health looks at (acquisitions apart).
 _LEASE_KINDS: Final = frozenset({_HEARTBEAT, _RELEASED, _LOST, _UNCERTAIN})
 _REJECTED: Final = Kind.EFFECT_REJECTED.value
@@ -453,16 +463,36 @@ class Detector:
         uncertain: bool,
     ) -> list[FindingUpdate]:
         touched = self._displace(st, acq, at, uncertain) if late else []
-        if not st.found:
+        found = st.found
+        if not found:
             return []
-        if late:
-            # What it displaced, and the findings whose transition or owners it may rename.
-            moved = [ep for ep in st.found.values() if _moved_by(ep, acq)]
-            return self._settle_all(key, st, at, [*touched, *moved])
-        # After everything else: it changes no transition and no current owner, only the name
-        # of its own epoch's displaced owner.
-        ep = st.found.get((acq.epoch, False))
-        return [] if ep is None else self._settle_all(key, st, at, [ep])
+        # The findings whose owners or transition it may rename: its own epoch's, and those
+        # below its epoch whose conditions reach its seq (`_reach`); after everything else (not
+        # late), only a duplicate's with no transition yet. Only these are rendered again.
+        if st.reach is None and len(found) <= _SCAN_FINDINGS:
+            moved = [ep for ep in found.values() if _moved_by(ep, acq)]
+        else:
+            reach = self._reach(st)
+            threshold = acq.seq if late and acq.seq is not None else ALWAYS
+            moved = [found[k] for k in reach.report(acq.epoch, threshold)]
+            own = found.get((acq.epoch, False))
+            if own is not None:
+                moved.append(own)
+            moved = [ep for ep in moved if _moved_by(ep, acq)]
+        for ep in moved:
+            ep.changes += 1
+        return self._settle_all(key, st, at, [*touched, *moved])
+
+    def _reach(self, st: WorkflowState) -> Reach[EpisodeKey]:
+        """The workflow's findings by what a late acquisition must be to change them (built at
+        the first acquisition that finds more than `_SCAN_FINDINGS`, then kept as findings
+        change: `_settle_all`)."""
+        reach = st.reach
+        if reach is None:
+            reach = st.reach = Reach()
+            for ep in st.episodes.values():
+                _place(st, reach, ep)
+        return reach
 
     def _ingest(
         self, st: WorkflowState, ev: EventRecord, at: float | None, uncertain: bool
@@ -556,6 +586,7 @@ class Detector:
         """Duplicates: the key committed under two epochs, or twice by one source of one."""
         touched: list[Episode] = []
         key = ev.effect_key
+        assert key is not None  # a commit's key (`_ingest`)
         first = eff.firsts.get(ev.epoch)
         if first is None or before(ev, first):
             eff.firsts[ev.epoch] = ev
@@ -564,42 +595,29 @@ class Detector:
                 eff.confirmed = set()
             eff.confirmed.add(ev.epoch)
         cap = self.config.max_effect_keys
-        for other_epoch in list(eff.firsts):
-            if other_epoch == ev.epoch:
-                continue
-            lo, hi = sorted((ev.epoch, other_epoch))
-            f_lo, f_hi = eff.firsts[lo], eff.firsts[hi]
-            witness = later(f_lo, f_hi)
-            # Confirmed when a destination confirmed the effect under both epochs, whichever
-            # of their commits came first: the same answer in any arrival order.
-            both = eff.confirmed is not None and {lo, hi} <= eff.confirmed
-            source = _DESTINATION if both else Source.WORKER.value
-            cond = new_record(
-                ConditionRecord,
-                (
-                    ConditionKind.DUPLICATE_EFFECT,
-                    witness.event_id,
-                    witness.seq,
-                    witness.pos,
-                    key,
-                    "failover",
-                    (lo, hi),
-                    source,
-                    witness.trace,
-                    (f_lo.worker_id, f_hi.worker_id),
-                ),
-            )
-            ep = st.episode((lo, False))
-            if ep.worker is None:
-                ep.worker = f_lo.worker_id
-            # Every commit of either epoch is an occurrence of the duplicate: without a total
-            # order, the last one and what a verification must come after are among these.
-            for occurrence in dict.fromkeys(
-                (ev, f_lo, f_hi, _last_commit(eff, lo), _last_commit(eff, hi))
-            ):
-                add_condition(ep, cond, occurrence, eff.verified, cap)
-            ep.truncated |= uncertain
-            touched.append(ep)
+        # The key's duplicates are between the epochs that committed it next to each other
+        # (DESIGN §4): a commit adds to at most the pair below its epoch and the pair above.
+        epoch = ev.epoch
+        order = eff.order
+        if order is None:
+            order = eff.order = sorted(eff.firsts)
+        elif first is None:
+            if not order or epoch > order[-1]:
+                order.append(epoch)  # the usual case: the key's newest owner
+            else:
+                insort(order, epoch)
+        i = bisect_left(order, epoch)
+        below = order[i - 1] if i else None
+        above = order[i + 1] if i + 1 < len(order) else None
+        if below is not None:
+            if first is None and above is not None:
+                # An epoch between two that committed the key, arriving late: the pair of
+                # those two gives way to the two pairs with it.
+                touched.append(self._repartner(st, eff, key, below, epoch, above, uncertain))
+            else:
+                touched.append(self._duplicate(st, eff, ev, below, epoch, uncertain, cap))
+        if above is not None:
+            touched.append(self._duplicate(st, eff, ev, epoch, above, uncertain, cap))
         pair = eff.twice.setdefault((ev.epoch, ev.source), [])
         if all(p.event_id != ev.event_id for p in pair):
             pair.append(ev)
@@ -635,6 +653,62 @@ class Detector:
             touched.append(ep)
         return touched
 
+    def _duplicate(
+        self,
+        st: WorkflowState,
+        eff: Effect,
+        ev: EventRecord,
+        lo: int,
+        hi: int,
+        uncertain: bool,
+        cap: int,
+    ) -> Episode:
+        """The key committed under `lo` and under `hi`, the next epoch that committed it: a
+        failover duplicate in `lo`'s episode, of which `ev` (a commit of either) occurs."""
+        cond = _failover(eff, lo, hi)
+        ep = st.episode((lo, False))
+        if ep.worker is None:
+            ep.worker = eff.firsts[lo].worker_id
+        # Every commit of either epoch is an occurrence of the duplicate: without a total
+        # order, the last one and what a verification must come after are among these.
+        for occurrence in dict.fromkeys((ev, *_pair_commits(eff, lo, hi))):
+            add_condition(ep, cond, occurrence, eff.verified, cap, dup=True)
+        ep.truncated |= uncertain
+        return ep
+
+    def _repartner(
+        self, st: WorkflowState, eff: Effect, key: str, lo: int, mid: int, hi: int, uncertain: bool
+    ) -> Episode:
+        """`mid` committed the key after `lo` and `hi` did: `lo`'s duplicate of the key is now
+        with `mid`, and ends as if the pair with `hi` had never been added. A rare case (an
+        out-of-order commit), bounded: constant unless `hi`'s commits were the episode's latest
+        conditions, which are then gathered again from its stale events and its duplicates."""
+        cond = _failover(eff, lo, mid)
+        ep = st.episode((lo, False))
+        commits = _pair_commits(eff, lo, mid)
+        both = eff.confirmed is not None and {lo, mid} <= eff.confirmed
+        replace_duplicate(ep, cond, commits, eff.verified, both)
+        latest = ep.latest
+        if latest is not None and (
+            latest.unseq != NONE or any(_commit_of(r, hi, key) for r in (latest.top, latest.last))
+        ):
+            latest = ep.stale  # what the episode holds apart from its duplicates
+            for k, bits in ep.keys.items():
+                other = None if st.effects is None else st.effects.get(k)
+                if bits & _FAILOVER_BIT and other is not None:
+                    order = other.order
+                    if order is None:
+                        order = other.order = sorted(other.firsts)
+                    j = bisect_left(order, lo) + 1
+                    if j < len(order) and order[j - 1] == lo:
+                        for r in _pair_commits(other, lo, order[j]):
+                            latest = extend(latest, r)
+        for r in commits:
+            latest = extend(latest, r)
+        ep.latest = latest
+        ep.truncated |= uncertain
+        return ep
+
     def _displace(
         self, st: WorkflowState, acq: AcquisitionRecord, at: float | None, uncertain: bool
     ) -> list[Episode]:
@@ -643,8 +717,10 @@ class Detector:
         stays so, and its condition is already counted."""
         touched: list[Episode] = []
         und = st.undisplaced
-        if und is not None and acq.seq is not None:
-            for epoch in [e for e in und if e < acq.epoch]:
+        reach = st.undisplaced_reach
+        if und is not None and reach is not None and acq.seq is not None:
+            # Only the epochs below it that hold an event at or after its seq: not every epoch.
+            for epoch in sorted(reach.report(acq.epoch - 1, acq.seq)):
                 kept = und[epoch]
                 i = bisect_left(kept, acq.seq, key=_SEQ)  # at the takeover's seq: after it
                 tail = kept[i:]
@@ -656,8 +732,11 @@ class Detector:
                         touched.append(self._stale(st, ev, at, uncertain))
                     else:
                         touched.extend(self._alive(st, ev, at))
-                if not kept:
+                if kept:
+                    reach.set(epoch, epoch, kept[-1].seq or 0)
+                else:
                     del und[epoch]
+                    reach.discard(epoch)
         if st.forgotten is not None and any_after(st.forgotten, acq.seq, acq.pos, ACQUISITION):
             # Raw events after it are gone: the latest effects per key still tell, but other
             # stale events and earlier witnesses may be among what was forgotten.
@@ -819,8 +898,6 @@ class Detector:
         if late and st.undisplaced is None:
             _index_undisplaced(st)  # from what the acquisitions known so far displace
         new_epoch = self._keep(st, acq)
-        if st.found:
-            _changed(st)  # the owners a finding names are chosen among the acquisitions
         if acq.epoch >= st.top:
             st.released_at = None  # the current epoch holds the lease again
         self.lease_health.acquired(st, acq, event, top, new_epoch)
@@ -829,7 +906,8 @@ class Detector:
         """Keep the acquisition in epoch order; is its epoch new? One forgotten at the cap
         changes no published finding by itself: the next revision of each says its evidence
         was cut. A new highest epoch is appended, and the staleness index extended, in
-        constant time."""
+        constant time; a late one is inserted in place (`_rules.inserted`), a step or two when
+        late acquisitions come newest first."""
         acqs = st.acqs
         top = acqs[-1].epoch if acqs else -1
         new_epoch = True
@@ -858,12 +936,15 @@ class Detector:
                     # the earlier one, by arrival the one that came first.
                     listed[i] = listed[i]._replace(pos=min(acq.pos, kept.pos))
                 if listed[i] != kept:  # a finding may name it (its transition, its owners)
+                    acqs = st.acqs = acquisitions_of(listed)
+                    replaced(st, i, kept)
                     _changed(st)
                     self._resettle = True
             else:
                 listed.insert(i, acq)
-            acqs = st.acqs = acquisitions_of(listed)
-            st.index = None
+                if listed is not acqs:
+                    acqs = st.acqs = acquisitions_of(listed)
+                inserted(st, i)
         if len(acqs) > self.config.max_acquisitions:
             self._index_ids(st)
             _pin(st, acqs[:1], acq_print)
@@ -1116,11 +1197,14 @@ class Detector:
     ) -> list[FindingUpdate]:
         updates: list[FindingUpdate] = []
         q = self.config.quiet_period_s
+        reach = st.reach
         for ep in {id(ep): ep for ep in episodes}.values():  # once each, in order
             quiet = at is not None and ep.last_stale_at is not None and at - ep.last_stale_at >= q
             update = self._settle(key, st, ep, quiet, at)
             if update is not None:
                 updates.append(update)
+            if reach is not None:
+                _place(st, reach, ep)
         if updates:  # an episode opens only with a revision
             self._watch(key, st)
         self._schedule(key, st, at)
@@ -1190,6 +1274,7 @@ def _changed(st: WorkflowState) -> None:
 def _index_undisplaced(st: WorkflowState) -> None:
     """The retained events with `seq` that the acquisitions known so far do not displace."""
     st.undisplaced = {}
+    st.undisplaced_reach = Reach()
     for ev in st.evidence:
         _undisplaced(st, ev)
 
@@ -1206,11 +1291,15 @@ def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
         return
     kept = und.get(ev.epoch)
     if kept is None:
-        und[ev.epoch] = [ev]
+        kept = und[ev.epoch] = [ev]
     elif ev.seq >= (kept[-1].seq or 0):  # every kept event has a seq
         kept.append(ev)  # in order, as most are
     else:
         insort(kept, ev, key=_SEQ)
+        return  # its latest seq is the same
+    reach = st.undisplaced_reach
+    if reach is not None:
+        reach.set(ev.epoch, ev.epoch, ev.seq)
 
 
 def _heard(st: WorkflowState) -> dict[int, Latest]:
@@ -1243,10 +1332,29 @@ def _signs_life(st: WorkflowState, ev: EventRecord) -> bool:
     return ep is not None and ep.worker == ev.worker_id
 
 
+def _place(st: WorkflowState, reach: Reach[EpisodeKey], ep: Episode) -> None:
+    """Where a late acquisition must be to change the finding (DESIGN §4: its displaced owner,
+    transition and current owner are chosen among the acquisitions): at or below its key, at or
+    before its value. The key is its displaced epoch (a transition is of a higher epoch); when its
+    current owner is below that (or none is known), -1, so that any epoch may rename it. The
+    value is its latest condition's seq: a late acquisition after every condition renames
+    nothing (each condition's transition is an acquisition before it)."""
+    latest = ep.latest
+    top = None if latest is None else latest.top
+    value = NEVER if top is None or top.seq is None else top.seq
+    key = ep.displaced_epoch
+    last = None if latest is None else latest.latest
+    current = None if last is None else current_owner_before(st, last)
+    if current is None or current.epoch < key:
+        key = -1
+    reach.set(ep.key, key, value)
+
+
 def _moved_by(ep: Episode, acq: AcquisitionRecord) -> bool:
-    """Could a late acquisition rename this finding's displaced owner, its transition or its
-    current owner? Not when it comes after the finding's latest condition (`current`) and its
-    first stale event (the transition): both are chosen among acquisitions before those."""
+    """Could an acquisition (kept already) rename this finding's displaced owner, its transition
+    or its current owner? Not when it comes after the finding's latest condition (`current`) and
+    its first stale event: `current` and each condition's transition are chosen among the
+    acquisitions before them."""
     if ep.displaced_epoch == acq.epoch:
         return True
     latest = None if ep.latest is None else ep.latest.latest  # what `current` is chosen before
@@ -1255,9 +1363,7 @@ def _moved_by(ep: Episode, acq: AcquisitionRecord) -> bool:
     if ep.retry:
         return False
     first = ep.first_stale
-    if first is None:  # a duplicate after a clean handoff: the first higher epoch's
-        return acq.epoch > ep.displaced_epoch
-    return not before(first, acq)
+    return first is not None and not before(first, acq)
 
 
 def _pin(
@@ -1306,10 +1412,48 @@ def _last_commit(eff: Effect, epoch: int) -> EventRecord:
     return found
 
 
+def _failover(eff: Effect, lo: int, hi: int) -> ConditionRecord:
+    """The failover duplicate of a key committed under `lo` and then `hi`, witnessed by the later
+    of their first commits; confirmed when a destination confirmed the effect under both,
+    whichever of their commits came first (the same answer in any arrival order)."""
+    f_lo, f_hi = eff.firsts[lo], eff.firsts[hi]
+    witness = later(f_lo, f_hi)
+    both = eff.confirmed is not None and {lo, hi} <= eff.confirmed
+    return new_record(
+        ConditionRecord,
+        (
+            ConditionKind.DUPLICATE_EFFECT,
+            witness.event_id,
+            witness.seq,
+            witness.pos,
+            witness.effect_key,
+            "failover",
+            (lo, hi),
+            _DESTINATION if both else Source.WORKER.value,
+            witness.trace,
+            (f_lo.worker_id, f_hi.worker_id),
+        ),
+    )
+
+
+def _pair_commits(eff: Effect, lo: int, hi: int) -> tuple[EventRecord, ...]:
+    """The commits of the key under two epochs that stand for all of them, derived from its
+    `Effect` alone: the first and the latest of each."""
+    return tuple(
+        dict.fromkeys(
+            (eff.firsts[lo], eff.firsts[hi], _last_commit(eff, lo), _last_commit(eff, hi))
+        )
+    )
+
+
+def _commit_of(r: EventRecord | None, epoch: int, key: str) -> bool:
+    return r is not None and r.epoch == epoch and r.effect_key == key and r.kind == _COMMITTED
+
+
 def _resolved(st: WorkflowState, ep: Episode, quiet: bool) -> bool:
     """Known fenced (or quiet) and every affected effect key verified after its latest
     condition; never by retrying."""
-    if ep.pending or ep.keys_over:
+    if ep.pending or ep.dup_pending or ep.keys_over:
         return False
     stale = ep.stale
     return ep.retry or stale is None or quiet or fenced(st, ep.displaced_epoch, stale)
@@ -1319,7 +1463,7 @@ def _hinges_on_silence(st: WorkflowState, ep: Episode) -> bool:
     """Does the status depend on the quiet period alone (verified, not otherwise fenced)?"""
     stale = ep.stale
     return (
-        not (ep.pending or ep.keys_over or ep.retry)
+        not (ep.pending or ep.dup_pending or ep.keys_over or ep.retry)
         and stale is not None
         and not fenced(st, ep.displaced_epoch, stale)
     )

@@ -8,6 +8,7 @@ and the occurrences still waiting for a verifier.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 from functools import cmp_to_key
 from operator import itemgetter
 from typing import Final
@@ -19,6 +20,10 @@ from ._records import ConditionRecord, EventRecord, Marks, any_after, before, ex
 from ._state import Episode, Point
 
 LISTED: Final = 20  # conditions a revision lists; the rest are counted
+# Candidates an episode keeps for listing: the `LISTED` earliest, and as many next ones. A failover
+# duplicate's witness can move later (`replace_duplicate`), and the conditions it kept out of
+# the list must then be there to take its place.
+KEPT: Final = 2 * LISTED
 SHOWN_KEYS: Final = 20  # effect keys a revision lists
 _FRONTIER: Final = 1024  # unverified occurrences kept per key before they are merged
 _AT: Final = itemgetter(0, 2)  # a pending point's place by seq: (seq, event id)
@@ -26,11 +31,12 @@ _AT: Final = itemgetter(0, 2)  # a pending point's place by seq: (seq, event id)
 _ATTEMPT: Final = 1
 _COMMITTED: Final = 2
 _REJECTED: Final = 4
+_FAILOVER: Final = 8
 BIT: Final[dict[tuple[ConditionKind, str | None], int]] = {
     (ConditionKind.STALE_EFFECT_ATTEMPT, None): _ATTEMPT,
     (ConditionKind.STALE_EFFECT_COMMITTED, None): _COMMITTED,
     (ConditionKind.STALE_EFFECT_REJECTED, None): _REJECTED,
-    (ConditionKind.DUPLICATE_EFFECT, "failover"): 8,
+    (ConditionKind.DUPLICATE_EFFECT, "failover"): _FAILOVER,
     (ConditionKind.DUPLICATE_EFFECT, "retry"): 16,
 }
 _CONFIRMABLE: Final = _COMMITTED | _REJECTED | 8 | 16  # the destination's word settles them
@@ -62,11 +68,17 @@ def _unanswered(bits: int) -> int:
 
 
 def add_condition(
-    ep: Episode, cond: ConditionRecord, occurrence: EventRecord, verified: Marks | None, cap: int
+    ep: Episode,
+    cond: ConditionRecord,
+    occurrence: EventRecord,
+    verified: Marks | None,
+    cap: int,
+    dup: bool = False,
 ) -> None:
     """Account for one occurrence of a condition (a repeat counts: it can reopen the finding).
 
-    `verified` is the key's verifications so far; `cap` bounds the keys an episode tracks.
+    `verified` is the key's verifications so far; `cap` bounds the keys an episode tracks. A
+    failover duplicate's occurrences (`dup`) wait for a verifier apart (`Episode.dup_pending`).
     """
     ep.changes += 1
     ep.latest = extend(ep.latest, occurrence)
@@ -100,22 +112,70 @@ def add_condition(
         _show(ep.shown, key)
     point = (occurrence.seq, occurrence.pos, occurrence.event_id)
     if verified is None or not any_after(verified, *point):
-        _pend(ep, ep.pending.setdefault(key, []), point)
+        _pend(ep, (ep.dup_pending if dup else ep.pending).setdefault(key, []), point)
     _list(ep, cond)
+
+
+def replace_duplicate(
+    ep: Episode,
+    cond: ConditionRecord,
+    occurrences: Iterable[EventRecord],
+    verified: Marks | None,
+    confirmed: bool,
+) -> None:
+    """The failover duplicate of `cond.effect_key` in this episode now pairs its epoch with
+    another (an epoch between the two committed the key, and arrived late: DESIGN §4): what the
+    former pair added is replaced, as if it had never been added. Its listed witness, its
+    confirmation and its occurrences awaiting a verifier are the key's alone, rebuilt here in
+    constant time; the episode's `latest` is its caller's (`Detector._repartner`). A key beyond
+    the episode's cap was only counted: the new pair is counted as well."""
+    ep.changes += 1
+    key = cond.effect_key
+    assert key is not None
+    bits = ep.keys.get(key)
+    if bits is None:
+        ep.keys_over += 1
+        return
+    was = bool(bits & (_FAILOVER << _CONFIRMED_SHIFT))
+    if was and not confirmed:
+        bits &= ~(_FAILOVER << _CONFIRMED_SHIFT)
+        ep.unconfirmed += 1
+    elif confirmed and not was:
+        bits |= _FAILOVER << _CONFIRMED_SHIFT
+        ep.unconfirmed -= 1
+    ep.keys[key] = bits
+    points: list[Point] = []
+    for occurrence in occurrences:
+        point = (occurrence.seq, occurrence.pos, occurrence.event_id)
+        if verified is None or not any_after(verified, *point):
+            _pend(ep, points, point)
+    if points:
+        ep.dup_pending[key] = points
+    else:
+        ep.dup_pending.pop(key, None)
+    slot = (cond.kind.value, key, cond.cause)
+    if slot in ep.listed:
+        ep.listed[slot] = cond  # the pair's own witness, whatever the former one was
+    else:
+        _list(ep, cond)
 
 
 def verify(ep: Episode, key: str, verified: Marks) -> bool:
     """A verifier confirmed `key`: drop the occurrences it comes after. Did any go?"""
-    points = ep.pending.get(key)
+    return _verify(ep.pending, key, verified) | _verify(ep.dup_pending, key, verified)
+
+
+def _verify(pending: dict[str, list[Point]], key: str, verified: Marks) -> bool:
+    points = pending.get(key)
     if not points:
         return False
     left = [p for p in points if not any_after(verified, *p)]
     if len(left) == len(points):
         return False
     if left:
-        ep.pending[key] = left
+        pending[key] = left
     else:
-        del ep.pending[key]
+        del pending[key]
     return True
 
 
@@ -160,9 +220,12 @@ def _show(shown: list[str], key: str) -> None:
 
 def _list(ep: Episode, cond: ConditionRecord) -> None:
     """Keep the earliest witness of each condition among the candidates for listing: the
-    `LISTED` earliest conditions and the earliest of each kind. What falls out can never come
-    back (conditions only accumulate and witnesses only get earlier; an earlier witness comes
-    back through here), so the list is the same whatever the arrival order."""
+    `KEPT` earliest conditions and the earliest of each kind (`shown` lists the `LISTED` first).
+    What falls out cannot come back (conditions only accumulate and witnesses only get earlier;
+    an earlier witness comes back through here), so the list is the same whatever the arrival
+    order. The one exception, a failover duplicate whose witness moves later when an epoch
+    between its two arrives late, takes its place among the next ones: exact unless that happens
+    to more than `KEPT - LISTED` of one finding's listed duplicates."""
     k = (cond.kind.value, cond.effect_key, cond.cause)
     listed = ep.listed
     old = listed.get(k)
@@ -176,10 +239,10 @@ def _list(ep: Episode, cond: ConditionRecord) -> None:
             listed[k] = best
         return
     listed[k] = cond
-    if len(listed) <= LISTED:
+    if len(listed) <= KEPT:
         return
     ranked = sorted(listed.items(), key=lambda item: _by_witness(item[1]))
-    keep = {key for key, _ in ranked[:LISTED]}
+    keep = {key for key, _ in ranked[:KEPT]}
     kinds: set[tuple[str, str | None]] = set()
     for key, c in ranked:
         if (c.kind.value, c.cause) not in kinds:

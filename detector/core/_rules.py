@@ -76,6 +76,44 @@ def appended(state: WorkflowState) -> None:
             i -= 1
 
 
+def _values(a: AcquisitionRecord) -> tuple[int, int, int]:
+    return (_NEVER if a.seq is None else a.seq, _NEVER if a.seq is not None else a.pos, a.pos)
+
+
+def inserted(state: WorkflowState, i: int) -> None:
+    """An acquisition was inserted at `i`, below the highest epoch (it arrived late): only the
+    suffixes up to it can go down, and a walk stops at the first that does not. Newest first,
+    each lands at the front: a step each."""
+    index = state.index
+    if index is None:
+        return
+    a = state.acqs[i]
+    index[0].insert(i, a.epoch)
+    for suffix, value in zip(index[1:], _values(a), strict=True):
+        suffix.insert(i, min(value, suffix[i]))
+        _lower(suffix, i - 1, value)
+
+
+def replaced(state: WorkflowState, i: int, old: AcquisitionRecord) -> None:
+    """The acquisition at `i` took the place of an earlier one of its epoch, `old`."""
+    index = state.index
+    if index is None:
+        return
+    new = _values(state.acqs[i])
+    if any(n > o for n, o in zip(new, _values(old), strict=True)):
+        state.index = None  # a suffix can go up: built again when next asked (rare)
+        return
+    for suffix, value in zip(index[1:], new, strict=True):
+        suffix[i] = min(value, suffix[i + 1])
+        _lower(suffix, i - 1, value)
+
+
+def _lower(suffix: list[int], i: int, value: int) -> None:
+    while i >= 0 and suffix[i] > value:
+        suffix[i] = value
+        i -= 1
+
+
 def dropped_first(state: WorkflowState, n: int) -> None:
     """The `n` lowest epochs' acquisitions were dropped: the suffixes after them still hold."""
     index = state.index

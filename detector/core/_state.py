@@ -22,6 +22,7 @@ from detector.contracts.findings import ConditionKind, Severity, Status
 
 from ._context import Context, context_row
 from ._labels import UNLABELLED, Labels
+from ._reach import Reach
 from ._records import (
     ACQ_ID,
     EVENT_ID,
@@ -38,6 +39,14 @@ from ._records import (
     marks_of,
 )
 
+# 7 (the latest): records keep their event's context (DESIGN §5 `context`): an acquisition's
+# and an event's row end in it (None, or an array of [key, value] pairs), and an episode's row in
+# the context of its displaced owner's acquisition as its finding last showed it
+# (`Episode.displaced_ctx`), then the occurrences of its failover duplicates awaiting a verifier,
+# apart from its own (`Episode.dup_pending`): a duplicate belongs to the episode of the epoch just
+# below the next one that committed its key, and gives way when a commit of an epoch between them
+# arrives late (DESIGN §4). States versions 3 to 6 wrote are read as they are, without context,
+# their duplicates' occurrences in `pending`.
 # 6: a workflow whose findings all resolved is forgotten after `idle_ttl_s` down to `past`, what
 # its findings' later revisions need (`WorkflowState.past`): one field more, `None` in the states
 # version 5 wrote, which are read as they are. 5: two events at one seq are ordered by id (DESIGN
@@ -49,10 +58,6 @@ from ._records import (
 # `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has the same
 # layout, without references, and is read as it is. 1 (JSON) and 2 (the retained records only) are
 # read by replaying their records (`detector.core._upgrade`).
-# 7 (the latest): records keep their event's context (DESIGN §5 `context`): an acquisition's
-# and an event's row end in it (None, or an array of [key, value] pairs), and an episode's in the
-# context of its displaced owner's acquisition as its finding last showed it
-# (`Episode.displaced_ctx`); states versions 3 to 6 wrote are read as they are, without context.
 STATE_VERSION: Final = 7
 
 
@@ -88,6 +93,9 @@ class Effect:
     # the row whenever it takes the effect to change it (`Detector._effect`), and every row of
     # the workflow when raw events are forgotten (the row refers to them by their index).
     packed: msgspec.Raw | None = field(default=None, compare=False, repr=False)
+    # Not persisted: the epochs of `firsts`, sorted, for the epochs next to a commit's
+    # (`Detector._commit`); built from `firsts` at its first use.
+    order: list[int] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -106,6 +114,10 @@ class Episode:
     total: int = 0  # distinct conditions
     activity: bool = False
     pending: dict[str, list[Point]] = field(default_factory=dict)  # unverified occurrences
+    # Those of its failover duplicates, per key: the partner epoch of a key's duplicate can
+    # change (`_episode.replace_duplicate`), and what it added is then rebuilt from the key's
+    # `Effect`, apart from the episode's own occurrences.
+    dup_pending: dict[str, list[Point]] = field(default_factory=dict)
     unconfirmed: int = 0  # committed/rejected/duplicate conditions no destination confirmed
     confirmations: int = 0
     unanswered: int = 0  # keys attempted and never rejected
@@ -227,6 +239,10 @@ class WorkflowState:
     undisplaced: dict[int, list[EventRecord]] | None = field(
         default=None, compare=False, repr=False
     )
+    # Not persisted, both `_reach.Reach`es, for the late acquisitions: `undisplaced`'s epochs by
+    # their latest seq (built with it), and the findings each could change (`Detector._reach`).
+    undisplaced_reach: Reach[int] | None = field(default=None, compare=False, repr=False)
+    reach: Reach[tuple[int, bool]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self, tool_class: str | None) -> None:
         if tool_class is not None:
@@ -415,12 +431,13 @@ def _episode_row(ep: Episode) -> list[Any]:
         ep.truncated,
         ep.opened_at,
         ep.displaced_ctx,
+        {k: [list(p) for p in pts] for k, pts in ep.dup_pending.items()},
     ]
 
 
-# Episodes written before `opened_at` have two fields less (and read as not knowing it), those
-# written before version 7 one (without `displaced_ctx`).
-EPISODE_FIELDS: Final = 25
+# Episodes written before `opened_at` have three fields less (and read as not knowing it), those
+# written before version 7 two (without `displaced_ctx` and `dup_pending`).
+EPISODE_FIELDS: Final = 26
 
 
 def _frontier(points: list[list[Any]]) -> list[Point]:
@@ -433,7 +450,7 @@ def _frontier(points: list[list[Any]]) -> list[Point]:
 
 
 def _episode(row: list[Any]) -> Episode:
-    if len(row) not in (EPISODE_FIELDS - 2, EPISODE_FIELDS - 1, EPISODE_FIELDS):
+    if len(row) not in (EPISODE_FIELDS - 3, EPISODE_FIELDS - 2, EPISODE_FIELDS):
         raise ValueError(f"damaged finding state: {len(row)} fields, not {EPISODE_FIELDS}")
     listed = [cond_of(c) for c in row[5]]
     return Episode(
@@ -461,6 +478,9 @@ def _episode(row: list[Any]) -> Episode:
         truncated=row[22],
         opened_at=row[23] if len(row) > 23 else None,
         displaced_ctx=context_row(row[24]) if len(row) > 24 else None,
+        dup_pending={}
+        if len(row) < EPISODE_FIELDS
+        else {k: _frontier(p) for k, p in row[25].items()},
     )
 
 

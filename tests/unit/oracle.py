@@ -26,8 +26,10 @@ Rules, as modelled:
   with some acquisition of an epoch > e before it. progress/heartbeat give one `stale_activity`
   (effect key dropped: not an affected key). An effect_rejected from any source is a
   `stale_effect_rejected` condition; only a destination's counts as confirmation and as a fence.
-- failover duplicate: a key committed (any source) under two epochs, in the finding of the lower
-  one; triggered by the later commit of each such pair. retry duplicate: a key committed twice
+- failover duplicate: a key committed (any source) under two epochs with no epoch between them
+  that committed it too, in the finding of the lower one (so a key committed under several epochs
+  gives one duplicate per consecutive pair, DESIGN §4); triggered by the later commit of each such
+  pair of commits. retry duplicate: a key committed twice
   under one epoch by the same source (distinct ids), a finding of its own (`displaced` null).
 - a condition's witness is its earliest trigger (for a duplicate this is the later of the two
   earliest commits); the latest condition is the last trigger of any condition, repeats
@@ -67,6 +69,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from detector.contracts.events import OwnershipEvent
 
@@ -301,16 +304,22 @@ class Workflow:
                 f.stale.append(e)
                 f.add((cond, None, key), e, sev, e.source == "destination")
 
-        # Duplicates: every pair of commits of one effect key.
+        # Duplicates: every pair of commits of one effect key under one epoch, or under two
+        # epochs next to each other among those that committed it.
         commits: dict[str, list[E]] = defaultdict(list)
         for e in self.events:
             if e.kind == "effect_committed" and e.key is not None:
                 commits[e.key].append(e)
         for key, cs in commits.items():
+            committed = sorted({c.epoch for c in cs})
+            nxt = dict(pairwise(committed))
             for i, a in enumerate(cs):
                 for b in cs[i + 1 :]:
                     later = b if before(a, b) else a
                     both = a.source == "destination" and b.source == "destination"
+                    lo, hi = sorted((a.epoch, b.epoch))
+                    if lo != hi and nxt[lo] != hi:
+                        continue  # an epoch between them committed the key too
                     if a.epoch != b.epoch:
                         f = finding("displaced", min(a.epoch, b.epoch))
                         dup = ("duplicate_effect", "failover", key)

@@ -358,7 +358,7 @@ def test_a_finding_written_before_the_opening_time_still_decodes() -> None:
     fields = msgpack.unpackb(encode_state(d.states[WF]))
     row = fields[8][0]
     assert len(row) == EPISODE_FIELDS
-    fields[8][0] = row[:-2]  # as the state was written before `opened_at` (and version 7)
+    fields[8][0] = row[:-3]  # as the state was written before `opened_at` (and version 7)
     old = decode_state(msgpack.packb(fields))
     ep = old.episodes[(1, False)]
     assert ep.opened_at is None
@@ -372,7 +372,7 @@ def test_a_finding_written_before_the_opening_time_still_decodes() -> None:
         "zombie_seq": {"critical": 1},
         "resolution": {},
     }
-    fields[8][0] = row[:-3]
+    fields[8][0] = row[:-4]
     with pytest.raises(ValueError, match="damaged finding state"):
         decode_state(msgpack.packb(fields))
 
@@ -382,6 +382,6 @@ def test_an_open_finding_costs_one_float_more_and_a_resolved_one_nothing() -> No
     resolved_state, _ = run(zombie())
     open_row = msgpack.unpackb(encode_state(open_state.states[WF]))[8][0]
     resolved_row = msgpack.unpackb(encode_state(resolved_state.states[WF]))[8][0]
-    assert open_row[23] == 1020.0  # `opened_at`, then `displaced_ctx`
+    assert open_row[23] == 1020.0  # `opened_at`, then `displaced_ctx` and `dup_pending`
     assert resolved_row[23] is None
     assert json.dumps(resolved_row[23]) == "null"

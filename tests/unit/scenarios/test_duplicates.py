@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ..histories import W, acq, commit, conds, epochs, ev, run, takeover
+import random
+
+from detector.contracts.events import OwnershipEvent
+from detector.core import Config, Detector
+
+from ..histories import W, acq, commit, conds, epochs, ev, run, takeover, verify
 
 
 def test_failover_duplicate_after_a_clean_handoff() -> None:
@@ -143,3 +148,105 @@ def test_a_retry_names_both_workers_and_the_current_owner() -> None:
 def test_every_stale_response_names_the_current_owner_entitled_to_act() -> None:
     f = run([*takeover(), ev("p", "progress", W, 17, "alpha", seq=6)]).finding(W, 17)
     assert f.response.endswith("beta (epoch 18) is the owner now entitled to act.")
+
+
+# ---- a key committed under many epochs (DESIGN §4: the duplicate of two consecutive ones) -------
+
+
+def _handoffs(owners: int, wf: str = W) -> list[OwnershipEvent]:
+    """Owners 1..N in turn, each acquiring, committing K and releasing (clean handoffs)."""
+    out: list[OwnershipEvent] = []
+    for e in range(1, owners + 1):
+        out += [
+            acq(f"a{e}", e, f"w{e}", 4 * e, wf),
+            commit(f"c{e}", e, f"w{e}", 4 * e + 1, wf=wf),
+            ev(f"r{e}", "lease_released", wf, e, f"w{e}", seq=4 * e + 2),
+        ]
+    return out
+
+
+def test_a_key_recommitted_by_each_of_n_owners_gives_n_minus_1_findings_one_revision_each() -> None:
+    n = 12
+    r = run(_handoffs(n))
+    found = sorted(r.findings(), key=lambda f: f.displaced.owner_epoch if f.displaced else -1)
+    assert len(found) == n - 1
+    for i, f in enumerate(found, start=1):
+        assert f.revision == 1 and len(r.revisions(f.finding_id)) == 1
+        assert epochs(f) == (i, i + 1)
+        (c,) = f.conditions
+        assert (c.kind.value, c.cause, c.epochs, c.event_id) == (
+            "duplicate_effect",
+            "failover",
+            [i, i + 1],
+            f"c{i + 1}",
+        )
+        assert f"w{i} (epoch {i}) and w{i + 1} (epoch {i + 1})" in f.response
+    assert len(r.updates) == n - 1  # each commit changed one finding
+
+
+def test_recommitted_key_findings_do_not_depend_on_arrival_order() -> None:
+    n = 9
+    history = _handoffs(n)
+    straight = {f.finding_id: f.model_dump(exclude={"revision"}) for f in run(history).findings()}
+    for seed in range(12):
+        shuffled = list(history)
+        random.Random(seed).shuffle(shuffled)
+        found = run(shuffled).findings()
+        assert sorted(epochs(f) for f in found) == [(e, e + 1) for e in range(1, n)]
+        got = {f.finding_id: f.model_dump(exclude={"revision"}) for f in found}
+        assert got == straight, seed
+
+
+def test_a_late_commit_between_two_epochs_takes_the_place_of_their_pair() -> None:
+    """Epochs 5 and 7 committed K; 6's commit arrives last. Finding 5 ends as if (5, 7) had
+    never been added: its witness, epochs, current owner and what waits for a verifier (a
+    verification after 6's commit and before 7's settles 5's duplicate, not 6's)."""
+    a5, a6, a7 = acq("a5", 5, "w5", 1), acq("a6", 6, "w6", 4), acq("a7", 7, "w7", 8)
+    c5 = commit("c5", 5, "w5", 2, source="destination")
+    c6 = commit("c6", 6, "w6", 5, source="worker")
+    c7 = commit("c7", 7, "w7", 9, source="destination")
+    fences = [
+        ev("r5", "lease_released", W, 5, "w5", seq=3),
+        ev("r6", "lease_released", W, 6, "w6", seq=7),
+    ]
+    v = verify("v", 6)
+    in_order = run([a5, c5, fences[0], a6, c6, v, fences[1], a7, c7])
+    late = run([a5, c5, fences[0], a6, fences[1], a7, c7, v, c6])
+    for r in (in_order, late):
+        five, six = r.finding(W, 5), r.finding(W, 6)
+        assert [c.epochs for c in five.conditions] == [[5, 6]]
+        assert five.conditions[0].event_id == "c6"
+        assert five.current is not None and five.current.owner_epoch == 6
+        assert "w5 (epoch 5) and w6 (epoch 6)" in five.response
+        assert five.status.value == "resolved"  # verified after both of its commits
+        assert five.confidence == "medium"  # 6's commit has no destination's word
+        assert [c.epochs for c in six.conditions] == [[6, 7]]
+        assert six.status.value == "open"  # 7's commit is after the verification
+    assert late.finding(W, 5).model_dump(exclude={"revision"}) == in_order.finding(W, 5).model_dump(
+        exclude={"revision"}
+    )
+    assert late.finding(W, 6).model_dump(exclude={"revision"}) == in_order.finding(W, 6).model_dump(
+        exclude={"revision"}
+    )
+
+
+def test_a_chain_of_zombies_committing_one_key_revises_one_finding_per_commit() -> None:
+    """Each displaced owner commits K after its takeover: its own finding gets the stale commit,
+    the owner just before it the duplicate; no earlier finding changes."""
+    n = 10
+    history = [acq("a1", 1, "w1", 1)]
+    for e in range(2, n + 1):
+        history += [
+            acq(f"a{e}", e, f"w{e}", 2 * e),
+            commit(f"c{e - 1}", e - 1, f"w{e - 1}", 2 * e + 1),
+        ]
+    r = run(history)
+    per_event = [0] * len(history)
+    d = Detector(Config())
+    for i, event in enumerate(history):
+        per_event[i] = len(d.observe(event))
+    assert max(per_event) <= 2
+    for e in range(1, n - 1):
+        f = r.finding(W, e)
+        dup = [c for c in f.conditions if c.kind.value == "duplicate_effect"]
+        assert [c.epochs for c in dup] == [[e, e + 1]]

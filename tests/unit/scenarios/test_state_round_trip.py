@@ -203,7 +203,8 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
 
 def _as_version_6(fields: list[Any]) -> list[Any]:
     """A version 7 state's fields as version 6 wrote them: records without their context (an
-    acquisition's row of six, an event's of ten), episodes without `displaced_ctx`."""
+    acquisition's row of six, an event's of ten), episodes without `displaced_ctx` and
+    `dup_pending`."""
 
     def event(row: Any) -> Any:
         return row[:10] if isinstance(row, list) else row  # an int: its index in the evidence
@@ -253,3 +254,34 @@ def test_a_version_6_state_still_decodes_and_goes_on(resolved: bool) -> None:
     assert up == straight
     assert up.finding.context is not None
     assert up.finding.context.latest_condition == {"attempt": "3"}
+
+
+def test_a_version_6_state_with_duplicates_still_decodes_and_goes_on() -> None:
+    """Version 6 kept a failover duplicate's occurrences awaiting a verifier with the episode's
+    own (`pending`) and wrote no `dup_pending`: its states read as they are, and a verification
+    after every commit settles the duplicate as it would have."""
+    import msgpack  # noqa: PLC0415
+
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    first = [
+        acq("a5", 5, "w5", 1),
+        commit("c5", 5, "w5", 2),
+        ev("r5", "lease_released", W, 5, "w5", seq=3),
+        acq("a6", 6, "w6", 4),
+        commit("c6", 6, "w6", 5),
+    ]
+    r = run(first)
+    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    assert fields[0] == 7
+    for row in fields[8]:
+        for key, points in row[25].items():  # as version 6 kept them
+            row[10].setdefault(key, []).extend(points)
+    version_6 = msgpack.packb(_as_version_6(fields))
+    restored = Detector(states={W: decode_state(version_6)})
+    (before,) = [f for f in restored.findings() if f.displaced and f.displaced.owner_epoch == 5]
+    assert before.status.value == "open"
+    settle = verify("v", 6, epoch=6)
+    (up,) = restored.observe(settle)
+    (straight,) = r.detector.observe(settle)
+    assert up == straight and up.finding.status.value == "resolved"
