@@ -8,7 +8,7 @@
 # k8s.io/kubernetes and replaces every staging module with its published v0.<minor>.<patch> tag
 # builds cmd/kube-apiserver. About 14 minutes on 2 cores; the binary is cached.
 #
-# Usage: scripts/build-kube-apiserver.sh [--print-path]
+# Usage: build-kube-apiserver.sh [--print-path]   (also: python -m detector.devstack.kube_apiserver)
 #   KUBE_VERSION (default 1.35.4), SPLITBRAIN_CACHE (default ~/.cache/splitbrain),
 #   GO_BUILD_PARALLELISM (default 1: the build shares the machine).
 set -euo pipefail
