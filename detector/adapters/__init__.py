@@ -4,7 +4,8 @@ Each adapter (`detector.adapters.temporal`, `.celery`, `.langgraph`, `.etcd`, `.
 imported on its own and needs its pip extra (`splitbrain-detector[temporal]`, …); this package
 imports none of them. What they share: a sink that never blocks or fails the host
 (`AdapterSink`), and the current ownership for the user's effect calls (`effect_committed`
-inside a task or activity carries its workflow key and epoch).
+inside a task or activity carries its workflow key and epoch, and the owner's words: the source
+system's own names for the work, which a finding's `context` shows; `words` makes them).
 """
 
 from ._context import (
@@ -16,6 +17,7 @@ from ._context import (
     effect_rejected,
     owning,
     progress,
+    words,
 )
 from ._sink import AdapterSink, DropReason, Publisher
 
@@ -31,4 +33,5 @@ __all__ = [
     "effect_rejected",
     "owning",
     "progress",
+    "words",
 ]

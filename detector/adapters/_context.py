@@ -8,6 +8,7 @@ nothing and return False: there is no owner to name.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from detector.contracts.events import Kind, Source
+from detector.contracts.events import MAX_DETAIL_BYTES, Kind, Source
 
 from ._sink import AdapterSink, owner_fields
 
@@ -30,6 +31,18 @@ class Authority(StrEnum):
 
 AUTHORITY_ATTR: Final = "epoch_authority"
 EPOCH_FROM_ATTR: Final = "epoch_from"
+# A word's value is cut to this many characters: the finding's `context` keeps 128 (DESIGN §5).
+WORD_CHARS: Final = 128
+
+Word = str | int | float | bool
+
+
+def words(**given: Word | None) -> dict[str, Word]:
+    """The source system's own words for an owner (DESIGN §5 `context`): names and scalars, None
+    left out, a text cut to `WORD_CHARS`. Never a payload, a prompt or a tool's response."""
+    return {
+        k: v[:WORD_CHARS] if isinstance(v, str) else v for k, v in given.items() if v is not None
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +56,10 @@ class Ownership:
     authority: Authority
     epoch_from: str  # where the epoch came from, e.g. `temporal.attempt` (a bounded label)
     attrs: Mapping[str, str] = field(default_factory=dict)
+    # The source's own words for this owner (`words`: a task or activity name, an attempt, a
+    # lease's name): in the `detail` of every event of it, under the event's own detail, so a
+    # finding's `context` reads in them (DESIGN §5). Replaced whole by `note`, never mutated.
+    words: Mapping[str, Word] = field(default_factory=dict)
     # The fields every event of this owner carries, checked once (None: they break the contract)
     _fields: dict[str, Any] | None = field(init=False, repr=False, compare=False)
 
@@ -57,9 +74,32 @@ class Ownership:
             EPOCH_FROM_ATTR: self.epoch_from,
         }
 
+    def note(self, **more: Word | None) -> None:
+        """Add words for this owner's later events (e.g. that it outlived its lease, by its own
+        clock): from any thread, each event reads either the old words or the new."""
+        object.__setattr__(self, "words", {**self.words, **words(**more)})
+
+    def _worded(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """`fields` with the owner's words under the event's own `detail` (which wins a name
+        both give). A user's detail that the words would push past the contract's 4 KiB is sent
+        as it was: the words never cost an event."""
+        said = self.words
+        if not said:
+            return fields
+        own = fields.get("detail")
+        if not own:
+            fields["detail"] = dict(said)
+            return fields
+        merged = {**said, **own}
+        if len(json.dumps(merged, default=str)) > MAX_DETAIL_BYTES:  # ASCII-escaped: the most
+            return fields
+        fields["detail"] = merged
+        return fields
+
     def emit(self, kind: Kind, **fields: Any) -> None:
         """Send one event of this owner, with fields the adapter made (`_sink._CHECKS` names
         them); never raises into the caller."""
+        fields = self._worded(fields)
         if self._fields is None:
             self.checked(kind, **fields)
         else:
@@ -67,6 +107,7 @@ class Ownership:
 
     def checked(self, kind: Kind, **fields: Any) -> None:
         """Send one event of this owner with fields from the user's code, validated in full."""
+        fields = self._worded(fields)
         self.sink.send(
             kind,
             workflow_key=self.workflow_key,

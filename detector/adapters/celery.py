@@ -13,6 +13,11 @@
 - `task_revoked` with `terminated` and a `task_failure` raised in the main process (the pool's
   child died: a hard time limit, an OOM kill) emit the `lease_released` the child never could.
 
+Every event of a delivery, the task's effect calls included, says in Celery's words which
+delivery it is (DESIGN §5 `context`, `delivery_words`): the task's name (`attrs`), whether the
+broker marked it redelivered, its retries, the visibility timeout it runs under, and, once it
+outlived that timeout by the worker's clock, `outlived=visibility_timeout`.
+
 The epoch, and its authority (DESIGN §4: none is claimed that the source does not have):
 SQS's `ApproximateReceiveCount` and RabbitMQ quorum queues' `x-delivery-count` come from the
 broker (approximate, never fenced on); elsewhere (Redis, classic queues) the adapter mints one
@@ -47,7 +52,7 @@ from celery.app.task import Task
 
 from detector.contracts.events import Kind
 
-from ._context import Authority, Ownership, enter, leave
+from ._context import Authority, Ownership, enter, leave, words
 from ._sink import AdapterSink
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,7 @@ _EPOCH: Final = "splitbrain_epoch"
 _AUTHORITY: Final = "splitbrain_epoch_authority"
 _FROM: Final = "splitbrain_epoch_from"
 _RECEIVED_AT: Final = "splitbrain_received_at"
+_REDELIVERED: Final = "splitbrain_redelivered"
 
 _P = ParamSpec("_P")
 
@@ -272,12 +278,15 @@ class CeleryAdapter:
         if request is None or request.task.app is not self.app:
             return
         message = request.message
+        redelivered = bool(request.delivery_info.get("redelivered"))
         epoch = broker_epoch(message, quorum=self.quorum_queues) or self.minter.mint(
-            request.id,
-            bool(request.delivery_info.get("redelivered")),
-            int(request.request_dict.get("retries") or 0),
+            request.id, redelivered, int(request.request_dict.get("retries") or 0)
         )
         headers = request.request_dict
+        # A broker's own count says it too (SQS sets no flag): a later delivery is a redelivery.
+        headers[_REDELIVERED] = redelivered or (
+            epoch.authority is Authority.APPROXIMATE and epoch.value > 1
+        )
         headers[_EPOCH] = epoch.value
         headers[_AUTHORITY] = epoch.authority.value
         headers[_FROM] = epoch.source
@@ -332,11 +341,15 @@ class CeleryAdapter:
             return
         req = task.request
         value = req.get(_EPOCH)
-        if value is None:  # not through a worker's consumer (`apply`, eager mode)
+        redelivered = req.get(_REDELIVERED)
+        if redelivered is None:
             redelivered = bool((req.delivery_info or {}).get("redelivered"))
+        if value is None:  # not through a worker's consumer (`apply`, eager mode)
             epoch = self.minter.mint(task_id, redelivered, int(req.retries or 0))
         else:
             epoch = Epoch(int(value), Authority(req.get(_AUTHORITY)), str(req.get(_FROM)))
+        acks_late = bool(req.get("acks_late", task.acks_late))
+        visibility = self.visibility_s if acks_late else None
         ownership = Ownership(
             self.sink,
             task_id,
@@ -345,9 +358,8 @@ class CeleryAdapter:
             epoch.authority,
             epoch.source,
             {TASK_ATTR: task.name},
+            delivery_words(bool(redelivered), int(req.retries or 0), visibility),
         )
-        acks_late = bool(req.get("acks_late", task.acks_late))
-        visibility = self.visibility_s if acks_late else None
         if visibility is None:
             ownership.acquired()
         else:
@@ -360,6 +372,9 @@ class CeleryAdapter:
         self._running[task_id] = _Running(ownership, enter(ownership), timer)
 
     def _uncertain(self, ownership: Ownership) -> None:
+        # By the worker's clock, the broker may now hand the message to another worker: the
+        # task's later effects say it outlived the visibility timeout.
+        ownership.note(outlived="visibility_timeout")
         ownership.emit(
             Kind.OWNERSHIP_UNCERTAIN,
             detail={"reason": "visibility_timeout", "visibility_timeout_s": self.visibility_s},
@@ -367,8 +382,15 @@ class CeleryAdapter:
 
     @_guarded
     def _on_postrun(
-        self, sender: Any = None, task_id: str | None = None, state: str | None = None, **_: Any
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        task: Task | None = None,
+        state: str | None = None,
+        **_: Any,
     ) -> None:
+        if task is not None and task.app is not self.app:  # another app's delivery of the id
+            return
         running = self._running.pop(task_id, None) if task_id is not None else None
         if running is None:
             return
@@ -376,6 +398,19 @@ class CeleryAdapter:
             self.watchdog.disarm(running.timer)
         running.ownership.emit(Kind.LEASE_RELEASED, detail={"state": state or "unknown"})
         leave(running.token)
+
+
+def delivery_words(redelivered: bool, retries: int, visibility_s: float | None) -> dict[str, Any]:
+    """A delivery in Celery's words (DESIGN §5 `context`), with the task's name in `attrs`:
+    whether the broker marked it redelivered (kombu's `delivery_info['redelivered']`: Redis
+    restores an unacknowledged message once the visibility timeout passes, or when a worker
+    shuts down; AMQP requeues when a consumer's channel closes), the task's own retry count,
+    and the visibility timeout an `acks_late` delivery runs under."""
+    return words(
+        redelivered=redelivered,
+        retries=retries or None,
+        visibility_timeout_s=visibility_s,
+    )
 
 
 def visibility_timeout(app: Celery) -> float | None:

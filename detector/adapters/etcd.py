@@ -29,7 +29,7 @@ from etcd3gw.utils import _encode
 
 from detector.contracts.events import Kind, Source
 
-from ._context import Authority, Ownership, owning
+from ._context import Authority, Ownership, owning, words
 from ._etcd_watch import Change, InvalidKvError, Kv, WatchResponse
 from ._sink import AdapterSink
 from ._watch import GAP_ATTR, Holder, WatchMetrics
@@ -149,6 +149,7 @@ class LockWatcher:
             seq=seq,
             event_id=f"etcd:{seq}:acquired:{new.create_revision}",
             attrs={GAP_ATTR: reason},
+            detail=holder_words(new),
             **self._lease_policy(new),
         )
         self.metrics.made(Kind.LEASE_ACQUIRED)
@@ -192,14 +193,19 @@ class LockWatcher:
             unit.holder = new  # the holder's own key rewritten: same epoch
             return []
         out: list[dict[str, Any]] = []
+        cause = None
         if old is not None and old.key not in unit.keys:
-            out.append(self._ended(unit, old, revision))
+            ended = self._ended(unit, old, revision)
+            cause = ended["attrs"]["ended_by"]
+            out.append(ended)
         if new is not None:
             out.append(
                 self._holder(unit, new).event(
                     Kind.LEASE_ACQUIRED,
                     seq=revision,
                     event_id=f"etcd:{revision}:acquired:{new.create_revision}",
+                    # The cause of the move, when the old holder's key went at this revision.
+                    detail=holder_words(new, cause=cause),
                     **self._lease_policy(new),
                 )
             )
@@ -225,6 +231,7 @@ class LockWatcher:
             seq=revision,
             event_id=f"etcd:{revision}:{kind.value}:{old.create_revision}",
             attrs={"ended_by": cause},
+            detail=holder_words(old),
         )
 
     def _lease_policy(self, kv: Kv) -> dict[str, Any]:
@@ -242,6 +249,12 @@ class LockWatcher:
         for bad in invalid:
             self.metrics.invalid(bad.reason)
             log.warning("etcd: unreadable key under %r: %s", prefix, bad)
+
+
+def holder_words(kv: Kv, *, cause: str | None = None) -> dict[str, Any]:
+    """A holder in etcd's words (DESIGN §5 `context`): its key, its lease's id as etcd prints
+    it (hex), and, for a takeover, why the previous holder's key went (`ended_by`'s values)."""
+    return words(key=kv.key, lease_id=f"{kv.lease:x}" if kv.lease else None, cause=cause)
 
 
 def _by_revision(changes: list[Change]) -> Iterator[tuple[int, list[Change]]]:
@@ -321,6 +334,7 @@ class LockOwner(AbstractContextManager["LockOwner"]):
             self.worker_id,
             Authority.SYSTEM,
             EPOCH_FROM,
+            words=words(key=self.lock_key, lease_id=f"{self.lease:x}"),
         )
         self._owning = owning(self.ownership)
         self._owning.__enter__()

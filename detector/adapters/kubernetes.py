@@ -25,7 +25,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from kubernetes.client.exceptions import ApiException
@@ -34,7 +34,7 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from detector.contracts.events import Kind, Source
 
-from ._context import Authority, Ownership, owning
+from ._context import Authority, Ownership, owning, words
 from ._sink import AdapterSink
 from ._watch import GAP_ATTR, Holder, UnreadableError, WatchMetrics
 
@@ -123,6 +123,40 @@ class _Tracked:
     view: LeaseView
     holder: Holder | None  # None: nobody holds it
     by_resource_version: bool  # the epoch source once the transitions cannot be trusted
+
+
+RENEW_TIME_EXPIRED: Final = "renew_time_expired"  # renewTime + leaseDurationSeconds had passed
+TAKEN_BEFORE_EXPIRY: Final = "taken_before_expiry"  # ... had not, by the new holder's renewTime
+RELEASED: Final = "released"  # the Lease had no holder first
+REACQUIRED: Final = "reacquired"  # the same holder, with new transitions
+
+
+def lease_words(view: LeaseView, *, cause: str | None = None) -> dict[str, Any]:
+    """A Lease in its own words (DESIGN §5 `context`): its namespace and name, holderIdentity,
+    leaseTransitions, and for a takeover the cause read from the Lease before and after."""
+    namespace, _, name = view.key.partition("/")
+    return words(
+        lease=name,
+        namespace=namespace,
+        holder_identity=view.holder or None,
+        lease_transitions=view.transitions,
+        cause=cause,
+    )
+
+
+def _takeover(seen: _Tracked | None, old: Holder | None, view: LeaseView) -> str | None:
+    """Why the Lease moved, as its fields show it: none for the first sight of it."""
+    if seen is None:
+        return None
+    if old is None:
+        return RELEASED
+    if old.worker_id == view.holder:
+        return REACQUIRED
+    before = seen.view
+    if before.renew_time is None or not before.duration_s or view.renew_time is None:
+        return None
+    expiry = before.renew_time + timedelta(seconds=before.duration_s)
+    return RENEW_TIME_EXPIRED if view.renew_time >= expiry else TAKEN_BEFORE_EXPIRY
 
 
 class LeaseWatcher:
@@ -278,7 +312,7 @@ class LeaseWatcher:
                 epoch - old.owner_epoch - 1,
             )
             attrs[GAP_ATTR] = attrs.get(GAP_ATTR, "skipped_holders")
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {"detail": lease_words(view, cause=_takeover(seen, old, view))}
         if view.duration_s:
             fields["lease_duration_s"] = view.duration_s
         out.append(self._event(holder, Kind.LEASE_ACQUIRED, rv, attrs, **fields))
@@ -449,6 +483,12 @@ class LeaderElector:
             self.lock.identity,
             Authority.SYSTEM,
             FROM_RESOURCE_VERSION if by_rv else FROM_TRANSITIONS,
+            words=words(
+                lease=self.lock.name,
+                namespace=self.lock.namespace,
+                holder_identity=self.lock.identity,
+                lease_transitions=transitions,
+            ),
         )
         self._thread_id = threading.get_ident()
         try:

@@ -67,7 +67,7 @@ from detector.contracts.events import Kind, Source
 from detector.leases.db import Database
 from detector.leases.schema import migrate
 
-from ._context import Authority, Ownership, current, owning
+from ._context import Authority, Ownership, Word, current, owning, words
 from ._handoff import Handoff
 from ._sink import DEFAULT_LINGER_S, AdapterSink
 
@@ -455,6 +455,33 @@ class _Run:
 # ---- the checkpointer ------------------------------------------------------------------------
 
 
+def node_words() -> dict[str, Word]:
+    """The graph node the calling code runs in, in LangGraph's words (its run's metadata:
+    `langgraph_node`, `langgraph_step`); empty outside a node."""
+    try:
+        from langgraph.config import get_config  # noqa: PLC0415  (cheap: already imported)
+
+        meta = get_config().get("metadata") or {}
+    except Exception:  # outside a runnable: no node to name
+        return {}
+    node, step = meta.get("langgraph_node"), meta.get("langgraph_step")
+    return words(
+        node=node if isinstance(node, str) else None,
+        step=step if isinstance(step, int) and not isinstance(step, bool) else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _GraphOwnership(Ownership):
+    """An owner of a thread whose user effect calls also name the node they run in."""
+
+    def checked(self, kind: Kind, **fields: Any) -> None:
+        node = node_words()
+        if node:
+            fields["detail"] = {**node, **(fields.get("detail") or {})}
+        Ownership.checked(self, kind, **fields)  # (a slots dataclass: no bare super())
+
+
 def _default_worker_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}"
 
@@ -687,13 +714,14 @@ class SplitbrainCheckpointer(BaseCheckpointSaver[Any]):
         return owner
 
     def _owner(self, thread_id: str, ns: str, epoch: int) -> Ownership:
-        return Ownership(
+        return _GraphOwnership(
             self.sink,
             workflow_key(thread_id, ns),
             epoch,
             self.worker_id,
             self.threads.authority,
             self.threads.epoch_from,
+            words=words(thread_id=thread_id, checkpoint_ns=ns or None),
         )
 
     def _fork(self, owner: Ownership, put: _Put, recorded: Done) -> None:

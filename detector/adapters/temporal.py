@@ -19,6 +19,11 @@ attempt that outlives its heartbeat timeout keeps acting: this interceptor makes
   back by more than the retry's backoff between two attempts. Local activities count attempts
   on the worker, with no server fence: their epoch is `approximate`, their acquisition the
   worker's word.
+- Words (DESIGN §5 `context`, `activity_words`): the activity, its attempt and its workflow on
+  every event of the attempt, so a finding says "attempt 1" and "attempt 2" even when one
+  worker ran both (`worker_id` stays the worker's identity); `outlived` once the attempt
+  outlived a timeout by the worker's clock. The SDK does not tell an attempt why the previous
+  one ended: that is the displaced attempt's own events to say.
 - No `seq`: the server exposes no order per attempt (the task token is internal), so the
   detector orders these events by arrival (DESIGN §4: at most medium confidence).
 - Invisible here: a zombie's completion that the server rejects (only the SDK logs it), and
@@ -70,7 +75,7 @@ from temporalio.worker import (
 
 from detector.contracts.events import MAX_KEY_CHARS, MAX_LABEL_CHARS, MAX_WORKER_ID_CHARS, Kind
 
-from ._context import Authority, Ownership, owning
+from ._context import Authority, Ownership, owning, words
 from ._sink import AdapterSink, owner_fields
 
 __all__ = [
@@ -122,6 +127,21 @@ def owner_epoch(info: temporalio.activity.Info) -> int:
     """Grows with each attempt, and across an activity reset (which restarts at attempt 1)."""
     scheduled_ms = max(math.floor(info.current_attempt_scheduled_time.timestamp() * 1000), 0)
     return scheduled_ms * _ATTEMPT_SPAN + min(info.attempt, _ATTEMPT_SPAN - 1)
+
+
+def activity_words(info: temporalio.activity.Info) -> dict[str, Any]:
+    """An attempt in Temporal's words (DESIGN §5 `context`): the activity type and attempt, and
+    the workflow it belongs to. The epoch orders attempts; these name them, even when one worker
+    process ran both."""
+    return words(
+        activity=info.activity_type,
+        attempt=info.attempt,
+        activity_id=info.activity_id,
+        workflow=info.workflow_type,
+        workflow_id=info.workflow_id,
+        run_id=info.workflow_run_id,
+        local=True if info.is_local else None,
+    )
 
 
 def _seconds(value: timedelta | None) -> float | None:
@@ -183,6 +203,7 @@ class _Attempt:
                 "tool_class": info.activity_type[:MAX_LABEL_CHARS],
                 "temporal_activity": "local" if local else "server",
             },
+            activity_words(info),
         )
         self.attempt = info.attempt
         self.heartbeat_timeout = _seconds(info.heartbeat_timeout)
@@ -199,10 +220,7 @@ class _Attempt:
 
     @_guarded
     def start(self) -> None:
-        self.ownership.acquired(
-            lease_duration_s=self.heartbeat_timeout or self.start_to_close,
-            detail={"attempt": self.attempt},
-        )
+        self.ownership.acquired(lease_duration_s=self.heartbeat_timeout or self.start_to_close)
         self._arm()
 
     @_guarded
@@ -260,6 +278,7 @@ class _Attempt:
             self._arm()
             return
         self.uncertain = True
+        self.ownership.note(outlived=deadline[1])  # its later effects say so too
         self.ownership.emit(Kind.OWNERSHIP_UNCERTAIN, detail={"reason": deadline[1]})
 
     def _check_lost(self) -> None:
@@ -269,6 +288,7 @@ class _Attempt:
         reasons = [r for r in _LOST if details is not None and getattr(details, r)]
         if reasons:
             self.lost = True
+            self.ownership.note(lost=reasons[0])
             self.ownership.emit(Kind.LEASE_LOST, detail={"reason": reasons[0]})
 
 
@@ -331,7 +351,13 @@ class _RunOwnership(Ownership):
             Authority.SYSTEM,
             RUN_EPOCH_FROM,
             {"tool_class": info.workflow_type[:MAX_LABEL_CHARS], "temporal_task": "workflow"},
-            _seconds(info.task_timeout),
+            words(
+                workflow=info.workflow_type,
+                workflow_id=info.workflow_id,
+                run_id=info.run_id,
+                attempt=info.attempt,
+            ),
+            lease_s=_seconds(info.task_timeout),
         )
 
     def _live(self) -> bool:

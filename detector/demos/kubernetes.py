@@ -1,8 +1,8 @@
 """`splitbrain demo --source kubernetes`: a leader paused past its Lease goes on working after
 the other candidate took over.
 
-etcd, a real kube-apiserver (built by scripts/build-kube-apiserver.sh), `splitbrain watch
-kubernetes` and two Python leader-election candidates (`detector.demos.kube_candidate`, with
+etcd, a real kube-apiserver (built by `python -m detector.devstack.kube_apiserver`), `splitbrain
+watch kubernetes` and two Python leader-election candidates (`detector.demos.kube_candidate`, with
 `LeaderElector`) join the stack; each reports an effect every 0.3 s while it leads. The leader
 is paused (SIGSTOP) past its 4 s lease; the other takes the Lease; the paused one resumes and
 works on until its elector notices, when `LeaderElector` stops its work.

@@ -1,10 +1,12 @@
 """A real kube-apiserver on loopback, for the Kubernetes adapter's slow test and demo.
 
-No Kubernetes server is packaged for Debian or PyPI: `scripts/build-kube-apiserver.sh` builds
-one from the Go module proxy into `~/.cache/splitbrain/`. It runs against a `LocalEtcd`, with
-what a Lease needs and nothing more: a static token (user in `system:masters`), every request
-allowed, service-account keys from `openssl genrsa` (the server will not start without them),
-the ServiceAccount admission plugin off (no controller manager makes the default account).
+No Kubernetes server is packaged for Debian or PyPI: `build-kube-apiserver.sh`, shipped beside
+this module (and run by `python -m detector.devstack.kube_apiserver`, from a checkout or an
+installed wheel alike), builds one from the Go module proxy into `~/.cache/splitbrain/`. It
+runs against a `LocalEtcd`, with what a Lease needs and nothing more: a static token (user in
+`system:masters`), every request allowed, service-account keys from `openssl genrsa` (the server
+will not start without them), the ServiceAccount admission plugin off (no controller manager
+makes the default account).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from detector.devstack.etcd import LocalEtcd
 from detector.devstack.process import free_port, stop_child
 from detector.errors import SplitbrainError
 
-REPO: Final = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT: Final = REPO / "scripts" / "build-kube-apiserver.sh"
+# Package data: in a wheel as in a checkout (`scripts/build-kube-apiserver.sh` runs this one).
+BUILD_SCRIPT: Final = Path(__file__).resolve().with_name("build-kube-apiserver.sh")
+BUILD_COMMAND: Final = "python -m detector.devstack.kube_apiserver"
 TOKEN: Final = "splitbrain-test-token"
 
 
@@ -35,16 +38,26 @@ class LocalKubeApiServerError(SplitbrainError, RuntimeError):
 
 def kube_apiserver_binary() -> Path:
     """The binary the build script caches; raises with the command that builds it."""
-    out = subprocess.run(
-        [str(BUILD_SCRIPT), "--print-path"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    try:
+        out = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), "--print-path"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise LocalKubeApiServerError(
+            f"kube-apiserver: cannot run {BUILD_SCRIPT.name} ({type(exc).__name__})"
+        ) from exc
     path = Path(out)
     if not path.is_file():
         raise LocalKubeApiServerError(
-            f"kube-apiserver is not built: run scripts/build-kube-apiserver.sh (~15 min), "
-            f"which writes {path}"
+            f"kube-apiserver is not built: run `{BUILD_COMMAND}` (the packaged "
+            f"{BUILD_SCRIPT.name}: Go, about 15 min), which writes {path}"
         )
     return path
+
+
+def build() -> int:
+    """Build the server (the packaged script; cached: a second run returns at once)."""
+    return subprocess.run(["bash", str(BUILD_SCRIPT)], check=False).returncode
 
 
 class LocalKubeApiServer(Started):
@@ -160,3 +173,7 @@ class LocalKubeApiServer(Started):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no kube-apiserver log yet)"
+
+
+if __name__ == "__main__":
+    raise SystemExit(build())

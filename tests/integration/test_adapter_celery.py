@@ -142,6 +142,10 @@ def test_a_redelivered_acks_late_task_sending_again_is_the_critical_finding_audi
             "epoch_authority": "minted",
             "task_name": TASK,
         }
+    # Celery's words (DESIGN §5 `context`): the redelivery says so, as Redis's restore marked it;
+    # the first delivery's effect after its visibility timeout says it outlived it.
+    assert [(e.detail or {}).get("redelivered") for e in acquired] == [False, True]
+    assert {(e.detail or {}).get("visibility_timeout_s") for e in history} == {3.0}
     uncertain = [e.owner_epoch for e in history if e.kind is Kind.OWNERSHIP_UNCERTAIN]
     assert uncertain == [1]
     committed = [e for e in history if e.kind is Kind.EFFECT_COMMITTED]
@@ -158,6 +162,10 @@ def test_a_redelivered_acks_late_task_sending_again_is_the_critical_finding_audi
     conditions = {c["kind"]: c for c in finding["conditions"]}
     assert "stale_effect_committed" in conditions, json.dumps(finding)
     assert conditions["duplicate_effect"]["cause"] == "failover", json.dumps(finding)
+    context = finding["context"]
+    assert context["latest_condition"]["task_name"] == TASK
+    assert context["latest_condition"]["outlived"] == "visibility_timeout"
+    assert context["current"]["redelivered"] == "true"
 
 
 def noop() -> None:
@@ -223,6 +231,6 @@ def test_a_task_terminated_under_its_worker_is_released_by_the_main_process(
     # (An ownership_uncertain may come between: the task outlived its 3 s visibility timeout.)
     acquired = next(e for e in history if e.kind is Kind.LEASE_ACQUIRED)
     (released,) = [e for e in history if e.kind is Kind.LEASE_RELEASED]
-    assert released.detail == {"state": "ended", "reason": "revoked"}
+    assert released.detail == {"state": "ended", "reason": "revoked"}  # the main process's
     assert (released.owner_epoch, released.worker_id) == (acquired.owner_epoch, acquired.worker_id)
     assert released.attrs == acquired.attrs  # task_name, and where the epoch came from

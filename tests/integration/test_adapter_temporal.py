@@ -166,7 +166,13 @@ def test_a_heartbeating_sync_activity_hears_it_lost_and_its_effects_carry_its_ep
     attempts = activities(recorder.events)
     acquired = [e for e in attempts if e.kind is Kind.LEASE_ACQUIRED]
     first, second = sorted(acquired, key=lambda e: e.owner_epoch)
-    assert first.detail == {"attempt": 1} and second.detail == {"attempt": 2}
+    # Temporal's words (DESIGN §5 `context`): one worker ran both, the attempts tell them apart.
+    assert first.worker_id == second.worker_id == "w1"
+    assert first.detail is not None and second.detail is not None
+    assert (first.detail["attempt"], second.detail["attempt"]) == (1, 2)
+    for e in (first, second):
+        assert e.detail is not None
+        assert (e.detail["activity"], e.detail["workflow"]) == ("export", "exporting")
     displaced = [e for e in attempts if e.owner_epoch == first.owner_epoch]
     kinds = [e.kind for e in displaced]
     assert kinds[0] is Kind.LEASE_ACQUIRED and kinds[-1] is Kind.LEASE_RELEASED
@@ -180,6 +186,8 @@ def test_a_heartbeating_sync_activity_hears_it_lost_and_its_effects_carry_its_ep
     assert (effect.workflow_key, effect.effect_key) == (first.workflow_key, "export/o2")
     (lost,) = [e for e in displaced if e.kind is Kind.LEASE_LOST]
     assert lost.detail is not None and lost.detail["reason"] in {"not_found", "timed_out"}
+    assert effect.detail is not None and effect.detail["attempt"] == 1
+    assert effect.detail["outlived"] == "heartbeat_timeout"  # its silence, by the worker's clock
     assert kinds.index(Kind.EFFECT_ATTEMPTED) < kinds.index(Kind.LEASE_LOST)
 
 
@@ -296,7 +304,9 @@ def test_a_runs_events_carry_its_history_length_and_replays_send_nothing_twice()
     ]  # nothing of the query, nothing twice
     first, started, second, *rest = events
     assert (first.owner_epoch, first.seq, started.owner_epoch, started.seq) == (3, 3, 3, 3)
-    assert (first.detail, second.detail) == ({"replayed": False}, {"replayed": True})
+    assert first.detail is not None and second.detail is not None
+    assert (first.detail["replayed"], second.detail["replayed"]) == (False, True)
+    assert {(e.detail or {}).get("workflow") for e in events} == {"notify"}
     assert length > 3  # the workflow's own `get_current_history_length()` in task 2
     assert {(e.owner_epoch, e.seq) for e in [second, *rest]} == {(length, length)}
     assert {e.workflow_key for e in events} == {first.workflow_key}

@@ -130,6 +130,24 @@ def test_every_module_imports_without_a_test_only_package(installed: Installed) 
         assert found.strip() == "None", f"{name} is installed with the package"
 
 
+def test_the_wheel_ships_the_kube_apiserver_build_and_names_how_to_run_it(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """`demo --source kubernetes` without a server names a command that works from the wheel
+    (issue 34: it named `scripts/`, which the wheel does not ship)."""
+    python = installed.bin / "python"
+    script = (
+        "from detector.devstack.kube_apiserver import BUILD_SCRIPT, kube_apiserver_binary\n"
+        "assert BUILD_SCRIPT.is_file(), BUILD_SCRIPT\n"
+        "try:\n    kube_apiserver_binary()\n"
+        "except Exception as exc:\n    print(exc)\n"
+    )
+    env = {**installed.env(), "SPLITBRAIN_CACHE": str(tmp_path / "empty-cache")}
+    said = run([python, "-c", script], cwd=installed.home, env=env).strip()
+    assert said.startswith("kube-apiserver is not built: run `python -m detector.devstack."), said
+    assert "scripts/" not in said
+
+
 def test_topics_apply_dry_run_reads_the_bundled_topics(
     installed: Installed, kafka_broker: LocalKafka
 ) -> None:

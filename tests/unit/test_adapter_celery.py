@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,6 +24,8 @@ pytest.importorskip("celery", reason="the celery extra is not installed (.[celer
 from celery import Celery, signals
 
 from detector.adapters.celery import CeleryAdapter, Watchdog, broker_epoch, install
+from detector.histories.audit import audit_lines
+from detector.report import context_sides
 
 Run = Callable[..., list[OwnershipEvent]]
 
@@ -89,7 +92,9 @@ def test_one_delivery_reports_acquired_effect_released(
     # A minted epoch claims no coordinator's authority (DESIGN §4).
     assert acquired.source is Source.WORKER
     assert committed.effect_key == "email:a@example.com"
-    assert released.detail == {"state": "SUCCESS"}
+    assert released.detail == {"state": "SUCCESS", "redelivered": False}
+    # Celery's words (DESIGN §5 `context`): a first delivery, no retry; the task's name in attrs.
+    assert acquired.detail == committed.detail == {"redelivered": False}
 
 
 def test_a_failing_task_is_released_with_its_state_and_the_context_ends(
@@ -105,7 +110,10 @@ def test_a_failing_task_is_released_with_its_state_and_the_context_ends(
     assert isinstance(result.result, ValueError)
     assert not effect_committed("after:the-task")  # outside any task: no owner to name
     kinds = [(e.kind, e.detail) for e in events_of(sink, recorder)]
-    assert kinds == [(Kind.LEASE_ACQUIRED, None), (Kind.LEASE_RELEASED, {"state": "FAILURE"})]
+    assert kinds == [
+        (Kind.LEASE_ACQUIRED, {"redelivered": False}),
+        (Kind.LEASE_RELEASED, {"redelivered": False, "state": "FAILURE"}),
+    ]
 
 
 def test_an_acks_late_task_past_the_visibility_timeout_is_uncertain(
@@ -131,7 +139,12 @@ def test_an_acks_late_task_past_the_visibility_timeout_is_uncertain(
     events = events_of(sink, recorder)
     uncertain = [e for e in events if e.kind is Kind.OWNERSHIP_UNCERTAIN]
     assert [(e.workflow_key, e.owner_epoch) for e in uncertain] == [("t-slow", 1)]
-    assert uncertain[0].detail == {"reason": "visibility_timeout", "visibility_timeout_s": 0.2}
+    assert uncertain[0].detail == {
+        "reason": "visibility_timeout",
+        "visibility_timeout_s": 0.2,
+        "redelivered": False,
+        "outlived": "visibility_timeout",  # by the worker's clock: later events say it too
+    }
     acquired = next(e for e in events if e.kind is Kind.LEASE_ACQUIRED)
     assert acquired.lease_duration_s == 0.2
 
@@ -238,3 +251,140 @@ def test_a_pool_child_s_shutdown_sends_what_its_sink_holds(
         )
         == 2
     )
+
+
+# ---- the source's words, through the worker's own path (receipt in the main process, then the
+# task's run in the pool's child, with the headers the receipt added) ---------------------------
+
+
+class Worker:
+    """One worker of `app` (its own adapter), delivering messages as Celery's consumer and pool
+    do: `task_received` with the broker's message, then `task_prerun` … `task_postrun` around the
+    task's body, with the request the receipt's headers went into."""
+
+    def __init__(self, app: Celery, adapter: CeleryAdapter, hostname: str) -> None:
+        self.app = app
+        self.adapter = adapter
+        self.hostname = hostname
+
+    @contextmanager
+    def delivery(
+        self,
+        name: str,
+        task_id: str,
+        *,
+        redelivered: bool = False,
+        retries: int = 0,
+        receive_count: int | None = None,
+    ) -> Iterator[None]:
+        task = self.app.tasks[name]
+        info: dict[str, Any] = {"redelivered": redelivered}
+        if receive_count is not None:  # SQS: its count, and no flag
+            info = {"sqs_message": {"Attributes": {"ApproximateReceiveCount": str(receive_count)}}}
+        request = SimpleNamespace(
+            task=task,
+            message=SimpleNamespace(delivery_info=info, headers={}),
+            id=task_id,
+            name=name,
+            hostname=self.hostname,
+            delivery_info=info,
+            request_dict={"retries": retries},
+        )
+        signals.task_received.send(sender=None, request=request)
+        task.push_request(
+            id=task_id,
+            hostname=self.hostname,
+            delivery_info=info,
+            acks_late=True,
+            **request.request_dict,  # the retries, and the headers the receipt added
+        )
+        signals.task_prerun.send(sender=task, task_id=task_id, task=task, args=(), kwargs={})
+        try:
+            yield
+        finally:
+            signals.task_postrun.send(
+                sender=task, task_id=task_id, task=task, state="SUCCESS", args=(), kwargs={}
+            )
+            task.pop_request()
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def two_workers(sink: AdapterSink, installed: list[CeleryAdapter]) -> tuple[Worker, Worker]:
+    workers = []
+    for host in ("celery@w1", "celery@w2"):
+        app = make_app(visibility_timeout=0.2)
+        app.task(name="myapp.add")(add)
+        adapter = install(app, sink=sink)
+        installed.append(adapter)
+        workers.append(Worker(app, adapter, host))
+    return workers[0], workers[1]
+
+
+def test_a_redelivery_says_so_and_its_effects_name_the_task(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    w1, _ = two_workers(sink, installed)
+    with w1.delivery("myapp.add", "t-9", redelivered=True, retries=2):
+        assert effect_committed("sum/t-9")
+    acquired, committed, released = events_of(sink, recorder)
+    for event in (acquired, committed, released):
+        assert event.attrs is not None and event.attrs["task_name"] == "myapp.add"
+        assert event.detail is not None
+        assert (
+            event.detail.items()
+            >= {
+                "redelivered": True,  # kombu's delivery_info, read at receipt, in the child
+                "retries": 2,
+                "visibility_timeout_s": 0.2,
+            }.items()
+        )
+    assert (acquired.owner_epoch, acquired.worker_id) == (2, "celery@w1")
+
+
+def test_a_finding_names_the_task_and_says_it_outlived_its_visibility_timeout(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    """The issue's case, end to end: `myapp.add` on w1 outlives the visibility timeout, the
+    broker redelivers it to w2, and both send the email. The adapters' events, through `audit`,
+    make a finding in Celery's words."""
+    w1, w2 = two_workers(sink, installed)
+    with w1.delivery("myapp.add", "t-1"):
+        deadline = time.monotonic() + 10
+        while not any(e.kind is Kind.OWNERSHIP_UNCERTAIN for e in events_of(sink, recorder)):
+            assert time.monotonic() < deadline, "no ownership_uncertain"
+            time.sleep(0.02)
+        with w2.delivery("myapp.add", "t-1", redelivered=True):
+            assert effect_committed("email/a@example.com")
+        assert effect_committed("email/a@example.com")  # the zombie
+    lines = [e.model_dump_json(exclude_none=True).encode() for e in events_of(sink, recorder)]
+    (finding,) = audit_lines(lines).findings.values()
+    assert finding.displaced is not None and finding.current is not None
+    assert (finding.displaced.worker_id, finding.current.worker_id) == ("celery@w1", "celery@w2")
+    ctx = finding.context
+    assert ctx is not None and ctx.displaced and ctx.current and ctx.latest_condition
+    for side in (ctx.displaced, ctx.latest_condition, ctx.current):
+        assert side["task_name"] == "myapp.add"
+        assert side["visibility_timeout_s"] == "0.2"
+    assert ctx.displaced["redelivered"] == ctx.latest_condition["redelivered"] == "false"
+    assert ctx.latest_condition["outlived"] == "visibility_timeout"
+    assert ctx.current["redelivered"] == "true"
+    text = "\n".join(f"{label}: {words}" for label, words in context_sides(finding))
+    assert "task_name=myapp.add" in text and "outlived=visibility_timeout" in text
+
+
+def test_a_broker_s_receive_count_says_redelivered_where_it_sets_no_flag(
+    sink: AdapterSink, recorder: Recorder, installed: list[CeleryAdapter]
+) -> None:
+    w1, _ = two_workers(sink, installed)
+    with w1.delivery("myapp.add", "t-sqs-1", receive_count=1):
+        pass
+    with w1.delivery("myapp.add", "t-sqs-2", receive_count=3):
+        pass
+    acquired = [e for e in events_of(sink, recorder) if e.kind is Kind.LEASE_ACQUIRED]
+    assert [(e.owner_epoch, (e.detail or {}).get("redelivered")) for e in acquired] == [
+        (1, False),
+        (3, True),
+    ]

@@ -13,10 +13,12 @@ from prometheus_client import CollectorRegistry
 
 pytest.importorskip("etcd3gw", reason="the etcd extra is not installed (.[etcd])")
 
+from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._etcd_watch import InvalidKvError, Kv, parse_response
 from detector.adapters._watch import WatchMetrics
-from detector.adapters.etcd import LockWatcher
-from detector.contracts.events import parse_event_obj
+from detector.adapters.etcd import LockOwner, LockWatcher
+from detector.contracts.events import Kind, parse_event_obj
+from tests.unit.test_adapter_sink import Recorder
 
 PREFIX = "/election/payments/"
 LIVE, GONE = 0x1A, 0x2B  # leases: one alive, one expired
@@ -69,6 +71,59 @@ def test_the_holder_is_the_oldest_key_and_an_expired_lease_is_a_loss() -> None:
     assert kinds(ended) == [("lease_released", 6, 12)]  # its lease alive: it let go
     assert ended[0]["source"] == "coordinator"
     assert ended[0]["attrs"]["epoch_from"] == "etcd.create_revision"
+
+
+def test_a_holder_is_named_by_its_key_and_lease_and_a_takeover_by_its_cause() -> None:
+    """DESIGN §5 `context`: the holder's key and lease id (hex, as etcdctl prints it), and for
+    a takeover why the previous holder's key went."""
+    w, _ = watcher()
+    a, b = f"{PREFIX}{GONE:x}", f"{PREFIX}{LIVE:x}"
+    w.relist(PREFIX, 4, [], reason="start")
+    (first,) = w.apply(PREFIX, response(5, put(a, 5, 5, GONE)))
+    w.apply(PREFIX, response(6, put(b, 6, 6, LIVE)))
+    lost, taken = w.apply(PREFIX, response(9, delete(a, 9)))
+    assert first["detail"] == {"key": a, "lease_id": "2b"}
+    assert lost["detail"] == {"key": a, "lease_id": "2b"}
+    assert taken["detail"] == {"key": b, "lease_id": "1a", "cause": "lease_expired_or_revoked"}
+
+
+class FakeEtcd:
+    """The etcd3gw client calls `LockOwner` makes, answered as etcd would."""
+
+    def __init__(self) -> None:
+        self.applied = True
+
+    def get(self, key: str, metadata: bool = False) -> list[tuple[bytes, dict[str, Any]]]:
+        return [(b"held", {"lease": str(LIVE), "create_revision": "5"})]
+
+    def get_url(self, path: str) -> str:
+        return path
+
+    def post(self, url: str, json: dict[str, Any]) -> dict[str, Any]:
+        return {"result": {"TTL": "10", "header": {"revision": "7"}}}
+
+    def transaction(self, txn: dict[str, Any]) -> dict[str, Any]:
+        return {"succeeded": self.applied, "header": {"revision": "8"}}
+
+
+def test_the_holder_s_events_name_its_lock_key_and_lease() -> None:
+    recorder = Recorder()
+    sink = AdapterSink("etcd", publisher=lambda: recorder, registry=CollectorRegistry())
+    with LockOwner(FakeEtcd(), "/locks/pay", LIVE, sink) as owner:  # type: ignore[arg-type]
+        owner.keepalive()
+        owner.put("/ledger/42", "paid", effect_key="charge/42")
+        assert effect_committed("email/42")
+    assert sink.flush(10)
+    said = {"key": "/locks/pay", "lease_id": "1a"}
+    assert [e.kind for e in recorder.events] == [
+        Kind.HEARTBEAT,
+        Kind.EFFECT_COMMITTED,
+        Kind.EFFECT_COMMITTED,
+    ]
+    for event in recorder.events:
+        assert event.detail is not None and event.detail.items() >= said.items()
+    assert (recorder.events[1].detail or {})["fenced"] is True
+    sink.close()
 
 
 def test_a_sibling_key_is_not_part_of_the_lock() -> None:

@@ -93,6 +93,48 @@ def test_client_go_leases_take_their_epoch_from_the_transitions() -> None:
     )
 
 
+def test_an_acquisition_names_the_lease_its_holder_transitions_and_the_cause() -> None:
+    """DESIGN §5 `context`: the Lease's name and namespace, holderIdentity, leaseTransitions,
+    and why it moved, read from the Lease before and after (renewTime + leaseDurationSeconds
+    passed, or not yet, or nobody held it)."""
+    w, _ = watcher()
+    events = feed(
+        w,
+        [
+            modified(lease(100, "a", transitions=0, renew="2026-12-02T10:00:00Z")),
+            modified(lease(110, "b", transitions=1, renew="2026-12-02T10:00:05Z")),  # a expired
+            modified(lease(120, "c", transitions=2, renew="2026-12-02T10:00:06Z")),  # b did not
+            modified(lease(130, None, transitions=2, renew="2026-12-02T10:00:06Z")),
+            modified(lease(140, "d", transitions=3, renew="2026-12-02T10:00:07Z")),
+        ],
+    )
+    acquired = [e for e in events if e["kind"] == "lease_acquired"]
+    said: list[tuple[str, dict[str, object]]] = [
+        ("a", {"lease_transitions": 0}),  # first sight: no cause to give
+        ("b", {"lease_transitions": 1, "cause": "renew_time_expired"}),
+        ("c", {"lease_transitions": 2, "cause": "taken_before_expiry"}),
+        ("d", {"lease_transitions": 3, "cause": "released"}),
+    ]
+    assert [e["detail"] for e in acquired] == [
+        {"lease": "payments-leader", "namespace": "default", "holder_identity": h, **more}
+        for h, more in said
+    ]
+    late = {  # a's work, still going after b took the Lease
+        "kind": "effect_committed",
+        "event_id": "late-a",
+        "workflow_key": KEY,
+        "owner_epoch": 0,
+        "worker_id": "a",
+        "effect_key": "report/1",
+        "seq": 111,
+    }
+    lines = [json.dumps(e).encode() for e in (*events[:2], late)]
+    (finding,) = audit_lines(lines).findings.values()
+    assert finding.context is not None and finding.context.current is not None
+    assert finding.context.current["cause"] == "renew_time_expired"
+    assert finding.context.current["holder_identity"] == "b"
+
+
 def test_without_transitions_the_acquiring_writes_resource_version_is_the_epoch() -> None:
     w, _ = watcher()
     events = feed(
@@ -238,4 +280,11 @@ def test_stopped_leading_stops_work_that_never_looks_at_its_stop_event() -> None
         ("default/payments-leader", 77, "pod-a")
     }
     assert (recorder.events[0].attrs or {}).get("epoch_from") == "kubernetes.resourceVersion"
+    # The Lease in its own words on every event, the work's effects included (DESIGN §5).
+    for event in recorder.events:
+        assert event.detail == {
+            "lease": "payments-leader",
+            "namespace": "default",
+            "holder_identity": "pod-a",
+        }  # no leaseTransitions in this Lease: none said
     sink.close()

@@ -131,6 +131,8 @@ def test_two_runs_forking_a_thread_are_a_critical_failover_duplicate(
     assert finding["severity"] == "critical"
     assert finding["workflow_key"] == "t2"
     assert finding["displaced"]["owner_epoch"] == min(epochs)
+    assert finding["context"]["displaced"]["thread_id"] == "t2"
+    assert finding["context"]["latest_condition"]["thread_id"] == "t2"
     duplicate = next(c for c in finding["conditions"] if c["kind"] == "duplicate_effect")
     assert duplicate["cause"] == "failover"
     assert duplicate["epochs"] == sorted(epochs)
@@ -154,7 +156,12 @@ def test_an_explicit_run_gives_effects_its_epoch_and_ends_in_a_release(
         Kind.LEASE_RELEASED,
     ]
     assert {(e.workflow_key, e.owner_epoch) for e in got} == {("t3", owner.owner_epoch)}
-    assert next(e for e in got if e.kind is Kind.EFFECT_COMMITTED).effect_key == "reply-to/msg-1"
+    committed = next(e for e in got if e.kind is Kind.EFFECT_COMMITTED)
+    assert committed.effect_key == "reply-to/msg-1"
+    # LangGraph's words (DESIGN §5 `context`): the thread on every event; the node and its
+    # step on the effect called inside it.
+    assert all(detail(e)["thread_id"] == "t3" for e in got)
+    assert detail(committed) == {"thread_id": "t3", "node": "work", "step": 2}
 
 
 def test_async_puts_are_watched_as_the_sync_ones(sink: AdapterSink, recorder: Recorder) -> None:

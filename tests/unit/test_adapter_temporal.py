@@ -39,14 +39,27 @@ from detector.adapters.temporal import (
     EPOCH_FROM,
     RUN_EPOCH_FROM,
     SplitbrainInterceptor,
+    activity_words,
     owner_epoch,
     workflow_key,
 )
 from detector.demos import load
 from detector.devstack import temporal as temporal_testing
+from detector.histories.audit import audit_lines
+from detector.report import context_sides
 from tests.unit.temporal_workflows import Notify
 
 T0 = datetime(2026, 12, 2, 14, 0, tzinfo=UTC)
+# The owner's words every event carries (DESIGN §5 `context`), apart from each event's own detail.
+WORDS = frozenset(
+    {"activity", "attempt", "activity_id", "workflow", "workflow_id", "run_id", "local"}
+    | {"outlived", "lost"}
+)
+
+
+def own(event: OwnershipEvent) -> dict[str, Any]:
+    """An event's own detail, without the owner's words."""
+    return {k: v for k, v in (event.detail or {}).items() if k not in WORDS}
 
 
 def info(**changes: Any) -> Info:
@@ -165,7 +178,88 @@ def test_an_attempt_is_a_lease_its_effects_carry_key_and_epoch(harness: Harness)
             "w1",
         )
     assert committed.effect_key == "charge/o1"
-    assert released.detail == {"outcome": "completed"}
+    assert own(released) == {"outcome": "completed"}
+
+
+def test_an_attempt_speaks_temporal_s_words_on_every_event(harness: Harness) -> None:
+    """DESIGN §5 `context`: the activity, its attempt and its workflow, on the acquisition and on
+    the effects (a condition's side); once the attempt outlived its heartbeat timeout by the
+    worker's clock, its later effects say that too."""
+
+    async def charge() -> None:
+        assert effect_committed("charge/o1")
+        await until(lambda: "ownership_uncertain" in harness.kinds())
+        assert effect_committed("receipt/o1")
+
+    second = info(
+        attempt=2, workflow_type="PaymentWorkflow", heartbeat_timeout=timedelta(milliseconds=50)
+    )
+    harness.run(charge, second)
+    acquired, committed, uncertain, late, released = harness.events()
+    said = {
+        "activity": "charge",
+        "attempt": 2,
+        "activity_id": "7",
+        "workflow": "PaymentWorkflow",
+        "workflow_id": "payment-o1",
+        "run_id": "run-1",
+    }
+    for event in (acquired, committed, uncertain, late, released):
+        assert event.detail is not None
+        assert event.detail.items() >= said.items()
+    assert "outlived" not in (committed.detail or {})
+    assert (late.detail or {})["outlived"] == "heartbeat_timeout"
+    assert (uncertain.detail or {})["reason"] == "heartbeat_timeout"
+
+
+def test_long_names_are_cut_never_the_event() -> None:
+    """A word is at most 128 characters (what a finding's context keeps)."""
+    said = activity_words(info(workflow_id="w" * 600, activity_type="a" * 300))
+    assert len(said["workflow_id"]) == len(said["activity"]) == 128
+
+
+def test_a_finding_names_attempt_1_and_attempt_2_even_on_one_worker(harness: Harness) -> None:
+    """The issue's case: the server gave the retry to the paused worker's own poll, so one
+    worker id is both displaced and current. Its events, through `audit`, make a finding whose
+    context reads "attempt 1" and "attempt 2", and says attempt 1 outlived its heartbeat
+    timeout."""
+
+    async def charge() -> None:
+        await until(lambda: "ownership_uncertain" in harness.kinds())
+        effect_committed("charge/o1")
+
+    first = info(
+        attempt=1, workflow_type="PaymentWorkflow", heartbeat_timeout=timedelta(milliseconds=50)
+    )
+    harness.run(charge, first)
+    one = list(harness.events())
+    harness.recorder.events.clear()
+
+    async def charge_again() -> None:
+        effect_committed("charge/o1")
+
+    retry = dataclasses.replace(
+        first, attempt=2, current_attempt_scheduled_time=T0 + timedelta(seconds=5)
+    )
+    harness.run(charge_again, retry)
+    two = harness.events()
+    # As the detector would receive them: attempt 2 starts while attempt 1, paused, still runs.
+    a1_acquired, a1_uncertain, a1_charged, a1_released = one
+    a2_acquired, a2_charged, a2_released = two
+    history = [a1_acquired, a1_uncertain, a2_acquired, a2_charged, a1_charged]
+    history += [a2_released, a1_released]
+    lines = [e.model_dump_json(exclude_none=True).encode() for e in history]
+    (finding,) = audit_lines(lines).findings.values()
+    assert finding.displaced is not None and finding.current is not None
+    assert finding.displaced.worker_id == finding.current.worker_id == "w1"
+    ctx = finding.context
+    assert ctx is not None and ctx.displaced and ctx.current and ctx.latest_condition
+    assert (ctx.displaced["attempt"], ctx.current["attempt"]) == ("1", "2")
+    assert ctx.displaced["activity"] == ctx.current["activity"] == "charge"
+    assert ctx.latest_condition["attempt"] == "1"
+    assert ctx.latest_condition["outlived"] == "heartbeat_timeout"
+    text = "\n".join(f"{label}: {words}" for label, words in context_sides(finding))
+    assert "attempt=1" in text and "attempt=2" in text
 
 
 def test_a_local_activity_claims_no_server_fence(harness: Harness) -> None:
@@ -209,8 +303,8 @@ def test_the_server_taking_the_attempt_away_is_a_lost_lease(
         Kind.LEASE_RELEASED,
     ]
     if lost:
-        assert events[2].detail == {"reason": lost}
-    assert events[-1].detail == {"outcome": "cancelled"}
+        assert own(events[2]) == {"reason": lost}
+    assert own(events[-1]) == {"outcome": "cancelled"}
 
 
 def test_silence_past_the_heartbeat_timeout_is_uncertain_until_it_heartbeats_again(
@@ -229,7 +323,7 @@ def test_silence_past_the_heartbeat_timeout_is_uncertain_until_it_heartbeats_aga
         "ownership_uncertain",
         "lease_released",
     ]
-    assert harness.events()[1].detail == {"reason": "heartbeat_timeout"}
+    assert own(harness.events()[1]) == {"reason": "heartbeat_timeout"}
 
 
 def test_heartbeats_are_reported_at_the_sdk_throttle_not_per_call(harness: Harness) -> None:
@@ -247,7 +341,7 @@ def test_a_failing_activity_is_released_with_its_error_class(harness: Harness) -
 
     with pytest.raises(temporalio.exceptions.ApplicationError):
         harness.run(fails)
-    assert harness.events()[-1].detail == {"outcome": "failed", "error": "ApplicationError"}
+    assert own(harness.events()[-1]) == {"outcome": "failed", "error": "ApplicationError"}
 
 
 def test_an_activity_completing_asynchronously_is_not_released(harness: Harness) -> None:
@@ -358,7 +452,15 @@ def test_a_run_live_here_is_a_lease_its_epoch_and_seq_the_history_length(
     assert acquired.attrs["epoch_from"] == RUN_EPOCH_FROM
     assert acquired.attrs["tool_class"] == "notify"
     assert acquired.lease_duration_s == 10.0  # the workflow task timeout
-    assert acquired.detail == {"replayed": False}
+    assert own(acquired) == {"replayed": False}
+    # The run in Temporal's words: its workflow type, id and run, and the run's attempt.
+    assert acquired.detail is not None and started.detail is not None
+    for e in (acquired, started):
+        assert e.detail is not None
+        assert e.detail["workflow"] == "notify"
+        assert e.detail["workflow_id"] == "notify-o1"
+        assert e.detail["attempt"] == 1
+        assert e.detail["run_id"] == acquired.workflow_key.split("/")[2]
     for e in (acquired, started):
         assert (e.workflow_key, e.owner_epoch, e.seq, e.worker_id) == (
             acquired.workflow_key,
@@ -378,11 +480,11 @@ def test_a_run_taken_over_by_replay_sends_nothing_of_what_it_replays(harness: Ha
         Kind.EFFECT_COMMITTED,
         Kind.LEASE_RELEASED,
     ]
-    assert acquired.detail == {"replayed": True}
+    assert own(acquired) == {"replayed": True}
     assert {(e.owner_epoch, e.seq) for e in harness.events()} == {(7, 7)}
-    assert signalled.detail == {"signal": "pay"}  # the signal handler runs as the run's owner
+    assert own(signalled) == {"signal": "pay"}  # the signal handler runs as the run's owner
     assert paid.effect_key == "notify/o1/paid"  # "started" was task 1's, sent when it ran
-    assert released.detail == {"outcome": "completed"}
+    assert own(released) == {"outcome": "completed"}
 
 
 def test_a_history_replayed_to_its_end_sends_nothing(harness: Harness) -> None:
