@@ -324,9 +324,11 @@ class Detector:
     _due: list[tuple[float, str]] = field(default_factory=list, init=False, repr=False)
     _due_at: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _swept_at: float | None = field(default=None, init=False, repr=False)
-    # Set by an event that changed what every finding of its workflow is rendered from (a cut,
-    # an acquisition forgotten at the cap): `observe` then settles them all, so that no
-    # document changes without its revision. A cut happens once per kind and workflow.
+    # Set by a change of what every finding of a workflow is rendered from (a cut, an
+    # acquisition or effect keys forgotten at their cap): `observe` (or `advance`, for the
+    # workflow it just let time pass for) then settles them all, so that no document changes
+    # without its revision. A cut happens once per kind and workflow, an eviction once per
+    # quarter of its cap.
     _resettle: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -346,12 +348,16 @@ class Detector:
         """
         updates = self._account(event, at)
         if self._resettle:
-            self._resettle = False
-            key = event.workflow_key
-            st = self.states[key]
-            if st.found:
-                updates.extend(self._settle_all(key, st, at, list(st.episodes.values())))
+            updates.extend(self._resettled(event.workflow_key, at))
         return updates
+
+    def _resettled(self, key: str, at: float | None) -> list[FindingUpdate]:
+        """What `_resettle` asks for: every finding of the workflow settled again."""
+        self._resettle = False
+        st = self.states.get(key)
+        if st is None or not st.found:
+            return []
+        return self._settle_all(key, st, at, list(st.episodes.values()))
 
     def _account(self, event: OwnershipEvent, at: float | None) -> list[FindingUpdate]:
         self.counters.events += 1
@@ -859,6 +865,10 @@ class Detector:
                     del effects[gone]
                 self.counters.effects_dropped += excess
                 self._cut(st, Cut.EFFECT_KEYS)
+                # A retry finding reads its key's commits (`_render._both_by_seq`): each is
+                # published again if its document changed (once per quarter of the cap).
+                _changed(st)
+                self._resettle = True
         return eff
 
     def _clock(
@@ -1010,6 +1020,8 @@ class Detector:
         for key in self._swept_keys(now) if sweep else self._due_keys(now):
             try:
                 self._advance_one(key, now, sweep, updates, changed)
+                if self._resettle:  # compacting forgot effects a finding reads
+                    updates.extend(self._resettled(key, now))
             except Exception as exc:
                 if on_error is None:
                     raise

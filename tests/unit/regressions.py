@@ -165,3 +165,28 @@ DISPLACED_WORKERS_OF_ONE_EPOCH_IN_ANY_ORDER = [
     Row("wf0", "wf0-10", "lease_acquired", 3, "w3", "worker", 11, None, 3989.0),
     Row("wf0", "wf0-12", "effect_committed", 1, "w1", "worker", 13, "m03", 4680.0),
 ]
+
+# tests/unit/test_campaign.py, audit against the worker with tiny caps (max_effect_keys=5): one
+# retry finding of epoch 0 holds five keys committed twice; m01's second commit alone carries a
+# seq. Evicting effect keys at the cap a second time forgot m01's pair, so the held finding's
+# ordering read authoritative_seq from its witness alone, with no revision published.
+RETRIES_WITH_EFFECT_KEYS_EVICTED = [
+    Row("wf0", "wf0-0", "lease_acquired", 0, "w0", "coordinator", None, None, None),
+    Row("wf0", "wf0-1", "effect_committed", 0, "w0", "coordinator", None, "a00", None),
+    Row("wf0", "wf0-3", "lease_acquired", 0, "w0", "coordinator", None, None, None),
+    Row("wf0", "wf0-11", "lease_acquired", 0, "w0", "coordinator", None, None, None),
+    Row("wf0", "wf0-8", "effect_attempted", 0, "w0", "worker", None, "a03", None),
+    Row("wf0", "wf0-9", "effect_committed", 0, "w0", "coordinator", None, "m01", None),
+    Row("wf0", "wf0-6", "effect_committed", 0, "w0", "coordinator", None, "a01", None),
+    Row("wf0", "wf0-7", "effect_committed", 0, "w0", "coordinator", None, "a01", None),
+    Row("wf0", "wf0-4", "effect_committed", 0, "w0", "coordinator", None, "m00", None),
+    Row("wf0", "wf0-5", "effect_committed", 0, "w0", "coordinator", None, "m00", None),
+    Row("wf0", "wf0-10", "effect_committed", 0, "w0", "coordinator", 11, "m01", None),
+    Row("wf0", "wf0-2", "effect_committed", 0, "w0", "coordinator", None, "a00", None),
+    Row("wf0", "wf0-12", "effect_committed", 0, "w0", "coordinator", None, "a02", None),
+    Row("wf0", "wf0-13", "effect_committed", 0, "w0", "coordinator", None, "a02", None),
+    Row("wf0", "wf0-14", "lease_acquired", 0, "w0", "coordinator", None, None, None),
+    Row("wf0", "wf0-15", "lease_acquired", 0, "w0", "coordinator", None, None, None),
+    Row("wf0", "wf0-16", "effect_attempted", 0, "w0", "coordinator", None, "a00", None),
+    Row("wf1", "wf1-0", "lease_acquired", 0, "w0", "coordinator", 1, None, None),
+]

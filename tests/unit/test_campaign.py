@@ -41,6 +41,7 @@ from .regressions import (
     EARLIER_ACQUISITION_UNDER_A_RETRY,
     KEYS_SORTING_BEFORE_THE_COMMIT,
     REACQUIRED_WITH_EVIDENCE_CUT,
+    RETRIES_WITH_EFFECT_KEYS_EVICTED,
     RETRY_THEN_KEYS_CUT,
     authoritative,
 )
@@ -203,6 +204,16 @@ def in_any_order(rows: list[Row]) -> None:
             partial(audit_agrees_with_the_worker, config=Config(max_evidence=3)),
             REACQUIRED_WITH_EVIDENCE_CUT,
             id="audit against the worker: an epoch acquired again, max_evidence=3",
+        ),
+        pytest.param(
+            partial(
+                audit_agrees_with_the_worker,
+                config=Config(
+                    max_evidence=3, max_acquisitions=2, max_effect_keys=5, max_event_ids=8
+                ),
+            ),
+            RETRIES_WITH_EFFECT_KEYS_EVICTED,
+            id="audit against the worker: retries, effect keys evicted twice, max_effect_keys=5",
         ),
     ],
 )
