@@ -324,12 +324,12 @@ class Detector:
     _due: list[tuple[float, str]] = field(default_factory=list, init=False, repr=False)
     _due_at: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _swept_at: float | None = field(default=None, init=False, repr=False)
-    # Set by a change of what every finding of a workflow is rendered from (a cut, an
-    # acquisition or effect keys forgotten at their cap): `observe` (or `advance`, for the
-    # workflow it just let time pass for) then settles them all, so that no document changes
-    # without its revision. A cut happens once per kind and workflow, an eviction once per
-    # quarter of its cap.
+    # Set by a change of what every finding of a workflow is rendered from (a cut): `observe`
+    # (or `advance`, for the workflow it just let time pass for) then settles them all, so that
+    # no document changes without its revision. A cut happens once per kind and workflow.
     _resettle: bool = field(default=False, init=False, repr=False)
+    # The findings that named an acquisition `_keep` pushed out at the cap, for `_acquired`.
+    _unnamed: list[Episode] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.lease_health = LeaseHealth(
@@ -472,22 +472,28 @@ class Detector:
         found = st.found
         if not found:
             return []
-        # The findings whose owners or transition it may rename: its own epoch's, and those
-        # below its epoch whose conditions reach its seq (`_reach`); after everything else (not
-        # late), only a duplicate's with no transition yet. Only these are rendered again.
-        if st.reach is None and len(found) <= _SCAN_FINDINGS:
-            moved = [ep for ep in found.values() if _moved_by(ep, acq)]
-        else:
-            reach = self._reach(st)
-            threshold = acq.seq if late and acq.seq is not None else ALWAYS
-            moved = [found[k] for k in reach.report(acq.epoch, threshold)]
-            own = found.get((acq.epoch, False))
-            if own is not None:
-                moved.append(own)
-            moved = [ep for ep in moved if _moved_by(ep, acq)]
+        # The findings whose owners or transition it may rename (`_renamed`), and those that
+        # named an acquisition it pushed out at the cap (`_keep`). Only these are rendered again.
+        moved = self._renamed(st, acq, acq.seq if late and acq.seq is not None else ALWAYS)
         for ep in moved:
             ep.changes += 1
-        return self._settle_all(key, st, at, [*touched, *moved])
+        unnamed, self._unnamed = self._unnamed, []
+        return self._settle_all(key, st, at, [*touched, *moved, *unnamed])
+
+    def _renamed(self, st: WorkflowState, acq: AcquisitionRecord, threshold: int) -> list[Episode]:
+        """The findings an acquisition may rename (their owners, their transition): its own
+        epoch's, and those below its epoch whose conditions reach `threshold` (its seq when it
+        is late, `_reach`); after everything else, none but its own."""
+        found = st.found
+        if not found:
+            return []
+        if st.reach is None and len(found) <= _SCAN_FINDINGS:
+            return [ep for ep in found.values() if _moved_by(ep, acq)]
+        moved = [found[k] for k in self._reach(st).report(acq.epoch, threshold)]
+        own = found.get((acq.epoch, False))
+        if own is not None:
+            moved.append(own)
+        return [ep for ep in moved if _moved_by(ep, acq)]
 
     def _reach(self, st: WorkflowState) -> Reach[EpisodeKey]:
         """The workflow's findings by what a late acquisition must be to change them (built at
@@ -572,7 +578,7 @@ class Detector:
             ep.worker = ev.worker_id  # the first stale event's: the same in any arrival order
         cond = new_record(
             ConditionRecord,
-            (ckind, ev.event_id, ev.seq, ev.pos, key, None, None, ev.source, ev.trace, None),
+            (ckind, ev.event_id, ev.seq, ev.pos, key, None, None, ev.source, ev.trace, None, False),
         )
         eff = None if key is None or st.effects is None else st.effects.get(key)
         add_condition(
@@ -647,6 +653,7 @@ class Detector:
                     second.source,
                     second.trace,
                     (pair[0].worker_id, second.worker_id),
+                    pair[0].seq is not None and second.seq is not None,
                 ),
             )
             ep = st.episode((ev.epoch, True))
@@ -865,10 +872,6 @@ class Detector:
                     del effects[gone]
                 self.counters.effects_dropped += excess
                 self._cut(st, Cut.EFFECT_KEYS)
-                # A retry finding reads its key's commits (`_render._both_by_seq`): each is
-                # published again if its document changed (once per quarter of the cap).
-                _changed(st)
-                self._resettle = True
         return eff
 
     def _clock(
@@ -956,6 +959,7 @@ class Detector:
                     acqs = st.acqs = acquisitions_of(listed)
                 inserted(st, i)
         if len(acqs) > self.config.max_acquisitions:
+            gone = acqs[0]
             self._index_ids(st)
             _pin(st, acqs[:1], acq_print)
             if isinstance(acqs, list) and len(acqs) > LIST_FROM:
@@ -965,10 +969,12 @@ class Detector:
             dropped_first(st, 1)
             self.counters.acquisitions_dropped += 1
             self._cut(st, Cut.ACQUISITIONS)
-            # A finding may have named what went (its owners, its transition): each is
-            # published again if its document changed.
-            _changed(st)
-            self._resettle = True
+            # The findings that may have named what went (its owner, a transition, a current
+            # owner) are those it could rename: each is published again if its document changed.
+            threshold = ALWAYS if gone.seq is None else gone.seq
+            for ep in self._renamed(st, gone, threshold):
+                ep.changes += 1
+                self._unnamed.append(ep)
         return new_epoch
 
     def _lease_event(
@@ -1020,7 +1026,7 @@ class Detector:
         for key in self._swept_keys(now) if sweep else self._due_keys(now):
             try:
                 self._advance_one(key, now, sweep, updates, changed)
-                if self._resettle:  # compacting forgot effects a finding reads
+                if self._resettle:  # compacting cut what every finding is rendered from
                     updates.extend(self._resettled(key, now))
             except Exception as exc:
                 if on_error is None:
@@ -1444,6 +1450,7 @@ def _failover(eff: Effect, lo: int, hi: int) -> ConditionRecord:
             _DESTINATION if both else Source.WORKER.value,
             witness.trace,
             (f_lo.worker_id, f_hi.worker_id),
+            False,
         ),
     )
 

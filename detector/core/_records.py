@@ -57,7 +57,8 @@ class AcquisitionRecord(NamedTuple):
 class ConditionRecord(NamedTuple):
     """A condition of an episode, with the event that witnesses it.
 
-    `workers` names the owners of a duplicate's own commits (in the order of `epochs`).
+    `workers` names the owners of a duplicate's own commits (in the order of `epochs`);
+    `by_seq` says of a retry's duplicate that both its commits carry `seq` (its ordering).
     """
 
     kind: ConditionKind
@@ -70,6 +71,7 @@ class ConditionRecord(NamedTuple):
     source: str
     trace: str | None = None
     workers: tuple[str, ...] | None = None
+    by_seq: bool = False
 
 
 Ordered = EventRecord | AcquisitionRecord | ConditionRecord

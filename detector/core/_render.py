@@ -218,19 +218,6 @@ def _transition_of(
     return displacing(state, ep.displaced_epoch, cond)
 
 
-def _both_by_seq(state: WorkflowState, cond: ConditionRecord) -> bool:
-    """Do both commits of a retry's duplicate carry `seq`? The first is in its key's pair
-    (`Effect.twice`); a key forgotten at its cap leaves the witness alone to tell (the finding
-    then says its evidence was cut)."""
-    key = cond.effect_key
-    eff = None if state.effects is None or key is None else state.effects.get(key)
-    epoch = (cond.epochs or (None,))[0]
-    for (e, _), pair in () if eff is None else eff.twice.items():
-        if e == epoch and len(pair) == 2 and pair[1].event_id == cond.event_id:
-            return pair[0].seq is not None and pair[1].seq is not None
-    return cond.seq is not None
-
-
 def _witness(
     state: WorkflowState, ep: Episode, conds: list[ConditionRecord]
 ) -> tuple[ConditionRecord, AcquisitionRecord | None, bool]:
@@ -239,7 +226,7 @@ def _witness(
     `seq` (for a retry, which has no transition: one whose two commits both carry `seq`); with
     none, the first listed condition, placed by arrival."""
     if ep.retry:
-        placed = next((c for c in conds if _both_by_seq(state, c)), None)
+        placed = next((c for c in conds if c.by_seq), None)
         return (conds[0], None, False) if placed is None else (placed, None, True)
     first: tuple[ConditionRecord, AcquisitionRecord | None] | None = None
     for c in conds:

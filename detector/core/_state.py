@@ -341,13 +341,17 @@ def _cond_row(c: ConditionRecord) -> list[Any]:
         c.source,
         c.trace,
         workers,
+        c.by_seq,
     ]
 
 
 def cond_of(row: list[Any]) -> ConditionRecord:
-    """A condition from its row (version 3; versions 1 and 2 lack the last field)."""
+    """A condition from its row (version 7; versions 3 to 6 lack the last field, versions 1 and
+    2 the last two). A retry's duplicate written before version 7 counts as placed by seq when
+    its witness carries one, as those versions read it."""
     epochs = None if row[6] is None else tuple(row[6])
     workers = None if len(row) < 10 or row[9] is None else tuple(row[9])
+    by_seq = row[10] if len(row) > 10 else row[5] == "retry" and row[2] is not None
     return ConditionRecord(
         ConditionKind(row[0]),
         row[1],
@@ -359,6 +363,7 @@ def cond_of(row: list[Any]) -> ConditionRecord:
         row[7],
         row[8],
         workers,
+        by_seq,
     )
 
 

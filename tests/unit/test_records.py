@@ -22,6 +22,7 @@ def test_the_fast_constructor_builds_the_same_records() -> None:
         "destination",
         None,
         ("w1", "w2"),
+        True,
     )
     for record, values in (
         (EventRecord, event),
