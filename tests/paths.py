@@ -1,12 +1,8 @@
-"""Where the tests find the published acceptance history: a verbatim copy kept in examples/.
-
-The copy keeps the suite independent of where shared/ is laid; `test_audit_cli` checks that it
-still equals the published one whenever shared/ is beside the checkout.
-"""
+"""Where the tests find the acceptance history: `examples/`, in the repository, as every user
+of a clone or a wheel has it."""
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_FIXTURE = ROOT / "examples" / "export-ledger.jsonl"
 SEED_EXPECTED = ROOT / "examples" / "export-ledger.expected.json"
-PUBLISHED = ROOT.parent / "shared" / "scenarios"

@@ -15,8 +15,8 @@ def authoritative(arrived: list[Row]) -> list[Row]:
 
 
 # tests/unit/test_properties.py, test_revision_stream_is_gapless_unique_and_severity_never_drops
-# (shared/cases/property-finding-without-revision.txt): two workflows whose epoch-0 zombie keeps
-# sending heartbeats with an effect key; one `advance` after the 31st record (at 25 s per
+# (issue 33's falsifying example, as hypothesis printed it): two workflows whose epoch-0 zombie
+# keeps sending heartbeats with an effect key; one `advance` after the 31st record (at 25 s per
 # record, quiet period 60 s). A resolved finding of wf1 then renders with confidence medium and
 # evidence_truncated true, where its last revision said high and false, and no revision is
 # published.
