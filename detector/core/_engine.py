@@ -54,6 +54,7 @@ from ._records import (
     EventRecord,
     Latest,
     acq_print,
+    after,
     any_after,
     before,
     earlier,
@@ -1370,18 +1371,13 @@ def _place(st: WorkflowState, reach: Reach[EpisodeKey], ep: Episode) -> None:
 
 def _moved_by(ep: Episode, acq: AcquisitionRecord) -> bool:
     """Could an acquisition (kept already) rename this finding's displaced owner, its transition
-    or its current owner? Not when it comes after the finding's latest condition (`current`) and
-    its first stale event: `current` and each condition's transition are chosen among the
-    acquisitions before them."""
+    or its current owner? Not when none of the events that triggered its conditions comes after
+    it: `current` and each condition's transition are chosen among the acquisitions before
+    them. Asked of the whole set (`Latest`), not of its latest member alone: with `seq` on some
+    events only, an acquisition after the latest by arrival can be before another by `seq`."""
     if ep.displaced_epoch == acq.epoch:
         return True
-    latest = None if ep.latest is None else ep.latest.latest  # what `current` is chosen before
-    if latest is None or not before(latest, acq):
-        return True
-    if ep.retry:
-        return False
-    first = ep.first_stale
-    return first is not None and not before(first, acq)
+    return ep.latest is None or after(ep.latest, acq)
 
 
 def _pin(

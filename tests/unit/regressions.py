@@ -190,3 +190,17 @@ RETRIES_WITH_EFFECT_KEYS_EVICTED = [
     Row("wf0", "wf0-16", "effect_attempted", 0, "w0", "coordinator", None, "a00", None),
     Row("wf1", "wf1-0", "lease_acquired", 0, "w0", "coordinator", 1, None, None),
 ]
+
+# tests/unit/test_campaign.py, the worker's step (slow profile): epoch 0 commits a00 and a01
+# without seq; epoch 1 commits a00 at seq 16 and a01 without seq, and its acquisition (seq 15)
+# arrives last. It comes after the duplicates' latest commit by arrival but before a00's at seq
+# 16 by seq: it is that duplicate's transition, and it was not looked at, so the held finding
+# named it (authoritative_seq) with no revision published.
+ACQUISITION_BEFORE_A_WITNESS_BY_SEQ_ONLY = [
+    Row("wf0", "wf0-0", "lease_acquired", 0, "w0", "coordinator", None, None, None),
+    Row("wf0", "wf0-11", "effect_committed", 0, "w0", "coordinator", None, "a00", None),
+    Row("wf0", "wf0-12", "effect_committed", 0, "w0", "coordinator", None, "a01", None),
+    Row("wf0", "wf0-15", "effect_committed", 1, "w1", "coordinator", 16, "a00", None),
+    Row("wf0", "wf0-16", "effect_committed", 1, "w1", "coordinator", None, "a01", None),
+    Row("wf0", "wf0-14", "lease_acquired", 1, "w1", "coordinator", 15, None, None),
+]

@@ -34,6 +34,7 @@ from detector.histories.audit import audit_lines
 from .gen import Row, build, lengthened, objs, user_history
 from .regressions import (
     ACQUISITION_AFTER_A_DUPLICATE,
+    ACQUISITION_BEFORE_A_WITNESS_BY_SEQ_ONLY,
     ACQUISITION_CUT,
     COMMITTERS_OF_ONE_EPOCH_IN_ANY_ORDER,
     DISPLACED_WORKERS_OF_ONE_EPOCH_IN_ANY_ORDER,
@@ -214,6 +215,11 @@ def in_any_order(rows: list[Row]) -> None:
             ),
             RETRIES_WITH_EFFECT_KEYS_EVICTED,
             id="audit against the worker: retries, effect keys evicted twice, max_effect_keys=5",
+        ),
+        pytest.param(
+            partial(survives_in_a_worker, config=Config()),
+            ACQUISITION_BEFORE_A_WITNESS_BY_SEQ_ONLY,
+            id="worker: an acquisition after the latest commit by arrival, before one by seq",
         ),
     ],
 )

@@ -1,5 +1,6 @@
 """The repository stands alone: nothing in it points outside it. A clone, a wheel or a code
-host's view of it has no `../shared`, so a reference there is a dead link to its reader."""
+host's view of it has no design folder beside it, so a reference there is a dead link to its
+reader (the pattern is `OUTSIDE`)."""
 
 from __future__ import annotations
 
