@@ -1,0 +1,196 @@
+"""The checker: the findings a reader saw on the findings topic, judged against the ground truth.
+
+What the truth says should be found (a *positive*):
+- a **stale write**: an effect whose executor no longer owned the work, by the coordination
+  system's record at the write; found by a finding of its workflow that displaces that epoch and
+  names the key;
+- a **duplicate**: a key written again in a workflow where it was written before, by anyone;
+  found by a finding of its workflow with a `duplicate_effect` on the key.
+
+A warning or critical finding no positive accounts for is a false positive; an `info` finding (a
+displaced owner that only heartbeated) never is. A positive the adapter cannot show by design
+(`Write.blind`) is counted apart, never as a miss. A found positive's finding is *misgraded* when
+its severity, ordering or confidence is not what DESIGN gives for what the source can show.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from detector.contracts.findings import ConditionKind, Finding, Severity
+from detector.testing.campaign.truth import Write
+
+Ordering = Literal["authoritative_seq", "arrival"]
+
+_STALE_EFFECT = frozenset(
+    {
+        ConditionKind.STALE_EFFECT_ATTEMPT,
+        ConditionKind.STALE_EFFECT_COMMITTED,
+        ConditionKind.STALE_EFFECT_REJECTED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One revision as a read_committed reader got it, and when (wall clock)."""
+
+    finding: Finding
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Positive:
+    write: Write
+    duplicate: bool  # False: a stale write
+    # What DESIGN grades it: a committed stale effect, or a key committed under two epochs, is
+    # critical; a refused stale write, or a key committed twice under one epoch, a warning.
+    critical: bool
+
+    def found_by(self, finding: Finding) -> bool:
+        w = self.write
+        if finding.workflow_key != w.workflow_key:
+            return False
+        if self.duplicate:
+            return any(
+                c.kind is ConditionKind.DUPLICATE_EFFECT and c.effect_key == w.effect_key
+                for c in finding.conditions
+            )
+        displaced = finding.displaced
+        if displaced is None or displaced.owner_epoch != w.epoch:
+            return False
+        return (
+            any(
+                c.kind in _STALE_EFFECT and c.effect_key == w.effect_key for c in finding.conditions
+            )
+            or w.effect_key in finding.effect_keys
+        )
+
+
+def positives(writes: Iterable[Write]) -> list[Positive]:
+    """What the truth says should be found, in the order of the writes."""
+    found: list[Positive] = []
+    epochs: dict[tuple[int, str, str], set[int]] = defaultdict(set)
+    for w in sorted(writes, key=lambda w: w.at):
+        before = epochs[(w.run, w.workflow_key, w.effect_key)]
+        if not w.owned:
+            found.append(Positive(w, duplicate=False, critical=w.committed))
+        elif before and w.committed:
+            found.append(Positive(w, duplicate=True, critical=bool(before - {w.epoch})))
+        if w.committed:
+            before.add(w.epoch)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Grade:
+    """What DESIGN gives a finding, for what the source can show."""
+
+    ordering: Ordering
+    destination_confirms: bool  # effects are confirmed by a `destination` event
+
+    def confidence(self) -> str:
+        both = (self.ordering == "authoritative_seq") + self.destination_confirms
+        return ("low", "medium", "high")[both]
+
+
+@dataclass
+class Verdict:
+    """The checker's answer for one source's runs."""
+
+    true_positives: int = 0
+    false_negatives: int = 0
+    false_positives: int = 0
+    misgraded: int = 0
+    blind: int = 0
+    info_only: int = 0  # findings of activity only: never false positives
+    latencies_s: list[float] = field(default_factory=list)
+    # One line each, for the report: what was missed, raised for nothing, or misgraded.
+    notes: list[str] = field(default_factory=list)
+
+
+def check(
+    writes: Sequence[Write], seen: Sequence[Seen], grade: Grade, blind: Iterable[str] = ()
+) -> Verdict:
+    """Match the truth's positives with the findings seen; latencies from a write to the first
+    revision that found it."""
+    latest: dict[str, Seen] = {}
+    by_workflow: dict[str, list[Seen]] = defaultdict(list)
+    for s in sorted(seen, key=lambda s: (s.at, s.finding.revision)):
+        by_workflow[s.finding.workflow_key].append(s)
+        prior = latest.get(s.finding.finding_id)
+        if prior is None or s.finding.revision > prior.finding.revision:
+            latest[s.finding.finding_id] = s
+    verdict = Verdict()
+    explained: set[str] = set()
+    severity_due: dict[str, bool] = {}
+    expected_blind = set(blind)
+    for p in positives(writes):
+        w = p.write
+        first = next(
+            (
+                s
+                for s in by_workflow.get(w.workflow_key, ())
+                if s.finding.severity is not Severity.INFO and p.found_by(s.finding)
+            ),
+            None,
+        )
+        if first is None:
+            if w.blind is not None:
+                verdict.blind += 1
+                if w.blind not in expected_blind:
+                    verdict.notes.append(f"blind spot {w.blind!r} not declared by the source")
+                continue
+            verdict.false_negatives += 1
+            verdict.notes.append(f"missed: {_describe(p)}")
+            continue
+        verdict.true_positives += 1
+        verdict.latencies_s.append(max(first.at - w.at, 0.0))
+        fid = first.finding.finding_id
+        explained.add(fid)
+        severity_due[fid] = severity_due.get(fid, False) or p.critical
+    for fid, s in latest.items():
+        f = s.finding
+        if f.severity is Severity.INFO:
+            verdict.info_only += 1
+            continue
+        if fid not in explained:
+            verdict.false_positives += 1
+            verdict.notes.append(
+                f"false alarm: {f.severity} {f.workflow_key} displaced "
+                f"{f.displaced.owner_epoch if f.displaced else None} "
+                f"({', '.join(sorted({c.kind.value for c in f.conditions}))})"
+            )
+            continue
+        wrong = _misgrading(f, severity_due[fid], grade)
+        if wrong:
+            verdict.misgraded += 1
+            verdict.notes.append(f"misgraded {f.workflow_key}: {wrong}")
+    return verdict
+
+
+def _misgrading(f: Finding, critical: bool, grade: Grade) -> str:
+    """What differs from DESIGN's grade ('' when nothing does)."""
+    wrong = []
+    want = Severity.CRITICAL if critical else Severity.WARNING
+    if f.severity is not want:
+        wrong.append(f"severity {f.severity} (want {want})")
+    if f.ordering != grade.ordering:
+        wrong.append(f"ordering {f.ordering} (want {grade.ordering})")
+    confidence = "medium" if f.evidence_truncated and grade.confidence() == "high" else None
+    want_confidence = confidence or grade.confidence()
+    if f.confidence != want_confidence:
+        wrong.append(f"confidence {f.confidence} (want {want_confidence})")
+    return "; ".join(wrong)
+
+
+def _describe(p: Positive) -> str:
+    w = p.write
+    what = "duplicate of" if p.duplicate else "stale write of"
+    return (
+        f"run {w.run} {w.workflow_key}: {what} {w.effect_key} by {w.executor} epoch {w.epoch} "
+        f"({w.evidence})"
+    )

@@ -1,0 +1,200 @@
+"""One source's campaign: a broker and a `splitbrain worker` reading the adapters' events, the
+source's server, then seeded runs of its fleet under the nemesis; a read_committed reader stamps
+each finding revision as it becomes visible; at the end, the checker's verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from detector.contracts.findings import Finding
+from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import ReadError, TopicReader, WorkerTopics, quiescent
+from detector.devstack.worker import WorkerProcess
+from detector.testing.campaign.checker import Seen, Verdict, check
+from detector.testing.campaign.nemesis import CAMPAIGN_FAULTS, Fault, Step, plan
+from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv, Source
+from detector.testing.campaign.truth import TruthLog, Write
+
+log = logging.getLogger(__name__)
+
+DRAIN_S = 120.0  # a run's work, after its faults heal
+SETTLE_S = 120.0  # the detector, to read all of a campaign's events
+_BOUNCING = threading.Lock()
+
+
+@dataclass
+class Outcome:
+    """One source's campaign: the verdict and what was done to get it."""
+
+    source: str
+    seed: int
+    runs: int
+    verdict: Verdict
+    writes: int
+    faults: Counter[str] = field(default_factory=Counter)
+    undrained_runs: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class _Watcher(threading.Thread):
+    """Reads the findings topic as a downstream consumer does, stamping each revision with the
+    moment it became readable."""
+
+    def __init__(self, config: dict[str, Any], topic: str) -> None:
+        super().__init__(name="campaign-findings", daemon=True)
+        self._reader = TopicReader(config, topic)
+        self._stop = threading.Event()
+        self.seen: list[Seen] = []
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self._take(self._read(lambda: self._reader.poll(0.2)))
+
+    def finish(self) -> list[Seen]:
+        """Stop, then read what is left up to the topic's end."""
+        self._stop.set()
+        self.join()
+        before = len(self._reader.records)
+        self._reader.read_to_end()
+        self._take(self._reader.records[before:])
+        self._reader.close()
+        return self.seen
+
+    def _read(self, poll: Callable[[], list[Any]]) -> list[Any]:
+        try:
+            return poll()
+        except ReadError as exc:  # a broker restart: the reader reconnects
+            log.info("findings reader: %s", exc)
+            time.sleep(0.2)
+            return []
+
+    def _take(self, records: list[Any]) -> None:
+        now = time.time()
+        self.seen += [Seen(Finding.model_validate_json(r.value), now) for r in records]
+
+
+@contextlib.contextmanager
+def _broker(
+    workdir: Path, bootstrap: str | None
+) -> Iterator[tuple[dict[str, Any], LocalKafka | None]]:
+    if bootstrap is not None:
+        yield {"bootstrap.servers": bootstrap}, None
+        return
+    broker = LocalKafka(workdir / "kafka")
+    broker.start()
+    try:
+        yield dict(broker.client_config()), broker
+    finally:
+        broker.stop()
+
+
+def campaign(
+    source: Source,
+    *,
+    runs: int,
+    seed: int,
+    workdir: Path,
+    bootstrap: str | None = None,
+    say: Callable[[str], None] = print,
+) -> Outcome:
+    """Run `runs` seeded runs of `source` and check them. With `bootstrap`, an existing broker
+    is used (fresh topics on it) and the nemesis does not restart it."""
+    began = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    outcome = Outcome(source.name, seed, runs, Verdict(), 0)
+    writes: list[Write] = []
+    with _broker(workdir, bootstrap) as (config, broker):
+        topics = WorkerTopics.fresh(f"campaign-{source.name}").create(config, 1)
+        detector = WorkerProcess(config, topics, workdir / "detector", instance="campaign")
+        watcher = _Watcher(config, topics.findings)
+        env = CampaignEnv(config, topics.input, workdir, seed)
+        with detector, source.session(env) as session:
+            watcher.start()
+            say(f"{source.name}: seed {seed}, {runs} runs; detector log {detector.log}")
+            for n in range(runs):
+                steps = plan(
+                    seed,
+                    n,
+                    source.faults | (CAMPAIGN_FAULTS if broker is not None else frozenset()),
+                    workers=source.workers,
+                    span_s=source.span_s,
+                    steps=source.steps,
+                    holds=source.holds,
+                )
+                run_dir = workdir / f"run-{n:03d}"
+                run_dir.mkdir(exist_ok=True)
+                truth = TruthLog(run_dir / "truth.jsonl", n)
+                run = RunEnv(env, n, truth, random.Random(f"{seed}:{n}:work"), run_dir)
+                say(f"run {n}: " + ("; ".join(s.describe() for s in steps) or "no faults"))
+                with session.run(run) as fleet:
+                    _play(steps, fleet, broker, outcome)
+                    if not fleet.drain(DRAIN_S):
+                        outcome.undrained_runs.append(n)
+                        say(f"run {n}: its work did not finish within {DRAIN_S:g}s")
+                run_writes = list(truth.writes())
+                stale = sum(not w.owned for w in run_writes)
+                say(f"run {n}: {len(run_writes)} effects, {stale} stale")
+                writes += run_writes
+            _settle(config, topics, detector)
+            seen = watcher.finish()
+    outcome.writes = len(writes)
+    outcome.verdict = check(writes, seen, source.grade, source.blind)
+    outcome.seconds = time.monotonic() - began
+    return outcome
+
+
+def _play(
+    steps: tuple[Step, ...], fleet: Fleet, broker: LocalKafka | None, outcome: Outcome
+) -> None:
+    """Apply the schedule at its offsets from now; returns once a restarted broker is back."""
+    start = time.monotonic()
+    bounces: list[threading.Thread] = []
+    for step in steps:
+        time.sleep(max(0.0, start + step.at_s - time.monotonic()))
+        if step.fault is Fault.BROKER_RESTART:
+            assert broker is not None
+            bounces.append(_restart_later(broker, step.hold_s))
+        else:
+            fleet.apply(step)
+        outcome.faults[step.fault.value] += 1
+    for bounce in bounces:
+        bounce.join()
+
+
+def _restart_later(broker: LocalKafka, down_s: float) -> threading.Thread:
+    """Stop the broker now and start it `down_s` later, without holding up the schedule."""
+
+    def bounce() -> None:
+        with _BOUNCING:  # two restarts in one run take turns
+            broker.stop()
+            time.sleep(down_s)
+            broker.start()
+
+    thread = threading.Thread(target=bounce, name="campaign-broker", daemon=True)
+    thread.start()
+    return thread
+
+
+def _settle(config: dict[str, Any], topics: WorkerTopics, detector: WorkerProcess) -> None:
+    """Wait until the detector has read every event of the campaign and published its
+    findings."""
+    admin = AdminClient(dict(config))
+    deadline = time.monotonic() + SETTLE_S
+    while not quiescent(admin, topics):
+        if not detector.alive():
+            raise RuntimeError(f"the detector exited:\n{detector.tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the detector did not catch up in {SETTLE_S:g}s")
+        time.sleep(0.5)

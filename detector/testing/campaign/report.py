@@ -1,0 +1,79 @@
+"""The campaign's table and its JSON: per source, what was found, missed and raised for nothing,
+and how long a stale effect took to reach its finding."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from detector.testing.campaign.driver import Outcome
+
+_QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99, "max": 1.0}
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank percentile (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def summary(outcome: Outcome) -> dict[str, Any]:
+    v = outcome.verdict
+    found = v.true_positives + v.false_negatives
+    return {
+        "source": outcome.source,
+        "seed": outcome.seed,
+        "runs": outcome.runs,
+        "effects": outcome.writes,
+        "true_positives": v.true_positives,
+        "false_positives": v.false_positives,
+        "false_negatives": v.false_negatives,
+        "misgraded": v.misgraded,
+        "blind": v.blind,
+        "info_only": v.info_only,
+        "recall": None if not found else v.true_positives / found,
+        "latency_s": {k: percentile(v.latencies_s, q) for k, q in _QUANTILES.items()},
+        "faults": dict(sorted(outcome.faults.items())),
+        "undrained_runs": outcome.undrained_runs,
+        "seconds": round(outcome.seconds, 1),
+        "notes": v.notes,
+    }
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}"
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    head = (
+        f"{'source':<18} {'runs':>4} {'effects':>7} {'TP':>4} {'FP':>3} {'FN':>3} {'misgr':>5} "
+        f"{'blind':>5} {'recall':>6} {'p50 s':>6} {'p95 s':>6} {'max s':>6}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lat = r["latency_s"]
+        recall = "-" if r["recall"] is None else f"{100 * r['recall']:.0f}%"
+        lines.append(
+            f"{r['source']:<18} {r['runs']:>4} {r['effects']:>7} {r['true_positives']:>4} "
+            f"{r['false_positives']:>3} {r['false_negatives']:>3} {r['misgraded']:>5} "
+            f"{r['blind']:>5} {recall:>6} {_s(lat['p50'])} {_s(lat['p95'])} {_s(lat['max'])}"
+        )
+    for r in rows:
+        lines += [f"{r['source']}: {note}" for note in r["notes"]]
+    return "\n".join(lines)
+
+
+def _s(value: float | None) -> str:
+    return f"{'-':>6}" if value is None else f"{value:6.2f}"
+
+
+def write_json(path: Path, rows: Sequence[dict[str, Any]], commit: str | None) -> None:
+    doc = {"commit": commit, "machine": machine(), "sources": {r["source"]: r for r in rows}}
+    path.write_text(json.dumps(doc, indent=2) + "\n")

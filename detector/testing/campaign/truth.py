@@ -1,0 +1,101 @@
+"""The ground truth of a campaign: every effect a workload made, written down at the write with
+the coordination system's own word on whether its executor still owned the work.
+
+Never derived from splitbrain's events: the checker judges the detector against a record it did
+not produce. Workers run in their own processes (so the nemesis can stop and kill them), so the
+record is a JSON-lines file each appends to with one `write` per line (O_APPEND: lines of
+different processes never interleave).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TRUTH_ENV: Final = "SPLITBRAIN_CAMPAIGN_TRUTH"  # the file a worker process appends to
+RUN_ENV: Final = "SPLITBRAIN_CAMPAIGN_RUN"  # the run a worker process belongs to
+
+
+class Write(BaseModel):
+    """One effect at the recording destination."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run: int = Field(ge=0)
+    workflow_key: str  # as the adapter names the work
+    effect_key: str
+    executor: str  # the worker id the adapter gives the executor
+    epoch: int  # the executor's owner epoch, as the adapter gives it
+    owned: bool  # the coordination system's record, read at the write
+    evidence: str  # what that record said, in the system's terms (a token, a holder, an attempt)
+    at: float  # wall-clock time of the write, for the time to the finding
+    # False: the destination refused it (nothing was made; a finding should say rejected).
+    committed: bool = True
+    # Set when the adapter cannot show this write by design: the code of the blind spot
+    # (`Source.blind` says why), counted apart from misses.
+    blind: str | None = None
+
+
+class TruthLog:
+    """The run's record; `from_env` in a worker process, the path in the campaign."""
+
+    def __init__(self, path: Path | str, run: int = 0) -> None:
+        self.path = Path(path)
+        self.run = run
+
+    @classmethod
+    def from_env(cls) -> Self | None:
+        """The campaign's log when this process runs under one (None: not in a campaign)."""
+        path = os.environ.get(TRUTH_ENV)
+        return None if not path else cls(path, int(os.environ.get(RUN_ENV, "0")))
+
+    def env(self) -> dict[str, str]:
+        """What a worker process of this run needs to find the log."""
+        return {TRUTH_ENV: str(self.path), RUN_ENV: str(self.run)}
+
+    def record(
+        self,
+        *,
+        workflow_key: str,
+        effect_key: str,
+        executor: str,
+        epoch: int,
+        owned: bool,
+        evidence: str,
+        committed: bool = True,
+        blind: str | None = None,
+    ) -> Write:
+        write = Write(
+            run=self.run,
+            workflow_key=workflow_key,
+            effect_key=effect_key,
+            executor=executor,
+            epoch=epoch,
+            owned=owned,
+            evidence=evidence,
+            at=time.time(),
+            committed=committed,
+            blind=blind,
+        )
+        line = (write.model_dump_json() + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        return write
+
+    def writes(self) -> Iterator[Write]:
+        """Every write recorded so far."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return
+        for line in text.splitlines():
+            if line:
+                yield Write.model_validate_json(line)
