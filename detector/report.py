@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
+from detector.contracts.events import AUTHORITY_ATTR, EPOCH_FROM_ATTR
 from detector.contracts.findings import Finding, Owner
 
 _VERB: Final = {
@@ -49,7 +50,8 @@ def witness(f: Finding) -> str:
 
 def context_sides(f: Finding) -> list[tuple[str, str]]:
     """The finding's `context` (DESIGN §5), one (what it is of, "key=value, …") per side that
-    has one: the source system's words for the work and its owners. Not yet escaped."""
+    has one: the source system's words for the work and its owners, then how far the epoch is
+    trusted and where it came from (what an adapter adds to every event). Not yet escaped."""
     ctx = f.context
     if ctx is None:
         return []
@@ -59,8 +61,17 @@ def context_sides(f: Finding) -> list[tuple[str, str]]:
         (_of_owner("current owner", f.current), ctx.current),
     )
     return [
-        (label, ", ".join(f"{k}={v}" for k, v in side.items())) for label, side in sides if side
+        (label, ", ".join(f"{k}={v}" for k, v in sorted(side.items(), key=_trust_last)))
+        for label, side in sides
+        if side
     ]
+
+
+def _trust_last(entry: tuple[str, str]) -> bool:
+    return entry[0] in _TRUST_ATTRS
+
+
+_TRUST_ATTRS: Final = frozenset({AUTHORITY_ATTR, EPOCH_FROM_ATTR})
 
 
 def _of_owner(label: str, owner: Owner | None) -> str:

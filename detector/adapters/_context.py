@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from detector.contracts.events import MAX_DETAIL_BYTES, Kind, Source
+from detector.contracts.events import (
+    AUTHORITY_ATTR,
+    EPOCH_FROM_ATTR,
+    MAX_DETAIL_BYTES,
+    Kind,
+    Source,
+)
 
 from ._sink import AdapterSink, owner_fields
 
@@ -29,8 +35,6 @@ class Authority(StrEnum):
     MINTED = "minted"  # minted by the adapter (a counter, a clock): advisory
 
 
-AUTHORITY_ATTR: Final = "epoch_authority"
-EPOCH_FROM_ATTR: Final = "epoch_from"
 # A word's value is cut to this many characters: the finding's `context` keeps 128 (DESIGN §5).
 WORD_CHARS: Final = 128
 

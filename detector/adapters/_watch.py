@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
-from detector.contracts.events import Kind, Source
+from detector.contracts.events import AUTHORITY_ATTR, EPOCH_FROM_ATTR, Kind, Source
 
-from ._context import AUTHORITY_ATTR, EPOCH_FROM_ATTR, Authority
+from ._context import Authority
 
 # The key and value of an event's `attrs` that say the event follows a gap in the watch.
 GAP_ATTR: Final = "after_gap"

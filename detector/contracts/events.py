@@ -58,6 +58,9 @@ MAX_DESTINATION_CHARS: Final = 256
 MAX_EVENT_ID_CHARS: Final = 128
 MAX_LABEL_CHARS: Final = 128
 MAX_ATTRS: Final = 16  # labels in an event's `attrs`
+# The `attrs` every adapter sets: how far an event's epoch can be trusted, and where it came from.
+AUTHORITY_ATTR: Final = "epoch_authority"
+EPOCH_FROM_ATTR: Final = "epoch_from"
 
 
 class Kind(StrEnum):

@@ -167,6 +167,21 @@ def test_the_text_report_shows_the_context() -> None:
     )
 
 
+def test_the_owners_words_come_before_how_the_adapter_derived_the_epoch() -> None:
+    trust = {"epoch_authority": "minted", "epoch_from": "celery.redelivered", **TASK}
+    f = run(
+        [
+            acq("d1", 1, "w1", 1, CELERY, attrs=trust, detail={"attempt": 1}),
+            acq("d2", 2, "w2", 2, CELERY, attrs=trust, detail={"attempt": 2}),
+            commit("c1", 1, "w1", 3, key="sum/8f1b", wf=CELERY),
+        ]
+    ).finding(CELERY, 1)
+    assert (
+        "  context of the displaced owner (epoch 1): task=myapp.add, attempt=1, "
+        "epoch_authority=minted, epoch_from=celery.redelivered"
+    ) in finding_lines([f])
+
+
 T0 = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)
 
 
