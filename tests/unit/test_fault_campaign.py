@@ -1,0 +1,192 @@
+"""The fault-injection campaign's frame (bench/campaign.py): the schedule replays from its seed,
+and the checker counts what the truth says against real findings of the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from detector.contracts.findings import Finding
+from detector.testing.campaign.checker import Grade, Seen, check, positives
+from detector.testing.campaign.driver import Outcome
+from detector.testing.campaign.nemesis import Fault, Step, plan
+from detector.testing.campaign.report import percentile, summary, table
+from detector.testing.campaign.truth import TruthLog, Write
+
+from .histories import acq, commit, ev, run
+
+WF = "orders/o-1"
+SEQ_DESTINATION = Grade("authoritative_seq", destination_confirms=True)
+FAULTS = frozenset(Fault) - {Fault.BROKER_RESTART}
+
+
+def schedule(seed: int, n: int = 0) -> tuple[Step, ...]:
+    return plan(
+        seed, n, FAULTS, workers=3, span_s=10.0, steps=4, holds={Fault.PAUSE_PAST_LEASE: (4, 6)}
+    )
+
+
+def test_a_seed_replays_its_schedule_and_another_seed_does_not() -> None:
+    assert schedule(7) == schedule(7)
+    assert schedule(7, 1) == schedule(7, 1)
+    assert len({schedule(s) for s in range(20)}) == 20
+    assert schedule(7) != schedule(7, 1)
+
+
+def test_a_schedule_is_in_time_order_on_the_fleet_with_each_faults_hold() -> None:
+    steps = [
+        s
+        for seed in range(50)
+        for s in plan(
+            seed, 0, FAULTS, workers=3, span_s=10.0, steps=4, holds={Fault.PAUSE_PAST_LEASE: (4, 6)}
+        )
+    ]
+    assert {s.fault for s in steps} == FAULTS
+    assert all(0 <= s.target < 3 and 0.5 <= s.at_s <= 10.0 for s in steps)
+    assert all(4 <= s.hold_s <= 6 for s in steps if s.fault is Fault.PAUSE_PAST_LEASE)
+    for seed in range(50):
+        offsets = [s.at_s for s in schedule(seed)]
+        assert offsets == sorted(offsets)
+
+
+def write(key: str, executor: str, epoch: int, *, owned: bool, at: float, **kw: object) -> Write:
+    return Write.model_validate(
+        {
+            "run": 0,
+            "workflow_key": WF,
+            "effect_key": key,
+            "executor": executor,
+            "epoch": epoch,
+            "owned": owned,
+            "evidence": f"token {epoch}",
+            "at": at,
+            **kw,
+        }
+    )
+
+
+def seen(findings: list[Finding], at: float) -> list[Seen]:
+    return [Seen(f, at) for f in findings]
+
+
+def zombie_findings(seq: bool = True) -> list[Finding]:
+    """w1 (epoch 1) is displaced by w2 (epoch 2), which commits the charge; then w1 commits it."""
+    s = (lambda n: n) if seq else (lambda n: None)
+    r = run(
+        [
+            acq("a1", 1, "w1", s(1), WF),
+            acq("a2", 2, "w2", s(2), WF),
+            commit("c2", 2, "w2", s(3), key="charge", wf=WF),
+            commit("c1", 1, "w1", s(4), key="charge", wf=WF),
+        ]
+    )
+    return [u.finding for u in r.updates]
+
+
+def test_a_stale_commit_its_finding_names_is_a_true_positive_with_its_latency() -> None:
+    truth = [
+        write("charge", "w2", 2, owned=True, at=100.0),
+        write("charge", "w1", 1, owned=False, at=101.0),
+    ]
+    v = check(truth, seen(zombie_findings(), 101.4), SEQ_DESTINATION)
+    assert (v.true_positives, v.false_negatives, v.false_positives, v.misgraded) == (1, 0, 0, 0)
+    assert v.latencies_s == [pytest.approx(0.4)]
+
+
+def test_a_stale_write_no_finding_names_is_a_miss_and_a_blind_one_is_counted_apart() -> None:
+    truth = [
+        write("charge", "w1", 1, owned=False, at=101.0),
+        write("email", "w1", 1, owned=False, at=102.0, blind="unreported_exit"),
+    ]
+    v = check(truth, [], SEQ_DESTINATION, blind=["unreported_exit"])
+    assert (v.true_positives, v.false_negatives, v.blind) == (0, 1, 1)
+    assert v.notes == [f"missed: run 0 {WF}: stale write of charge by w1 epoch 1 (token 1)"]
+    undeclared = check(truth[1:], [], SEQ_DESTINATION)
+    assert undeclared.notes == ["blind spot 'unreported_exit' not declared by the source"]
+
+
+def test_a_finding_no_stale_write_explains_is_a_false_positive() -> None:
+    truth = [write("charge", "w2", 2, owned=True, at=100.0)]
+    v = check(truth, seen(zombie_findings(), 101.0), SEQ_DESTINATION)
+    assert (v.true_positives, v.false_positives) == (0, 1)
+    assert v.notes[0].startswith(f"false alarm: critical {WF} displaced 1")
+
+
+def test_an_info_finding_of_a_heartbeat_is_never_a_false_positive() -> None:
+    r = run(
+        [
+            acq("a1", 1, "w1", 1, WF),
+            acq("a2", 2, "w2", 2, WF),
+            ev("h1", "heartbeat", WF, 1, "w1", seq=3),
+        ]
+    )
+    v = check([], seen([u.finding for u in r.updates], 1.0), SEQ_DESTINATION)
+    assert (v.false_positives, v.info_only) == (0, 1)
+
+
+def test_a_finding_graded_below_what_the_source_can_show_is_misgraded() -> None:
+    truth = [
+        write("charge", "w2", 2, owned=True, at=100.0),
+        write("charge", "w1", 1, owned=False, at=101.0),
+    ]
+    arrival = check(truth, seen(zombie_findings(seq=False), 102.0), SEQ_DESTINATION)
+    assert (arrival.true_positives, arrival.misgraded) == (1, 1)
+    assert arrival.notes == [
+        f"misgraded {WF}: ordering arrival (want authoritative_seq); confidence medium (want high)"
+    ]
+    assert (
+        check(truth, seen(zombie_findings(seq=False), 102.0), Grade("arrival", True)).misgraded == 0
+    )
+
+
+def test_a_key_written_again_is_a_duplicate_critical_across_epochs_a_warning_within_one() -> None:
+    across = positives(
+        [
+            write("charge", "w1", 1, owned=True, at=1.0),
+            write("charge", "w2", 2, owned=True, at=2.0),
+        ]
+    )
+    within = positives(
+        [
+            write("charge", "w1", 1, owned=True, at=1.0),
+            write("charge", "w1", 1, owned=True, at=2.0),
+            write("refund", "w1", 1, owned=True, at=3.0, committed=False),
+        ]
+    )
+    assert [(p.duplicate, p.critical) for p in across] == [(True, True)]
+    assert [(p.duplicate, p.critical) for p in within] == [(True, False)]
+
+
+def test_the_truth_log_is_shared_by_processes_through_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = TruthLog(tmp_path / "truth.jsonl", run=3)
+    for name, value in log.env().items():
+        monkeypatch.setenv(name, value)
+    worker_side = TruthLog.from_env()
+    assert worker_side is not None
+    made = worker_side.record(
+        workflow_key=WF, effect_key="charge", executor="w1", epoch=1, owned=False, evidence="x"
+    )
+    assert list(log.writes()) == [made]
+    assert made.run == 3
+
+
+def test_the_table_and_json_carry_the_counts_and_latency_percentiles() -> None:
+    truth = [
+        write("charge", "w2", 2, owned=True, at=100.0),
+        write("charge", "w1", 1, owned=False, at=101.0),
+    ]
+    outcome = Outcome(
+        "leases", 1, 2, check(truth, seen(zombie_findings(), 101.5), SEQ_DESTINATION), 2
+    )
+    row = summary(outcome)
+    assert {k: row[k] for k in ("true_positives", "false_positives", "false_negatives")} == {
+        "true_positives": 1,
+        "false_positives": 0,
+        "false_negatives": 0,
+    }
+    assert row["recall"] == 1.0 and row["latency_s"]["p95"] == pytest.approx(0.5)
+    assert table([row]).splitlines()[2].split()[:6] == ["leases", "2", "2", "1", "0", "0"]
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0 and percentile([], 0.95) is None
