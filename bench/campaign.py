@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing is not None:
             print(f"campaign: --source {name}: {missing}", file=sys.stderr)
             return 2
-        outcome = campaign(
+        result = campaign(
             source,
             runs=args.runs,
             seed=args.seed,
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap=args.bootstrap,
             say=lambda line: print(line, flush=True),
         )
-        rows.append(summary(outcome))
+        rows.append(summary(result))
     print(table(rows))
     if args.json is not None:
         write_json(args.json, rows, commit)

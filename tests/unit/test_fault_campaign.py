@@ -9,7 +9,7 @@ import pytest
 
 from detector.contracts.findings import Finding
 from detector.testing.campaign.checker import Grade, Seen, check, positives
-from detector.testing.campaign.driver import Outcome
+from detector.testing.campaign.driver import SourceResult
 from detector.testing.campaign.nemesis import Fault, Step, plan
 from detector.testing.campaign.report import percentile, summary, table
 from detector.testing.campaign.truth import TruthLog, Write
@@ -178,10 +178,10 @@ def test_the_table_and_json_carry_the_counts_and_latency_percentiles() -> None:
         write("charge", "w2", 2, owned=True, at=100.0),
         write("charge", "w1", 1, owned=False, at=101.0),
     ]
-    outcome = Outcome(
+    result = SourceResult(
         "leases", 1, 2, check(truth, seen(zombie_findings(), 101.5), SEQ_DESTINATION), 2
     )
-    row = summary(outcome)
+    row = summary(result)
     assert {k: row[k] for k in ("true_positives", "false_positives", "false_negatives")} == {
         "true_positives": 1,
         "false_positives": 0,

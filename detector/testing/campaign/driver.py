@@ -35,7 +35,7 @@ _BOUNCING = threading.Lock()
 
 
 @dataclass
-class Outcome:
+class SourceResult:
     """One source's campaign: the verdict and what was done to get it."""
 
     source: str
@@ -108,12 +108,12 @@ def campaign(
     workdir: Path,
     bootstrap: str | None = None,
     say: Callable[[str], None] = print,
-) -> Outcome:
+) -> SourceResult:
     """Run `runs` seeded runs of `source` and check them. With `bootstrap`, an existing broker
     is used (fresh topics on it) and the nemesis does not restart it."""
     began = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    outcome = Outcome(source.name, seed, runs, Verdict(), 0)
+    result = SourceResult(source.name, seed, runs, Verdict(), 0)
     writes: list[Write] = []
     with _broker(workdir, bootstrap) as (config, broker):
         topics = WorkerTopics.fresh(f"campaign-{source.name}").create(config, 1)
@@ -139,9 +139,9 @@ def campaign(
                 run = RunEnv(env, n, truth, random.Random(f"{seed}:{n}:work"), run_dir)
                 say(f"run {n}: " + ("; ".join(s.describe() for s in steps) or "no faults"))
                 with session.run(run) as fleet:
-                    _play(steps, fleet, broker, outcome)
+                    _play(steps, fleet, broker, result)
                     if not fleet.drain(DRAIN_S):
-                        outcome.undrained_runs.append(n)
+                        result.undrained_runs.append(n)
                         say(f"run {n}: its work did not finish within {DRAIN_S:g}s")
                 run_writes = list(truth.writes())
                 stale = sum(not w.owned for w in run_writes)
@@ -149,14 +149,14 @@ def campaign(
                 writes += run_writes
             _settle(config, topics, detector)
             seen = watcher.finish()
-    outcome.writes = len(writes)
-    outcome.verdict = check(writes, seen, source.grade, source.blind)
-    outcome.seconds = time.monotonic() - began
-    return outcome
+    result.writes = len(writes)
+    result.verdict = check(writes, seen, source.grade, source.blind)
+    result.seconds = time.monotonic() - began
+    return result
 
 
 def _play(
-    steps: tuple[Step, ...], fleet: Fleet, broker: LocalKafka | None, outcome: Outcome
+    steps: tuple[Step, ...], fleet: Fleet, broker: LocalKafka | None, result: SourceResult
 ) -> None:
     """Apply the schedule at its offsets from now; returns once a restarted broker is back."""
     start = time.monotonic()
@@ -168,7 +168,7 @@ def _play(
             bounces.append(_restart_later(broker, step.hold_s))
         else:
             fleet.apply(step)
-        outcome.faults[step.fault.value] += 1
+        result.faults[step.fault.value] += 1
     for bounce in bounces:
         bounce.join()
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from detector.testing.campaign.driver import Outcome
+from detector.testing.campaign.driver import SourceResult
 
 _QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99, "max": 1.0}
 
@@ -24,14 +24,14 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
-def summary(outcome: Outcome) -> dict[str, Any]:
-    v = outcome.verdict
+def summary(result: SourceResult) -> dict[str, Any]:
+    v = result.verdict
     found = v.true_positives + v.false_negatives
     return {
-        "source": outcome.source,
-        "seed": outcome.seed,
-        "runs": outcome.runs,
-        "effects": outcome.writes,
+        "source": result.source,
+        "seed": result.seed,
+        "runs": result.runs,
+        "effects": result.writes,
         "true_positives": v.true_positives,
         "false_positives": v.false_positives,
         "false_negatives": v.false_negatives,
@@ -40,9 +40,9 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "info_only": v.info_only,
         "recall": None if not found else v.true_positives / found,
         "latency_s": {k: percentile(v.latencies_s, q) for k, q in _QUANTILES.items()},
-        "faults": dict(sorted(outcome.faults.items())),
-        "undrained_runs": outcome.undrained_runs,
-        "seconds": round(outcome.seconds, 1),
+        "faults": dict(sorted(result.faults.items())),
+        "undrained_runs": result.undrained_runs,
+        "seconds": round(result.seconds, 1),
         "notes": v.notes,
     }
 
