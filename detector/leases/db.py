@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+import select
+from collections.abc import Iterator, Mapping
 from typing import Final
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from detector.leases.errors import StoreUnavailableError
@@ -48,14 +50,16 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def connect(dsn: str) -> psycopg.Connection[DictRow]:
+def connect(dsn: str, settings: Mapping[str, str] | None = None) -> psycopg.Connection[DictRow]:
     """A connection in autocommit mode, so that each store call's `transaction()` is exactly one
-    database transaction, with rows as dicts. libpq also reads PGPASSWORD and ~/.pgpass, which
-    keep a password out of the DSN."""
+    database transaction, with rows as dicts; `settings` replace `SERVER_SETTINGS`' values.
+    libpq also reads PGPASSWORD and ~/.pgpass, which keep a password out of the DSN."""
     given = conninfo_to_dict(dsn)
     extra = {k: v for k, v in _DEFAULTS.items() if k not in given}
     options = given.get("options")
-    extra["options"] = with_server_settings(None if options is None else str(options))
+    extra["options"] = with_server_settings(
+        None if options is None else str(options), {**SERVER_SETTINGS, **(settings or {})}
+    )
     conninfo = make_conninfo(dsn, **extra)
     try:
         return psycopg.connect(conninfo, autocommit=True, row_factory=dict_row)
@@ -63,11 +67,25 @@ def connect(dsn: str) -> psycopg.Connection[DictRow]:
         raise StoreUnavailableError(f"cannot connect to the lease store: {one_line(exc)}") from exc
 
 
-def with_server_settings(options: str | None) -> str:
-    """A DSN's `options` with the server-side timeouts it does not set itself appended."""
+def with_server_settings(options: str | None, settings: Mapping[str, str] = SERVER_SETTINGS) -> str:
+    """A DSN's `options` with the server-side `settings` it does not set itself appended."""
     own = {name.replace("-", "_") for name in _SETTING.findall(options or "")}
-    added = [f"-c {name}={value}" for name, value in SERVER_SETTINGS.items() if name not in own]
+    added = [f"-c {name}={value}" for name, value in settings.items() if name not in own]
     return " ".join(part for part in (options or "", *added) if part)
+
+
+def _closed_by_server(conn: psycopg.Connection[DictRow]) -> bool:
+    """An idle session has nothing to read unless the server ended it (a restart, an
+    administrator's `pg_terminate_backend`, an idle timeout): then its socket holds the
+    server's goodbye or its end. Found before use, it costs the caller nothing; found by the
+    caller's first statement, it would be a failed request after every database restart."""
+    if conn.info.transaction_status is not TransactionStatus.IDLE:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):  # no socket any more
+        return True
+    return bool(readable)
 
 
 class Database:
@@ -77,9 +95,15 @@ class Database:
     lets a heartbeat go on while a tool call blocks another thread. `name` says whose database
     it is in errors."""
 
-    def __init__(self, dsn: str, name: str = "the lease store") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        name: str = "the lease store",
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self._dsn = dsn
+        self._settings = settings
         self._conn: psycopg.Connection[DictRow] | None = None
         self._pid = os.getpid()
 
@@ -88,8 +112,11 @@ class Database:
         when the database does not answer)."""
         if self._pid != os.getpid():  # a forked child never uses its parent's connection
             self._pid, self._conn = os.getpid(), None
-        if self._conn is None or self._conn.broken:
-            self._conn = connect(self._dsn)
+        if self._conn is None or self._conn.broken or _closed_by_server(self._conn):
+            old, self._conn = self._conn, None  # a failed connect leaves none, not a closed one
+            if old is not None:
+                old.close()
+            self._conn = connect(self._dsn, self._settings)
         return self._conn
 
     @contextlib.contextmanager

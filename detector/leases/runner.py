@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -37,7 +38,7 @@ from detector.kafka.emit import DeliveryError, Emitter
 from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.heartbeat import Heartbeat, Uncertainty
 from detector.leases.policy import JobClass, Labels
-from detector.leases.store import Lease, LeaseLost, LeaseStore, Outcome
+from detector.leases.store import JobState, Lease, LeaseLost, LeaseStore, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,16 @@ class Status(StrEnum):
     OWNERSHIP_UNCERTAIN = "ownership_uncertain"  # the store did not answer; left for reclaim
 
 
+# A final write's first try, then twice as long each time, within the lease.
+_FINAL_RETRY_S: Final = 0.2
+_FINAL_RETRY_MAX_S: Final = 2.0
+# What a final write that committed, its answer lost, left the job in.
+_LANDED: Final = {
+    JobState.SUCCEEDED: Outcome.SUCCEEDED,
+    JobState.QUEUED: Outcome.REQUEUED,
+    JobState.FAILED: Outcome.FAILED,
+    JobState.CANCELLED: Outcome.REJECTED,
+}
 _OUTCOMES: Final = {
     Outcome.SUCCEEDED: Status.SUCCEEDED,
     Outcome.REQUEUED: Status.REQUEUED,
@@ -243,6 +254,11 @@ class Runner(Closing):
                     return await self._fail(
                         lease, beat, exc.code, retryable=exc.retryable, ended=ended
                     )
+                except (_Lost, _Uncertain):
+                    raise
+                except Exception as exc:  # any error of the tool is a failed attempt
+                    code = f"tool_error:{type(exc).__name__}"
+                    return await self._fail(lease, beat, code, retryable=True, ended=ended)
                 return await self._complete(lease, beat, result, ended)
         except _Lost:
             return ended(Status.LEASE_LOST)
@@ -275,12 +291,50 @@ class Runner(Closing):
         self, lease: Lease, beat: Heartbeat, result: Any, ended: Callable[..., Execution]
     ) -> Execution:
         await self._settle(lease, beat)
+        write = functools.partial(self._store.complete, lease, result)
         try:
-            outcome = await asyncio.to_thread(self._store.complete, lease, result)
-        except StoreUnavailableError as exc:
-            self._uncertain(Uncertainty(lease, beat.lease.lease_until, str(exc)))
-            raise _Uncertain("result_not_recorded") from exc
+            outcome = await self._final(lease, beat, write, "result_not_recorded")
+        except LeaseInputError as exc:
+            # The tool's effect is done; running it again would repeat it: a failure for good.
+            log.warning(
+                "result not storable job=%s token=%d: %s", lease.job_id, lease.fencing_token, exc
+            )
+            code = f"result_unstorable:{exc.field}"
+            return await self._fail(lease, beat, code, retryable=False, ended=ended)
         return ended(_OUTCOMES[outcome])
+
+    async def _final(
+        self, lease: Lease, beat: Heartbeat, write: Callable[[], Outcome], what: str
+    ) -> Outcome:
+        """A job's final write, tried again while its lease is presumed held: a database that
+        restarts during the tool call must not throw the finished outcome away (the job would
+        run again). Before each new try the job is read: a try that committed although its
+        answer was lost is not written twice. `_Uncertain(what)` once the lease may be gone."""
+        pause_s = _FINAL_RETRY_S
+        while True:
+            try:
+                return await asyncio.to_thread(write)
+            except StoreUnavailableError as exc:
+                if not beat.presumed_held():
+                    self._uncertain(Uncertainty(lease, beat.lease.lease_until, str(exc)))
+                    raise _Uncertain(what) from exc
+                log.warning(
+                    "%s job=%s token=%d, trying again: %s",
+                    what,
+                    lease.job_id,
+                    lease.fencing_token,
+                    exc,
+                )
+            await asyncio.sleep(pause_s)
+            pause_s = min(pause_s * 2, _FINAL_RETRY_MAX_S)
+            try:
+                job = await asyncio.to_thread(self._store.job, lease.job_id)
+            except StoreUnavailableError:
+                continue
+            if job is None or job.fencing_token != lease.fencing_token:
+                return Outcome.REJECTED
+            if job.state is not JobState.RUNNING:
+                return _LANDED[job.state]
 
     async def _settle(self, lease: Lease, beat: Heartbeat) -> None:
         """Before the outcome is written: stop the heartbeat, and with ownership uncertain
@@ -306,14 +360,8 @@ class Runner(Closing):
         ended: Callable[..., Execution],
     ) -> Execution:
         await self._settle(lease, beat)
-        try:
-            outcome = await asyncio.to_thread(
-                self._store.fail, lease, {"code": code}, retryable=retryable
-            )
-        except StoreUnavailableError as exc:
-            self._uncertain(Uncertainty(lease, beat.lease.lease_until, str(exc)))
-            raise _Uncertain("failure_not_recorded") from exc
-        return ended(_OUTCOMES[outcome], code)
+        write = functools.partial(self._store.fail, lease, {"code": code}, retryable=retryable)
+        return ended(_OUTCOMES[await self._final(lease, beat, write, "failure_not_recorded")], code)
 
     def _uncertain(self, what: Uncertainty) -> None:
         """Record that ownership is uncertain: a log line, and the event if it can be sent.

@@ -40,7 +40,7 @@ from psycopg.rows import DictRow
 
 from detector.closing import Closing
 from detector.contracts.events import MAX_KEY_CHARS, MAX_WORKER_ID_CHARS, Source
-from detector.leases.db import Database
+from detector.leases.db import SERVER_SETTINGS, Database
 from detector.leases.errors import JobKeyConflictError, LeaseInputError
 from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
@@ -291,6 +291,17 @@ RETURNING was.state AS was_state, {event_columns("j.")}
 """
 
 
+def idle_in_transaction(classes: Iterable[JobClass]) -> dict[str, str]:
+    """A session frozen inside a transaction holds its job's row lock: the server ends it
+    within the shortest lease of the classes, not after its default minute (a 1 s lease would
+    otherwise hold its job for 60 s)."""
+    shortest_ms = min((int(c.lease_s * 1000) for c in classes), default=None)
+    if shortest_ms is None:
+        return {}
+    held_ms = min(shortest_ms, int(SERVER_SETTINGS["idle_in_transaction_session_timeout"]))
+    return {"idle_in_transaction_session_timeout": str(max(held_ms, 1))}
+
+
 class LeaseStore(Closing):
     """Jobs of the given classes in the database at `dsn` (migrated by `splitbrain leases
     migrate`). A broken connection is replaced on the next call."""
@@ -308,7 +319,7 @@ class LeaseStore(Closing):
                 raise LeaseInputError("job_class", f"{job_class.name!r} is defined twice")
             self._classes[job_class.name] = job_class
         self._max_payload_bytes = max_payload_bytes
-        self._db = Database(dsn)
+        self._db = Database(dsn, settings=idle_in_transaction(self._classes.values()))
         self._db.connection()  # a DSN or a database that cannot be used fails here
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_obj
+from detector.devstack.postgres import LocalPostgres
 from detector.errors import ExitCode
 from detector.histories.audit import audit_lines
 from detector.leases import (
@@ -793,6 +794,22 @@ def test_the_http_service_answers_each_request_with_its_status(
     assert [e["payload"] for e in effects(db)] == [secret, {}]
     assert "SECRET" not in caplog.text and "4111" not in caplog.text
     assert "rejected destination=invoices job=" in caplog.text
+
+
+def test_the_first_request_after_a_database_restart_is_answered(
+    postgres: LocalPostgres, postgres_dsn: str, store: LeaseStore, db: psycopg.Connection[DictRow]
+) -> None:
+    """The destination's idle sessions were ended by the restart: each is found closed before
+    it is used, so the first request after it is decided, not answered 503."""
+    _, w2 = takeover(store, db)
+    with DestinationServer(postgres_dsn, NAME) as server:
+        client = Client(server.port)
+        path = f"/effects/{ENTITY}"
+        status, _ = client.post(path, headers_of(w2, "invoice:42:capture"), {})
+        assert status == 200
+        postgres.restart()
+        status, body = client.post(path, headers_of(w2, "invoice:42:void"), {})
+        assert (status, body["status"]) == (200, "accepted")
 
 
 def test_the_http_service_names_what_it_refuses(

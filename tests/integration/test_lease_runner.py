@@ -21,6 +21,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow
 
+from detector.devstack.postgres import LocalPostgres
 from detector.leases import LeaseStore
 from detector.leases.db import connect
 from detector.leases.heartbeat import Heartbeat
@@ -325,3 +326,103 @@ def test_ownership_uncertain_is_recorded_when_a_failure_cannot_be_written(
         and "duration_s=" in m
         for m in messages
     )
+
+
+def test_any_exception_of_the_tool_is_a_failed_attempt_and_the_worker_goes_on(
+    runner: Runner, store: LeaseStore
+) -> None:
+    """A tool that raises what a client library raises (`raise_for_status()`): each attempt
+    fails and is retried by the store, until its attempts run out; nothing raises into the
+    worker's loop."""
+    job = store.enqueue("ocr", "doc:21:ocr", {"doc": 21})
+
+    async def tool(call: ToolCall) -> str:
+        raise RuntimeError("503 Server Error: Service Unavailable for url: http://ocr")
+
+    async def every_attempt() -> list[Any]:
+        return [await runner.run_one("ocr", tool) for _ in range(OCR.max_attempts)]
+
+    executions = asyncio.run(every_attempt())
+    assert [(e.attempt, e.status, e.reason) for e in executions] == [
+        (1, Status.REQUEUED, "tool_error:RuntimeError"),
+        (2, Status.REQUEUED, "tool_error:RuntimeError"),
+        (3, Status.FAILED, "tool_error:RuntimeError"),
+    ]
+    now = store.job(job.id)
+    assert now is not None and now.state == "failed"
+    assert now.error["reason"] == "attempts_exhausted"
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        ({"text": "a\x00b"}, "NUL"),
+        ("\ud800", "surrogate"),
+        (nested(5000), "deep"),
+    ],
+    ids=["nul", "lone-surrogate", "5000-deep"],
+)
+def test_a_result_the_database_cannot_store_fails_the_job_for_good_and_the_worker_survives(
+    runner: Runner, store: LeaseStore, result: Any, why: str
+) -> None:
+    """The tool's effect is done, so running it again would repeat it: the job fails for good,
+    naming why, and nothing raises into the worker."""
+    job = store.enqueue("ocr", f"doc:{why}:ocr", {})
+
+    async def tool(call: ToolCall) -> Any:
+        return result
+
+    execution = asyncio.run(runner.run_one("ocr", tool))
+    assert execution is not None
+    assert (execution.status, execution.reason) == (Status.FAILED, "result_unstorable:result")
+    now = store.job(job.id)
+    assert now is not None and now.state == "failed" and now.result is None
+
+
+def test_a_database_restart_during_the_tool_call_keeps_its_result_and_does_not_run_it_again(
+    postgres: LocalPostgres, postgres_dsn: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """The final write meets the restarted server's closed connection: it is tried again
+    within the lease, so the finished result is recorded and the tool runs once."""
+    # Long enough for a restart on a loaded machine: the lease outlives it.
+    slow = job_class(
+        "ocr-restart", lease_s=60, tool_timeout_s=60, stage_time_limit_s=120, reserve_s=10
+    )
+    with LeaseStore(postgres_dsn, (slow,)) as store:
+        job = store.enqueue("ocr-restart", "doc:31:ocr", {"doc": 31})
+    runner = Runner(postgres_dsn, (slow,), "w1")
+    calls: list[int] = []
+
+    async def tool(call: ToolCall) -> str:
+        calls.append(call.try_number)
+        await asyncio.to_thread(postgres.restart, crash=True)
+        return "recognised text"
+
+    try:
+        execution = asyncio.run(runner.run_one("ocr-restart", tool))
+    finally:
+        runner.close()
+    assert execution is not None and execution.status is Status.SUCCEEDED
+    assert calls == [1]
+    with connect(postgres_dsn) as after:  # the test's own session did not outlive the restart
+        row = after.execute(
+            "SELECT state, result FROM tool_jobs WHERE id = %s", (job.id,)
+        ).fetchone()
+    assert row is not None and (row["state"], row["result"]) == ("succeeded", "recognised text")
+
+
+def test_a_session_frozen_in_a_transaction_holds_its_job_no_longer_than_its_lease(
+    postgres_dsn: str, store: LeaseStore
+) -> None:
+    """The server ends a store's session idle inside a transaction within the class's lease,
+    not after its default minute."""
+    with store._db.transaction() as conn:  # the session the store writes with
+        row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    assert row is not None and row["idle_in_transaction_session_timeout"] == "1s"
