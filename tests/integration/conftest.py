@@ -1,4 +1,4 @@
-"""Every test in this directory talks to a real local broker: mark them `kafka`."""
+"""The integration tests' servers and deployments (tests/conftest.py marks them by cost)."""
 
 import uuid
 from collections.abc import Iterator
@@ -12,12 +12,7 @@ from detector.devstack.kafka import LocalKafka
 from detector.devstack.postgres import LocalPostgres
 from detector.leases import migrate
 from detector.leases.db import connect
-from tests.conftest import mark_directory
 from tests.integration.deployment import RUNTIMES, Deployment
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_directory(items, Path(__file__).resolve().parent, pytest.mark.kafka)
 
 
 def deploy(broker: LocalKafka, workdir: Path, variant: str) -> Deployment:
