@@ -534,8 +534,8 @@ def test_a_stage_completes_and_enqueues_the_next_in_one_transaction(
 # -- migrations and the command ---------------------------------------------------------------
 
 
-def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
-    with connect(postgres_dsn) as conn:
+def test_migrate_twice_changes_nothing(empty_postgres_dsn: str) -> None:
+    with connect(empty_postgres_dsn) as conn:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
@@ -556,8 +556,8 @@ def migrate_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: str) -> None:
-    first = migrate_cli("--dsn", postgres_dsn)
+def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(empty_postgres_dsn: str) -> None:
+    first = migrate_cli("--dsn", empty_postgres_dsn)
     assert (first.returncode, first.stderr) == (0, "")
     assert first.stdout.splitlines() == [
         "applied migration 1: tool_jobs and tool_job_outbox",
@@ -568,7 +568,7 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: s
         "applied migration 6: langgraph ledger steps in batches",
         "schema at version 6",
     ]
-    second = migrate_cli("--dsn", postgres_dsn)
+    second = migrate_cli("--dsn", empty_postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
         "schema at version 6: already current, nothing changed\n",
@@ -616,9 +616,9 @@ def test_the_migrate_command_says_why_it_cannot_run_in_one_line(
 
 
 def test_the_migrate_command_reads_its_variable(
-    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    empty_postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
+    monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", empty_postgres_dsn)
     assert main(["leases", "migrate"]) == 0
     assert capsys.readouterr().out.endswith("schema at version 6\n")
 
