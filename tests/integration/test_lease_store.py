@@ -46,6 +46,7 @@ from detector.leases import (
 )
 from detector.leases.db import connect
 from detector.leases.retention import DEFAULT_JOB_RETENTION
+from tests.integration.deployment import wait_for
 from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
 
 CLASSES = (job_class(), job_class("once", max_attempts=1))
@@ -653,6 +654,15 @@ class Traffic(threading.Thread):
         except BaseException as exc:
             self.crashed.append(exc)
 
+    def goes_on(self, when: str) -> None:
+        """Until ten more jobs succeeded than now, or the thread crashed."""
+        now = len(self.succeeded)
+        wait_for(
+            lambda: len(self.succeeded) >= now + 10 or bool(self.crashed),
+            f"ten jobs to succeed {when}",
+        )
+        assert self.crashed == []
+
     def one_job(self, store: LeaseStore, n: int) -> None:
         self.enqueued.append(store.enqueue("ocr", f"doc:{n}:ocr", {"doc": n}).id)
         lease = store.claim("ocr", "w1")
@@ -671,18 +681,18 @@ def test_a_database_restart_mid_run_loses_no_job_and_no_outbox_row(
     traffic = Traffic(postgres_dsn)
     traffic.start()
     try:
-        time.sleep(0.5)
+        traffic.goes_on("before the crash")
         before = db.execute("SELECT job_id, seq, event FROM tool_job_outbox").fetchall()
         assert before
         postgres.restart(crash=True)
-        time.sleep(0.5)
+        traffic.goes_on("after the crash")
         postgres.restart()
-        time.sleep(0.5)
+        traffic.goes_on("after the restart")
     finally:
         traffic.stop.set()
         traffic.join()
 
-    assert traffic.crashed == [] and traffic.unavailable > 0 and len(traffic.succeeded) > 10
+    assert traffic.crashed == [] and traffic.unavailable > 0
     with connect(postgres_dsn) as conn:
         jobs = {r["id"]: r for r in conn.execute("SELECT id, state, event_seq FROM tool_jobs")}
         rows = conn.execute("SELECT job_id, seq, event FROM tool_job_outbox").fetchall()
