@@ -90,9 +90,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             names.add("unit")
         for name in sorted(names):
             item.add_marker(name)
-        groups = {_GROUP_BY_FIXTURE[f] for f in fixtures & _GROUP_BY_FIXTURE.keys()}
-        groups |= {_GROUP_BY_FILE[path]} if path in _GROUP_BY_FILE else set()
-        for group in groups:
+        # One group a test (xdist reads one): its file's, else its heavy fixture's.
+        by_fixture = (g for f, g in _GROUP_BY_FIXTURE.items() if f in fixtures)
+        group = _GROUP_BY_FILE.get(path) or next(by_fixture, None)
+        if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -119,12 +120,6 @@ def pytest_runtest_makereport(
     return report
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The count CI is judged on, printed even when it is 0 (pytest's summary leaves it out)."""
-    skipped = len(terminalreporter.stats.get("skipped", []))
-    terminalreporter.write_line(f"skipped: {skipped}")
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(
     collector: pytest.Collector,
@@ -132,6 +127,12 @@ def pytest_make_collect_report(
     report = yield
     _failed_for_skipping(report)
     return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The count CI is judged on, printed even when it is 0 (pytest's summary leaves it out)."""
+    skipped = len(terminalreporter.stats.get("skipped", []))
+    terminalreporter.write_line(f"skipped: {skipped}")
 
 
 def _run_broker(data_dir: Path, *, sasl_ssl: bool) -> Iterator[LocalKafka]:
