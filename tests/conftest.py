@@ -24,6 +24,9 @@ from tests.tools import program
 if TYPE_CHECKING:
     from selenium import webdriver
 
+# pytester: tests/unit/test_no_skip_in_ci.py runs these hooks in a pytest of its own.
+pytest_plugins = ("pytester",)
+
 # Hypothesis profiles, one mechanism for every property test (tests/unit/test_properties.py,
 # tests/unit/test_campaign.py): SPLITBRAIN_HYPOTHESIS_PROFILE names one; without it, `ci` when
 # CI is set and `dev` otherwise. pytest's own `--hypothesis-profile NAME` overrides both.
@@ -101,11 +104,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # set SPLITBRAIN_REQUIRE_TOOLS=1, so a skip there means something is missing; it fails instead
 # (whatever skipped it: `tests.tools.program`, `importorskip`, a `skipif`). What a run leaves
 # out is deselected by its marker (`-m "not slow"`), never skipped. An xfail stays an xfail.
-REQUIRE_TOOLS: Final = os.environ.get("SPLITBRAIN_REQUIRE_TOOLS") == "1"
-
-
 def _failed_for_skipping(report: pytest.TestReport | pytest.CollectReport) -> None:
-    if REQUIRE_TOOLS and report.skipped and not hasattr(report, "wasxfail"):
+    required = os.environ.get("SPLITBRAIN_REQUIRE_TOOLS") == "1"
+    if required and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped under SPLITBRAIN_REQUIRE_TOOLS=1, which allows none: {reason}"
