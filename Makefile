@@ -4,6 +4,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest on two workers (pytest-xdist): the integration tests mostly wait on servers. Tests that
+# share a heavy resource carry an xdist group (tests/conftest.py) and run in turn on one worker.
+# PYTEST_ARGS: more of pytest's flags, e.g. `make test PYTEST_ARGS="-x"`.
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+PYTEST_ARGS ?=
 
 .PHONY: demo audit-examples test slow lint typecheck unit kafka-jars schemas bundle readme dist bench clean
 
@@ -32,20 +37,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy detector tests bench scripts
 
+# The fast suite: the tests marked `unit` (tests/conftest.py marks every test by its cost).
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not kafka"
+	$(BIN)/pytest -q -m unit $(PYTEST_PARALLEL)
 
 # The integration tests' broker runs from Maven Central jars, cached in
 # ~/.cache/splitbrain/kafka-jars/ (detector/devstack/kafka.py says where and why).
 kafka-jars: $(STAMP)
 	$(BIN)/python -c 'from detector.devstack.kafka import ensure_jars; print(ensure_jars())'
 
+# Every test but the slow job's: lint, types, then pytest.
 test: lint typecheck kafka-jars $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The slow job's tests (.ci/slow, which also builds kube-apiserver): the three-broker torture run
-# of both runtimes, and the Kubernetes adapter's against the built server (skipped without it);
-# then the property tests again under the long, random `slow` hypothesis profile (tests/conftest.py).
+# of both runtimes, and the Kubernetes adapter's against the built server (skipped without it,
+# failed in CI); then the property tests again under the long, random `slow` hypothesis profile
+# (tests/conftest.py).
 PROPERTY_TESTS := tests/unit/test_properties.py tests/unit/test_campaign.py
 slow: kafka-jars $(STAMP)
 	SPLITBRAIN_TORTURE_CLUSTER=1 $(BIN)/pytest -q -m slow

@@ -1,15 +1,16 @@
-"""Shared fixtures: real local Kafka brokers started by `detector.devstack.kafka`.
+"""Shared fixtures: real local Kafka brokers started by `detector.devstack.kafka`, the external
+programs some tests run, and the markers by cost every test gets here.
 
 The brokers are session-scoped (a JVM start costs seconds) and are stopped by PID at the end of
 the session; the SASL_SSL one and the three-broker cluster start only if some test asks for them.
-Tests that need a broker live under tests/integration and tests/torture, whose conftests mark
-them `kafka`, so `pytest -m "not kafka"` runs the unit tests with no JVM at all.
+Under pytest-xdist a session is a worker's: each worker starts its own, on free ports in its own
+temporary directories.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -18,9 +19,13 @@ from hypothesis import HealthCheck, Phase, settings
 
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.kafka_cluster import LocalKafkaCluster
+from tests.tools import program
 
 if TYPE_CHECKING:
     from selenium import webdriver
+
+# pytester: tests/unit/test_no_skip_in_ci.py runs these hooks in a pytest of its own.
+pytest_plugins = ("pytester",)
 
 # Hypothesis profiles, one mechanism for every property test (tests/unit/test_properties.py,
 # tests/unit/test_campaign.py): SPLITBRAIN_HYPOTHESIS_PROFILE names one; without it, `ci` when
@@ -50,12 +55,85 @@ settings.register_profile("slow", _PROPERTIES, max_examples=2500)
 settings.load_profile(os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev"))
 
 
-def mark_directory(items: list[pytest.Item], directory: Path, *marks: pytest.MarkDecorator) -> None:
-    """Mark every collected test under `directory` (collection hooks see the whole session)."""
+# Markers by cost (registered in pyproject.toml), set here from where a test lives and what it
+# uses, so that no test file has to remember them: `unit` is what is left once a test talks to a
+# server or runs a program (`integration`) or drives chromium (`browser`); `pytest -m unit` is the
+# fast suite (`make unit`).
+TESTS: Final = Path(__file__).resolve().parent
+_BY_DIRECTORY: Final = {
+    TESTS / "integration": ("kafka", "integration"),
+    TESTS / "torture": ("kafka", "integration", "torture"),
+}
+_BY_FIXTURE: Final = {
+    "browser": "browser",
+    "promtool": "integration",
+    "amtool": "integration",
+    "docker_compose": "integration",
+}
+# pytest-xdist's `--dist loadgroup` runs each group on one worker, one test at a time: the tests
+# that would each start a heavy resource per worker (the three brokers, the SASL_SSL broker), and
+# those that load the machine for minutes and must not overlap (the torture runs, the full stacks
+# of the demos and of the installed wheel).
+_GROUP_BY_FIXTURE: Final = {"kafka_cluster": "kafka-cluster", "kafka_sasl_broker": "kafka-sasl"}
+_GROUP_BY_FILE: Final = {
+    TESTS / "torture" / "test_torture.py": "stacks",
+    TESTS / "integration" / "test_demo.py": "stacks",
+    TESTS / "integration" / "test_installed_wheel.py": "stacks",
+}
+_COSTLY: Final = frozenset({"integration", "browser"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if directory in item.path.resolve().parents:
-            for mark in marks:
-                item.add_marker(mark)
+        path = item.path.resolve()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        names = {n for d, marks in _BY_DIRECTORY.items() if d in path.parents for n in marks}
+        names |= {_BY_FIXTURE[f] for f in fixtures & _BY_FIXTURE.keys()}
+        if not (names | {m.name for m in item.iter_markers()}) & _COSTLY:
+            names.add("unit")
+        for name in sorted(names):
+            item.add_marker(name)
+        # One group a test (xdist reads one): its file's, else its heavy fixture's.
+        by_fixture = (g for f, g in _GROUP_BY_FIXTURE.items() if f in fixtures)
+        group = _GROUP_BY_FILE.get(path) or next(by_fixture, None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# No skip in CI: `.ci/run` and `.ci/slow` install every tool, extra and server the suite uses and
+# set SPLITBRAIN_REQUIRE_TOOLS=1, so a skip there means something is missing; it fails instead
+# (whatever skipped it: `tests.tools.program`, `importorskip`, a `skipif`). What a run leaves
+# out is deselected by its marker (`-m "not slow"`), never skipped. An xfail stays an xfail.
+def _failed_for_skipping(report: pytest.TestReport | pytest.CollectReport) -> None:
+    required = os.environ.get("SPLITBRAIN_REQUIRE_TOOLS") == "1"
+    if required and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped under SPLITBRAIN_REQUIRE_TOOLS=1, which allows none: {reason}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    _failed_for_skipping(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    _failed_for_skipping(report)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The count CI is judged on, printed even when it is 0 (pytest's summary leaves it out)."""
+    skipped = len(terminalreporter.stats.get("skipped", []))
+    terminalreporter.write_line(f"skipped: {skipped}")
 
 
 def _run_broker(data_dir: Path, *, sasl_ssl: bool) -> Iterator[LocalKafka]:
@@ -103,12 +181,26 @@ def kafka_cluster(_kafka_cluster: LocalKafkaCluster) -> Iterator[LocalKafkaClust
     _kafka_cluster.wait_in_sync()
 
 
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return program("promtool", package="prometheus")
+
+
+@pytest.fixture(scope="session")
+def amtool() -> str:
+    return program("amtool", package="prometheus-alertmanager")
+
+
+@pytest.fixture(scope="session")
+def docker_compose() -> str:
+    return program("docker-compose", package="docker-compose")
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
     """Debian's chromium, driven by Selenium through Debian's chromium-driver (the HTML report's
     and the findings view's tests)."""
     from detector.testing.view import chromium  # noqa: PLC0415 (selenium only where it is used)
-    from tests.tools import program  # noqa: PLC0415
 
     with chromium(
         program("chromium", package="chromium"),

@@ -220,8 +220,8 @@ class _Attempt:
 
     @_guarded
     def start(self) -> None:
+        self._arm()  # first: an acquisition that could not be sent still has its lease timed
         self.ownership.acquired(lease_duration_s=self.heartbeat_timeout or self.start_to_close)
-        self._arm()
 
     @_guarded
     def heartbeat(self) -> None:
@@ -231,12 +231,12 @@ class _Attempt:
         self._check_lost()
         if self.lost:
             return
-        if now - self.last_beat_sent >= self.beat_every:
-            self.last_beat_sent = now
-            self.ownership.emit(Kind.HEARTBEAT)
         if self.uncertain:  # heartbeating again: time the new silence
             self.uncertain = False
             self._arm()
+        if now - self.last_beat_sent >= self.beat_every:
+            self.last_beat_sent = now
+            self.ownership.emit(Kind.HEARTBEAT)
 
     @_guarded
     def end(self, outcome: str | None, error: str | None = None) -> None:

@@ -219,10 +219,14 @@ class LocalPostgres(Started):
             return None
         return pid if self._alive(pid) else None
 
-    def create_database(self, name: str) -> str:
-        """A new, empty database; its DSN."""
+    def create_database(self, name: str, *, template: str | None = None) -> str:
+        """A new database, empty or a copy of `template` (which nobody may be connected to);
+        its DSN."""
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            query = sql.SQL("{} TEMPLATE {}").format(query, sql.Identifier(template))
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute(query)
         return self.dsn_for(name)
 
     def drop_database(self, name: str) -> None:

@@ -1,4 +1,4 @@
-"""Every test in this directory talks to a real local broker: mark them `kafka`."""
+"""The integration tests' servers and deployments (tests/conftest.py marks them by cost)."""
 
 import uuid
 from collections.abc import Iterator
@@ -12,12 +12,7 @@ from detector.devstack.kafka import LocalKafka
 from detector.devstack.postgres import LocalPostgres
 from detector.leases import migrate
 from detector.leases.db import connect
-from tests.conftest import mark_directory
 from tests.integration.deployment import RUNTIMES, Deployment
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_directory(items, Path(__file__).resolve().parent, pytest.mark.kafka)
 
 
 def deploy(broker: LocalKafka, workdir: Path, variant: str) -> Deployment:
@@ -49,23 +44,43 @@ def postgres() -> Iterator[LocalPostgres]:
         yield server
 
 
-@pytest.fixture
-def db(postgres_dsn: str) -> Iterator[psycopg.Connection[DictRow]]:
-    """The test's database, migrated to the lease store's schema, for the test's own reads."""
-    with connect(postgres_dsn) as conn:
+@pytest.fixture(scope="session")
+def lease_store_template(postgres: LocalPostgres) -> str:
+    """A database migrated to the lease store's schema once per session, that each test's
+    database copies: a copy costs less than a migration."""
+    name = "lease_store_template"
+    with connect(postgres.create_database(name)) as conn:
         migrate(conn)
-        yield conn
+    return name
 
 
-@pytest.fixture
-def postgres_dsn(postgres: LocalPostgres) -> Iterator[str]:
-    """A new, empty database of the session's server for this test alone, dropped after it."""
+def _database(postgres: LocalPostgres, template: str | None) -> Iterator[str]:
     name = f"test_{uuid.uuid4().hex}"
-    dsn = postgres.create_database(name)
+    dsn = postgres.create_database(name, template=template)
     try:
         yield dsn
     finally:
         postgres.drop_database(name)
+
+
+@pytest.fixture
+def postgres_dsn(postgres: LocalPostgres, lease_store_template: str) -> Iterator[str]:
+    """A new database of the session's server for this test alone, already migrated to the
+    lease store's schema, dropped after it."""
+    yield from _database(postgres, lease_store_template)
+
+
+@pytest.fixture
+def empty_postgres_dsn(postgres: LocalPostgres) -> Iterator[str]:
+    """A new, empty database for this test alone (the tests of migrating one), dropped after it."""
+    yield from _database(postgres, None)
+
+
+@pytest.fixture
+def db(postgres_dsn: str) -> Iterator[psycopg.Connection[DictRow]]:
+    """A connection to the test's database, for the test's own reads."""
+    with connect(postgres_dsn) as conn:
+        yield conn
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ leader-election candidates, the leader paused past its lease while the other tak
 leader's work goes on after the takeover until `LeaderElector` stops it, and the findings topic
 says so, critical.
 
-Marked `slow`: it needs the built server (skipped, naming the script, when it is not there).
+Marked `slow`: it needs the built server (skipped, naming the script, when it is not there; a
+failure in the slow job, which builds it).
 `SPLITBRAIN_RECORD_KUBE=1` writes the watch stream it saw and the input topic it produced to
 tests/data/kubernetes/, which the fast suite replays (tests/unit/test_adapter_kubernetes.py).
 """

@@ -200,6 +200,11 @@ class Prometheus:
         result = self.query(expr)
         return sum(float(r["value"][1]) for r in result) if result else -1.0
 
+    def scraped_after(self, moment: float) -> bool:
+        """Whether every target was scraped after `moment` (a Unix time): what they exported
+        then is in."""
+        return self.total("min(timestamp(up))") > moment
+
 
 def finite(series: list[dict[str, Any]]) -> bool:
     """Does any series have a number (not NaN) to show?"""
@@ -294,7 +299,8 @@ def test_every_panel_query_returns_data_from_a_real_run(
         ):
             start = time.time()
             drive(prom, d, w1, w2)
-            time.sleep(4 * SCRAPE_S)  # the last of it scraped
+            driven = time.time()
+            wait_for(lambda: prom.scraped_after(driven), "the last of it scraped", 30)
             end = time.time()
             results = evaluate(prom, start, end)
     finally:
@@ -348,27 +354,31 @@ def drive(prom: Prometheus, d: Deployment, w1: WorkerProcess, w2: WorkerProcess)
     acquire, act, resolve = history(time.time() - 120)
     valid = len(acquire) + len(act) + len(resolve)
 
-    def processed(n: int) -> bool:
-        return prom.total('sum(splitbrain_events_total{job="splitbrain"})') >= n
+    def processed(n: int, what: str, among: list[WorkerProcess]) -> None:
+        """Until Prometheus scraped `n` events counted."""
+        events = 'sum(splitbrain_events_total{job="splitbrain"})'
+        wait_for(lambda: prom.total(events) >= n, what, 90, among)
 
     # Every label set first shows at 0, so that rate() sees the first observation.
     d.publish(records(acquire))
-    wait_for(lambda: processed(len(acquire)), "the acquisitions", 90, [w1])
+    processed(len(acquire), "the acquisitions", [w1])
     wait_for(
         lambda: prom.total("splitbrain_lease_heartbeat_age_seconds_count") == 0,
         "the lease-health label sets at 0",
         60,
         [w1],
     )
-    # What the owners do, in three bursts, with bad input among it.
+    # What the owners do, in three bursts (each scraped before the next), with bad input.
     third = len(act) // 3
-    for chunk in (act[:third], act[third : 2 * third], act[2 * third :]):
-        d.publish(records(chunk))
-        time.sleep(2)
+    done = len(acquire)
+    for burst in (act[:third], act[third : 2 * third], act[2 * third :]):
+        d.publish(records(burst))
+        done += len(burst)
+        processed(done, "a burst of activity", [w1])
     d.publish([(b"tenant-0/dash/000", b"{not json")])  # a dead letter
     bad_field = {**act[0], "event_id": "bad-field", "seq": 1000, "lease_duration_s": -5}
     d.publish(records([bad_field, act[1]]))  # an invalid optional field; a redelivery
-    wait_for(lambda: processed(len(acquire) + len(act) + 1), "the activity", 90, [w1])
+    processed(len(acquire) + len(act) + 1, "the activity", [w1])
     # A second worker joins: a rebalance, and restores from the changelog.
     w2.start()
     wait_for(
@@ -380,9 +390,10 @@ def drive(prom: Prometheus, d: Deployment, w1: WorkerProcess, w2: WorkerProcess)
         120,
         workers,
     )
-    time.sleep(3)
+    joined = time.time()
+    wait_for(lambda: prom.scraped_after(joined), "a scrape of both after the rebalance", 30)
     d.publish(records(resolve))
-    wait_for(lambda: processed(valid + 1), "the resolutions", 90, workers)
+    processed(valid + 1, "the resolutions", workers)
     resolved = "sum(splitbrain_finding_resolution_seconds_count)"
     # lease_lost + verified (scenarios 1, 3), verified (2, 4), silence (6): 3 of each
     wait_for(lambda: prom.total(resolved) >= 15, "15 findings resolved", 90, workers)

@@ -648,12 +648,12 @@ def test_an_unknown_job_or_bad_input_is_refused_and_writes_nothing(
 # -- the schema ----------------------------------------------------------------------------------
 
 
-def test_migrate_adds_the_destination_to_a_version_1_store_once(postgres_dsn: str) -> None:
+def test_migrate_adds_the_destination_to_a_version_1_store_once(empty_postgres_dsn: str) -> None:
     """A database migrated by the version before this one (step 1 only) gets the later steps,
     and step 1's SQL is unchanged (its recorded checksum still matches)."""
     one, *later = MIGRATIONS
     latest = later[-1].version
-    with connect(postgres_dsn) as conn:
+    with connect(empty_postgres_dsn) as conn:
         with conn.transaction():
             conn.execute(
                 "CREATE TABLE splitbrain_migrations (version integer PRIMARY KEY, name text NOT"

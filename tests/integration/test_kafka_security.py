@@ -1,5 +1,5 @@
 """Every Kafka command over SASL_SSL + SCRAM-SHA-512 with the broker's own CA, and wrong
-credentials or a wrong CA end in a few seconds with the reason, not in a hang."""
+credentials or a wrong CA end at once with the reason, not in a timeout that names none."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from detector.contracts.findings import Finding
 from detector.devstack.kafka import LocalKafka, make_tls_files
 from detector.histories.audit import audit_lines
 from detector.kafka.config import KafkaClientError, env_name
-from detector.kafka.emit import Emitter
+from detector.kafka.emit import DEFAULT_FLUSH_TIMEOUT, Emitter
+from detector.kafka.findings import METADATA_TIMEOUT
 from tests.paths import SEED_FIXTURE
 
 from .kafka_harness import (
@@ -29,7 +30,9 @@ from .kafka_harness import (
 )
 
 TIMEOUT = 30.0
-QUICK = 10.0  # "a few seconds": far below any librdkafka retry or request timeout
+# The shortest wait the commands and the emitter could end in instead (metadata, a flush): one
+# that ends on the error comes before it, however loaded the machine; one that waits, after.
+WAITED_OUT = min(METADATA_TIMEOUT, DEFAULT_FLUSH_TIMEOUT)
 
 
 @pytest.fixture
@@ -126,7 +129,8 @@ def test_wrong_credentials_fail_fast_with_the_reason(
     name = command.removesuffix(" --profile local").removesuffix(" -")
     assert f"splitbrain {name}: Kafka: " in result.stderr
     assert reason in result.stderr
-    assert elapsed < QUICK
+    assert "within" not in result.stderr  # what a timeout says
+    assert elapsed < WAITED_OUT
 
 
 def test_emitter_with_wrong_password_fails_quickly(kafka_sasl_broker: LocalKafka) -> None:
@@ -137,4 +141,4 @@ def test_emitter_with_wrong_password_fails_quickly(kafka_sasl_broker: LocalKafka
         Emitter(conf, topic=unique("never-reached")) as emitter,
     ):
         emitter.progress(workflow_key="wf", owner_epoch=1, worker_id="w")
-    assert time.monotonic() - started < QUICK
+    assert time.monotonic() - started < WAITED_OUT

@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -110,14 +111,34 @@ def test_the_heartbeat_keeps_the_lease_while_the_tool_blocks_the_event_loop(
     """A tool that blocks the loop for longer than the lease (but less than its timeout) keeps
     its job: the heartbeat is a thread of its own."""
     store.enqueue("ocr", "doc:8:ocr", {"doc": 8})
+    held: list[bool] = []
 
     async def blocking(call: ToolCall) -> str:
-        time.sleep(1.3)  # the loop is blocked: no await, for 1.3 leases
+        # The loop is blocked (no await) until the lease the job had when the tool started has
+        # run out on the database's clock; the job's lease then still runs, extended meanwhile.
+        claimed_until = lease_until(db)
+        wait_until(lambda: past(db, claimed_until), "the claimed lease to run out")
+        held.append(not past(db, lease_until(db)))
         return "ok"
 
     execution = asyncio.run(runner.run_one("ocr", blocking))
+    assert held == [True]
     assert execution is not None and execution.status is Status.SUCCEEDED
-    assert heartbeats(db) >= 3
+    assert heartbeats(db) >= 1
+
+
+def lease_until(db: psycopg.Connection[DictRow]) -> datetime:
+    """The lease of the one job in the store."""
+    row = db.execute("SELECT lease_until FROM tool_jobs").fetchone()
+    assert row is not None and row["lease_until"] is not None
+    return cast(datetime, row["lease_until"])
+
+
+def past(db: psycopg.Connection[DictRow], moment: datetime) -> bool:
+    """Whether `moment` has passed on the database's clock."""
+    row = db.execute("SELECT clock_timestamp() > %s AS past", (moment,)).fetchone()
+    assert row is not None
+    return bool(row["past"])
 
 
 def test_a_stuck_executor_does_not_keep_its_lease_alive(

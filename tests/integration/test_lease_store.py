@@ -46,6 +46,7 @@ from detector.leases import (
 )
 from detector.leases.db import connect
 from detector.leases.retention import DEFAULT_JOB_RETENTION
+from tests.integration.deployment import wait_for
 from tests.integration.leases import claimed, job_class, outbox, wait_lapsed
 
 CLASSES = (job_class(), job_class("once", max_attempts=1))
@@ -534,8 +535,8 @@ def test_a_stage_completes_and_enqueues_the_next_in_one_transaction(
 # -- migrations and the command ---------------------------------------------------------------
 
 
-def test_migrate_twice_changes_nothing(postgres_dsn: str) -> None:
-    with connect(postgres_dsn) as conn:
+def test_migrate_twice_changes_nothing(empty_postgres_dsn: str) -> None:
+    with connect(empty_postgres_dsn) as conn:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
@@ -556,8 +557,8 @@ def migrate_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: str) -> None:
-    first = migrate_cli("--dsn", postgres_dsn)
+def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(empty_postgres_dsn: str) -> None:
+    first = migrate_cli("--dsn", empty_postgres_dsn)
     assert (first.returncode, first.stderr) == (0, "")
     assert first.stdout.splitlines() == [
         "applied migration 1: tool_jobs and tool_job_outbox",
@@ -568,7 +569,7 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(postgres_dsn: s
         "applied migration 6: langgraph ledger steps in batches",
         "schema at version 6",
     ]
-    second = migrate_cli("--dsn", postgres_dsn)
+    second = migrate_cli("--dsn", empty_postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
         "schema at version 6: already current, nothing changed\n",
@@ -616,9 +617,9 @@ def test_the_migrate_command_says_why_it_cannot_run_in_one_line(
 
 
 def test_the_migrate_command_reads_its_variable(
-    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    empty_postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", postgres_dsn)
+    monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", empty_postgres_dsn)
     assert main(["leases", "migrate"]) == 0
     assert capsys.readouterr().out.endswith("schema at version 6\n")
 
@@ -653,6 +654,15 @@ class Traffic(threading.Thread):
         except BaseException as exc:
             self.crashed.append(exc)
 
+    def goes_on(self, when: str) -> None:
+        """Until ten more jobs succeeded than now, or the thread crashed."""
+        now = len(self.succeeded)
+        wait_for(
+            lambda: len(self.succeeded) >= now + 10 or bool(self.crashed),
+            f"ten jobs to succeed {when}",
+        )
+        assert self.crashed == []
+
     def one_job(self, store: LeaseStore, n: int) -> None:
         self.enqueued.append(store.enqueue("ocr", f"doc:{n}:ocr", {"doc": n}).id)
         lease = store.claim("ocr", "w1")
@@ -671,18 +681,18 @@ def test_a_database_restart_mid_run_loses_no_job_and_no_outbox_row(
     traffic = Traffic(postgres_dsn)
     traffic.start()
     try:
-        time.sleep(0.5)
+        traffic.goes_on("before the crash")
         before = db.execute("SELECT job_id, seq, event FROM tool_job_outbox").fetchall()
         assert before
         postgres.restart(crash=True)
-        time.sleep(0.5)
+        traffic.goes_on("after the crash")
         postgres.restart()
-        time.sleep(0.5)
+        traffic.goes_on("after the restart")
     finally:
         traffic.stop.set()
         traffic.join()
 
-    assert traffic.crashed == [] and traffic.unavailable > 0 and len(traffic.succeeded) > 10
+    assert traffic.crashed == [] and traffic.unavailable > 0
     with connect(postgres_dsn) as conn:
         jobs = {r["id"]: r for r in conn.execute("SELECT id, state, event_seq FROM tool_jobs")}
         rows = conn.execute("SELECT job_id, seq, event FROM tool_job_outbox").fetchall()

@@ -325,10 +325,10 @@ def test_an_owner_id_is_printed_escaped(
 
 
 def test_an_unmigrated_database_is_one_line_naming_migrate_and_exit_2(
-    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+    empty_postgres_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for fmt in ("text", "json"):
-        code, lines, err = inspect_cli(capsys, postgres_dsn, "--format", fmt)
+        code, lines, err = inspect_cli(capsys, empty_postgres_dsn, "--format", fmt)
         assert (code, lines) == (ExitCode.UNUSABLE, [])
         assert err.splitlines() == [
             "splitbrain leases inspect: the database has no lease store (no tool_jobs table): "

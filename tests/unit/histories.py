@@ -20,6 +20,7 @@ from typing import Any, TypedDict, Unpack
 from detector.contracts.events import OwnershipEvent, parse_event_json, parse_event_obj
 from detector.contracts.findings import Finding
 from detector.core import Config, Detector, FindingUpdate
+from detector.histories.logfmt import parse_logfmt_line
 from tests.paths import SEED_FIXTURE
 
 BASE = datetime(2026, 7, 26, 10, 0, 0, tzinfo=UTC)
@@ -240,8 +241,6 @@ def epochs(f: Finding) -> tuple[int | None, int | None]:
 
 def logfmt_events(text: str) -> list[OwnershipEvent]:
     """Job-queue logfmt lines to events; a line without `event_id=` gets `line-N` (its number)."""
-    from detector.histories.logfmt import parse_logfmt_line  # noqa: PLC0415  (optional module)
-
     out = []
     for n, line in enumerate(text.strip().splitlines(), start=1):
         if not line.strip():

@@ -225,7 +225,6 @@ def test_a_restart_resumes_without_taking_a_renewal_for_a_new_holder() -> None:
     assert summary(events) == [("heartbeat", "pod-a", 600, 601)]
 
 
-@pytest.mark.skipif(not (RECORDED / "lease-watch.jsonl").exists(), reason="no recorded stream")
 def test_the_recorded_stream_replays_to_what_the_live_watcher_published() -> None:
     stream = [
         json.loads(line) for line in (RECORDED / "lease-watch.jsonl").read_text().splitlines()

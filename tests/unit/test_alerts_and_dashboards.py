@@ -2,7 +2,7 @@
 
 promtool comes from Debian's `prometheus` package (`.ci/run` installs it). Without it the promtool
 tests skip, saying so, unless SPLITBRAIN_REQUIRE_TOOLS=1 (set by `.ci/run`) fails them instead:
-see `tests/tools.py`.
+see `tests/conftest.py`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from detector.paging.delivery import Outcome
 from detector.paging.metrics import PageMetrics
 from detector.telemetry.metrics import WorkerMetrics
 from tests.paths import ROOT
-from tests.tools import program
 
 RULES = ROOT / "alerts" / "splitbrain.rules.yml"
 RULE_TESTS = ROOT / "alerts" / "tests" / "splitbrain.rules.test.yml"
@@ -51,11 +50,6 @@ GRAFANA_VARIABLES = {
 
 
 # ---- promtool ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    return program("promtool", package="prometheus")
 
 
 def run_promtool(promtool: str, *args: str | Path, cwd: Path = ROOT) -> tuple[int, str]:

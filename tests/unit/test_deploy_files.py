@@ -13,7 +13,7 @@ from the uncommitted .env, which deploy/example.env documents; and the Dockerfil
 pinned, unprivileged, with `splitbrain` as entrypoint and a healthcheck.
 
 docker-compose, promtool and amtool come from Debian's packages (`.ci/run` installs them); without
-one, its test skips, unless SPLITBRAIN_REQUIRE_TOOLS=1 (`tests/tools.py`).
+one, its test skips, unless SPLITBRAIN_REQUIRE_TOOLS=1 (`tests/conftest.py`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from detector.cli.reference import settings_variables
 from detector.leases.policy import JobClass
 from detector.settings import ENV_PREFIX
 from tests.paths import ROOT
-from tests.tools import program
 
 COMPOSE: Final = ROOT / "docker-compose.yml"
 EXAMPLE_ENV: Final = ROOT / "deploy" / "example.env"
@@ -332,8 +331,7 @@ def splitbrain_services() -> dict[str, dict[str, Any]]:
 # ---- the tests --------------------------------------------------------------------------------
 
 
-def test_docker_compose_config_accepts_the_file() -> None:
-    docker_compose = program("docker-compose", package="docker-compose")
+def test_docker_compose_config_accepts_the_file(docker_compose: str) -> None:
     # The shell's own values would win over the env file's: leave them out.
     env = {k: v for k, v in os.environ.items() if k not in compose_variables()}
     done = subprocess.run(
@@ -510,8 +508,7 @@ def test_secrets_come_from_the_uncommitted_env_file() -> None:
     assert "*" in patterns and "!.env" not in patterns, ".dockerignore lets .env into the image"
 
 
-def test_prometheus_config_passes_promtool() -> None:
-    promtool = program("promtool", package="prometheus")
+def test_prometheus_config_passes_promtool(promtool: str) -> None:
     done = subprocess.run(
         [promtool, "check", "config", str(PROMETHEUS.relative_to(ROOT))],
         cwd=ROOT,
@@ -569,8 +566,7 @@ def test_prometheus_loads_the_rules_of_alerts_and_scrapes_the_workers() -> None:
     assert "alertmanager" in services()
 
 
-def test_alertmanager_config_passes_amtool_and_routes_each_severity() -> None:
-    amtool = program("amtool", package="prometheus-alertmanager")
+def test_alertmanager_config_passes_amtool_and_routes_each_severity(amtool: str) -> None:
 
     def run(*args: str) -> str:
         done = subprocess.run(

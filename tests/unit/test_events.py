@@ -1,6 +1,7 @@
 """The input contract at the edge: aliases fold in, limits hold, errors name the field."""
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -502,12 +503,24 @@ def test_only_json_is_read_member_by_member(
     at = cut % len(text)
     mutated = text[:at] + insert + text[at + bool(not insert) :]
     try:
-        still_json = isinstance(json.loads(mutated), dict)
+        document = json.loads(mutated)
     except ValueError:
-        still_json = False
-    if not still_json:
+        document = None
+    if isinstance(document, dict):  # read as the JSON object it is, or refused as it would be
+        assert outcome(lambda: parse_event_json(mutated)) == outcome(
+            lambda: parse_event_obj(document)
+        )
+    else:
         with pytest.raises(EventError):
             parse_event_json(mutated)
+
+
+def outcome(read: Callable[[], OwnershipEvent]) -> OwnershipEvent | str:
+    """The event read, or what refused it."""
+    try:
+        return read()
+    except EventError as exc:
+        return str(exc)
 
 
 @pytest.mark.parametrize("own", ["ef" * 16, "XYZ"])  # a valid trace id, and one dropped

@@ -13,7 +13,10 @@ from tests.exported import KINDS, PROMETHEUS_RULE, check_export
 from tests.paths import ROOT
 
 
-@pytest.mark.parametrize("kind", KINDS)
+# The alerts are checked by promtool and amtool: a program run, so not unit (tests/conftest.py).
+@pytest.mark.parametrize(
+    "kind", [pytest.param(k, marks=pytest.mark.integration) if k == "alerts" else k for k in KINDS]
+)
 def test_export_writes_the_repository_files_the_tools_accept(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,7 +19,6 @@ from detector.paging.alertmanager import AlertmanagerSink
 from detector.paging.pagerduty import PagerDutySink
 from detector.paging.webhook import WebhookSink
 from tests.paths import ROOT
-from tests.tools import program
 
 EXAMPLE = ROOT / "alerts" / "alertmanager.example.yml"
 BOOT = ("--bootstrap-servers", "127.0.0.1:9")
@@ -193,8 +192,7 @@ def test_help_names_the_page_variables() -> None:
 # ---- the example Alertmanager configuration ---------------------------------------------------
 
 
-def test_amtool_accepts_the_example_configuration() -> None:
-    amtool = program("amtool", package="prometheus-alertmanager")
+def test_amtool_accepts_the_example_configuration(amtool: str) -> None:
     result = subprocess.run(
         [amtool, "check-config", str(EXAMPLE)], capture_output=True, text=True, check=False
     )

@@ -96,15 +96,16 @@ def test_compaction_keeps_the_displaced_owner_of_a_finding() -> None:
         Config(quiet_period_s=600),
         at(0),
     )
-    displaced = r.finding(W, 0).displaced
-    assert displaced is not None and displaced.worker_id == "alpha"
+    finding = r.finding(W, 0)
+    assert finding.displaced is not None and finding.displaced.worker_id == "alpha"
     r.advance(at(600))  # released and quiet: compacted
+    compacted = len(r.updates)
     r.feed([acq("a1", 1, "beta", 8)], now=at(700))  # a late acquisition forces a re-render
-    assert all(u.finding.displaced is not None for u in r.updates)
-    assert all(
-        u.finding.displaced is not None and u.finding.displaced.worker_id == "alpha"
-        for u in r.updates
-    )
+    rerendered = r.updates[compacted:]
+    assert [(u.finding.finding_id, u.finding.revision) for u in rerendered] == [
+        (finding.finding_id, 3)
+    ]
+    assert rerendered[0].finding.displaced == finding.displaced
 
 
 def test_idle_workflow_is_evicted_after_ttl() -> None:

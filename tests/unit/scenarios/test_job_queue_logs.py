@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ..histories import conds, epochs, logfmt_events, run
 
 
 def test_job_queue_log_with_rejected_result() -> None:
-    pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
         job_claimed job=8f1b token=41 worker=w1 seq=1 event_id=l1
@@ -39,7 +36,6 @@ def test_job_queue_log_with_rejected_result() -> None:
 
 
 def test_job_queue_log_clean_handoff_and_buffered_line() -> None:
-    pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
         job_claimed job=q7 token=1 worker=w1 seq=1
@@ -56,7 +52,6 @@ def test_job_queue_log_clean_handoff_and_buffered_line() -> None:
 
 
 def test_job_queue_log_stale_worker_after_takeover() -> None:
-    pytest.importorskip("detector.histories.logfmt")
     events = logfmt_events(
         """
         job_claimed job=q9 token=7 worker=w1 seq=1 attrs.tool_class=llm
