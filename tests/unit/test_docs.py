@@ -25,9 +25,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from detector.adapters._sink import _Metrics as AdapterMetrics
 from detector.cli.audit import Expectation, ExpectedFinding
+from detector.contracts.page_state import SinkName
 from detector.errors import ExitCode
+from detector.leases.gauges import LeaseGauges
+from detector.paging.metrics import PageMetrics
+from detector.telemetry.metrics import WorkerMetrics
+from detector.view.metrics import ViewMetrics
+from detector.view.store import FindingsStore
 from tests import docs
 from tests.paths import ROOT
 
@@ -233,3 +241,37 @@ def test_the_exit_codes_page_lists_every_exit_code() -> None:
     text = (docs.DOCS / "reference" / "contracts" / "exit-codes.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", text, re.M)
     assert rows == [(str(code.value), code.name) for code in ExitCode]
+
+
+# ---- the metrics: every family a process exports is on the metrics page ----------------------
+
+
+def exported_families() -> set[str]:
+    """The exposition names of what the worker, the pager bridge, the findings view, the relay and
+    the adapters export (a counter `x` is `x_total` on /metrics)."""
+    registries = [
+        WorkerMetrics(CollectorRegistry()).registry,
+        PageMetrics(list(SinkName), CollectorRegistry()).registry,
+        ViewMetrics(FindingsStore()).registry,
+        LeaseGauges(CollectorRegistry()).registry,
+    ]
+    adapters = CollectorRegistry()
+    AdapterMetrics(adapters)
+    return {
+        family.name + ("_total" if family.type == "counter" else "")
+        for registry in [*registries, adapters]
+        for family in registry.collect()
+    }
+
+
+def test_every_exported_metric_is_on_the_metrics_page() -> None:
+    text = (docs.DOCS / "reference" / "metrics.md").read_text(encoding="utf-8")
+    families = exported_families()
+    assert len(families) > 40
+    named = {name for name in families if f"`{name}`" in text}
+    # The relay's gauges have their table on its page; the metrics page names their prefix.
+    relay = (docs.DOCS / "lease-store" / "relay.md").read_text(encoding="utf-8")
+    on_relay_page = {name for name in families if name.startswith("splitbrain_lease_store_")}
+    assert "`splitbrain_lease_store_…`" in text
+    assert sorted(name for name in on_relay_page if f"`{name}`" not in relay) == []
+    assert sorted(families - named - on_relay_page) == []
