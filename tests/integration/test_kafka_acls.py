@@ -35,6 +35,7 @@ from tests.paths import ROOT, SEED_FIXTURE
 
 SECURITY = ROOT / "docs" / "operating" / "security.md"
 EMITTER = ROOT / "docs" / "adapters" / "emitter.md"
+EMIT_HEADING = "# Emitting events from your own workers: `detector.kafka.emit`"
 WORKER, PAGER, AGENTS = "splitbrain-detector", "splitbrain-page", "agents"
 
 
@@ -109,7 +110,7 @@ def test_each_component_runs_with_the_readme_acls_and_nothing_more(
         with WorkerProcess(broker.client_config(WORKER), topics, tmp_path / "workers") as worker:
             agents = connection_env(broker.client_config(AGENTS))
             example = subprocess.run(
-                [sys.executable, "-c", doc_block(EMITTER, "# Emitting events", "python")],
+                [sys.executable, "-c", doc_block(EMITTER, EMIT_HEADING, "python")],
                 env=agents,
                 capture_output=True,
                 text=True,
