@@ -25,10 +25,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from detector.adapters._sink import _Metrics as AdapterMetrics
 from detector.cli.audit import Expectation, ExpectedFinding
+from detector.contracts.findings import ConditionKind, Severity
 from detector.contracts.page_state import SinkName
 from detector.errors import ExitCode
 from detector.leases.gauges import LeaseGauges
@@ -275,3 +277,17 @@ def test_every_exported_metric_is_on_the_metrics_page() -> None:
     assert "`splitbrain_lease_store_…`" in text
     assert sorted(name for name in on_relay_page if f"`{name}`" not in relay) == []
     assert sorted(families - named - on_relay_page) == []
+
+
+def test_every_topic_of_the_topics_file_has_a_row() -> None:
+    topics = yaml.safe_load((ROOT / "topics" / "topics.yaml").read_text())["topics"]
+    text = (docs.DOCS / "reference" / "contracts" / "topics.md").read_text(encoding="utf-8")
+    assert len(topics) >= 4
+    assert [name for name in topics if f"| `{name}` |" not in text] == []
+
+
+def test_every_condition_has_a_row_with_its_severity() -> None:
+    text = (docs.DOCS / "reference" / "rules.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| .* \| ([a-z /]+) \|$", text, re.M))
+    assert set(rows) == {kind.value for kind in ConditionKind}
+    assert all(set(rows[kind].split(" / ")) <= set(Severity) for kind in rows)
