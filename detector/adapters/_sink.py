@@ -74,10 +74,10 @@ _SETTLE_S: Final = 5.0  # a wait for Kafka's acknowledgements, between bursts of
 _FINAL_SETTLE_S: Final = 1.0  # at close, after `flush` already waited
 _RETRY_S: Final = 1.0  # after the emitter could not be made or failed: try again this late
 DEFAULT_EXIT_FLUSH_S: Final = 5.0
-# Where the README says how to configure the producer, for a log line that cannot name a variable.
+# Where the docs say how to configure the producer, for a log line that cannot name a variable.
 _CONFIGURATION: Final = (
     f"the producer is configured by {env_var('bootstrap_servers')} and the other SPLITBRAIN_* "
-    "variables (README: Configuration and security)"
+    "variables (docs/operating/security.md)"
 )
 
 

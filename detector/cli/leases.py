@@ -299,7 +299,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def inspection_json(view: Inspection) -> dict[str, Any]:
-    """The document `--format json` prints (README: `splitbrain leases inspect`)."""
+    """The document `--format json` prints (docs/lease-store/inspect.md)."""
     return {
         "schema": INSPECT_SCHEMA,
         "observed_at": view.observed_at.astimezone(UTC).isoformat(timespec="microseconds"),

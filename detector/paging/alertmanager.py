@@ -25,7 +25,7 @@ from detector.report import context_text, printable, witness
 
 ALERTNAME: Final = "SplitbrainFinding"
 API_PATH: Final = "/api/v2/alerts"
-DEFAULT_RUNBOOK_URL: Final = "README.md#splitbrainfinding"
+DEFAULT_RUNBOOK_URL: Final = "docs/operating/alerts.md#splitbrainfinding"
 
 
 def timestamp(at: datetime) -> str:

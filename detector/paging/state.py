@@ -39,7 +39,7 @@ CONDITION_ORDER: Final = (
     ConditionKind.STALE_EFFECT_COMMITTED,
     ConditionKind.DUPLICATE_EFFECT,
 )
-# The `severity` label of the alerting rules (README "Alerts and dashboards"), so that one
+# The `severity` label of the alerting rules (docs/operating/alerts.md), so that one
 # Alertmanager route serves both: critical pages, warning makes a ticket, info is worth knowing.
 ALERT_SEVERITY: Final = {
     Severity.CRITICAL: "page",

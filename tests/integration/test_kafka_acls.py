@@ -1,11 +1,12 @@
-"""The README's Kafka ACLs are all each component needs, and its emit example runs as written.
+"""The documentation's Kafka ACLs are all each component needs, and its emit example runs as
+written.
 
 A broker with the ACL authorizer on and SASL_SSL users that have no permission at all; the
-README's `kafka-acls.sh` block runs as written (with `kafka-acls.sh` being Kafka's own tool from
-the broker's jars); then a worker, the pager bridge and an emitter each run as their principal,
-under the default topic and group names the block grants, and the acceptance history's critical
-finding must reach the findings topic and the bridge's webhook, and a principal must be refused
-what it was not granted.
+`kafka-acls.sh` block of docs/operating/security.md runs as written (with `kafka-acls.sh` being
+Kafka's own tool from the broker's jars); then a worker, the pager bridge and an emitter each run
+as their principal, under the default topic and group names the block grants, and the acceptance
+history's critical finding must reach the findings topic and the bridge's webhook, and a
+principal must be refused what it was not granted.
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ from tests.integration.kafka_harness import splitbrain
 from tests.integration.receiver import Receiver
 from tests.paths import ROOT, SEED_FIXTURE
 
-README = ROOT / "README.md"
+SECURITY = ROOT / "docs" / "operating" / "security.md"
+EMITTER = ROOT / "docs" / "adapters" / "emitter.md"
+EMIT_HEADING = "# Emitting events from your own workers: `detector.kafka.emit`"
 WORKER, PAGER, AGENTS = "splitbrain-detector", "splitbrain-page", "agents"
-EMIT_HEADING = "### Emitting events from your own workers: `detector.kafka.emit`"
 
 
-def readme_block(heading: str, language: str) -> str:
-    """The first fenced `language` block under `heading`."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index(f"\n{heading}\n") :]
+def doc_block(page: Path, heading: str, language: str) -> str:
+    """The first fenced `language` block under `heading` of a documentation page."""
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index(f"{heading}\n") :]
     match = re.search(rf"```{language}\n(.*?)```", section, re.S)
-    assert match, f"README: no {language} block under {heading}"
+    assert match, f"{page.name}: no {language} block under {heading}"
     return match[1]
 
 
@@ -58,7 +60,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
         kafka.stop()
 
 
-def grant_as_the_readme_says(broker: LocalKafka, workdir: Path) -> None:
+def grant_as_the_docs_say(broker: LocalKafka, workdir: Path) -> None:
     bin_dir = workdir / "bin"
     bin_dir.mkdir()
     tool = bin_dir / "kafka-acls.sh"
@@ -70,11 +72,11 @@ def grant_as_the_readme_says(broker: LocalKafka, workdir: Path) -> None:
         "KAFKA": broker.bootstrap,
         "ADMIN": str(broker.java_admin_config()),
     }
-    script = "set -eu\n" + readme_block("### Kafka ACLs", "sh")
+    script = "set -eu\n" + doc_block(SECURITY, "## Kafka ACLs", "sh")
     done = subprocess.run(
         ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600, check=False
     )
-    assert done.returncode == 0, f"the README's ACL commands failed:\n{done.stdout}{done.stderr}"
+    assert done.returncode == 0, f"the documented ACL commands failed:\n{done.stdout}{done.stderr}"
 
 
 def refused(broker: LocalKafka, user: str, topic: str) -> bool:
@@ -92,7 +94,7 @@ def test_each_component_runs_with_the_readme_acls_and_nothing_more(
     admin = broker.client_config()
     created = splitbrain("topics", "apply", "--profile", "local", env=connection_env(admin))
     assert created.returncode == 0, created.stdout + created.stderr
-    grant_as_the_readme_says(broker, tmp_path)
+    grant_as_the_docs_say(broker, tmp_path)
 
     topics = WorkerTopics(INPUT_TOPIC, FINDINGS_TOPIC, DLQ_TOPIC, WORKER)
     hook = Receiver()
@@ -108,14 +110,14 @@ def test_each_component_runs_with_the_readme_acls_and_nothing_more(
         with WorkerProcess(broker.client_config(WORKER), topics, tmp_path / "workers") as worker:
             agents = connection_env(broker.client_config(AGENTS))
             example = subprocess.run(
-                [sys.executable, "-c", readme_block(EMIT_HEADING, "python")],
+                [sys.executable, "-c", doc_block(EMITTER, EMIT_HEADING, "python")],
                 env=agents,
                 capture_output=True,
                 text=True,
                 timeout=120,
                 check=False,
             )
-            assert example.returncode == 0, f"the README's emit example:\n{example.stderr}"
+            assert example.returncode == 0, f"the documented emit example:\n{example.stderr}"
             replayed = splitbrain("replay", str(SEED_FIXTURE), env=agents)
             assert replayed.returncode == 0, replayed.stdout + replayed.stderr
 

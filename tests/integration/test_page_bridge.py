@@ -402,7 +402,7 @@ def _one_alert_per_open_finding(scene: Scene) -> None:
     notes = alert["annotations"]
     assert notes["witness"] == printable(witness(REVS[2]))
     assert notes["response"] == REVS[2].response
-    assert notes["runbook_url"] == "README.md#splitbrainfinding"
+    assert notes["runbook_url"] == "docs/operating/alerts.md#splitbrainfinding"
     assert notes["summary"].startswith("CRITICAL split-brain in export-ledger")
 
 

@@ -152,7 +152,7 @@ def test_a_critical_finding_pages_through_prometheus_and_alertmanager(
                 "severity": "page",
             }
             notes = alert["annotations"]
-            assert notes["runbook_url"] == "README.md#splitbraincriticalfinding"
+            assert notes["runbook_url"] == "docs/operating/alerts.md#splitbraincriticalfinding"
             assert "splitbrain.findings.v1" in notes["description"]
     finally:
         deployment.close()

@@ -476,7 +476,7 @@ def test_any_other_failure_of_the_default_producer_says_where_it_is_configured(
     assert no_producer_line(registry, caplog) == (
         "adapter test: no Kafka producer: OSError: no file descriptors (the producer is "
         "configured by SPLITBRAIN_BOOTSTRAP_SERVERS and the other SPLITBRAIN_* variables "
-        "(README: Configuration and security)); 1 event(s) dropped"
+        "(docs/operating/security.md)); 1 event(s) dropped"
     )
 
 

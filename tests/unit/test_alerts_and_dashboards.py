@@ -28,12 +28,14 @@ from detector.leases.gauges import LeaseGauges
 from detector.paging.delivery import Outcome
 from detector.paging.metrics import PageMetrics
 from detector.telemetry.metrics import WorkerMetrics
+from tests import docs
 from tests.paths import ROOT
 
 RULES = ROOT / "alerts" / "splitbrain.rules.yml"
 RULE_TESTS = ROOT / "alerts" / "tests" / "splitbrain.rules.test.yml"
 DASHBOARD = ROOT / "dashboards" / "splitbrain.json"
-README = ROOT / "README.md"
+# Where each alert's runbook_url points: a page of the documentation site.
+RUNBOOKS = ROOT / "docs" / "operating" / "alerts.md"
 
 SEVERITIES = {"page", "ticket", "warning"}
 TARGET_LABELS = {"job", "instance"}  # added by Prometheus to every scraped series
@@ -360,21 +362,10 @@ def alert_rules() -> list[dict[str, Any]]:
     return rules
 
 
-def readme_anchors() -> set[str]:
-    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
-    anchors, fenced = set(), False
-    for line in README.read_text().splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and (heading := re.match(r"#{1,6}\s+(.+?)\s*#*$", line)):
-            anchors.add(re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-"))
-    return anchors
-
-
 def test_every_alert_has_a_bounded_severity_and_says_what_to_do() -> None:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     assert [g["name"] for g in groups] == ["splitbrain"]
-    anchors = readme_anchors()
+    anchors = docs.anchors(RUNBOOKS)
     for rule in alert_rules():
         name = rule["alert"]
         assert set(rule["labels"]) <= {"severity", "job"}, name
@@ -383,8 +374,8 @@ def test_every_alert_has_a_bounded_severity_and_says_what_to_do() -> None:
         assert set(annotations) == {"summary", "description", "runbook_url"}, name
         assert len(annotations["description"]) > 100, name
         url = annotations["runbook_url"]
-        assert url == f"README.md#{name.lower()}", name
-        assert url.partition("#")[2] in anchors, f"{name}: README has no heading for {url}"
+        assert url == f"docs/operating/alerts.md#{name.lower()}", name
+        assert url.partition("#")[2] in anchors, f"{name}: no runbook heading for {url}"
 
 
 def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
@@ -399,11 +390,10 @@ def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
         assert any(not case.get("exp_alerts") for case in mine), f"{rule['alert']} always fires"
 
 
-def test_the_readme_documents_the_severities() -> None:
-    text = README.read_text()
-    section = text[text.index("### Alerts and dashboards") :]
+def test_the_runbook_page_documents_the_severities() -> None:
+    text = RUNBOOKS.read_text()
     for severity in SEVERITIES:
-        assert f"`{severity}`" in section, severity
+        assert f"| `{severity}` |" in text, severity
 
 
 # ---- the dashboard as Grafana loads it --------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The README's one table of every flag and variable is the commands' own, and complete."""
+"""The documentation's one table of every flag and variable (`docs/reference/configuration.md`)
+is the commands' own, and complete."""
 
 from __future__ import annotations
 
@@ -7,18 +8,18 @@ import re
 from detector.cli.reference import BEGIN, END, render, replace_in, settings_variables
 from tests.paths import ROOT
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "reference" / "configuration.md"
 # A variable named in the product's code: `SPLITBRAIN_X`, not a prefix such as `SPLITBRAIN_PAGE_`.
 NAMED_IN_CODE = re.compile(r"\bSPLITBRAIN_[A-Z0-9_]*[A-Z0-9]\b")
 
 
 def reference_block() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     return text[text.index(BEGIN) : text.index(END) + len(END)]
 
 
-def test_the_readme_table_is_the_one_the_commands_generate() -> None:
-    assert reference_block() == render(), "the README's table is stale: run `make readme`"
+def test_the_table_is_the_one_the_commands_generate() -> None:
+    assert reference_block() == render(), "the reference is stale: run `make reference`"
 
 
 def test_every_variable_the_product_reads_is_in_the_table() -> None:
@@ -29,7 +30,7 @@ def test_every_variable_the_product_reads_is_in_the_table() -> None:
         for name in NAMED_IN_CODE.findall(path.read_text(encoding="utf-8"))
     }
     missing = sorted(name for name in settings_variables() | in_code if f"`{name}`" not in table)
-    assert not missing, f"not in the README's configuration reference: {missing}"
+    assert not missing, f"not in the configuration reference: {missing}"
 
 
 def test_every_flag_of_every_command_has_a_row() -> None:

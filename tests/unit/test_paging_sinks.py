@@ -86,7 +86,7 @@ def test_an_open_finding_is_one_alert_with_its_labels_and_annotations() -> None:
     assert notes["summary"].startswith("CRITICAL split-brain in export-ledger: epoch 17")
     assert "worker-alpha lost epoch 17 to a takeover at seq 5" in notes["witness"]
     assert notes["response"] == REVS[3].response
-    assert notes["runbook_url"] == "README.md#splitbrainfinding"
+    assert notes["runbook_url"] == "docs/operating/alerts.md#splitbrainfinding"
     assert alert["startsAt"] == "2026-07-26T10:00:00.000Z"
     assert "endsAt" not in alert
 
