@@ -24,9 +24,12 @@ def test_the_table_is_the_one_the_commands_generate() -> None:
 
 def test_every_variable_the_product_reads_is_in_the_table() -> None:
     table = reference_block()
+    # detector/testing's variables pass a harness's state between its own processes (the
+    # campaign's truth log and topic): no one configures the product with them.
     in_code = {
         name
         for path in (ROOT / "detector").rglob("*.py")
+        if "testing" not in path.relative_to(ROOT).parts
         for name in NAMED_IN_CODE.findall(path.read_text(encoding="utf-8"))
     }
     missing = sorted(name for name in settings_variables() | in_code if f"`{name}`" not in table)
