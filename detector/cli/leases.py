@@ -23,7 +23,7 @@ from uuid import UUID, uuid4
 
 from pydantic import AfterValidator, Field
 
-from detector.cli.arguments import argument_type, port, positive_int
+from detector.cli.arguments import argument_type, port, positive_int, positive_seconds
 from detector.cli.main import silence_stdout
 from detector.contracts.topics import DLQ_TOPIC, INPUT_TOPIC
 from detector.errors import ExitCode
@@ -166,6 +166,40 @@ def run_relay(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@_reports_errors("maintain")
+def run_maintain(args: argparse.Namespace) -> int:
+    """Keep the store until SIGTERM or SIGINT: retention, and the gauges on /metrics."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    from datetime import timedelta  # noqa: PLC0415
+
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
+    from detector.leases.gauges import LeaseGauges  # noqa: PLC0415
+    from detector.leases.maintenance import Upkeep, maintain  # noqa: PLC0415
+    from detector.leases.store import LeaseStore  # noqa: PLC0415
+
+    dsn = LeasesSettings.from_args(args).dsn(args)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    upkeep = Upkeep(
+        job_retention=timedelta(hours=args.job_retention_h),
+        outbox_retention=timedelta(hours=args.outbox_retention_h),
+        relayed_only=not args.without_relay,
+        prune_every_s=args.prune_every_s,
+    )
+    gauges = LeaseGauges()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with LeaseStore(dsn, ()) as store:
+        if args.metrics_port:
+            start_http_server(
+                args.metrics_port, addr=args.metrics_address, registry=gauges.registry
+            )
+        maintain(store, upkeep, gauges, stop)
+    return ExitCode.OK
+
+
 @_reports_errors("cancel")
 def run_cancel(args: argparse.Namespace) -> int:
     """Exit 0: cancelled; 1: not queued or running (finished already, or no such job)."""
@@ -195,7 +229,7 @@ def run_prune(args: argparse.Namespace) -> int:
 
     dsn = LeasesSettings.from_args(args).dsn(args)
     with LeaseStore(dsn, ()) as store:
-        pruned = store.prune(timedelta(hours=args.older_than))
+        pruned = store.prune(timedelta(hours=args.older_than), relayed_only=not args.without_relay)
     print(
         f"pruned {count(pruned.jobs, 'finished job')}, {count(pruned.outbox_rows, 'outbox row')}"
         f" and {count(pruned.receipts, 'destination receipt')} older than {args.older_than}h"
@@ -423,6 +457,33 @@ DEFAULT_JOB_RETENTION_H: Final = 7 * 24.0
 JobId = Annotated[UUID, Form("a job id (a UUID)", "JOB")]
 
 
+def _add_metrics(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=0,
+        metavar="PORT",
+        help=f"serve /metrics on this port: {what} (default: 0, off)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        type=argument_type(IpAddress),
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address /metrics listens on; 0.0.0.0 (or ::) for a scraper on another host "
+        "(default: 127.0.0.1)",
+    )
+
+
+def _add_without_relay(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--without-relay",
+        action="store_true",
+        help="no relay publishes the outbox (no Kafka yet): prune outbox rows and finished jobs "
+        "by age alone, relayed or not",
+    )
+
+
 def _add_dsn(p: argparse.ArgumentParser) -> None:
     LeasesSettings.add_flags(p)
     p.add_argument(
@@ -523,22 +584,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "destination receipts, once older than this; it is also the idempotency window "
         f"(default: {DEFAULT_JOB_RETENTION_H:g})",
     )
-    p.add_argument(
-        "--metrics-port",
-        type=port,
-        default=0,
-        metavar="PORT",
-        help="serve /metrics on this port: live lease gauges read from the database and the "
-        "relay's progress (default: 0, off)",
-    )
-    p.add_argument(
-        "--metrics-address",
-        type=argument_type(IpAddress),
-        default="127.0.0.1",
-        metavar="ADDRESS",
-        help="the address /metrics listens on; 0.0.0.0 (or ::) for a scraper on another host "
-        "(default: 127.0.0.1)",
-    )
+    _add_metrics(p, "live lease gauges read from the database and the relay's progress")
     add_kafka_arguments(p)
     p.set_defaults(run=run_relay)
 
@@ -608,4 +654,42 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="HOURS",
         help="the horizon, in hours before the database's now()",
     )
+    _add_without_relay(p)
     p.set_defaults(run=run_prune)
+
+    p = actions.add_parser(
+        "maintain",
+        help="the lease store's upkeep without Kafka: retention and the live gauges on /metrics",
+        description="Prune finished jobs and outbox rows older than their horizons and serve "
+        "the live lease gauges, for a store used as a job queue before the detector is added "
+        "(no Kafka in the environment). With --without-relay nothing relays the outbox, so it "
+        "is pruned by age alone; without it, only what a relay published is pruned. Runs "
+        "until SIGTERM or SIGINT; a database that does not answer pauses it. Exit 0 on a "
+        "signal; 2: the DSN or the database cannot be used.",
+    )
+    _add_dsn(p)
+    p.add_argument(
+        "--job-retention-h",
+        type=positive_int,
+        default=int(DEFAULT_JOB_RETENTION_H),
+        metavar="HOURS",
+        help="delete finished jobs, with their outbox rows and destination receipts, once older "
+        f"than this; it is also the idempotency window (default: {DEFAULT_JOB_RETENTION_H:g})",
+    )
+    p.add_argument(
+        "--outbox-retention-h",
+        type=positive_int,
+        default=24,
+        metavar="HOURS",
+        help="delete outbox rows older than this (default: 24)",
+    )
+    p.add_argument(
+        "--prune-every-s",
+        type=positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="how often to prune (default: 60)",
+    )
+    _add_without_relay(p)
+    _add_metrics(p, "the live lease gauges read from the database")
+    p.set_defaults(run=run_maintain)

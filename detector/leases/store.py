@@ -42,6 +42,7 @@ from detector.closing import Closing
 from detector.contracts.events import MAX_KEY_CHARS, MAX_WORKER_ID_CHARS, Source
 from detector.leases.db import SERVER_SETTINGS, Database
 from detector.leases.errors import JobKeyConflictError, LeaseInputError
+from detector.leases.gauges import LeaseGauges
 from detector.leases.outbox import EventKind, append, event_columns, next_seq, row_labels
 from detector.leases.policy import JobClass, Labels
 from detector.leases.retention import DEFAULT_BATCH, Pruned, prune_jobs, prune_relayed
@@ -591,18 +592,29 @@ class LeaseStore(Closing):
         )
         return _job(job)
 
-    def prune(self, older_than: timedelta, *, batch: int = DEFAULT_BATCH) -> Pruned:
-        """Delete finished jobs whose events are all relayed and the relayed outbox rows, older
-        than `older_than` (`detector.leases.retention`), a batch of jobs per transaction."""
+    def prune(
+        self,
+        older_than: timedelta,
+        *,
+        batch: int = DEFAULT_BATCH,
+        relayed_only: bool = True,
+        outbox_older_than: timedelta | None = None,
+    ) -> Pruned:
+        """Delete finished jobs older than `older_than` and outbox rows older than
+        `outbox_older_than` (default: the same), a batch of jobs per transaction; with
+        `relayed_only` (a store with a relay) only what the relay has published
+        (`detector.leases.retention`)."""
         pruned = Pruned()
         while True:
             with self._db.transaction() as conn:
-                step = prune_jobs(conn, older_than, batch)
+                step = prune_jobs(conn, older_than, batch, relayed_only=relayed_only)
             pruned += step
             if step.jobs < batch:
                 break
         with self._db.transaction() as conn:
-            pruned += prune_relayed(conn, older_than)
+            pruned += prune_relayed(
+                conn, outbox_older_than or older_than, relayed_only=relayed_only
+            )
         log.info(
             "pruned jobs=%d outbox_rows=%d receipts=%d",
             pruned.jobs,
@@ -610,6 +622,11 @@ class LeaseStore(Closing):
             pruned.receipts,
         )
         return pruned
+
+    def read_gauges(self, gauges: LeaseGauges) -> None:
+        """Read the live lease gauges (`detector.leases.gauges`) in one snapshot."""
+        with self._db.answering():
+            gauges.refresh(self._db.connection())
 
     def job(self, job_id: UUID) -> Job | None:
         with self._db.transaction() as conn:
