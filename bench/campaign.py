@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="logs and data (default: a temp dir)")
     parser.add_argument("--bootstrap", help="use this broker (not restarted by the nemesis)")
     args = parser.parse_args(argv)
-    names = EVERY if "all" in args.source else list(dict.fromkeys(args.source))
+    names = list(dict.fromkeys(n for s in args.source for n in (EVERY if s == "all" else [s])))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="splitbrain-campaign-"))
     commit = _commit()
     print(f"commit {commit}; {machine()}; seed {args.seed}; workdir {workdir}", flush=True)
