@@ -205,6 +205,10 @@ def test_workers_are_a_stateful_set_whose_pod_names_are_their_instance_ids() -> 
     assert one("Service", "splitbrain-worker")["spec"]["clusterIP"] == "None"
     budget = one("PodDisruptionBudget", "splitbrain-worker")
     assert budget["spec"]["selector"] == worker["spec"]["selector"]
+    # Ready (/metrics answers) comes before the restore: a rolling update waits out at least
+    # the 20.2 s from a restart to processing again at 10^6 workflows (docs/benchmarks.md,
+    # bench_recovery, 2026-12-03) before it stops the next worker.
+    assert worker["spec"]["minReadySeconds"] > 20.2
 
 
 def test_probes_ask_what_each_process_serves() -> None:
