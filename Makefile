@@ -57,9 +57,9 @@ test: lint typecheck docs kafka-jars $(STAMP)
 	$(BIN)/pytest -q -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The slow job's tests (.ci/slow, which also builds kube-apiserver): the three-broker torture run
-# of both runtimes, and the Kubernetes adapter's against the built server (skipped without it,
-# failed in CI); then the property tests again under the long, random `slow` hypothesis profile
-# (tests/conftest.py).
+# of both runtimes, the Kubernetes adapter's and the manifests' server-side dry run against the
+# built server (skipped without it, failed in CI); then the property tests again under the long,
+# random `slow` hypothesis profile (tests/conftest.py).
 PROPERTY_TESTS := tests/unit/test_properties.py tests/unit/test_campaign.py
 slow: kafka-jars $(STAMP)
 	SPLITBRAIN_TORTURE_CLUSTER=1 $(BIN)/pytest -q -m slow
