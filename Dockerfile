@@ -15,9 +15,10 @@ FROM python:3.11.13-slim-bookworm AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# Extras of pyproject.toml to install: rocksdb for `--store rocksdb` on the state volume; add
-# faust for `--runtime faust` (docker build --build-arg EXTRAS=rocksdb,faust).
-ARG EXTRAS=rocksdb
+# Extras of pyproject.toml to install: rocksdb for `--store rocksdb` on the state volume, ui for
+# the findings view (one image serves every process of deploy/kubernetes); add faust for
+# `--runtime faust` (docker build --build-arg EXTRAS=rocksdb,ui,faust).
+ARG EXTRAS=rocksdb,ui
 
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
