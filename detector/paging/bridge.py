@@ -72,7 +72,9 @@ _LAG_EVERY_S: Final = 5.0
 _EXPIRE_EVERY_S: Final = 60.0
 _RESEND_CHUNK: Final = 500
 _RESTORE_TIMEOUT_S: Final = 120.0  # then exit 1: its supervisor restarts it
-_STATE_CONFIG: Final = {"cleanup.policy": "compact"}
+# As topics/topics.yaml has it: a daily roll, so that tombstones shrink the topic within a day
+# or so (the cleaner compacts closed segments only), and a restore reads what is remembered.
+_STATE_CONFIG: Final = {"cleanup.policy": "compact", "segment.ms": "86400000"}
 
 
 class Sink(Protocol):
