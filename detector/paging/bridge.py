@@ -160,7 +160,10 @@ class Bridge:
         self.stop_by = float("inf")
         self.next_resend = 0.0
         self.next_lag = 0.0
-        self.next_expire = time.monotonic() + _EXPIRE_EVERY_S
+        # A retention shorter than the usual period is looked at as often as it lasts (a second
+        # at least), so that what it lets go is tombstoned about when it expires.
+        self.expire_every = max(1.0, min(_EXPIRE_EVERY_S, settings.resolved_retention_s))
+        self.next_expire = time.monotonic() + self.expire_every
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -431,7 +434,7 @@ class Bridge:
             and not self.catching_up
             and now >= (self.next_expire)
         ):
-            self.next_expire = now + _EXPIRE_EVERY_S
+            self.next_expire = now + self.expire_every
             retention = timedelta(seconds=self.s.resolved_retention_s)
             if self.state.expire(utc(self.clock()), retention):
                 self._persist()
