@@ -1021,7 +1021,8 @@ class Detector:
         Between sweeps only the workflows whose time is due are looked at (`_schedule`), so a
         tick costs what it finds to do, however many workflows and open findings are held. Idle
         workflows are found by a sweep of every state at most every `idle_sweep_s`, so one is
-        evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
+        evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event, and a
+        remnant removed as late after `remnant_ttl_s`.
 
         `on_error`: a worker's, so that an exception on one workflow costs that workflow alone
         (marked as `failed`, no longer watched until the next sweep) and is reported; without
