@@ -152,7 +152,10 @@ def _read_secret(name: str, path: str) -> str:
 
 
 def _shown(default: object) -> str:
-    return f"{default:g}" if isinstance(default, float) else str(default)
+    """A float as short as it reads; a whole one as an integer (1382400, not 1.3824e+06)."""
+    if isinstance(default, float):
+        return str(int(default)) if default.is_integer() else f"{default:g}"
+    return str(default)
 
 
 class CommandSettings(BaseSettings):

@@ -69,6 +69,12 @@ _ENGINE: Final[dict[str, tuple[Any, str]]] = {
         "a workflow with no events for this long is forgotten, in seconds",
     ),
     "idle_sweep_s": (Seconds, "how often every workflow is checked for idleness, in seconds"),
+    "remnant_ttl_s": (
+        PositiveSeconds,
+        "a forgotten workflow's remnant is removed this long after it was made, in seconds; at "
+        "least the findings topic's retention.ms + segment.ms, so no reader still sees the "
+        "revisions of its findings",
+    ),
     "missed_heartbeats": (PositiveInt, "R of the lease rule L > (R+1) x H + J"),
     "jitter_reserve_s": (Seconds, "J of the lease rule L > (R+1) x H + J, in seconds"),
     "max_label_values": (

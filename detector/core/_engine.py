@@ -141,7 +141,10 @@ _AT_LEAST_ONE: Final = frozenset(
         "max_label_values",
     }
 )
-_POSITIVE: Final = frozenset({"quiet_period_s", "clock_skew_s", "idle_ttl_s"})
+_POSITIVE: Final = frozenset({"quiet_period_s", "clock_skew_s", "idle_ttl_s", "remnant_ttl_s"})
+# The findings topic's retention (topics/topics.yaml, 14 days) and one segment's roll (1 day
+# there): a record is deleted with its segment, at most one roll after its retention.
+FINDINGS_VISIBLE_S: Final = 15 * 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,10 @@ class Config:
     quiet_period_s: float = 600.0
     clock_skew_s: float = 3600.0  # audit: an emitter's time further ahead is not believed
     idle_ttl_s: float = 7 * 24 * 3600.0
+    # A remnant (`WorkflowState.remnant`) is removed this long after it was made: by then no
+    # reader of the findings topic can still see its findings' revisions, so a finding of its
+    # workflow may start again at revision 1 (README "Forgotten workflows"). A day of margin.
+    remnant_ttl_s: float = FINDINGS_VISIBLE_S + 24 * 3600.0
     # `advance` looks at every workflow only this often; in between, only at workflows with an
     # open finding or a release, so a tick costs little at millions of states.
     idle_sweep_s: float = 3600.0
@@ -229,6 +236,7 @@ class Counters:
     times_disbelieved: int = 0
     evicted_released: int = 0
     evicted_idle: int = 0
+    evicted_expired: int = 0  # remnants removed at `remnant_ttl_s`
     revisions: int = 0
     findings_opened: int = 0
 
@@ -302,9 +310,10 @@ class SweptStates(Protocol):
     """A table of states kept encoded that can tell, without decoding them, which ones a sweep
     of `Detector.advance` may pass by (`detector.core.sweep_marks`)."""
 
-    def sweep_keys(self, idle_before: float) -> list[str]:
-        """Every key but those of states neither `WorkflowState.watched` nor idle (`last_at`
-        unknown or after `idle_before`)."""
+    def sweep_keys(self, idle_before: float, expired_before: float) -> list[str]:
+        """Every key but those of states neither `WorkflowState.watched` nor due: idle for
+        most (`last_at` at or before `idle_before`), expired for one that is
+        `WorkflowState.remnant_only` (`last_at` unknown, or at or before `expired_before`)."""
         ...
 
 
@@ -1012,7 +1021,8 @@ class Detector:
         Between sweeps only the workflows whose time is due are looked at (`_schedule`), so a
         tick costs what it finds to do, however many workflows and open findings are held. Idle
         workflows are found by a sweep of every state at most every `idle_sweep_s`, so one is
-        evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event.
+        evicted between `idle_ttl_s` and `idle_ttl_s + idle_sweep_s` after its last event, and a
+        remnant removed as late after `remnant_ttl_s`.
 
         `on_error`: a worker's, so that an exception on one workflow costs that workflow alone
         (marked as `failed`, no longer watched until the next sweep) and is reported; without
@@ -1053,7 +1063,15 @@ class Detector:
             if resolved:
                 updates.extend(resolved)
                 changed.add(key)
-        idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
+        if st.remnant_only:
+            if st.last_at is None:
+                # A remnant of a version that did not stamp it: its time starts now.
+                st.last_at = now
+                changed.add(key)
+            # Expired: no reader can see its findings' revisions any more (`remnant_ttl_s`).
+            idle = sweep and now - st.last_at >= cfg.remnant_ttl_s
+        else:
+            idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
         settled = all(ep.status is Status.RESOLVED for ep in st.episodes.values())
         released = (
             st.released_at is not None and now - st.released_at >= cfg.quiet_period_s and settled
@@ -1062,12 +1080,12 @@ class Detector:
             self._watch(key, st)
             self._schedule(key, st, now)
             return
-        if not st.episodes and st.past is None:
+        if not st.episodes and (st.past is None or idle):
             del self.states[key]
         elif idle and settled:
-            # Forgotten, but its findings must never restart their revisions: what their
-            # later revisions need is kept (`WorkflowState.remnant`).
-            self.states[key] = st.remnant()
+            # Forgotten, but its findings must not restart their revisions while a reader can
+            # still see them: what their later revisions need is kept (`WorkflowState.remnant`).
+            self.states[key] = st.remnant(now)
         elif st.evidence or st.ids:
             # Compacted: acquisitions, fences, effects and episodes stay; raw events go.
             self._remember(st, st.evidence)
@@ -1082,7 +1100,9 @@ class Detector:
             return
         self._watch(key, self.states.get(key))
         changed.add(key)
-        if idle:
+        if idle and st.remnant_only:
+            self.counters.evicted_expired += 1
+        elif idle:
             self.counters.evicted_idle += 1
         else:
             self.counters.evicted_released += 1
@@ -1092,7 +1112,8 @@ class Detector:
         that are watched or idle, without decoding the rest (`SweptStates`)."""
         states = self.states
         if isinstance(states, SweptStates):
-            return states.sweep_keys(now - self.config.idle_ttl_s)
+            cfg = self.config
+            return states.sweep_keys(now - cfg.idle_ttl_s, now - cfg.remnant_ttl_s)
         return list(states)
 
     def _due_keys(self, now: float) -> list[str]:

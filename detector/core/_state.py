@@ -275,11 +275,12 @@ class WorkflowState:
                 self.past = rest or None
                 return
 
-    def remnant(self) -> WorkflowState:
-        """What is kept of a workflow whose findings all resolved once it is forgotten: where
-        its positions and seqs stood, what was cut, and what each finding's later revisions
-        need. Its raw events, acquisitions and effects go: a later finding says its evidence
-        was cut."""
+    def remnant(self, now: float) -> WorkflowState:
+        """What is kept of a workflow whose findings all resolved once it is forgotten at `now`:
+        where its positions and seqs stood, what was cut, and what each finding's later
+        revisions need. Its raw events, acquisitions and effects go: a later finding says its
+        evidence was cut. `last_at` becomes `now`, after every revision it published: a remnant
+        expires `Config.remnant_ttl_s` after it, once no reader can still hold them."""
         past = [*(self.past or ())]
         past.extend(
             (ep.displaced_epoch, ep.retry, ep.revision, ep.severity.value, ep.digest)
@@ -291,8 +292,15 @@ class WorkflowState:
             pos=self.pos,
             max_seq=self.max_seq,
             cut=self.cut | int(forgotten),
+            last_at=now,
             past=tuple(past) or None,
         )
+
+    @property
+    def remnant_only(self) -> bool:
+        """Nothing but forgotten findings (`past`) and no episode: a remnant, or one that
+        events without a finding have touched since. It goes at `Config.remnant_ttl_s`."""
+        return self.past is not None and not self.found
 
     @property
     def watched(self) -> bool:

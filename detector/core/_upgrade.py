@@ -99,12 +99,13 @@ def _replay(fields: list[Any]) -> WorkflowState:
 class SweepMarks(NamedTuple):
     """What `Detector.advance` needs of a state to pass it by (`SweptStates`)."""
 
-    last_at: float | None  # idle from `idle_ttl_s` after it
+    last_at: float | None  # idle from `idle_ttl_s` after it, expired from `remnant_ttl_s`
     watched: bool  # `WorkflowState.watched`
+    remnant: bool  # `WorkflowState.remnant_only`: it expires instead
 
     @classmethod
     def of(cls, state: WorkflowState) -> SweepMarks:
-        return cls(state.last_at, state.watched)
+        return cls(state.last_at, state.watched, state.remnant_only)
 
 
 class _EpisodeGlance(msgspec.Struct, array_like=True):
@@ -117,8 +118,9 @@ class _EpisodeGlance(msgspec.Struct, array_like=True):
 
 
 class _Glance(msgspec.Struct, array_like=True):
-    """A state of version 3 or later (`_state.encode_state`) up to `released_at`, every other
-    field skipped unparsed (later fields are appended, so these keep their places)."""
+    """A state of version 3 or later (`_state.encode_state`), every field but those the sweep
+    reads skipped unparsed (later fields are appended, so these keep their places; those that
+    versions before 6 lack default to what they read as)."""
 
     version: int
     pos: msgspec.Raw
@@ -135,6 +137,12 @@ class _Glance(msgspec.Struct, array_like=True):
     blind_below: msgspec.Raw
     last_at: float | None
     released_at: float | None
+    hb_obs: msgspec.Raw = msgspec.Raw()
+    labels: msgspec.Raw = msgspec.Raw()
+    lease_s: msgspec.Raw = msgspec.Raw()
+    lease_until: msgspec.Raw = msgspec.Raw()
+    uncertain: msgspec.Raw = msgspec.Raw()
+    past: list[msgspec.Raw] | None = None
 
 
 _GLANCE: Final = msgspec.msgpack.Decoder(_Glance)
@@ -153,5 +161,6 @@ def sweep_marks(raw: bytes) -> SweepMarks:
                 watched = glance.released_at is not None or any(
                     ep.status == Status.OPEN.value for ep in glance.episodes
                 )
-                return SweepMarks(glance.last_at, watched)
+                remnant = glance.past is not None and not glance.episodes
+                return SweepMarks(glance.last_at, watched, remnant)
     return SweepMarks.of(decode_state(raw))

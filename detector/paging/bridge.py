@@ -72,7 +72,9 @@ _LAG_EVERY_S: Final = 5.0
 _EXPIRE_EVERY_S: Final = 60.0
 _RESEND_CHUNK: Final = 500
 _RESTORE_TIMEOUT_S: Final = 120.0  # then exit 1: its supervisor restarts it
-_STATE_CONFIG: Final = {"cleanup.policy": "compact"}
+# As topics/topics.yaml has it: a daily roll, so that tombstones shrink the topic within a day
+# or so (the cleaner compacts closed segments only), and a restore reads what is remembered.
+_STATE_CONFIG: Final = {"cleanup.policy": "compact", "segment.ms": "86400000"}
 
 
 class Sink(Protocol):
@@ -158,7 +160,10 @@ class Bridge:
         self.stop_by = float("inf")
         self.next_resend = 0.0
         self.next_lag = 0.0
-        self.next_expire = time.monotonic() + _EXPIRE_EVERY_S
+        # A retention shorter than the usual period is looked at as often as it lasts (a second
+        # at least), so that what it lets go is tombstoned about when it expires.
+        self.expire_every = max(1.0, min(_EXPIRE_EVERY_S, settings.resolved_retention_s))
+        self.next_expire = time.monotonic() + self.expire_every
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -429,7 +434,7 @@ class Bridge:
             and not self.catching_up
             and now >= (self.next_expire)
         ):
-            self.next_expire = now + _EXPIRE_EVERY_S
+            self.next_expire = now + self.expire_every
             retention = timedelta(seconds=self.s.resolved_retention_s)
             if self.state.expire(utc(self.clock()), retention):
                 self._persist()

@@ -72,12 +72,20 @@ class _MarkedCache(DecodedCache):
 
     _marks: dict[str, SweepMarks]
 
-    def sweep_keys(self, idle_before: float) -> list[str]:
+    def sweep_keys(self, idle_before: float, expired_before: float) -> list[str]:
         live = self._live
         due = [
             key
-            for key, (last_at, watched) in self._marks.items()
-            if key not in live and (watched or (last_at is not None and last_at <= idle_before))
+            for key, (last_at, watched, remnant) in self._marks.items()
+            if key not in live
+            and (
+                watched
+                or (
+                    last_at is None or last_at <= expired_before
+                    if remnant
+                    else last_at is not None and last_at <= idle_before
+                )
+            )
         ]
         return [*live, *due]
 

@@ -456,6 +456,7 @@ class WorkerMetrics:
         self.id_conflicts.inc(counters.id_conflicts - last.id_conflicts)
         self.evictions.labels("released").inc(counters.evicted_released - last.evicted_released)
         self.evictions.labels("idle").inc(counters.evicted_idle - last.evicted_idle)
+        self.evictions.labels("expired").inc(counters.evicted_expired - last.evicted_expired)
         self._seen[partition] = Counters(
             **{f.name: getattr(counters, f.name) for f in fields(Counters)}
         )

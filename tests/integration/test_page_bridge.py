@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -757,3 +758,51 @@ def test_a_restore_reads_the_state_topic_past_an_undecided_transaction(
         finally:
             first.kill()
             second.kill()
+
+
+def test_a_resolved_finding_is_tombstoned_and_a_restart_pages_nothing_again(
+    kafka_broker: LocalKafka, tmp_path: Path
+) -> None:
+    """Page-state keeps what a restart needs and no more: a finding resolved at every sink and
+    older than `--resolved-retention-s` (1 s here) is tombstoned on the state topic and dropped
+    from memory; killed and restarted, the bridge restores only the open finding and sends
+    PagerDuty nothing again."""
+    config = kafka_broker.client_config()
+    topic = findings_topic(config, partitions=1)
+    (gone, kept), (resolution, _) = critical_findings(2, "tomb")
+    with PagerDutyReceiver(KEY) as pd:
+        env = {
+            "SPLITBRAIN_PAGE_PAGERDUTY_ROUTING_KEY": KEY,
+            "SPLITBRAIN_PAGE_RESOLVED_RETENTION_S": "1",
+        }
+        bridge = BridgeProcess(config, topic, tmp_path, ("--pagerduty-url", pd.url), env)
+        try:
+            bridge.start()
+            publish(config, topic, gone, kept)
+            until(lambda: len(pd.incidents) == 2 and settled(bridge), "two incidents", bridge)
+            publish(config, topic, resolution)
+
+            def tombstoned() -> bool:
+                latest = {r.key: r.value for r in read_committed(config, bridge.state_topic)}
+                return latest.get(gone.finding_id.encode()) == b"" and bool(
+                    latest.get(kept.finding_id.encode())
+                )
+
+            until(tombstoned, "the resolved finding's tombstone", bridge)
+            assert (inc := pd.incident(gone.finding_id)) is not None and inc.status == "resolved"
+            until(lambda: settled(bridge), "the resolution committed", bridge)
+            sent = len(pd.requests)
+            bridge.kill()
+            bridge.start()
+            until(
+                lambda: len(re.findall(r"finding\(s\) restored", bridge.text())) == 2,
+                "the restart's restore",
+                bridge,
+            )
+            assert re.findall(r"(\d+) finding\(s\) restored", bridge.text())[-1] == "1"
+            until(lambda: settled(bridge), "the restarted bridge caught up", bridge)
+            assert bridge.sample("splitbrain_page_findings_open") == 1
+            assert len(pd.requests) == sent, [r.event for r in pd.requests[sent:]]
+            assert bridge.stop() == 0
+        finally:
+            bridge.kill()

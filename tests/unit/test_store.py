@@ -41,7 +41,13 @@ def encoded_states(now: float) -> dict[str, bytes]:
     d.observe(parse_event_obj(event(1, "lease_acquired", wf="busy")), at=now - 60)
     for seq, kind in ((1, "lease_acquired"), (2, "lease_released")):
         d.observe(parse_event_obj(event(seq, kind, wf="released")), at=now - 2 * DAY)
-    return {key: encode_state(state) for key, state in d.states.items()}
+    states = {key: encode_state(state) for key, state in d.states.items()}
+    # Remnants: one made a day ago, one past `remnant_ttl_s`, one of a version that kept no time.
+    past = ((1, False, 3, "critical", 12345),)
+    ttl = Config().remnant_ttl_s
+    for key, made in (("remnant", now - DAY), ("expired", now - ttl), ("unstamped", None)):
+        states[key] = encode_state(WorkflowState(pos=9, max_seq=9, last_at=made, past=past))
+    return states
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -115,13 +121,17 @@ def test_a_restored_state_is_decoded_only_when_due(store: Store) -> None:
     store.committed()
     states = store.states
     assert isinstance(states, MemoryStore | RocksStore)
-    idle_before = now - Config().idle_ttl_s
-    assert sorted(states.sweep_keys(idle_before)) == ["idle", "open", "released"]
+    cfg = Config()
+    due = (now - cfg.idle_ttl_s, now - cfg.remnant_ttl_s)
+    swept = ["expired", "idle", "open", "released", "unstamped"]
+    assert sorted(states.sweep_keys(*due)) == swept
     d = Detector(states=states)
     d.advance(now)
     assert sum(d.open_findings().values()) == 1
-    assert sorted(states) == ["busy", "open"]
-    assert states.sweep_keys(idle_before) == ["open"]  # decoded and watched
+    assert sorted(states) == ["busy", "open", "remnant", "unstamped"]
+    assert states["unstamped"].last_at == now  # its time starts at the first sweep that sees it
+    assert d.counters.evicted_expired == 1
+    assert sorted(states.sweep_keys(*due)) == ["open", "unstamped"]  # decoded
     more = d.observe(parse_event_obj({**event(4), "workflow_key": "open"}), at=now)
     assert [u.finding.revision for u in more] == [2]  # the restored finding goes on
 

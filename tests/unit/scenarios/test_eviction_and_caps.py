@@ -249,3 +249,38 @@ def test_a_finding_waiting_for_its_verifier_is_never_forgotten_and_is_once_verif
     kept = r.detector.states[W]
     assert (kept.acqs, kept.evidence, kept.found, kept.effects) == ((), (), None, None)
     assert kept.past is not None and kept.past[0][2] == last.revision
+
+
+def test_an_expired_remnant_is_removed_and_a_later_finding_starts_afresh() -> None:
+    """A remnant goes `remnant_ttl_s` after it was made (no reader can see its findings'
+    revisions any more). A later event of its workflow finds nothing: it is not stale until an
+    acquisition seen since displaces it, and the finding that forms again for the same displaced
+    epoch has the same id and starts at revision 1 (README "Forgotten workflows")."""
+    cfg = Config(idle_ttl_s=3600, quiet_period_s=600, remnant_ttl_s=7200, idle_sweep_s=0)
+    r = run(
+        [
+            *takeover(),
+            ev("p", "progress", W, 17, "alpha", seq=6),
+            ev("l", "lease_lost", W, 17, "alpha", seq=7),
+        ],
+        cfg,
+        at(0),
+    )
+    before = r.finding(W, 17)
+    assert (before.status.value, before.revision) == ("resolved", 2)
+    r.advance(at(3600))
+    assert r.detector.states[W].last_at == at(3600)  # a remnant, made now
+    r.advance(at(3600 + 7199))
+    assert W in r.detector.states
+    r.changed.clear()
+    r.advance(at(3600 + 7200))
+    assert W not in r.detector.states and W in r.changed  # a tombstone on the changelog
+    assert r.detector.counters.evicted_expired == 1
+    published = len(r.updates)
+    r.feed([commit("late", 17, "alpha", 10, key="other")], now=at(20000))
+    assert len(r.updates) == published  # nothing displaced epoch 17 as far as it knows now
+    r.feed([acq("a19", 19, "gamma", 11), commit("c", 17, "alpha", 12)], now=at(20001))
+    (again,) = r.updates[published:]
+    assert again.finding.finding_id == before.finding_id
+    assert (again.finding.revision, again.finding.status.value) == (1, "open")
+    assert not again.finding.evidence_truncated  # nothing of this history was forgotten
