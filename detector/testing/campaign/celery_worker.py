@@ -31,6 +31,7 @@ from detector.adapters.celery import ADAPTER, FLAG_FROM, install
 from detector.demos.celery import configure
 from detector.testing.campaign.sources.celery import (
     BROKER_ENV,
+    BUSY_KEY,
     DONE_KEY,
     FAULT_KEY,
     FLAG_BLIND,
@@ -47,8 +48,9 @@ RETRY_COUNTDOWN_S: Final = 0.3
 CALL_DEADLINE_S: Final = 60.0  # a partition or a server restart outlasting this fails the task
 
 # A delivery starts: its number among the task's deliveries (once per token, however often the
-# call is repeated).
+# call is repeated); its worker is inside work for the next ARGV[2] ms.
 _START: Final = """
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 local n = redis.call('HGET', KEYS[1], ARGV[1])
 if n then return tonumber(n) end
 n = redis.call('HINCRBY', KEYS[1], '#latest', 1)
@@ -90,10 +92,12 @@ class Destination:
                     raise
                 time.sleep(0.2)
 
-    def start(self, task_id: str) -> int:
-        """Record a delivery of `task_id` beginning; its number (1, 2, …) in starting order."""
-        token = uuid.uuid4().hex
-        return int(self._retried(lambda: self._start(keys=[_started(task_id)], args=[token])))
+    def start(self, task_id: str, worker: str, work_s: float) -> int:
+        """Record a delivery of `task_id` beginning, on `worker` for `work_s`; its number
+        (1, 2, …) in starting order."""
+        keys = [_started(task_id), BUSY_KEY + worker]
+        args: list[str | int] = [uuid.uuid4().hex, max(int(work_s * 1000), 1)]
+        return int(self._retried(lambda: self._start(keys=keys, args=args)))
 
     def charge(self, task_id: str, effect_key: str) -> tuple[int, float]:
         """Make the effect; the latest delivery of `task_id` started at that moment, and the
@@ -139,9 +143,10 @@ def charge(self: Task[Any, Any], unit: str, work_s: float) -> None:
         raise RuntimeError("the campaign's task runs under the adapter and a truth log")
     destination = _destination()
     task_id = owner.workflow_key
-    delivery = destination.start(task_id)
+    worker = os.environ.get(WORKER_ENV, "")
+    delivery = destination.start(task_id, worker, work_s)
     time.sleep(work_s)
-    fault = destination.fault(os.environ.get(WORKER_ENV, ""))
+    fault = destination.fault(worker)
     if fault == RETRY:
         raise self.retry(exc=InjectedError("injected"), countdown=RETRY_COUNTDOWN_S)
     if fault == HANDOFF:

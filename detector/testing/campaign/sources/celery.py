@@ -35,6 +35,7 @@ WORKER_ENV: Final = "SPLITBRAIN_CAMPAIGN_CELERY_WORKER"  # its index in the flee
 TASK: Final = "campaign.charge"
 QUEUE: Final = "celery"  # the default queue's Redis list
 DONE_KEY: Final = "campaign:done"  # task ids whose charge was made (by any delivery)
+BUSY_KEY: Final = "campaign:busy:"  # + worker index: lives while the worker is inside work
 FAULT_KEY: Final = "campaign:fault:"  # + worker index: RETRY or HANDOFF while the key lives
 RETRY: Final = "retry"  # the task raises after its work and retries (`Task.retry`)
 HANDOFF: Final = "handoff"  # the task lets go of its message (`Reject(requeue=True)`)
@@ -69,11 +70,23 @@ class _Fleet:
                 mode = RETRY if step.fault is Fault.EXCEPTION_RETRY else HANDOFF
                 ms = int(step.hold_s * 1000)
                 self._call(lambda: self.client.set(f"{FAULT_KEY}{step.target}", mode, px=ms))
+            case Fault.PAUSE_PAST_LEASE:
+                self._inside_work(step.target)
+                self.procs[step.target].apply(step)
             case Fault.COORDINATOR_RESTART:
                 self.redis.stop()
                 self._later(step.hold_s, self.redis.start)
             case _:
                 self.procs[step.target].apply(step)
+
+    def _inside_work(self, target: int) -> None:
+        """Wait (a unit's work at most) for `target` to be inside a task: a pause of an idle
+        worker makes no zombie, only a late fetch."""
+        deadline = time.monotonic() + WORK_S[1]
+        while time.monotonic() < deadline and not self._call(
+            lambda: self.client.exists(f"{BUSY_KEY}{target}")
+        ):
+            time.sleep(0.02)
 
     def _later(self, seconds: float, action: Any) -> None:
         timer = threading.Timer(seconds, action)
