@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import shutil
 import threading
 import time
@@ -27,6 +28,8 @@ from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault, Proc, Step
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.proxy import TcpProxy
+
+log = logging.getLogger(__name__)
 
 MODULE: Final = "detector.testing.campaign.celery_worker"
 # What the worker module (`MODULE`) and the fleet share:
@@ -45,6 +48,9 @@ UNITS: Final = 30  # per run, one charge each
 SUBMIT_EVERY_S: Final = 0.5
 WORK_S: Final = (0.5, 1.3)  # each unit's work before its charge: under the visibility timeout
 READY_S: Final = 60.0
+# Idle this long with units not charged: they were lost (longer than a restore scan and a
+# retry's countdown).
+LOST_AFTER_S: Final = 5.0
 
 
 @dataclass
@@ -119,14 +125,25 @@ class _Fleet:
             proc.resume()
         self.submitted.wait(max(0.0, deadline - time.monotonic()))
 
-        def idle() -> bool:
+        def state() -> tuple[int, bool]:
+            """(units charged, whether nothing is queued, unacknowledged or being worked on)."""
             pipe = self.client.pipeline(transaction=False)
             pipe.scard(DONE_KEY).llen(QUEUE).zcard("unacked_index")
-            done, queued, unacked = pipe.execute()
-            return bool(done == UNITS and queued == 0 and unacked == 0)
+            for n in range(len(self.procs)):
+                pipe.exists(f"{BUSY_KEY}{n}")
+            done, *pending = pipe.execute()
+            return int(done), not any(pending)
 
+        idle_since: float | None = None
         while time.monotonic() < deadline:
-            if self._call(idle):
+            done, idle = self._call(state)
+            if done == UNITS:
+                return True
+            # Nothing left anywhere, and still units not charged: messages the transport lost
+            # (a worker killed while Redis handed it one, between BRPOP and its unacked record).
+            idle_since = (idle_since or time.monotonic()) if idle else None
+            if idle_since is not None and time.monotonic() - idle_since > LOST_AFTER_S:
+                log.warning("celery campaign: %d unit(s) lost by the transport", UNITS - done)
                 return True
             time.sleep(0.2)
         return False
@@ -200,6 +217,9 @@ class _Session:
 
 class CelerySource:
     name = "celery"
+    # No CLOCK_STEP: under Debian's libfaketime 0.9.10 with the monotonic clock left alone
+    # (`nemesis.clock_env`), Python 3.11's time.sleep fails with EINVAL (clock_nanosleep with
+    # TIMER_ABSTIME on CLOCK_MONOTONIC, libfaketime issue 426), so no worker could run a task.
     faults = frozenset(
         {
             Fault.PAUSE_PAST_LEASE,
