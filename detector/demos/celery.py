@@ -16,9 +16,12 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from detector.demos import DemoStack
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 ADDRESS: Final = "a@example.com"
 WORKERS: Final = 2
@@ -31,12 +34,30 @@ READY: Final = " ready."  # Celery's "NAME ready." line, once the worker consume
 BROKER_ENV: Final = "ZOMBIE_CELERY_BROKER"
 TOPIC_ENV: Final = "ZOMBIE_CELERY_TOPIC"
 FIRST_ENV: Final = "ZOMBIE_CELERY_FIRST_S"
+VISIBILITY_S: Final = 3.0
 
 
-def worker_argv(n: int) -> list[str]:
-    """Worker `n` of detector.demos.celery_app: prefork, one process, named workerN@host."""
+def configure(app: Celery) -> None:
+    """`acks_late` on Redis with a visibility timeout of `VISIBILITY_S` and a restore scan every
+    second (by default only every ~100 s): the settings under which a slow delivery is handed to
+    another worker while it still runs (the demo's app and the campaign's share them)."""
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={
+            "visibility_timeout": VISIBILITY_S,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        },
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+
+
+def worker_argv(n: int, app: str = "detector.demos.celery_app") -> list[str]:
+    """Worker `n` of `app` (a module): prefork, one process, named workerN@host."""
     return [
-        *(sys.executable, "-m", "celery", "-A", "detector.demos.celery_app", "worker"),
+        *(sys.executable, "-m", "celery", "-A", app, "worker"),
         *("-n", f"worker{n}@%h", "--concurrency", "1", "--loglevel", "INFO"),
         *("--without-gossip", "--without-mingle"),
     ]

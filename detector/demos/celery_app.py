@@ -21,25 +21,15 @@ from celery import Celery
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed
 from detector.adapters.celery import ADAPTER, install
 from detector.contracts.topics import INPUT_TOPIC
-from detector.demos.celery import BROKER_ENV, FIRST_ENV, SAY, TOPIC_ENV
+from detector.demos.celery import BROKER_ENV, FIRST_ENV, SAY, TOPIC_ENV, configure
 from detector.kafka.emit import Emitter
 
 TASK: Final = "send_welcome_email"
-VISIBILITY_S: Final = 3.0
 LATER_S: Final = 0.5  # how long a redelivery works before it sends
 
+
 app = Celery("splitbrain-zombie", broker=os.environ.get(BROKER_ENV))
-app.conf.update(
-    task_acks_late=True,
-    worker_prefetch_multiplier=1,
-    broker_transport_options={
-        "visibility_timeout": VISIBILITY_S,
-        "unacked_restore_interval": 1,
-        "unacked_restore_throttle": 1,
-    },
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-)
+configure(app)
 _topic = os.environ.get(TOPIC_ENV, INPUT_TOPIC)
 install(app, sink=AdapterSink(ADAPTER, publisher=lambda: Emitter.from_env(topic=_topic)))
 

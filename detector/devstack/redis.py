@@ -4,8 +4,9 @@
 Why this exists: the zombie the Celery adapter reports comes from the Redis transport's own
 redelivery (a message unacknowledged past its visibility timeout is restored to the queue), so
 it is reproduced against a real server, never a fake. The server runs in the foreground on a
-free loopback port, with no persistence and no Unix socket, in a temporary directory, and is
-stopped by PID: SIGTERM, then SIGKILL.
+free loopback port, with no Unix socket, in a temporary directory, and is stopped by PID:
+SIGTERM, then SIGKILL. No persistence unless asked for (`persist`: an append-only file synced at
+every write, so that queued and unacknowledged messages survive a restart on the same port).
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ def redis_server() -> str:
     return found
 
 
-def redis_argv(program: str, port: int, directory: Path) -> list[str]:
-    """The server's command line: loopback only, nothing written but its log."""
+def redis_argv(program: str, port: int, directory: Path, *, persist: bool = False) -> list[str]:
+    """The server's command line: loopback only, nothing written but its log (with `persist`,
+    an append-only file too, fsynced at every write)."""
+    aof = ("--appendonly", "yes", "--appendfsync", "always") if persist else ("--appendonly", "no")
     return [
         *(program, "--port", str(port), "--bind", "127.0.0.1", "--unixsocket", ""),
-        *("--save", "", "--appendonly", "no", "--dir", str(directory)),
+        *("--save", "", *aof, "--dir", str(directory)),
         *("--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning"),
     ]
 
@@ -61,10 +64,12 @@ def redis_ready(port: int) -> bool:
 
 class LocalRedis(Started):
     """One throwaway Redis server: `start()` starts it and waits for PING, `close()` stops it by
-    PID and deletes its directory. Also a context manager."""
+    PID and deletes its directory. Also a context manager. `stop()` then `start()` restarts it
+    on the same port (with `persist`, with its data)."""
 
-    def __init__(self, *, start_timeout: float = 30.0) -> None:
+    def __init__(self, *, start_timeout: float = 30.0, persist: bool = False) -> None:
         self.start_timeout = start_timeout
+        self.persist = persist
         self.port = free_port()
         self._program = redis_server()
         self._root = Path(tempfile.mkdtemp(prefix="splitbrain-redis-"))
@@ -81,7 +86,7 @@ class LocalRedis(Started):
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                redis_argv(self._program, self.port, self._root),
+                redis_argv(self._program, self.port, self._root, persist=self.persist),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -142,10 +142,21 @@ class Proc:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def signal(self, sig: signal.Signals) -> None:
+    def signal(self, sig: signal.Signals, *, group: bool = True) -> None:
+        """`sig` to the process's group, or to the process alone (`group=False`)."""
         if self.popen is not None and self.alive():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
+                if group:
+                    os.killpg(self.popen.pid, sig)
+                else:
+                    self.popen.send_signal(sig)
+
+    def terminate(self) -> None:
+        """Ask for a graceful shutdown: SIGTERM to the process alone, whose shutdown is its own
+        to make (a prefork pool's child that gets SIGTERM dies inside its task, which Celery
+        then counts as failed: no shutdown a user makes)."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM, group=False)
 
     def later(self, seconds: float, action: str) -> None:
         """`resume` or `start` this process `seconds` from now (the schedule does not wait)."""
@@ -168,8 +179,7 @@ class Proc:
         self.later(seconds, "start")
 
     def shut_down_for(self, seconds: float, grace_s: float = 20.0) -> None:
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
+        self.terminate()
         if self.popen is not None:
             try:
                 self.popen.wait(grace_s)
@@ -184,8 +194,7 @@ class Proc:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
+        self.terminate()
         if self.popen is not None:
             try:
                 self.popen.wait(grace_s)

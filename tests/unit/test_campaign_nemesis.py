@@ -1,0 +1,57 @@
+"""The nemesis's process faults: a graceful shutdown is asked of the worker's main process alone,
+as a user asks it; a crash takes its whole process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from detector.testing.campaign.nemesis import Proc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_for(predicate: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_graceful_shutdown_signals_the_main_process_not_its_pool(tmp_path: Path) -> None:
+    """A Celery prefork child that gets SIGTERM dies inside its task (WorkerLostError) and the
+    task is acknowledged as failed: the campaign lost a unit of work to its own shutdown."""
+    child_pid = tmp_path / "child"
+    script = f"sleep 30 & echo $! > {child_pid}; trap 'exit 0' TERM; wait"
+    proc = Proc("leader", ["sh", "-c", script], dict(os.environ), tmp_path / "log").start()
+    _wait_for(lambda: child_pid.exists() and child_pid.read_text().strip(), "the child's pid")
+    child = int(child_pid.read_text())
+    try:
+        proc.shut_down_for(3600)
+        assert not proc.alive()
+        assert _alive(child)  # left to its parent's shutdown, not signalled with it
+    finally:
+        proc.stop()
+        os.kill(child, signal.SIGKILL)
+
+
+def test_a_crash_kills_the_whole_process_group(tmp_path: Path) -> None:
+    child_pid = tmp_path / "child"
+    script = f"sleep 30 & echo $! > {child_pid}; wait"
+    proc = Proc("leader", ["sh", "-c", script], dict(os.environ), tmp_path / "log").start()
+    _wait_for(lambda: child_pid.exists() and child_pid.read_text().strip(), "the child's pid")
+    child = int(child_pid.read_text())
+    proc.crash_for(3600)
+    try:
+        _wait_for(lambda: not _alive(child), "the child to die with its group")
+    finally:
+        proc.stop()
