@@ -306,7 +306,7 @@ def test_the_asyncio_lock_fences_reports_and_names_its_task_s_effects(
     async def run() -> None:
         c = redis.asyncio.Redis.from_url(redis_server.url)
         try:
-            first = c.lock(NAME, timeout=30, lock_class=lock_class)
+            first = lock_class(c, NAME, timeout=30)  # what c.lock(..., lock_class=) makes
             assert await first.acquire()
             assert first.fence == 1
             assert effect_committed("charge/42")
@@ -317,7 +317,7 @@ def test_the_asyncio_lock_fences_reports_and_names_its_task_s_effects(
             with pytest.raises(LockNotOwnedError):
                 await first.release()
             assert current() is None
-            second = c.lock(NAME, timeout=30, lock_class=lock_class)
+            second = lock_class(c, NAME, timeout=30)
             assert await second.acquire(blocking=False)
             assert second.fence == 2
             await second.release()
