@@ -594,6 +594,77 @@ def bench_kubernetes(args: argparse.Namespace) -> list[Row]:
     ]
 
 
+def bench_redis_lock(args: argparse.Namespace) -> list[Row]:
+    """A no-op unit of work under a redis-py lock (acquire, nothing, release) and an `extend`,
+    with redis-py's `Lock` and with `FencedLock`, on a real redis-server, in rounds alternating
+    the two (the best round of each); then one event's cost on the holder's thread."""
+    import redis  # noqa: PLC0415
+
+    from detector.adapters.redis_lock import fenced_lock_class  # noqa: PLC0415
+    from detector.contracts.events import Kind  # noqa: PLC0415
+    from detector.devstack.redis import LocalRedis  # noqa: PLC0415
+
+    n = max(args.locks, 1)
+    sink = discarding_sink("redis-lock")
+    fenced = fenced_lock_class(sink, worker_id="bench")
+    with LocalRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        plain_lock = client.lock("bench-plain", timeout=60)
+        fenced_lock = client.lock("bench-fenced", timeout=60, lock_class=fenced)
+
+        def unit_of(lock: Any) -> Callable[[], None]:
+            def unit() -> None:
+                lock.acquire()
+                lock.release()
+
+            return unit
+
+        def extend_of(lock: Any) -> Callable[[], object]:
+            return lambda: lock.extend(60, replace_ttl=True)
+
+        costs: dict[str, tuple[list[Cost], list[Cost]]] = {"unit": ([], []), "extend": ([], [])}
+        for r in range(args.rounds):  # each first in every other round
+            for which, (bare, wrapped) in costs.items():
+                make = unit_of if which == "unit" else extend_of
+                if which == "extend":
+                    plain_lock.acquire()
+                    fenced_lock.acquire()
+                if r % 2:
+                    wrapped.append(_per_call(make(fenced_lock), n))
+                bare.append(_per_call(make(plain_lock), n))
+                if not r % 2:
+                    wrapped.append(_per_call(make(fenced_lock), n))
+                if which == "extend":
+                    plain_lock.release()
+                    fenced_lock.release()
+        assert fenced_lock.acquire()
+        ownership = fenced_lock.ownership
+        assert ownership is not None
+
+        def one_event() -> None:
+            ownership.emit(Kind.HEARTBEAT)
+
+        per_event, _ = _per_call(one_event, args.events)
+        fenced_lock.release()
+        client.close()
+    sink.close()
+    rounds = f"best of {args.rounds} rounds of {n}"
+    rows = []
+    for which, (bare, wrapped) in costs.items():
+        what = "no-op unit (acquire + release)" if which == "unit" else "extend"
+        base_cpu, with_cpu = _best(bare, 0), _best(wrapped, 0)
+        base_wall, with_wall = _best(bare, 1), _best(wrapped, 1)
+        rows += [
+            Row("redis-lock", f"{what}, CPU, Lock", base_cpu, "us", note=rounds),
+            Row("redis-lock", f"{what}, CPU, FencedLock", with_cpu, "us"),
+            Row("redis-lock", f"overhead per {which}, CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+            Row("redis-lock", f"{what}, wall, Lock", base_wall, "us"),
+            Row("redis-lock", f"{what}, wall, FencedLock", with_wall, "us"),
+            Row("redis-lock", f"overhead per {which}, wall", _pct(with_wall, base_wall), "%", 5.0),
+        ]
+    return [*rows, Row("redis-lock", "per event, holder thread's CPU", per_event, "us", 50.0)]
+
+
 def _per_call(call: Callable[[], object], n: int) -> Cost:
     """µs per call of `call`: the calling thread's CPU, and wall time."""
     cpu, wall = time.thread_time(), time.perf_counter()
@@ -609,6 +680,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "celery": bench_celery,
     "etcd": bench_etcd,
     "kubernetes": bench_kubernetes,
+    "redis-lock": bench_redis_lock,
 }
 
 
@@ -624,6 +696,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=500, help="per round (Celery)")
     parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
     parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")
+    parser.add_argument("--locks", type=int, default=500, help="per round (redis-lock)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--events", type=int, default=20_000, help="per-event loop length")
     args = parser.parse_args()
