@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from detector.devstack.components import Component
 
 LEASES: Final = "leases"
-SOURCES: Final = (LEASES, "temporal", "celery", "langgraph", "etcd", "kubernetes", "redis-lock")
+SOURCES: Final = (
+    *(LEASES, "temporal", "celery", "langgraph", "etcd", "kubernetes"),
+    *("redis-lock", "kafka-consumer"),
+)
 
 
 @dataclass(frozen=True, slots=True)
