@@ -54,7 +54,8 @@ class KafkaConsumerDemo:
         self._sink = sink = AdapterSink("kafka-consumer", publisher=lambda: Emitter(dict(client)))
         topic = f"orders-{uuid.uuid4().hex[:6]}"
         group = f"{GROUP}-{uuid.uuid4().hex[:6]}"
-        for future in AdminClient(client).create_topics([NewTopic(topic, 1, 1)]).values():
+        admin = AdminClient(client)  # held until its futures are done: they die with it
+        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
             future.result(60)
         producer = Producer(client)
         producer.produce(topic, b"pay-0")
