@@ -36,8 +36,9 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
+from contextvars import Token
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 ADAPTER: Final = "kafka-consumer"
 EPOCH_FROM: Final = "kafka.group_generation"
 _MAGIC: Final = b"CGMDv2:"
+MEMBER_CHECK_S: Final = 0.1  # how often processing asks librdkafka for the member id
 # Commit errors that say the member no longer owns what it committed for.
 LOST_CODES: Final = frozenset(
     {
@@ -82,6 +84,27 @@ def effect_key(msg: Message) -> str:
     return f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
 
 
+class _Processing:
+    """One record's processing: its partition's owner for the block, and its effect key."""
+
+    __slots__ = ("_msg", "_ownership", "_token")
+
+    def __init__(self, ownership: Ownership | None, msg: Message) -> None:
+        self._ownership = ownership
+        self._msg = msg
+        self._token: Token[Ownership | None] | None = None
+
+    def __enter__(self) -> str:
+        if self._ownership is not None:
+            self._token = enter(self._ownership)
+        return effect_key(self._msg)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            leave(self._token)
+            self._token = None
+
+
 class ConsumerWatch:
     """The partitions one consumer owns, as ownership events."""
 
@@ -100,6 +123,8 @@ class ConsumerWatch:
         self.owned: dict[_Key, Ownership] = {}
         self._revoking: dict[_Key, Ownership] = {}
         self._uncertain: set[_Key] = set()
+        self._next_check = 0.0  # time.monotonic() of the next memberid() check
+        self._member_gone = False
 
     # ---- the group's callbacks --------------------------------------------------------------
 
@@ -197,26 +222,24 @@ class ConsumerWatch:
 
     # ---- the consumer loop ------------------------------------------------------------------
 
-    @contextmanager
-    def processing(self, msg: Message) -> Iterator[str]:
-        """Process `msg` as its partition's owner: effect calls inside carry the partition's key
-        and the epoch this member acquired it at; yields the record's default effect key. A
-        member whose `memberid()` is gone is no longer sure it owns it (`ownership_uncertain`,
-        once per acquisition)."""
+    def processing(self, msg: Message) -> _Processing:
+        """Process `msg` as its partition's owner (`with watch.processing(msg) as key:`):
+        effect calls inside carry the partition's key and the epoch this member acquired it at;
+        the block gets the record's default effect key. A member whose `memberid()` is gone
+        (checked at most every `MEMBER_CHECK_S`) is no longer sure it owns the partition
+        (`ownership_uncertain`, once per acquisition)."""
         topic, partition = msg.topic(), msg.partition()
         key = (topic or "", -1 if partition is None else partition)
         ownership = self.owned.get(key) or self._revoking.get(key)
-        if ownership is None:
-            yield effect_key(msg)
-            return
-        if key not in self._uncertain and self.consumer.memberid() is None:
-            self._uncertain.add(key)
-            ownership.emit(Kind.OWNERSHIP_UNCERTAIN, detail={"reason": "member_id_gone"})
-        token = enter(ownership)
-        try:
-            yield effect_key(msg)
-        finally:
-            leave(token)
+        if ownership is not None and key not in self._uncertain:
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + MEMBER_CHECK_S
+                self._member_gone = self.consumer.memberid() is None
+            if self._member_gone:
+                self._uncertain.add(key)
+                ownership.emit(Kind.OWNERSHIP_UNCERTAIN, detail={"reason": "member_id_gone"})
+        return _Processing(ownership, msg)
 
     def commit(self, *args: Any, **kwargs: Any) -> Any:
         """`consumer.commit(...)`; a refusal that says the member lost its partitions reports
