@@ -164,6 +164,13 @@ class ConsumerWatch:
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         gen = generation(self.consumer)
         member = self.consumer.memberid()
+        if gen is None and partitions:
+            log.warning(
+                "kafka-consumer adapter: group %r gave no generation at an assignment of %d "
+                "partition(s): they are not reported",
+                self.group,
+                len(partitions),
+            )
         for tp in partitions:
             key = (tp.topic, tp.partition)
             kept = self._revoking.pop(key, None)
