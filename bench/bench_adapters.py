@@ -594,6 +594,185 @@ def bench_kubernetes(args: argparse.Namespace) -> list[Row]:
     ]
 
 
+def bench_redis_lock(args: argparse.Namespace) -> list[Row]:
+    """A no-op unit of work under a redis-py lock (acquire, nothing, release) and an `extend`,
+    with redis-py's `Lock` and with `FencedLock`, on a real redis-server, in rounds alternating
+    the two (the best round of each); then one event's cost on the holder's thread."""
+    import redis  # noqa: PLC0415
+
+    from detector.adapters.redis_lock import fenced_lock_class  # noqa: PLC0415
+    from detector.contracts.events import Kind  # noqa: PLC0415
+    from detector.devstack.redis import LocalRedis  # noqa: PLC0415
+
+    n = max(args.locks, 1)
+    sink = discarding_sink("redis-lock")
+    fenced = fenced_lock_class(sink, worker_id="bench")
+    with LocalRedis() as server:
+        client = redis.Redis.from_url(server.url)
+        plain_lock = client.lock("bench-plain", timeout=60)
+        fenced_lock = client.lock("bench-fenced", timeout=60, lock_class=fenced)
+
+        def unit_of(lock: Any) -> Callable[[], None]:
+            def unit() -> None:
+                lock.acquire()
+                lock.release()
+
+            return unit
+
+        def extend_of(lock: Any) -> Callable[[], object]:
+            return lambda: lock.extend(60, replace_ttl=True)
+
+        costs: dict[str, tuple[list[Cost], list[Cost]]] = {"unit": ([], []), "extend": ([], [])}
+        for r in range(args.rounds):  # each first in every other round
+            for which, (bare, wrapped) in costs.items():
+                make = unit_of if which == "unit" else extend_of
+                if which == "extend":
+                    plain_lock.acquire()
+                    fenced_lock.acquire()
+                if r % 2:
+                    wrapped.append(_per_call(make(fenced_lock), n))
+                bare.append(_per_call(make(plain_lock), n))
+                if not r % 2:
+                    wrapped.append(_per_call(make(fenced_lock), n))
+                if which == "extend":
+                    plain_lock.release()
+                    fenced_lock.release()
+        assert fenced_lock.acquire()
+        ownership = fenced_lock.ownership
+        assert ownership is not None
+
+        def one_event() -> None:
+            ownership.emit(Kind.HEARTBEAT)
+
+        per_event, _ = _per_call(one_event, args.events)
+        fenced_lock.release()
+
+        def reported() -> None:  # the adapter's own work per unit, without Redis
+            fenced_lock._acquired(1)
+            fenced_lock._ended(released=True)
+
+        own = min(_per_call(reported, n)[0] for _ in range(args.rounds))
+        client.close()
+    sink.close()
+    rounds = f"best of {args.rounds} rounds of {n}"
+    rows = []
+    for which, (bare, wrapped) in costs.items():
+        what = "no-op unit (acquire + release)" if which == "unit" else "extend"
+        base_cpu, with_cpu = _best(bare, 0), _best(wrapped, 0)
+        base_wall, with_wall = _best(bare, 1), _best(wrapped, 1)
+        rows += [
+            Row("redis-lock", f"{what}, CPU, Lock", base_cpu, "us", note=rounds),
+            Row("redis-lock", f"{what}, CPU, FencedLock", with_cpu, "us"),
+            Row("redis-lock", f"overhead per {which}, CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+            Row("redis-lock", f"{what}, wall, Lock", base_wall, "us"),
+            Row("redis-lock", f"{what}, wall, FencedLock", with_wall, "us"),
+            Row("redis-lock", f"overhead per {which}, wall", _pct(with_wall, base_wall), "%", 5.0),
+        ]
+    base_unit = _best(costs["unit"][0], 0)
+    return [
+        *rows,
+        Row("redis-lock", "the adapter's own work per unit, CPU", own, "us", note="2 events"),
+        Row("redis-lock", "  as a share of the no-op unit, CPU", own / base_unit * 100, "%", 5.0),
+        Row("redis-lock", "per event, holder thread's CPU", per_event, "us", 50.0),
+    ]
+
+
+def bench_kafka_consumer(args: argparse.Namespace) -> list[Row]:
+    """Records consumed from a real broker by a consumer loop with a no-op body, without and
+    with `ConsumerWatch.processing` around it, in rounds alternating the two (each round a new
+    group reading the topic from its start; the best round of each); then one effect event's
+    cost on the consumer's thread."""
+    from detector.adapters import Authority, Ownership, effect_committed, owning  # noqa: PLC0415
+
+    n = max(args.records, 1)
+    sink = discarding_sink("kafka-consumer")
+    bare, wrapped = _kafka_consumer_rounds(args, sink, n)
+    ownership = Ownership(sink, "g/t/0", 1, "bench", Authority.SYSTEM, "kafka.group_generation")
+
+    def effect() -> None:
+        effect_committed("t/0/1", destination="db")
+
+    with owning(ownership):
+        per_event, _ = _per_call(effect, args.events)
+    sink.close()
+    base_cpu, with_cpu = _best(bare, 0), _best(wrapped, 0)
+    base_wall, with_wall = _best(bare, 1), _best(wrapped, 1)
+    rounds = f"best of {args.rounds} rounds of {n} records"
+    return [
+        Row("kafka-cons", "no-op record, CPU, bare loop", base_cpu, "us", note=rounds),
+        Row("kafka-cons", "no-op record, CPU, watch.processing", with_cpu, "us"),
+        Row("kafka-cons", "overhead per record, CPU", _pct(with_cpu, base_cpu), "%", 5.0),
+        Row("kafka-cons", "no-op record, wall, bare loop", base_wall, "us"),
+        Row("kafka-cons", "no-op record, wall, watch.processing", with_wall, "us"),
+        Row("kafka-cons", "overhead per record, wall", _pct(with_wall, base_wall), "%", 5.0),
+        Row("kafka-cons", "per effect event, consumer thread's CPU", per_event, "us", 50.0),
+    ]
+
+
+def _kafka_consumer_rounds(
+    args: argparse.Namespace, sink: AdapterSink, n: int
+) -> tuple[list[Cost], list[Cost]]:
+    """Per record: the loop's costs without and with the watch, each round a fresh group."""
+    import tempfile  # noqa: PLC0415
+
+    from confluent_kafka import Consumer, Producer  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
+
+    from detector.adapters.kafka_consumer import ConsumerWatch  # noqa: PLC0415
+    from detector.devstack.kafka import LocalKafka  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="bench-kafka-") as directory:
+        broker = LocalKafka(directory)
+        broker.start()
+        try:
+            config: dict[str, Any] = dict(broker.client_config())
+            topic = f"bench-{uuid.uuid4().hex[:8]}"
+            admin = AdminClient(config)  # held until its futures are done
+            for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                future.result(60)
+            producer = Producer(config)
+            for i in range(n):
+                producer.produce(topic, str(i).encode())
+                producer.poll(0)
+            assert producer.flush(60) == 0
+
+            def consume(watched: bool) -> Cost:
+                group = f"bench-{uuid.uuid4().hex[:8]}"
+                consumer = Consumer(
+                    {**config, "group.id": group, "auto.offset.reset": "earliest"}
+                    | {"enable.auto.commit": False}
+                )
+                watch = ConsumerWatch(consumer, group, sink=sink, worker_id="bench")
+                watch.subscribe([topic])
+                got = 0
+                cpu = wall = 0.0
+                while got < n:  # the clock runs from the first record: joining is not the loop
+                    msg = consumer.poll(1.0)
+                    if msg is None or msg.error() is not None:
+                        continue
+                    if got == 0:
+                        cpu, wall = time.thread_time(), time.perf_counter()
+                    got += 1
+                    if watched:
+                        with watch.processing(msg):
+                            pass
+                cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+                consumer.close()
+                return cpu / max(n - 1, 1) * 1e6, wall / max(n - 1, 1) * 1e6
+
+            bare: list[Cost] = []
+            wrapped: list[Cost] = []
+            for r in range(args.rounds):  # each first in every other round
+                if r % 2:
+                    wrapped.append(consume(True))
+                bare.append(consume(False))
+                if not r % 2:
+                    wrapped.append(consume(True))
+            return bare, wrapped
+        finally:
+            broker.stop()
+
+
 def _per_call(call: Callable[[], object], n: int) -> Cost:
     """µs per call of `call`: the calling thread's CPU, and wall time."""
     cpu, wall = time.thread_time(), time.perf_counter()
@@ -609,6 +788,8 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[Row]]] = {
     "celery": bench_celery,
     "etcd": bench_etcd,
     "kubernetes": bench_kubernetes,
+    "redis-lock": bench_redis_lock,
+    "kafka-consumer": bench_kafka_consumer,
 }
 
 
@@ -624,6 +805,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=500, help="per round (Celery)")
     parser.add_argument("--invocations", type=int, default=200, help="per round (LangGraph)")
     parser.add_argument("--keepalives", type=int, default=200, help="per round (etcd)")
+    parser.add_argument("--locks", type=int, default=500, help="per round (redis-lock)")
+    parser.add_argument("--records", type=int, default=20_000, help="per round (kafka-consumer)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--events", type=int, default=20_000, help="per-event loop length")
     args = parser.parse_args()

@@ -66,6 +66,7 @@ _BY_DIRECTORY: Final = {
 }
 _BY_FIXTURE: Final = {
     "browser": "browser",
+    "redis_server": "integration",  # Debian's redis-server (tests/unit/test_adapter_redis_lock.py)
     "promtool": "integration",
     "amtool": "integration",
     "docker_compose": "integration",

@@ -5,7 +5,8 @@ Alertmanager, the pager bridge) and waits for the critical finding and the page;
 makes the zombie happen, in its own system, with its adapter emitting to the stack's broker.
 The lease store (`leases`, the default) is the demo's own fleet, run by `detector.demos.runner`
 with the rest of the demo (the `splitbrain demo` command only parses its flags). Each
-other source is a module `detector.demos.<name>` whose `source()` returns a `DemoSource`.
+other source is a module `detector.demos.<name>` (a `-` in the name is a `_` in the module's)
+whose `source()` returns a `DemoSource`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ if TYPE_CHECKING:
     from detector.devstack.components import Component
 
 LEASES: Final = "leases"
-SOURCES: Final = (LEASES, "temporal", "celery", "langgraph", "etcd", "kubernetes")
+SOURCES: Final = (
+    *(LEASES, "temporal", "celery", "langgraph", "etcd", "kubernetes"),
+    *("redis-lock", "kafka-consumer"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +86,11 @@ class _Unavailable:
 
 def load(name: str) -> DemoSource:
     """The source `name` (one of `SOURCES` but `leases`)."""
+    module_name = f"{__name__}.{name.replace('-', '_')}"
     try:
-        module = importlib.import_module(f"{__name__}.{name}")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name == f"{__name__}.{name}":
+        if exc.name == module_name:
             return _Unavailable(name, f"the {name} demo is not in this version")
         return _Unavailable(
             name,

@@ -370,6 +370,38 @@ def test_the_etcd_demo_pages_a_lock_holder_paused_past_its_lease_and_leaves_noth
     assert re.search(r"finding: CRITICAL .* conditions=.*stale_effect_committed", out), out
 
 
+def test_the_redis_lock_demo_pages_a_holder_paused_past_its_timeout_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    program("redis-server", package="redis-server")
+    pytest.importorskip("redis", reason="the redis-lock extra is not installed (.[redis-lock])")
+    out = run_source_demo(tmp_path, "redis-lock")
+    # The zombie, live: A's key expires while it pauses, B takes the lock, A charges again.
+    assert re.search(r"started redis +redis://127\.0\.0\.1:\d+/0 \(pid \d+\)", out), out
+    assert re.search(r"holder A took the lock payments \(fence 1, timeout 2s\)", out), out
+    assert re.search(r"holder B took the lock payments \(fence 2\)", out), out
+    assert out.index("holder B charged") < out.index("holder A woke up and charged"), out
+    assert re.search(
+        r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
+    ), out
+
+
+def test_the_kafka_consumer_demo_pages_a_member_past_max_poll_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    require_stack_tools()
+    out = run_source_demo(tmp_path, "kafka-consumer")
+    # The zombie, live: A stalls past max.poll.interval.ms, B takes the partition, A charges.
+    a = re.search(r"member A got orders-\w+/0 at generation (\d+)", out)
+    b = re.search(r"member B got orders-\w+/0 at generation (\d+)", out)
+    assert a and b and int(a[1]) < int(b[1]), out
+    assert out.index("member B charged pay-0") < out.index("member A finished its batch"), out
+    assert re.search(
+        r"finding: CRITICAL .* conditions=.*stale_effect_committed.*duplicate_effect", out
+    ), out
+
+
 def kube_apiserver_missing() -> str | None:
     """Why this machine has no kube-apiserver (scripts/build-kube-apiserver.sh), or None."""
     from detector.devstack.kube_apiserver import (  # noqa: PLC0415

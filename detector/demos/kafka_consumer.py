@@ -1,0 +1,118 @@
+"""`splitbrain demo --source kafka-consumer`: a consumer past `max.poll.interval.ms` finishes its
+batch after the group gave its partition to another member.
+
+Two members of one consumer group, on the demo's own broker, each watched by `ConsumerWatch`.
+Member A polls the order `pay-0` and stalls (a slow batch) past its 6 s `max.poll.interval.ms`:
+librdkafka leaves the group for it, and member B is assigned the partition at the next
+generation, reprocesses `pay-0` and charges it. A then finishes its batch and charges `pay-0`
+again; only its offset commit fails.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from detector.demos import DemoStack
+
+GROUP: Final = "payments"
+SLOW: Final = {"max.poll.interval.ms": 6000, "session.timeout.ms": 6000}
+
+
+class KafkaConsumerDemo:
+    name = "kafka-consumer"
+
+    def __init__(self) -> None:
+        self._said: deque[str] = deque()
+        self._thread: threading.Thread | None = None
+        self._sink: Any = None
+        self._say: Callable[[str], None] = print
+
+    def missing(self) -> str | None:
+        return None  # confluent-kafka is the detector's own, and the broker the demo's
+
+    def start(self, stack: DemoStack) -> None:
+        self._say = stack.say
+        self._thread = threading.Thread(
+            target=self._zombie, args=(stack.bootstrap_servers,), daemon=True
+        )
+        self._thread.start()
+
+    def _zombie(self, bootstrap: str) -> None:
+        from confluent_kafka import Consumer, KafkaException, Producer  # noqa: PLC0415
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
+
+        from detector.adapters import AdapterSink, effect_committed  # noqa: PLC0415
+        from detector.adapters.kafka_consumer import ConsumerWatch, generation  # noqa: PLC0415
+        from detector.kafka.emit import Emitter  # noqa: PLC0415
+
+        say = self._said.append
+        client: dict[str, Any] = {"bootstrap.servers": bootstrap}
+        self._sink = sink = AdapterSink("kafka-consumer", publisher=lambda: Emitter(dict(client)))
+        topic = f"orders-{uuid.uuid4().hex[:6]}"
+        group = f"{GROUP}-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient(client)  # held until its futures are done: they die with it
+        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+            future.result(60)
+        producer = Producer(client)
+        producer.produce(topic, b"pay-0")
+        producer.flush(30)
+
+        def member(name: str) -> tuple[Any, ConsumerWatch]:
+            consumer = Consumer(
+                {
+                    **client,
+                    "group.id": group,
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                    **SLOW,
+                }
+            )
+            return consumer, ConsumerWatch(consumer, group, sink=sink, worker_id=name)
+
+        def first_record(consumer: Any) -> Any:
+            while True:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    return msg
+
+        a, watch_a = member("member-A")
+        watch_a.subscribe([topic])
+        got_a = first_record(a)
+        say(
+            f"member A got {topic}/0 at generation {generation(a)} and polled pay-0; "
+            "its batch stalls past max.poll.interval.ms (6s)"
+        )
+        b, watch_b = member("member-B")
+        watch_b.subscribe([topic])
+        got_b = first_record(b)
+        say(f"member B got {topic}/0 at generation {generation(b)} after A left the group")
+        with watch_b.processing(got_b) as key:
+            effect_committed(key, destination="payments-db")
+        watch_b.commit(message=got_b, asynchronous=False)
+        say(f"member B charged pay-0 ({key}) and committed its offset")
+        with watch_a.processing(got_a) as key:
+            effect_committed(key, destination="payments-db")
+        say(f"member A finished its batch and charged pay-0 ({key}) again")
+        try:
+            watch_a.commit(message=got_a, asynchronous=False)
+        except KafkaException as exc:
+            say(f"member A's commit failed ({exc.args[0].name()}): only now does it know")
+        a.close()
+        watch_b.close()
+        sink.flush(30)
+
+    def poll(self) -> None:
+        while self._said:
+            self._say(self._said.popleft())
+
+    def stop(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+
+
+def source() -> KafkaConsumerDemo:
+    return KafkaConsumerDemo()

@@ -1,0 +1,196 @@
+"""The Kafka consumer adapter against the session's real broker (the classic group protocol):
+a rebalance that leaves a partition with its owner is no takeover, and a member past
+`max.poll.interval.ms` that finishes its batch after another member took the partition is the
+critical finding `audit` gives."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from prometheus_client import CollectorRegistry
+
+from detector.adapters import AdapterSink, effect_committed
+from detector.adapters.kafka_consumer import ConsumerWatch, generation
+from detector.contracts.events import Kind, OwnershipEvent
+from detector.devstack.kafka import LocalKafka
+from detector.histories.audit import audit_lines
+from tests.unit.test_adapter_sink import Recorder
+
+
+def topics(broker: LocalKafka, *names: str) -> None:
+    admin = AdminClient(dict(broker.client_config()))
+    for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+        future.result(30)
+
+
+def produce(broker: LocalKafka, topic: str, *values: str) -> None:
+    producer = Producer(dict(broker.client_config()))
+    for value in values:
+        producer.produce(topic, value.encode())
+    assert producer.flush(30) == 0
+
+
+def consumer(broker: LocalKafka, group: str, **more: Any) -> Consumer:
+    return Consumer(
+        {
+            **broker.client_config(),
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **more,
+        }
+    )
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    """Wait for `condition`, checking it every 50 ms at most (a poll in it waits itself)."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        pause.wait(0.05)
+
+
+class Member:
+    """One consumer of the group, its watch reporting to a shared recorder."""
+
+    def __init__(self, broker: LocalKafka, group: str, sink: AdapterSink, name: str, **more: Any):
+        self.consumer = consumer(broker, group, **more)
+        self.watch = ConsumerWatch(self.consumer, group, sink=sink, worker_id=name)
+        self.records: list[Message] = []
+
+    def poll(self, timeout: float = 0.2) -> int:
+        """Poll once; how many records it has had so far."""
+        msg = self.consumer.poll(timeout)
+        if msg is not None and msg.error() is None:
+            self.records.append(msg)
+        return len(self.records)
+
+
+@pytest.fixture
+def recorded() -> Iterator[tuple[AdapterSink, Recorder]]:
+    recorder = Recorder()
+    sink = AdapterSink("kafka-consumer", publisher=lambda: recorder, registry=CollectorRegistry())
+    yield sink, recorder
+    sink.close()
+
+
+def lines(events: list[OwnershipEvent]) -> list[bytes]:
+    return [e.model_dump_json(exclude_none=True).encode() for e in events]
+
+
+def test_a_rebalance_that_leaves_the_partition_with_its_owner_is_no_takeover(
+    kafka_broker: LocalKafka, recorded: tuple[AdapterSink, Recorder]
+) -> None:
+    sink, recorder = recorded
+    run = uuid.uuid4().hex[:8]
+    mine, other, group = f"orders-{run}", f"refunds-{run}", f"payments-{run}"
+    topics(kafka_broker, mine, other)
+    produce(kafka_broker, mine, "o1")
+    a = Member(kafka_broker, group, sink, "member-a")
+    b = Member(kafka_broker, group, sink, "member-b")
+    try:
+        a.watch.subscribe([mine])
+        until(lambda: a.poll() >= 1, "A to get its first record")
+        first_generation = generation(a.consumer)
+        assert first_generation is not None
+        with a.watch.processing(a.records[0]) as key:
+            assert effect_committed(key, destination="db")
+        a.watch.commit(message=a.records[0], asynchronous=False)
+        # B joins the group for another topic: a rebalance in which A keeps its partition.
+        b.watch.subscribe([other])
+
+        def rebalanced() -> bool:
+            a.poll()
+            b.poll()
+            return bool(b.watch.owned)
+
+        until(rebalanced, "the rebalance that gives B its partition")
+        produce(kafka_broker, mine, "o2")
+        until(lambda: a.poll() >= 2, "A to get its second record")
+        later = generation(a.consumer)
+        assert later is not None and later > first_generation  # the group moved on
+        with a.watch.processing(a.records[1]) as key:
+            assert effect_committed(key, destination="db")
+        a.watch.commit(message=a.records[1], asynchronous=False)
+    finally:
+        a.watch.close()
+        b.watch.close()
+    assert sink.flush(10)
+    events = recorder.events
+    mine_key = f"{group}/{mine}/0"
+    of_mine = [(e.kind, e.owner_epoch) for e in events if e.workflow_key == mine_key]
+    # One acquisition, at the generation A took the partition at; its effects after the
+    # rebalance carry it still, and it is released once, when A leaves.
+    assert of_mine == [
+        (Kind.LEASE_ACQUIRED, first_generation),
+        (Kind.EFFECT_COMMITTED, first_generation),
+        (Kind.EFFECT_COMMITTED, first_generation),
+        (Kind.LEASE_RELEASED, first_generation),
+    ], of_mine
+    assert audit_lines(iter(lines(events))).findings == {}
+
+
+def test_a_member_past_max_poll_finishing_its_batch_after_the_takeover_is_critical(
+    kafka_broker: LocalKafka, recorded: tuple[AdapterSink, Recorder]
+) -> None:
+    sink, recorder = recorded
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"orders-{run}", f"payments-{run}"
+    topics(kafka_broker, topic)
+    produce(kafka_broker, topic, "pay-0")
+    slow = {"max.poll.interval.ms": 6000, "session.timeout.ms": 6000}
+    a = Member(kafka_broker, group, sink, "member-a", **slow)
+    b = Member(kafka_broker, group, sink, "member-b", **slow)
+    try:
+        a.watch.subscribe([topic])
+        until(lambda: a.poll() >= 1, "A to get the record")
+        epoch_a = generation(a.consumer)
+        # A stops polling (a slow batch): past max.poll.interval.ms librdkafka leaves the group
+        # for it, and B gets the partition.
+        b.watch.subscribe([topic])
+        until(lambda: b.poll() >= 1, "B to get the record")
+        epoch_b = generation(b.consumer)
+        assert epoch_a is not None and epoch_b is not None and epoch_b > epoch_a
+        with b.watch.processing(b.records[0]) as key:
+            assert effect_committed(key, destination="db")
+        b.watch.commit(message=b.records[0], asynchronous=False)
+        # A finishes its batch once librdkafka has left the group for it (its memberid() gone;
+        # the broker may have moved the partition a moment earlier): its assignment still lists
+        # the partition, and it writes; only its commit fails.
+        until(lambda: a.consumer.memberid() is None, "A's max.poll.interval.ms to pass")
+        assert [(tp.topic, tp.partition) for tp in a.consumer.assignment()] == [(topic, 0)]
+        with a.watch.processing(a.records[0]) as key:
+            assert effect_committed(key, destination="db")
+        with pytest.raises(KafkaException):
+            a.watch.commit(message=a.records[0], asynchronous=False)
+    finally:
+        a.consumer.close()
+        b.watch.close()
+    assert sink.flush(10)
+    events = recorder.events
+    of_a = [e.kind for e in events if e.worker_id == "member-a"]
+    assert of_a == [
+        Kind.LEASE_ACQUIRED,
+        Kind.OWNERSHIP_UNCERTAIN,
+        Kind.EFFECT_COMMITTED,
+        Kind.LEASE_LOST,
+    ], of_a
+    audited = audit_lines(iter(lines(events))).findings.values()
+    (finding,) = (json.loads(f.to_json()) for f in audited)
+    assert finding["severity"] == "critical"
+    assert finding["workflow_key"] == f"{group}/{topic}/0"
+    assert finding["displaced"] == {"worker_id": "member-a", "owner_epoch": epoch_a}
+    assert finding["current"] == {"worker_id": "member-b", "owner_epoch": epoch_b}
+    kinds = {c["kind"] for c in finding["conditions"]}
+    assert {"stale_effect_committed", "duplicate_effect"} <= kinds, kinds
+    assert finding["effect_keys"] == [f"{topic}/0/0"]
+    assert finding["ordering"] == "arrival"
