@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Final, SupportsIndex, TypeVar
 
@@ -28,6 +29,8 @@ SIT_OUT_S: Final = 3.0  # after a handoff, long enough for another worker to win
 RETRY_S: Final = 0.2
 PREFERRED_TRY_S: Final = 0.25  # how often a worker tries its own shard
 OTHER_TRY_S: Final = 1.0  # and the others
+READY: Final = "ready"  # what a worker logs once it can work
+RESIGN_S: Final = 15.0  # what a stop order waits for the leaders to resign
 
 
 class Orders:
@@ -40,6 +43,7 @@ class Orders:
         self._lock = threading.Lock()
         self._handoff_at = -1.0
         self._failures = 0
+        self._leaders = 0
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -75,7 +79,24 @@ class Orders:
         return not self.stopping.is_set() and not self.handed_off_since(since)
 
     def wait_to_try(self, preferred: bool) -> None:
+        """Between tries to win a shard (and before the first one for a shard it does not
+        prefer)."""
         self.stopping.wait(PREFERRED_TRY_S if preferred else OTHER_TRY_S)
+
+    def began(self) -> float:
+        """A leadership began (what a stop order waits for, until `ended`): when, in
+        time.monotonic()."""
+        with self._lock:
+            self._leaders += 1
+        return time.monotonic()
+
+    def ended(self) -> None:
+        """A leadership ended, resigned if it could."""
+        with self._lock:
+            self._leaders -= 1
+
+    def resigned(self) -> bool:
+        return self._leaders == 0
 
 
 def retrying(call: Callable[[], T], what: str, *, give_up: threading.Event | None = None) -> T:
@@ -109,6 +130,7 @@ def arguments(description: str) -> argparse.ArgumentParser:
     p.add_argument("--units", type=int, required=True, help="units of work per shard")
     p.add_argument("--prefer", type=int, required=True, help="the shard this worker prefers")
     p.add_argument("--work-s", type=float, default=0.5, help="how long a unit works")
+    p.add_argument("--go", type=Path, required=True, help="the fleet creates it: start working")
     return p
 
 
@@ -116,9 +138,10 @@ def _sleep(seconds: float | SupportsIndex) -> None:
     threading.Event().wait(float(seconds))
 
 
-def serve(orders: Orders, shards: int, run_shard: Callable[[int], None]) -> None:
-    """One thread per shard running `run_shard(index)` until the stop order; returns once every
-    one has resigned."""
+def serve(orders: Orders, shards: int, go: Path, run_shard: Callable[[int], None]) -> None:
+    """Once `go` exists (the whole fleet is up: no worker takes every shard while the others
+    are still starting), one thread per shard running `run_shard(index)` until the stop order;
+    returns once every leader has resigned."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)s %(message)s")
     if "faketime" in os.environ.get("LD_PRELOAD", ""):
         # libfaketime (0.9.10) fails `time.sleep` with EINVAL while it leaves the monotonic
@@ -126,6 +149,9 @@ def serve(orders: Orders, shards: int, run_shard: Callable[[int], None]) -> None
         # process, its libraries' included (the Kubernetes elector's), waits that way.
         time.sleep = _sleep
     orders.install()
+    log.info(READY)
+    while not go.exists() and not orders.stopping.is_set():
+        time.sleep(0.05)
     threads = [
         threading.Thread(target=run_shard, args=(k,), name=f"shard-{k}", daemon=True)
         for k in range(shards)
@@ -133,5 +159,7 @@ def serve(orders: Orders, shards: int, run_shard: Callable[[int], None]) -> None
     for t in threads:
         t.start()
     orders.stopping.wait()
-    for t in threads:
-        t.join(15)
+    deadline = time.monotonic() + RESIGN_S
+    # Every leader resigns; a candidate blocked in its election is left behind.
+    while not orders.resigned() and time.monotonic() < deadline:
+        time.sleep(0.05)

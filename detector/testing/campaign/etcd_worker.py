@@ -78,6 +78,8 @@ class EtcdWorker:
     def run_shard(self, shard: int) -> None:
         client = self.client()
         name = lock_name(self.root, shard)
+        if shard != self.prefer:
+            self.orders.wait_to_try(False)
         while not self.orders.stopping.is_set():
             try:
                 done = read_cursor(client, self.root, shard) >= self.units
@@ -92,7 +94,13 @@ class EtcdWorker:
                 self.orders.wait_to_try(shard == self.prefer)
 
     def lead(self, client: Etcd3Client, lock: Lock, shard: int) -> None:
-        since = time.monotonic()
+        since = self.orders.began()
+        try:
+            self.lead_since(client, lock, shard, since)
+        finally:
+            self.orders.ended()
+
+    def lead_since(self, client: Etcd3Client, lock: Lock, shard: int, since: float) -> None:
         lost = threading.Event()
         with LockOwner.of_lock(client, lock, self.sink) as owner:
             if owner.ownership is None:  # the lease expired before the work began
@@ -214,7 +222,7 @@ def main() -> None:
     p.add_argument("--ttl", type=int, default=2, help="the locks' lease, seconds")
     args = p.parse_args()
     worker = EtcdWorker(args.endpoint, args.root, args.units, args.prefer, args.ttl, args.work_s)
-    election.serve(worker.orders, args.shards, worker.run_shard)
+    election.serve(worker.orders, args.shards, args.go, worker.run_shard)
     worker.sink.close(5)
 
 

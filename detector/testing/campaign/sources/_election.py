@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from detector.testing.campaign.election import READY
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import RunEnv
 from detector.testing.proxy import TcpProxy
 
 WORKERS: Final = 3
 SHARDS: Final = 3
-WATCHER_READY_S: Final = 60.0
+READY_S: Final = 60.0  # for the watcher, then the workers, to start
 
 # Each worker's own wall clock steps; the rest the fleet causes with signals, the proxy or the
 # server.
@@ -51,8 +52,10 @@ class ElectionFleet:
     restart_coordinator: Callable[[float], None]
     _timers: list[threading.Timer] = field(default_factory=list)
     _restarts: list[threading.Thread] = field(default_factory=list)
+    _healed_by = 0.0  # time.monotonic() when the last fault applied ends by itself
 
     def apply(self, step: Step) -> None:
+        self._healed_by = max(self._healed_by, time.monotonic() + step.hold_s)
         worker = self.workers[step.target]
         if worker.apply(step):
             return
@@ -83,7 +86,10 @@ class ElectionFleet:
         self._timers.append(timer)
 
     def drain(self, timeout_s: float) -> bool:
+        """The faults run their course (a pause cut short is no pause past the lease), then
+        whatever is left is healed and the work finishes."""
         deadline = time.monotonic() + timeout_s
+        time.sleep(max(min(self._healed_by, deadline) - time.monotonic(), 0.0))
         self.heal()
         for restart in self._restarts:
             restart.join(max(deadline - time.monotonic(), 0.0))
@@ -138,23 +144,22 @@ def fleet(
     proxies: list[TcpProxy] = []
     workers: list[Proc] = []
     clocks = [env.workdir / f"clock-w{i}" for i in range(WORKERS)]
+    go = env.workdir / "go"
     try:
         watcher.start()
-        deadline = time.monotonic() + WATCHER_READY_S
-        while "following" not in _text(watcher.log):
-            if not watcher.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the watcher did not start: see {watcher.log}")
-            time.sleep(0.1)
+        _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
         for i in range(WORKERS):
             proxies.append(TcpProxy("127.0.0.1", port))
             workers.append(
                 Proc(
                     f"w{i}",
-                    worker_argv(i, proxies[i].port),
+                    [*worker_argv(i, proxies[i].port), "--go", str(go)],
                     env.process_env(**clock_env(clocks[i])),
                     env.workdir / f"w{i}.log",
                 ).start()
             )
+        _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
+        go.touch()
         fleet = ElectionFleet(workers, proxies, clocks, done, restart_coordinator)
         try:
             yield fleet
@@ -165,6 +170,14 @@ def fleet(
             proxy.close()
         time.sleep(1.0)  # the watcher publishes the workers' last resignations
         watcher.stop()
+
+
+def _wait(ready: Callable[[], bool], procs: Sequence[Proc], what: str) -> None:
+    deadline = time.monotonic() + READY_S
+    while not ready():
+        if not all(p.alive() for p in procs) or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start: see {', '.join(str(p.log) for p in procs)}")
+        time.sleep(0.1)
 
 
 def _text(path: Path) -> str:
