@@ -96,7 +96,7 @@ class KubeWorker:
             self.sink,
             lease_duration=LEASE_S,
             renew_deadline=LEASE_S - 1,
-            retry_period=1 if shard == self.prefer else 2,
+            retry_period=1,  # the client exits the thread unless renew_deadline > 1.2 x this
         )
         try:
             elector.run()  # returns once it stopped leading
@@ -120,6 +120,11 @@ class KubeWorker:
         won_at = _time(acquired.spec.acquire_time) if acquired is not None else None
         since = self.orders.began()
         led.append(since)
+        if elector.ownership is None:
+            # Leading by renewing a Lease this identity still held (the election restarted
+            # after an error): no acquiring write, so the adapter cannot name the epoch and the
+            # work's effects would carry none. Stand down and stand again for a new tenure.
+            raise StepDownError
         while True:
             if not self.orders.leading(since):
                 raise StepDownError
