@@ -99,16 +99,17 @@ class Orders:
         return self._leaders == 0
 
 
-def retrying(call: Callable[[], T], what: str, *, give_up: threading.Event | None = None) -> T:
+def retrying(call: Callable[[], T], what: str, *, fatal: tuple[type[BaseException], ...] = ()) -> T:
     """`call` until it answers: a partition or a coordinator restart makes calls fail for a
     while, and a worker in the middle of a unit waits it out (so a write it began lands late,
-    as a real one does). `give_up` set: the last error is raised."""
+    as a real one does). A `fatal` error is raised (the elector's order to stop leading, which
+    a retry must not swallow)."""
     while True:
         try:
             return call()
+        except fatal:
+            raise
         except Exception as exc:
-            if give_up is not None and give_up.is_set():
-                raise
             log.info("%s failed (%s); retrying", what, type(exc).__name__)
             time.sleep(RETRY_S)
 

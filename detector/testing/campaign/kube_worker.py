@@ -30,7 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from detector.adapters import current, effect_attempted, effect_committed
-from detector.adapters.kubernetes import LeaderElector
+from detector.adapters.kubernetes import LeaderElector, LeadershipLostError
 from detector.testing.campaign import election
 from detector.testing.campaign.truth import TruthLog
 from detector.testing.campaign.worker import sink
@@ -129,7 +129,9 @@ class KubeWorker:
             if not self.orders.leading(since):
                 raise StepDownError
             index = election.retrying(
-                lambda: read_cursor(self.core, self.namespace, lease), "reading the cursor"
+                lambda: read_cursor(self.core, self.namespace, lease),
+                "reading the cursor",
+                fatal=(LeadershipLostError,),
             )
             if index >= self.units:
                 self.orders.stopping.wait(0.5)
