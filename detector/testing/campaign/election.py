@@ -30,6 +30,7 @@ RETRY_S: Final = 0.2
 PREFERRED_TRY_S: Final = 0.25  # how often a worker tries its own shard
 OTHER_TRY_S: Final = 1.0  # and the others
 READY: Final = "ready"  # what a worker logs once it can work
+FIRST_OTHER_S: Final = 3.0  # before a worker first tries a shard it does not prefer
 RESIGN_S: Final = 15.0  # what a stop order waits for the leaders to resign
 
 
@@ -78,9 +79,14 @@ class Orders:
         """A leader goes on to its next unit."""
         return not self.stopping.is_set() and not self.handed_off_since(since)
 
+    def wait_for_the_preferred(self, preferred: bool) -> None:
+        """Before the first try at a shard this worker does not prefer: time for the worker
+        that prefers it to win it, its first call to the coordinator included."""
+        if not preferred:
+            self.stopping.wait(FIRST_OTHER_S)
+
     def wait_to_try(self, preferred: bool) -> None:
-        """Between tries to win a shard (and before the first one for a shard it does not
-        prefer)."""
+        """Between tries to win a shard."""
         self.stopping.wait(PREFERRED_TRY_S if preferred else OTHER_TRY_S)
 
     def began(self) -> float:

@@ -78,8 +78,7 @@ class EtcdWorker:
     def run_shard(self, shard: int) -> None:
         client = self.client()
         name = lock_name(self.root, shard)
-        if shard != self.prefer:
-            self.orders.wait_to_try(False)
+        self.orders.wait_for_the_preferred(shard == self.prefer)
         while not self.orders.stopping.is_set():
             try:
                 done = read_cursor(client, self.root, shard) >= self.units

@@ -76,8 +76,7 @@ class KubeWorker:
 
     def run_shard(self, shard: int) -> None:
         lease = shard_name(self.name, shard)
-        if shard != self.prefer:
-            self.orders.wait_to_try(False)
+        self.orders.wait_for_the_preferred(shard == self.prefer)
         while not self.orders.stopping.is_set():
             if self.orders.sitting_out() or self.done(lease):
                 self.orders.wait_to_try(shard == self.prefer)
