@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -37,6 +37,9 @@ from detector.testing.campaign.worker import sink
 
 log = logging.getLogger("campaign.kubernetes")
 
+# Set on a write made while the Lease had no holder (released, nobody took it yet): no later
+# owner existed for the write to be stale against.
+NO_HOLDER: Final = "no_holder"
 LEASE_S = 3  # the Lease's duration; the elector renews every second and gives up after 2 s
 
 
@@ -186,6 +189,7 @@ class KubeWorker:
             owned=holder == self.identity and since == won_at,
             evidence=f"Lease {lease} at resourceVersion {rv}: holderIdentity {holder}, "
             f"acquireTime {since.isoformat() if since else None}",
+            blind=NO_HOLDER if holder is None else None,
         )
 
     def advance(self, lease: str, index: int) -> None:

@@ -116,7 +116,12 @@ class KubernetesSource:
     # adapter's `effect_committed` takes no seq): the two are ordered by arrival. A write's
     # effect is reported from the API server's answer, the destination's receipt.
     grade = Grade(ordering="arrival", destination_confirms=True)
-    blind: Mapping[str, str] = {}
+    blind: Mapping[str, str] = {
+        "no_holder": "a write while the Lease had no holder (its holder resigned, or its "
+        "election failed and it released the Lease, while a unit it had begun was still "
+        "writing; nobody had taken it yet): no later owner existed for the write to be stale "
+        "against (DESIGN §4), and the watcher's lease_released fences the holder",
+    }
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("kubernetes") is None:
