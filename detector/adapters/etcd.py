@@ -302,6 +302,9 @@ class LockOwner(AbstractContextManager["LockOwner"]):
         self.lease = lease
         self.unit = unit if unit is not None else lock_key
         self.worker_id = worker_id or f"lease-{lease:x}"
+        # The revision etcd gave the last `put` (a refused one: the store's at the refusal):
+        # where it sits in etcd's order, to read the store as of that write.
+        self.revision: int | None = None
         self._sink = sink
         self.ownership: Ownership | None = None
         self._owning: AbstractContextManager[Ownership] | None = None
@@ -384,6 +387,7 @@ class LockOwner(AbstractContextManager["LockOwner"]):
         txn = {"compare": compare if fenced else [], "success": [put]}
         doc = self.client.transaction(txn)
         applied = bool(doc.get("succeeded", False))
+        self.revision = _revision(doc)
         if self.ownership is not None:
             self.ownership.emit(
                 Kind.EFFECT_COMMITTED if applied else Kind.EFFECT_REJECTED,

@@ -454,6 +454,7 @@ class LeaderElector:
         self._sink = sink
         self._on_stopped = on_stopped
         self._thread_id: int | None = None
+        self._leading = False
         self._election = leaderelection.LeaderElection(
             electionconfig.Config(
                 self.lock,
@@ -466,9 +467,19 @@ class LeaderElector:
         )
 
     def run(self) -> None:
-        self._election.run()
+        """The election. The Python client raises out of it when the API server cannot be
+        reached (only an API error is retried) and never calls "stopped leading": a leader's
+        work would go on unrenewed, so it is stopped here as a lost leadership is, then the
+        error raised."""
+        try:
+            self._election.run()
+        except BaseException:
+            if self._leading and not self.stop.is_set():
+                self._stopped()
+            raise
 
     def _started(self) -> None:
+        self._leading = True
         lease = self.lock.acquired
         if lease is None:  # the elector led without a write of ours: cannot name the epoch
             log.warning("kubernetes: leading %s without an acquiring write", self.lock.name)

@@ -287,3 +287,39 @@ def test_stopped_leading_stops_work_that_never_looks_at_its_stop_event() -> None
             "holder_identity": "pod-a",
         }  # no leaseTransitions in this Lease: none said
     sink.close()
+
+
+def test_an_election_that_raises_while_leading_stops_the_work() -> None:
+    """The Python client's renew loop raises when the API server cannot be reached (a partition:
+    only API errors are retried) and never calls "stopped leading": the work must stop all the
+    same, with its `lease_lost`, and the error reach the caller."""
+    recorder = Recorder()
+    sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
+    working = threading.Event()
+    ended = threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        try:
+            while True:  # never checks `stop`
+                working.set()
+                time.sleep(0.01)
+        finally:
+            ended.set()
+
+    elector = LeaderElector("payments-leader", "default", "pod-a", work, sink)
+    elector.lock.acquired = V1Lease(
+        metadata=V1ObjectMeta(name="payments-leader", resource_version="77"), spec=V1LeaseSpec()
+    )
+
+    def renew_loop_fails() -> None:  # what `LeaderElection.run` does, its renewal failing
+        threading.Thread(target=elector._started, daemon=True).start()
+        assert working.wait(10)
+        raise ConnectionError("Max retries exceeded with url: /apis/coordination.k8s.io/v1")
+
+    elector._election.run = renew_loop_fails  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        elector.run()
+    assert elector.stop.is_set() and ended.wait(10)
+    assert sink.flush(10)
+    assert [e.kind.value for e in recorder.events] == ["lease_lost"]
+    sink.close()

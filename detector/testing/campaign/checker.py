@@ -49,17 +49,20 @@ class Positive:
     # What DESIGN grades it: a committed stale effect, or a key committed under two epochs, is
     # critical; a refused stale write, or a key committed twice under one epoch, a warning.
     critical: bool
+    # A duplicate's episode (DESIGN §4): the highest epoch below the write's that committed the
+    # key (the write's own when every earlier commit's is higher); None for a retry's.
+    episode: int | None = None
 
     def found_by(self, finding: Finding) -> bool:
         w = self.write
         if finding.workflow_key != w.workflow_key:
             return False
+        displaced = finding.displaced
         if self.duplicate:
-            return any(
+            return (None if displaced is None else displaced.owner_epoch) == self.episode and any(
                 c.kind is ConditionKind.DUPLICATE_EFFECT and c.effect_key == w.effect_key
                 for c in finding.conditions
             )
-        displaced = finding.displaced
         if displaced is None or displaced.owner_epoch != w.epoch:
             return False
         return (
@@ -79,7 +82,10 @@ def positives(writes: Iterable[Write]) -> list[Positive]:
         if not w.owned:
             found.append(Positive(w, duplicate=False, critical=w.committed))
         elif before and w.committed:
-            found.append(Positive(w, duplicate=True, critical=bool(before - {w.epoch})))
+            others = before - {w.epoch}
+            lower = [e for e in others if e < w.epoch]
+            episode = (max(lower) if lower else w.epoch) if others else None
+            found.append(Positive(w, True, critical=bool(others), episode=episode))
         if w.committed:
             before.add(w.epoch)
     return found

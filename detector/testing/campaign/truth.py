@@ -41,6 +41,20 @@ class Write(BaseModel):
     blind: str | None = None
 
 
+def campaign_time() -> float:
+    """The wall clock as the campaign reads it, also in a worker whose clock the nemesis stepped
+    (`nemesis.clock_env`): its libfaketime offset taken back off, so a write's time stays
+    comparable with the finding's."""
+    now = time.time()
+    control = os.environ.get("FAKETIME_TIMESTAMP_FILE")
+    if control is None:
+        return now
+    try:
+        return now - float(Path(control).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return now
+
+
 class TruthLog:
     """The run's record; `from_env` in a worker process, the path in the campaign."""
 
@@ -72,7 +86,7 @@ class TruthLog:
         at: float | None = None,
     ) -> Write:
         """`at`: the write's time from a clock no fault steps (the destination's own), where
-        this process's wall clock may be stepped (`nemesis.clock_env`); else this clock's."""
+        this process's wall clock may be stepped (`nemesis.clock_env`); else `campaign_time()`."""
         write = Write(
             run=self.run,
             workflow_key=workflow_key,
@@ -81,7 +95,7 @@ class TruthLog:
             epoch=epoch,
             owned=owned,
             evidence=evidence,
-            at=time.time() if at is None else at,
+            at=campaign_time() if at is None else at,
             committed=committed,
             blind=blind,
         )

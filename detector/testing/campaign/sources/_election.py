@@ -1,0 +1,187 @@
+"""What the etcd and Kubernetes sources share: a fleet of leader-election worker processes
+(`detector.testing.campaign.election`), each talking to the coordinator through a proxy of its
+own (the partition) on a wall clock of its own (the clock step), beside a `splitbrain watch`
+process that publishes the coordinator's holders; and the faults that fleet can suffer."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from detector.testing.campaign.election import READY
+from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
+from detector.testing.campaign.source import RunEnv
+from detector.testing.proxy import TcpProxy
+
+WORKERS: Final = 3
+SHARDS: Final = 3
+READY_S: Final = 60.0  # for the watcher, then the workers, to start
+
+# Each worker's own wall clock steps; the rest the fleet causes with signals, the proxy or the
+# server.
+FAULTS: Final = frozenset(
+    {
+        Fault.PAUSE_PAST_LEASE,
+        Fault.CRASH_RESTART,
+        Fault.GRACEFUL_SHUTDOWN,
+        Fault.PARTITION,
+        Fault.HANDOFF,
+        Fault.EXCEPTION_RETRY,
+        Fault.COORDINATOR_RESTART,
+        Fault.CLOCK_STEP,
+    }
+)
+
+
+@dataclass
+class ElectionFleet:
+    """The workers of one run (`Fleet`): `done` says whether all of the run's work is done;
+    `restart_coordinator(down_s)` stops the coordinator and starts it again on its data."""
+
+    workers: Sequence[Proc]
+    proxies: Sequence[TcpProxy]
+    clocks: Sequence[Path]
+    done: Callable[[], bool]
+    restart_coordinator: Callable[[float], None]
+    _timers: list[threading.Timer] = field(default_factory=list)
+    _restarts: list[threading.Thread] = field(default_factory=list)
+    _healed_by = 0.0  # time.monotonic() when the last fault applied ends by itself
+
+    def apply(self, step: Step) -> None:
+        self._healed_by = max(self._healed_by, time.monotonic() + step.hold_s)
+        worker = self.workers[step.target]
+        if worker.apply(step):
+            return
+        match step.fault:
+            case Fault.PARTITION:
+                proxy = self.proxies[step.target]
+                proxy.cut()
+                self._later(step.hold_s, proxy.restore)
+            case Fault.HANDOFF:
+                worker.signal(signal.SIGUSR1)
+            case Fault.EXCEPTION_RETRY:
+                worker.signal(signal.SIGUSR2)
+            case Fault.CLOCK_STEP:
+                step_clock(self.clocks[step.target], step.hold_s)
+            case Fault.COORDINATOR_RESTART:
+                restart = threading.Thread(
+                    target=self.restart_coordinator, args=(step.hold_s,), daemon=True
+                )
+                restart.start()
+                self._restarts.append(restart)
+            case _:
+                raise ValueError(f"not a fault of this fleet: {step.fault}")
+
+    def _later(self, seconds: float, action: Callable[[], None]) -> None:
+        timer = threading.Timer(seconds, action)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def drain(self, timeout_s: float) -> bool:
+        """The faults run their course (a pause cut short is no pause past the lease), then
+        whatever is left is healed and the work finishes."""
+        deadline = time.monotonic() + timeout_s
+        time.sleep(max(min(self._healed_by, deadline) - time.monotonic(), 0.0))
+        self.heal()
+        for restart in self._restarts:
+            restart.join(max(deadline - time.monotonic(), 0.0))
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # the coordinator may still be coming back
+                if self.done():
+                    return True
+            time.sleep(0.5)
+        return False
+
+    def heal(self) -> None:
+        """Every partition restored, every paused worker resumed, every stopped one started."""
+        for timer in self._timers:
+            timer.cancel()
+        for proxy in self.proxies:
+            proxy.restore()
+        for worker in self.workers:
+            worker.resume()
+            worker.start()
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        for worker in self.workers:
+            worker.stop()
+        for proxy in self.proxies:
+            proxy.close()
+
+
+def python(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def work_args(prefer: int, units: int) -> list[str]:
+    return ["--shards", str(SHARDS), "--units", str(units), "--prefer", str(prefer)]
+
+
+@contextlib.contextmanager
+def fleet(
+    env: RunEnv,
+    *,
+    watcher_argv: Sequence[str],
+    worker_argv: Callable[[int, int], Sequence[str]],
+    port: int,
+    done: Callable[[], bool],
+    restart_coordinator: Callable[[float], None],
+) -> Iterator[ElectionFleet]:
+    """The run's watcher (ready once it follows) and `WORKERS` workers, worker `i` started as
+    `worker_argv(i, proxy_port)` through a proxy to the coordinator's `port`; all stopped on
+    leaving."""
+    watcher = Proc("watcher", watcher_argv, env.process_env(), env.workdir / "watcher.log")
+    proxies: list[TcpProxy] = []
+    workers: list[Proc] = []
+    clocks = [env.workdir / f"clock-w{i}" for i in range(WORKERS)]
+    go = env.workdir / "go"
+    try:
+        watcher.start()
+        _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
+        for i in range(WORKERS):
+            proxies.append(TcpProxy("127.0.0.1", port))
+            workers.append(
+                Proc(
+                    f"w{i}",
+                    [*worker_argv(i, proxies[i].port), "--go", str(go)],
+                    env.process_env(**clock_env(clocks[i])),
+                    env.workdir / f"w{i}.log",
+                ).start()
+            )
+        _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
+        go.touch()
+        fleet = ElectionFleet(workers, proxies, clocks, done, restart_coordinator)
+        try:
+            yield fleet
+        finally:
+            fleet.close()
+    finally:
+        for proxy in proxies:
+            proxy.close()
+        time.sleep(1.0)  # the watcher publishes the workers' last resignations
+        watcher.stop()
+
+
+def _wait(ready: Callable[[], bool], procs: Sequence[Proc], what: str) -> None:
+    deadline = time.monotonic() + READY_S
+    while not ready():
+        if not all(p.alive() for p in procs) or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start: see {', '.join(str(p.log) for p in procs)}")
+        time.sleep(0.1)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,150 @@
+"""The Kubernetes source (the slow job's: it needs the built kube-apiserver): a real API server
+on its etcd (`LocalKubeApiServer`), `splitbrain watch kubernetes` on the run's Leases, and three
+`kube_worker` processes electing a leader per shard with the adapter's `LeaderElector` and
+writing their units' effects to ConfigMaps (see `kube_worker` for the ground truth)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from detector.testing.campaign.checker import Grade
+from detector.testing.campaign.nemesis import Fault
+from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv
+from detector.testing.campaign.sources import _election
+from detector.testing.campaign.sources._election import SHARDS, python, work_args
+
+NAMESPACE: Final = "default"
+UNITS: Final = 16  # per shard: about 10 s of work for its leader
+LEASE_S: Final = 3  # kube_worker.LEASE_S (not imported here: the client loads on use)
+
+
+@dataclass
+class KubeSession:
+    env: CampaignEnv
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        from detector.devstack.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
+
+        self.server = LocalKubeApiServer()
+        self.nonce = uuid.uuid4().hex[:6]
+
+    def restart(self, down_s: float) -> None:
+        """The coordinator restart: the API server and its etcd stopped, then started again on
+        the same data."""
+        with self._lock:
+            self.server.stop()
+            time.sleep(down_s)
+            self.server.start()
+
+    def kubeconfig(self, env: RunEnv, name: str, port: int) -> str:
+        """The server's kubeconfig with the API server at `port` (a worker's proxy)."""
+        path = env.workdir / f"kubeconfig-{name}"
+        text = self.server.kubeconfig.read_text()
+        path.write_text(text.replace(self.server.url, f"https://127.0.0.1:{port}"))
+        return str(path)
+
+    @contextlib.contextmanager
+    def run(self, env: RunEnv) -> Iterator[Fleet]:
+        from kubernetes import client, config  # noqa: PLC0415
+
+        from detector.testing.campaign.kube_worker import read_cursor, shard_name  # noqa: PLC0415
+
+        name = f"c{self.nonce}-r{env.run}"
+        config.load_kube_config(config_file=str(self.server.kubeconfig))  # type: ignore[no-untyped-call]
+        core = client.CoreV1Api()
+        names = [shard_name(name, k) for k in range(SHARDS)]
+        for cm in names:
+            body: Any = client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=cm), data={"cursor": "0"}
+            )
+            core.create_namespaced_config_map(NAMESPACE, body)
+
+        def done() -> bool:
+            return all(read_cursor(core, NAMESPACE, cm) >= UNITS for cm in names)
+
+        def worker(i: int, port: int) -> list[str]:
+            return python(
+                "detector.testing.campaign.kube_worker",
+                *("--kubeconfig", self.kubeconfig(env, f"w{i}", port)),
+                *("--namespace", NAMESPACE, "--name", name, "--identity", f"w{i}"),
+                *work_args(i, UNITS),
+            )
+
+        watcher = python(
+            "detector.cli",
+            *("watch", "kubernetes", "--kubeconfig", str(self.server.kubeconfig)),
+            *("--namespace", NAMESPACE, *(a for n in names for a in ("--lease", n))),
+            *("--topic", env.campaign.input_topic),
+        )
+        with _election.fleet(
+            env,
+            watcher_argv=watcher,
+            worker_argv=worker,
+            port=self.server.port,
+            done=done,
+            restart_coordinator=self.restart,
+        ) as fleet:
+            yield fleet
+
+
+class KubernetesSource:
+    name = "kubernetes"
+    faults = _election.FAULTS
+    holds: Mapping[Fault, tuple[float, float]] = {
+        Fault.PAUSE_PAST_LEASE: (LEASE_S + 3.0, LEASE_S + 6.0),
+        Fault.CRASH_RESTART: (1.0, 4.0),
+        Fault.GRACEFUL_SHUTDOWN: (0.5, 2.0),
+        Fault.PARTITION: (1.0, LEASE_S + 5.0),  # shorter than the lease, or past it
+        Fault.HANDOFF: (0.0, 0.0),
+        Fault.EXCEPTION_RETRY: (0.0, 0.0),
+        Fault.COORDINATOR_RESTART: (0.5, 2.0),  # plus the API server's start, about 10 s
+        Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
+    }
+    workers = _election.WORKERS
+    span_s = 8.0
+    steps = 3
+    # The watcher's holders carry the Lease's resourceVersion, the work's effects none (the
+    # adapter's `effect_committed` takes no seq): the two are ordered by arrival. A write's
+    # effect is reported from the API server's answer, the destination's receipt.
+    grade = Grade(ordering="arrival", destination_confirms=True)
+    blind: Mapping[str, str] = {
+        "no_holder": "a write while the Lease had no holder (its holder resigned, or its "
+        "election failed and it released the Lease, while a unit it had begun was still "
+        "writing; nobody had taken it yet): no later owner existed for the write to be stale "
+        "against (DESIGN §4), and the watcher's lease_released fences the holder",
+    }
+
+    def missing(self) -> str | None:
+        if importlib.util.find_spec("kubernetes") is None:
+            return "the kubernetes source needs: pip install 'splitbrain-detector[kubernetes]'"
+        from detector.devstack.kube_apiserver import (  # noqa: PLC0415
+            LocalKubeApiServerError,
+            kube_apiserver_binary,
+        )
+
+        try:
+            kube_apiserver_binary()
+        except LocalKubeApiServerError as exc:
+            return str(exc)
+        if shutil.which("openssl") is None:
+            return "the kubernetes source needs openssl (apt-get install openssl)"
+        return None
+
+    @contextlib.contextmanager
+    def session(self, env: CampaignEnv) -> Iterator[KubeSession]:
+        session = KubeSession(env)
+        with session.server:
+            yield session
+
+
+def source() -> KubernetesSource:
+    return KubernetesSource()
