@@ -49,13 +49,17 @@ class Positive:
     # What DESIGN grades it: a committed stale effect, or a key committed under two epochs, is
     # critical; a refused stale write, or a key committed twice under one epoch, a warning.
     critical: bool
+    # A duplicate's finding: the episode of the highest lower epoch that committed the key
+    # (DESIGN §4), or a retry's (`displaced: null`, None here) when its own epoch had.
+    episodes: frozenset[int | None] = frozenset()
 
     def found_by(self, finding: Finding) -> bool:
         w = self.write
         if finding.workflow_key != w.workflow_key:
             return False
         if self.duplicate:
-            return any(
+            episode = None if finding.displaced is None else finding.displaced.owner_epoch
+            return episode in self.episodes and any(
                 c.kind is ConditionKind.DUPLICATE_EFFECT and c.effect_key == w.effect_key
                 for c in finding.conditions
             )
@@ -79,7 +83,16 @@ def positives(writes: Iterable[Write]) -> list[Positive]:
         if not w.owned:
             found.append(Positive(w, duplicate=False, critical=w.committed))
         elif before and w.committed:
-            found.append(Positive(w, duplicate=True, critical=bool(before - {w.epoch})))
+            lower = [e for e in before if e < w.epoch]
+            episodes = {max(lower)} if lower else set()
+            found.append(
+                Positive(
+                    w,
+                    duplicate=True,
+                    critical=bool(before - {w.epoch}),
+                    episodes=frozenset(episodes | ({None} if w.epoch in before else set())),
+                )
+            )
         if w.committed:
             before.add(w.epoch)
     return found
