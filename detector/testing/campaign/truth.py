@@ -69,7 +69,10 @@ class TruthLog:
         evidence: str,
         committed: bool = True,
         blind: str | None = None,
+        at: float | None = None,
     ) -> Write:
+        """`at`: the write's time from a clock no fault steps (the destination's own), where
+        this process's wall clock may be stepped (`nemesis.clock_env`); else this clock's."""
         write = Write(
             run=self.run,
             workflow_key=workflow_key,
@@ -78,7 +81,7 @@ class TruthLog:
             epoch=epoch,
             owned=owned,
             evidence=evidence,
-            at=time.time(),
+            at=time.time() if at is None else at,
             committed=committed,
             blind=blind,
         )
