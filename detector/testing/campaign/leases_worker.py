@@ -15,7 +15,8 @@ partition heals.
 The ground truth is written by the effect itself, in the destination's transaction (which holds
 the job's row locked): the job's current fencing token, state and owner, read there, beside the
 fence presented (`campaign_effects`). A refused effect's receipt (`fenced_receipts`) holds the
-token it was compared with. `export` turns both into the run's truth log once the run is over,
+token it was compared with, and the store's refusal of a displaced owner's result says whether
+the job's token had moved on. `export` turns them into the run's truth log once the run is over,
 so no crash of a worker can separate an effect from its record, and no stepped worker clock
 dates it (the database's clock does).
 
