@@ -59,7 +59,7 @@ def test_a_key_committed_by_three_owners_in_turn_is_two_findings_each_explained(
     """DESIGN §4: each failover duplicate belongs to the episode of the owner just before, so
     three commits make two findings; each explains one duplicate, neither is a false alarm."""
     writes = [_write(1, 1.0), _write(2, 2.0), _write(3, 3.0)]
-    assert [p.episode for p in positives(writes)] == [1, 2]
+    assert [p.episodes for p in positives(writes)] == [frozenset({1}), frozenset({2})]
     seen = [Seen(_finding(1, 2), 2.1), Seen(_finding(2, 3), 3.1)]
     verdict = check(writes, seen, Grade("authoritative_seq", destination_confirms=True))
     assert (verdict.true_positives, verdict.false_positives, verdict.false_negatives) == (2, 0, 0)

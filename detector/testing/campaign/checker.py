@@ -49,20 +49,26 @@ class Positive:
     # What DESIGN grades it: a committed stale effect, or a key committed under two epochs, is
     # critical; a refused stale write, or a key committed twice under one epoch, a warning.
     critical: bool
-    # A duplicate's episode (DESIGN §4): the highest epoch below the write's that committed the
-    # key (the write's own when every earlier commit's is higher); None for a retry's.
-    episode: int | None = None
+    # The findings a duplicate joins (`_episodes`). A stale commit of a key committed before is
+    # a failover duplicate too, found in that finding as well: its `episodes` are explained by
+    # it, without counting twice.
+    episodes: frozenset[int | None] = frozenset()
+
+    def as_duplicate(self) -> Positive:
+        across = any(e is not None for e in self.episodes)  # under another epoch: critical
+        return Positive(self.write, duplicate=True, critical=across, episodes=self.episodes)
 
     def found_by(self, finding: Finding) -> bool:
         w = self.write
         if finding.workflow_key != w.workflow_key:
             return False
-        displaced = finding.displaced
         if self.duplicate:
-            return (None if displaced is None else displaced.owner_epoch) == self.episode and any(
+            episode = None if finding.displaced is None else finding.displaced.owner_epoch
+            return episode in self.episodes and any(
                 c.kind is ConditionKind.DUPLICATE_EFFECT and c.effect_key == w.effect_key
                 for c in finding.conditions
             )
+        displaced = finding.displaced
         if displaced is None or displaced.owner_epoch != w.epoch:
             return False
         return (
@@ -80,15 +86,31 @@ def positives(writes: Iterable[Write]) -> list[Positive]:
     for w in sorted(writes, key=lambda w: w.at):
         before = epochs[(w.run, w.workflow_key, w.effect_key)]
         if not w.owned:
-            found.append(Positive(w, duplicate=False, critical=w.committed))
+            again = _episodes(w.epoch, before) if w.committed else frozenset()
+            found.append(Positive(w, duplicate=False, critical=w.committed, episodes=again))
         elif before and w.committed:
-            others = before - {w.epoch}
-            lower = [e for e in others if e < w.epoch]
-            episode = (max(lower) if lower else w.epoch) if others else None
-            found.append(Positive(w, True, critical=bool(others), episode=episode))
+            found.append(
+                Positive(
+                    w,
+                    duplicate=True,
+                    critical=bool(before - {w.epoch}),
+                    episodes=_episodes(w.epoch, before),
+                )
+            )
         if w.committed:
             before.add(w.epoch)
     return found
+
+
+def _episodes(epoch: int, before: set[int]) -> frozenset[int | None]:
+    """Whose finding a commit under `epoch` of a key committed under `before` joins as a
+    duplicate (DESIGN §4): the highest lower epoch's, else its own when only higher ones had
+    committed it; a retry's (`displaced: null`, None) when its own had."""
+    lower = [e for e in before if e < epoch]
+    episodes: set[int | None] = {max(lower)} if lower else ({epoch} if before - {epoch} else set())
+    if epoch in before:
+        episodes.add(None)
+    return frozenset(episodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +158,13 @@ def check(
     expected_blind = set(blind)
     for p in positives(writes):
         w = p.write
+        if not p.duplicate and p.episodes:
+            for s in by_workflow.get(w.workflow_key, ()):
+                again = p.as_duplicate()
+                if s.finding.severity is not Severity.INFO and again.found_by(s.finding):
+                    fid = s.finding.finding_id
+                    explained.add(fid)
+                    severity_due[fid] = severity_due.get(fid, False) or again.critical
         first = next(
             (
                 s
