@@ -41,6 +41,20 @@ class Write(BaseModel):
     blind: str | None = None
 
 
+def campaign_time() -> float:
+    """The wall clock as the campaign reads it, also in a worker whose clock the nemesis stepped
+    (`nemesis.clock_env`): its libfaketime offset taken back off, so a write's time stays
+    comparable with the finding's."""
+    now = time.time()
+    control = os.environ.get("FAKETIME_TIMESTAMP_FILE")
+    if control is None:
+        return now
+    try:
+        return now - float(Path(control).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return now
+
+
 class TruthLog:
     """The run's record; `from_env` in a worker process, the path in the campaign."""
 
@@ -78,7 +92,7 @@ class TruthLog:
             epoch=epoch,
             owned=owned,
             evidence=evidence,
-            at=time.time(),
+            at=campaign_time(),
             committed=committed,
             blind=blind,
         )
