@@ -29,10 +29,21 @@ from typing import Final
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import CampaignEnv, RunEnv
+from detector.testing.campaign.truth import Write
 from detector.testing.proxy import TcpProxy
 
 READY_S: Final = 60.0  # a worker process, to poll
 QUIET_S: Final = 2.0  # after the work is done, no write for this long: the zombies woke and wrote
+# A write this close before its worker's SIGKILL may have died with the events telling of it (the
+# adapter sends in batches, from a thread): blind, `KILLED_UNSENT`.
+UNSENT_S: Final = 1.0
+KILLED_UNSENT: Final = "killed_unsent"
+BLIND: Final = {
+    KILLED_UNSENT: (
+        "a worker killed (SIGKILL) within a second of an effect: the adapter sends its events in "
+        "batches from a thread, so those of the effect may die with the process unsent"
+    )
+}
 RUN_TIMEOUT: Final = timedelta(seconds=90)  # a unit's workflow, from its start
 
 
@@ -123,6 +134,9 @@ class _Fleet:
     _work: threading.Thread | None = field(default=None, init=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False)
     _failed: list[str] = field(default_factory=list, init=False)
+    # A SIGKILL's silenced span per worker: (from, to); from reaches back into a pause.
+    _kills: list[tuple[str, float, float]] = field(default_factory=list, init=False)
+    _paused: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.queue = f"campaign-{self.source.role}-{self.env.run}-{uuid.uuid4().hex[:6]}"
@@ -202,8 +216,18 @@ class _Fleet:
             case Fault.CLOCK_STEP:
                 step_clock(w.clock, step.hold_s)
             case _:
+                self._note(w.proc.name, step)
                 if not w.proc.apply(step):
                     raise ValueError(f"{self.source.name} cannot cause {step.fault}")
+
+    def _note(self, name: str, step: Step) -> None:
+        """Remember when a pause holds a worker's unsent events and when a kill drops them."""
+        now = time.time()
+        if step.fault is Fault.PAUSE_PAST_LEASE:
+            self._paused[name] = (now, now + step.hold_s)
+        elif step.fault is Fault.CRASH_RESTART:
+            since, until = self._paused.get(name, (now, now))
+            self._kills.append((name, (since if since <= now < until else now) - UNSENT_S, now))
 
     def _later(self, seconds: float, action: Callable[[], object]) -> None:
         timer = threading.Timer(seconds, action)
@@ -247,3 +271,20 @@ class _Fleet:
             w.proxy.close()
         if self._work is not None:
             self._work.join(5)
+        self._mark_killed_unsent()
+
+    def _mark_killed_unsent(self) -> None:
+        """Mark the writes a SIGKILL may have silenced (`KILLED_UNSENT`), once every worker is
+        stopped: the checker counts them apart when no finding names them."""
+        if not self._kills:
+            return
+        truth = self.env.truth
+
+        def silenced(w: Write) -> bool:
+            return any(w.executor == name and a <= w.at <= b for name, a, b in self._kills)
+
+        writes = [
+            w.model_copy(update={"blind": KILLED_UNSENT}) if silenced(w) and not w.blind else w
+            for w in truth.writes()
+        ]
+        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))

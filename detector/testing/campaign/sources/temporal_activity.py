@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault
-from detector.testing.campaign.sources._temporal import TemporalSource
+from detector.testing.campaign.sources._temporal import BLIND, TemporalSource
 
 
 def source() -> TemporalSource:
@@ -39,5 +39,6 @@ def source() -> TemporalSource:
             Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
         },
         grade=Grade(ordering="arrival", destination_confirms=False),
-        blind={},
+        blind=BLIND,
+        units=36,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault
-from detector.testing.campaign.sources._temporal import TemporalSource
+from detector.testing.campaign.sources._temporal import BLIND, TemporalSource
 
 
 def source() -> TemporalSource:
@@ -41,5 +41,5 @@ def source() -> TemporalSource:
             Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
         },
         grade=Grade(ordering="authoritative_seq", destination_confirms=False),
-        blind={},
+        blind=BLIND,
     )
