@@ -51,10 +51,10 @@ ACTIVITY: Final = "campaign-charge"
 ACTIVITY_WORKFLOW: Final = "campaign-order"
 RECEIPTS_WORKFLOW: Final = "campaign-receipts"
 HEARTBEAT_TIMEOUT: Final = timedelta(seconds=2)
-TASK_TIMEOUT: Final = timedelta(seconds=2)  # the workflow source's lease
+TASK_TIMEOUT: Final = timedelta(seconds=3)  # the workflow source's lease
 BEATS: Final = 2  # an activity's work: this many beats ...
 BEAT_S: Final = 0.2  # ... this far apart, heartbeating at each, ...
-CALL_S: Final = 1.0  # ... then a call to the payment provider, silent, before the charge
+CALL_S: Final = 0.8  # ... then a call to the payment provider, silent, before the charge
 STALL_S: Final = 0.3  # a workflow step's task: this long in workflow code
 STEPS: Final = 2  # receipts per workflow run
 FAILING: Final = "failing"  # in --control: while it exists, work raises before its effect

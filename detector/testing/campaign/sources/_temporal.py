@@ -41,7 +41,8 @@ KILLED_UNSENT: Final = "killed_unsent"
 BLIND: Final = {
     KILLED_UNSENT: (
         "a worker killed (SIGKILL) within a second of an effect: the adapter sends its events in "
-        "batches from a thread, so those of the effect may die with the process unsent"
+        "batches from a thread, so those of the effect may die with the process unsent (and a "
+        "later write of the same key is then a duplicate the events cannot show)"
     )
 }
 RUN_TIMEOUT: Final = timedelta(seconds=90)  # a unit's workflow, from its start
@@ -274,17 +275,19 @@ class _Fleet:
         self._mark_killed_unsent()
 
     def _mark_killed_unsent(self) -> None:
-        """Mark the writes a SIGKILL may have silenced (`KILLED_UNSENT`), once every worker is
-        stopped: the checker counts them apart when no finding names them."""
+        """Mark the writes a SIGKILL may have silenced (`KILLED_UNSENT`), and the duplicates that
+        only they make duplicates, once every worker is stopped: the checker counts them apart
+        when no finding names them."""
         if not self._kills:
             return
         truth = self.env.truth
-
-        def silenced(w: Write) -> bool:
-            return any(w.executor == name and a <= w.at <= b for name, a, b in self._kills)
-
-        writes = [
-            w.model_copy(update={"blind": KILLED_UNSENT}) if silenced(w) and not w.blind else w
-            for w in truth.writes()
-        ]
-        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+        marked: list[Write] = []
+        heard: dict[tuple[str, str], bool] = {}  # a key's earlier writes: any not silenced?
+        for w in sorted(truth.writes(), key=lambda w: w.at):
+            key = (w.workflow_key, w.effect_key)
+            silenced = any(w.executor == name and a <= w.at <= b for name, a, b in self._kills)
+            echo = w.owned and heard.get(key) is False
+            blind = (silenced or echo) and w.blind is None
+            marked.append(w.model_copy(update={"blind": KILLED_UNSENT}) if blind else w)
+            heard[key] = heard.get(key, False) or not silenced
+        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in marked))

@@ -1,5 +1,5 @@
 """`temporal-workflow`: workflow code on three workers mailing a receipt per step, each step a
-slow workflow task. A worker stopped or cut off inside a task past the 2 s workflow task timeout
+slow workflow task. A worker stopped or cut off inside a task past the 3 s workflow task timeout
 loses the run: the server times the task out and another worker replays the run and mails the
 step again; the first, woken, mails it too (its completion refused).
 
@@ -33,8 +33,8 @@ def source() -> TemporalSource:
             }
         ),
         holds={
-            Fault.PAUSE_PAST_LEASE: (3.0, 6.0),  # past the 2 s workflow task timeout
-            Fault.PARTITION: (3.0, 6.0),
+            Fault.PAUSE_PAST_LEASE: (4.0, 7.0),  # past the 3 s workflow task timeout
+            Fault.PARTITION: (4.0, 7.0),
             Fault.CRASH_RESTART: (1.0, 3.0),
             Fault.GRACEFUL_SHUTDOWN: (1.0, 3.0),
             Fault.EXCEPTION_RETRY: (1.0, 3.0),
