@@ -55,7 +55,7 @@ TASK_TIMEOUT: Final = timedelta(seconds=3)  # the workflow source's lease
 BEATS: Final = 2  # an activity's work: this many beats ...
 BEAT_S: Final = 0.2  # ... this far apart, heartbeating at each, ...
 CALL_S: Final = 0.8  # ... then a call to the payment provider, silent, before the charge
-STALL_S: Final = 0.3  # a workflow step's task: this long in workflow code
+STALL_S: Final = 0.8  # a workflow step's task: this long in workflow code
 STEPS: Final = 2  # receipts per workflow run
 FAILING: Final = "failing"  # in --control: while it exists, work raises before its effect
 DESTINATION: Final = "campaign-ledger"

@@ -138,6 +138,7 @@ class _Fleet:
     # A SIGKILL's silenced span per worker: (from, to); from reaches back into a pause.
     _kills: list[tuple[str, float, float]] = field(default_factory=list, init=False)
     _paused: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    _held_until: float = field(default=0.0, init=False)  # monotonic: the last fault's hold ends
 
     def __post_init__(self) -> None:
         self.queue = f"campaign-{self.source.role}-{self.env.run}-{uuid.uuid4().hex[:6]}"
@@ -207,6 +208,8 @@ class _Fleet:
 
     def apply(self, step: Step) -> None:
         w = self.workers[step.target]
+        if step.fault is not Fault.CLOCK_STEP:  # its hold is its size
+            self._held_until = max(self._held_until, time.monotonic() + step.hold_s)
         match step.fault:
             case Fault.PARTITION:
                 w.proxy.cut()
@@ -249,9 +252,12 @@ class _Fleet:
             w.proc.start()
 
     def drain(self, timeout_s: float) -> bool:
-        self._heal()
+        """Let the last faults run their holds (a pause healed at once makes no zombie), heal
+        what is left, wait for the work, then for the woken zombies' writes."""
         deadline = time.monotonic() + timeout_s
-        if not self._done.wait(timeout_s):
+        time.sleep(max(0.0, self._held_until - time.monotonic()))
+        self._heal()
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
             return False
         truth = self.env.truth.path
         size, still_since = -1, time.monotonic()

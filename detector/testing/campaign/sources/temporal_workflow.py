@@ -42,4 +42,5 @@ def source() -> TemporalSource:
         },
         grade=Grade(ordering="authoritative_seq", destination_confirms=False),
         blind=BLIND,
+        units=18,  # two slow tasks each: the workers are busy most of the run
     )
