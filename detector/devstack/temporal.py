@@ -195,7 +195,9 @@ async def run_zombie(
             workflows=[Payment],
             activities=[payments.charge],
             interceptors=[SplitbrainInterceptor(sink, worker_id=c.identity)],
-            # The stalled attempt holds its worker's only slot: the retry goes to the other.
+            # The stalled attempt holds its worker's only slot, and a worker polls only with a
+            # free slot: the retry goes to the other. (With the SDK's default, many slots, the
+            # stalled worker still polls and may get attempt 2 itself.)
             max_concurrent_activities=1,
         )
         for c in clients

@@ -1,10 +1,13 @@
-"""The campaign checker's matching of positives with findings."""
+"""The campaign checker's matching of positives with findings, on hand-made findings and on
+those `audit` gives for histories the campaign met."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from detector.contracts.findings import Finding
+from detector.histories.audit import audit_lines
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.truth import Write
 
@@ -64,3 +67,59 @@ def test_a_key_committed_by_three_owners_in_turn_is_two_findings_each_explained(
     verdict = check(writes, seen, Grade("authoritative_seq", destination_confirms=True))
     assert (verdict.true_positives, verdict.false_positives, verdict.false_negatives) == (2, 0, 0)
     assert verdict.misgraded == 0, verdict.notes
+
+
+KEY = "default/receipts-22/run-1"
+GRADE = Grade(ordering="authoritative_seq", destination_confirms=False)
+
+
+def event(n: int, kind: str, worker: str, epoch: int, effect: str | None = None) -> dict[str, Any]:
+    """One workflow-run event as the Temporal adapter sends it (epoch and seq: the history
+    length)."""
+    e: dict[str, Any] = {
+        "workflow_key": KEY,
+        "owner_epoch": epoch,
+        "worker_id": worker,
+        "attrs": {"epoch_authority": "system", "epoch_from": "temporal.history_length"},
+        "kind": kind,
+        "seq": epoch,
+        "source": "coordinator" if kind == "lease_acquired" else "worker",
+        "event_id": f"e{n}",
+        "observed_at": f"2026-12-05T00:00:{n:02d}Z",
+    }
+    if effect is not None:
+        e["effect_key"] = effect
+    return e
+
+
+def write(n: int, worker: str, epoch: int, owned: bool) -> Write:
+    return Write(
+        run=0,
+        workflow_key=KEY,
+        effect_key="receipt/1",
+        executor=worker,
+        epoch=epoch,
+        owned=owned,
+        evidence="history",
+        at=float(n),
+    )
+
+
+def test_a_key_redone_after_two_displaced_epochs_explains_the_finding_of_each() -> None:
+    # Task 8 times out while its worker stalls; task 11 mails the receipt, then times out too;
+    # the stalled 8 wakes and mails it, and task 14 mails it again: two findings (displaced 8
+    # and displaced 11), both of the same duplicates. Neither is a false alarm.
+    history = [
+        event(1, "lease_acquired", "w2", 11),
+        event(2, "effect_committed", "w2", 11, "receipt/1"),
+        event(3, "lease_acquired", "w1", 8),
+        event(4, "effect_committed", "w1", 8, "receipt/1"),
+        event(5, "lease_acquired", "w0", 14),
+        event(6, "effect_committed", "w0", 14, "receipt/1"),
+    ]
+    result = audit_lines([json.dumps(e).encode() for e in history])
+    findings = list(result.findings.values())
+    assert sorted(f.displaced.owner_epoch for f in findings if f.displaced) == [8, 11]
+    truth = [write(2, "w2", 11, True), write(4, "w1", 8, False), write(6, "w0", 14, True)]
+    verdict = check(truth, [Seen(f, 10.0) for f in findings], GRADE)
+    assert (verdict.false_positives, verdict.false_negatives) == (0, 0), verdict.notes

@@ -184,9 +184,13 @@ def check(
             continue
         verdict.true_positives += 1
         verdict.latencies_s.append(max(first.at - w.at, 0.0))
-        fid = first.finding.finding_id
-        explained.add(fid)
-        severity_due[fid] = severity_due.get(fid, False) or p.critical
+        # Every finding naming it is explained by it, not only the first: one key written
+        # again after two displaced epochs is a duplicate of each (a finding per epoch).
+        for s in by_workflow[w.workflow_key]:
+            if s.finding.severity is not Severity.INFO and p.found_by(s.finding):
+                fid = s.finding.finding_id
+                explained.add(fid)
+                severity_due[fid] = severity_due.get(fid, False) or p.critical
     for fid, s in latest.items():
         f = s.finding
         if f.severity is Severity.INFO:
