@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 PYTEST_ARGS ?=
 
-.PHONY: demo audit-examples test slow lint typecheck docs unit kafka-jars schemas bundle reference dist bench clean
+.PHONY: demo audit-examples test slow campaign lint typecheck docs unit kafka-jars schemas bundle reference dist bench clean
 
 # constraints.txt: the exact versions the suite runs with (pyproject.toml has them as lower bounds).
 $(STAMP): pyproject.toml constraints.txt
@@ -64,6 +64,14 @@ PROPERTY_TESTS := tests/unit/test_properties.py tests/unit/test_campaign.py
 slow: kafka-jars $(STAMP)
 	SPLITBRAIN_TORTURE_CLUSTER=1 $(BIN)/pytest -q -m slow
 	SPLITBRAIN_HYPOTHESIS_PROFILE=slow $(BIN)/pytest -q $(PROPERTY_TESTS)
+	$(MAKE) campaign
+
+# The fault-injection campaign (docs/campaign.md) on every source, its own broker restarted by the
+# nemesis too; CAMPAIGN_RUNS per source (30 is the campaign's own size, about 20-30 min a source).
+CAMPAIGN_RUNS ?= 5
+campaign: kafka-jars $(STAMP)
+	$(BIN)/python bench/campaign.py --source all --source kubernetes --runs $(CAMPAIGN_RUNS) \
+		--seed 1 --json campaign.json
 
 schemas: $(STAMP)
 	$(BIN)/python -m detector.contracts.schemas topics/schemas
