@@ -45,6 +45,9 @@ class SourceResult:
     writes: int
     faults: Counter[str] = field(default_factory=Counter)
     undrained_runs: list[int] = field(default_factory=list)
+    # The detector exited (its stall watch gives up on a Kafka that does not take a commit, so
+    # that a supervisor restarts it) and was started again, as a supervisor would.
+    detector_restarts: int = 0
     seconds: float = 0.0
 
 
@@ -120,7 +123,7 @@ def campaign(
         detector = WorkerProcess(config, topics, workdir / "detector", instance="campaign")
         watcher = _Watcher(config, topics.findings)
         env = CampaignEnv(config, topics.input, workdir, seed)
-        with detector, source.session(env) as session:
+        with detector, source.session(env) as session, _supervised(detector, result, say):
             watcher.start()
             say(f"{source.name}: seed {seed}, {runs} runs; detector log {detector.log}")
             for n in range(runs):
@@ -147,7 +150,7 @@ def campaign(
                 stale = sum(not w.owned for w in run_writes)
                 say(f"run {n}: {len(run_writes)} effects, {stale} stale")
                 writes += run_writes
-            _settle(config, topics, detector)
+            _settle(config, topics)
             seen = watcher.finish()
     result.writes = len(writes)
     result.verdict = check(writes, seen, source.grade, source.blind)
@@ -187,14 +190,36 @@ def _restart_later(broker: LocalKafka, down_s: float) -> threading.Thread:
     return thread
 
 
-def _settle(config: dict[str, Any], topics: WorkerTopics, detector: WorkerProcess) -> None:
+@contextlib.contextmanager
+def _supervised(
+    detector: WorkerProcess, result: SourceResult, say: Callable[[str], None]
+) -> Iterator[None]:
+    """Start the detector again whenever it exits, as its supervisor in production would (a
+    worker that gives up on a stalled Kafka exits for exactly that)."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            if not detector.alive():
+                result.detector_restarts += 1
+                say(f"the detector exited ({detector.exit_code()}); starting it again")
+                detector.start()
+
+    thread = threading.Thread(target=watch, name="campaign-supervisor", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _settle(config: dict[str, Any], topics: WorkerTopics) -> None:
     """Wait until the detector has read every event of the campaign and published its
     findings."""
     admin = AdminClient(dict(config))
     deadline = time.monotonic() + SETTLE_S
     while not quiescent(admin, topics):
-        if not detector.alive():
-            raise RuntimeError(f"the detector exited:\n{detector.tail()}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"the detector did not catch up in {SETTLE_S:g}s")
         time.sleep(0.5)

@@ -42,6 +42,7 @@ def summary(result: SourceResult) -> dict[str, Any]:
         "latency_s": {k: percentile(v.latencies_s, q) for k, q in _QUANTILES.items()},
         "faults": dict(sorted(result.faults.items())),
         "undrained_runs": result.undrained_runs,
+        "detector_restarts": result.detector_restarts,
         "seconds": round(result.seconds, 1),
         "notes": v.notes,
     }
@@ -67,6 +68,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         )
     for r in rows:
         lines += [f"{r['source']}: {note}" for note in r["notes"]]
+        if restarts := r["detector_restarts"]:
+            lines.append(f"{r['source']}: the detector exited, started again {restarts} time(s)")
     return "\n".join(lines)
 
 
