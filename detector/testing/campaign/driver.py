@@ -55,16 +55,16 @@ class _Watcher(threading.Thread):
     def __init__(self, config: dict[str, Any], topic: str) -> None:
         super().__init__(name="campaign-findings", daemon=True)
         self._reader = TopicReader(config, topic)
-        self._stop = threading.Event()
+        self._halt = threading.Event()  # not `_stop`: a Thread's own method
         self.seen: list[Seen] = []
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self._take(self._read(lambda: self._reader.poll(0.2)))
 
     def finish(self) -> list[Seen]:
         """Stop, then read what is left up to the topic's end."""
-        self._stop.set()
+        self._halt.set()
         self.join()
         before = len(self._reader.records)
         self._reader.read_to_end()
