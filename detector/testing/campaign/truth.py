@@ -19,6 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TRUTH_ENV: Final = "SPLITBRAIN_CAMPAIGN_TRUTH"  # the file a worker process appends to
 RUN_ENV: Final = "SPLITBRAIN_CAMPAIGN_RUN"  # the run a worker process belongs to
+# The campaign's wall clock minus the machine's monotonic clock: a worker whose wall clock the
+# nemesis steps (libfaketime leaves the monotonic clock alone) still stamps its writes in the
+# campaign's time, which the findings' times are measured in.
+CLOCK_ENV: Final = "SPLITBRAIN_CAMPAIGN_CLOCK"
 
 
 class Write(BaseModel):
@@ -44,19 +48,23 @@ class Write(BaseModel):
 class TruthLog:
     """The run's record; `from_env` in a worker process, the path in the campaign."""
 
-    def __init__(self, path: Path | str, run: int = 0) -> None:
+    def __init__(self, path: Path | str, run: int = 0, clock: float | None = None) -> None:
         self.path = Path(path)
         self.run = run
+        self.clock = time.time() - time.monotonic() if clock is None else clock
 
     @classmethod
     def from_env(cls) -> Self | None:
         """The campaign's log when this process runs under one (None: not in a campaign)."""
         path = os.environ.get(TRUTH_ENV)
-        return None if not path else cls(path, int(os.environ.get(RUN_ENV, "0")))
+        if not path:
+            return None
+        clock = os.environ.get(CLOCK_ENV)
+        return cls(path, int(os.environ.get(RUN_ENV, "0")), None if clock is None else float(clock))
 
     def env(self) -> dict[str, str]:
-        """What a worker process of this run needs to find the log."""
-        return {TRUTH_ENV: str(self.path), RUN_ENV: str(self.run)}
+        """What a worker process of this run needs to find the log and the campaign's clock."""
+        return {TRUTH_ENV: str(self.path), RUN_ENV: str(self.run), CLOCK_ENV: repr(self.clock)}
 
     def record(
         self,
@@ -78,7 +86,7 @@ class TruthLog:
             epoch=epoch,
             owned=owned,
             evidence=evidence,
-            at=time.time(),
+            at=self.clock + time.monotonic(),
             committed=committed,
             blind=blind,
         )
