@@ -13,15 +13,15 @@ import pytest
 from detector.devstack.kafka import LocalKafka
 from detector.testing.campaign.driver import campaign
 from detector.testing.campaign.nemesis import Fault
+from detector.testing.campaign.truth import TruthLog
 
 pytest.importorskip("langgraph", reason="the langgraph extra is not installed (.[langgraph])")
 
 from detector.testing.campaign.sources.langgraph import source
 
-# Seed 3's schedule pauses pod 1 inside its work node past its claim in run 0, crashes a pod
-# and makes a node raise; run 1 adds a partition: both make zombies whose effects land after
-# the next pod's resume.
-SEED = 3
+# Seed 6's schedule pauses pod 1 inside its work node past its claim twice and crashes pod 0:
+# the paused pod's effects land after the next pod resumed the same checkpoint.
+SEED = 6
 
 
 def test_the_findings_match_langgraphs_checkpoints_under_pauses_crashes_and_retries(
@@ -32,12 +32,17 @@ def test_the_findings_match_langgraphs_checkpoints_under_pauses_crashes_and_retr
         faults=frozenset(
             {Fault.PAUSE_PAST_LEASE, Fault.CRASH_RESTART, Fault.EXCEPTION_RETRY, Fault.PARTITION}
         ),
+        threads=12,
+        span_s=6.0,
         steps=3,
     )
     outcome = campaign(
-        langgraph, runs=2, seed=SEED, workdir=tmp_path, bootstrap=kafka_broker.bootstrap
+        langgraph, runs=1, seed=SEED, workdir=tmp_path, bootstrap=kafka_broker.bootstrap
     )
     v = outcome.verdict
     assert (v.false_positives, v.false_negatives, v.misgraded) == (0, 0, 0), v.notes
+    # A zombie really wrote: an effect after a later claim's child of its checkpoint, found.
+    writes = list(TruthLog(tmp_path / "run-000" / "truth.jsonl").writes())
+    assert any(not w.owned for w in writes)
     assert v.true_positives >= 1
     assert not outcome.undrained_runs

@@ -28,7 +28,6 @@ from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.proxy import TcpProxy
 
-THREADS: Final = 24  # threads per run, one resume each
 RESUME_EVERY_S: Final = 0.45
 THINK_S: Final = (1.0, 2.0)  # the work node's duration
 DATABASE: Final = "campaign_langgraph"
@@ -70,6 +69,7 @@ class LangGraphSource:
         }
     )
     workers: int = 3
+    threads: int = 24  # per run, one resume each
     span_s: float = 12.0
     steps: int = 4
     # The adapter's own events carry the ledger's seq; the user's effect calls carry none, so a
@@ -93,7 +93,7 @@ class LangGraphSource:
         with LocalPostgres() as server:
             dsn = server.create_database(DATABASE)
             setup(dsn)
-            yield Session(server, dsn)
+            yield Session(server, dsn, self.threads)
 
 
 def setup(dsn: str) -> None:
@@ -118,6 +118,7 @@ def setup(dsn: str) -> None:
 class Session:
     server: LocalPostgres
     dsn: str
+    threads: int
 
     @contextlib.contextmanager
     def run(self, env: RunEnv) -> Iterator[Fleet]:
@@ -138,7 +139,7 @@ class Fleet:
         self.proxies: list[TcpProxy] = []
         self.procs: list[Proc] = []
         self.clocks = [env.workdir / f"clock-{i}" for i in range(3)]
-        self.think = [round(env.rng.uniform(*THINK_S), 3) for _ in range(THREADS)]
+        self.think = [round(env.rng.uniform(*THINK_S), 3) for _ in range(session.threads)]
         self._threads: list[threading.Thread] = []
         self._timers: list[threading.Timer] = []
         self._restarting = threading.Lock()
