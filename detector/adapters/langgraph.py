@@ -65,7 +65,7 @@ from psycopg.rows import DictRow
 
 from detector.contracts.events import Kind, Source
 from detector.leases.db import Database
-from detector.leases.schema import migrate
+from detector.leases.schema import LANGGRAPH, migrate
 
 from ._context import Authority, Ownership, Word, current, owning, words
 from ._handoff import Handoff
@@ -267,7 +267,8 @@ SELECT step, begun_epoch, begun_seq, seq, first_child, first_epoch, first_worker
 
 
 class PostgresThreads:
-    """A ledger in the lease store's database (`splitbrain leases migrate`, or `setup()`): each
+    """A ledger in a database every instance reaches (`setup()`, or `splitbrain leases migrate
+    --langgraph`; the checkpoints' own will do): each
     call, a whole batch of steps included, is one statement on a connection of its own (a forked
     child makes its own), with the lease store's timeouts."""
 
@@ -281,9 +282,10 @@ class PostgresThreads:
         self._lock = threading.Lock()
 
     def setup(self) -> None:
-        """Migrate the database to the lease store's schema (its `langgraph_*` tables)."""
+        """Create the ledger's own tables and function (the lease store's migrations 5 and 6),
+        and nothing of the job queue's."""
         with self._connection() as conn:
-            migrate(conn)
+            migrate(conn, only=LANGGRAPH)
 
     def close(self) -> None:
         with self._lock:

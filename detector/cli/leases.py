@@ -109,11 +109,11 @@ def _reports_errors(command: str) -> Callable[[Command], Command]:
 @_reports_errors("migrate")
 def run_migrate(args: argparse.Namespace) -> int:
     from detector.leases.db import connect  # noqa: PLC0415
-    from detector.leases.schema import migrate  # noqa: PLC0415
+    from detector.leases.schema import LANGGRAPH, migrate  # noqa: PLC0415
 
     dsn = LeasesSettings.from_args(args).dsn(args)
     with connect(dsn) as conn:
-        run = migrate(conn)
+        run = migrate(conn, only=LANGGRAPH if args.langgraph else None)
     for step in run.applied:
         print(f"applied migration {step.version}: {step.name}")
     print(
@@ -507,6 +507,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "the schema is current (or now is); 2: the DSN or the database cannot be used.",
     )
     _add_dsn(p)
+    p.add_argument(
+        "--langgraph",
+        action="store_true",
+        help="only the LangGraph thread ledger's tables (langgraph_threads, langgraph_children "
+        "and its function), for a LangGraph app's database: nothing of the job queue",
+    )
     p.set_defaults(run=run_migrate)
 
     p = actions.add_parser(

@@ -10,6 +10,7 @@ here, not in `.sql` files, so that a wheel cannot ship without it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
@@ -247,6 +248,10 @@ MIGRATIONS: Final = (
     Migration(6, "langgraph ledger steps in batches", _LANGGRAPH_BATCH),
 )
 
+# What the LangGraph thread ledger needs (detector/adapters/langgraph.py): its own tables and
+# function, none of the job queue's, so that a LangGraph app's database gets nothing else.
+LANGGRAPH: Final = frozenset({5, 6})
+
 
 @dataclass(frozen=True, slots=True)
 class MigrationRun:
@@ -256,8 +261,9 @@ class MigrationRun:
     version: int
 
 
-def migrate(conn: psycopg.Connection[DictRow]) -> MigrationRun:
-    """Apply the steps the database lacks, in one transaction; a second run applies none."""
+def migrate(conn: psycopg.Connection[DictRow], only: Collection[int] | None = None) -> MigrationRun:
+    """Apply the steps the database lacks (of those in `only`, when given), in one transaction; a
+    second run applies none."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         conn.execute(
@@ -282,11 +288,12 @@ def migrate(conn: psycopg.Connection[DictRow]) -> MigrationRun:
                     f"(checksum {row['checksum'][:12]}, this version's {step.checksum[:12]})"
                 )
         done = {row["version"] for row in recorded}
-        pending = tuple(m for m in MIGRATIONS if m.version not in done)
+        wanted = [m for m in MIGRATIONS if only is None or m.version in only]
+        pending = tuple(m for m in wanted if m.version not in done)
         for step in pending:
             conn.execute(step.sql)
             conn.execute(
                 "INSERT INTO splitbrain_migrations (version, name, checksum) VALUES (%s, %s, %s)",
                 (step.version, step.name, step.checksum),
             )
-    return MigrationRun(applied=pending, version=max(m.version for m in MIGRATIONS))
+    return MigrationRun(applied=pending, version=max(m.version for m in wanted))

@@ -9,6 +9,9 @@ connection and its own worker id, as two instances of one LangGraph service woul
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psycopg
 import pytest
 from confluent_kafka import IsolationLevel
@@ -116,3 +119,38 @@ def test_one_batch_of_ledger_steps_keeps_every_step_in_order(postgres_dsn: str) 
     assert seq is not None and [*seqs, done[3].seq] == [seq + i for i in range(1, 7)]
     assert (done[0].first, done[1].first) == (None, None)
     assert done[2].first == Child("c2", a, "pod-a", done[1].seq)  # the second writer learns it
+
+
+def test_the_ledger_setup_creates_its_own_tables_and_nothing_of_the_job_queue(
+    postgres_dsn: str,
+) -> None:
+    """A LangGraph app's database gets the ledger alone (`setup()` or `leases migrate
+    --langgraph`); the full `leases migrate` adds the job queue's beside it later, and the
+    ledger's setup then changes nothing."""
+
+    def tables() -> set[str]:
+        with psycopg.connect(postgres_dsn) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    ledger = PostgresThreads(postgres_dsn)
+    try:
+        ledger.setup()
+        assert tables() == {"splitbrain_migrations", "langgraph_threads", "langgraph_children"}
+        assert ledger.begin("t", "")[0] == 1  # its function is there
+
+        cli = [sys.executable, "-m", "detector.cli", "leases", "migrate", "--dsn", postgres_dsn]
+        same = subprocess.run([*cli, "--langgraph"], capture_output=True, text=True, check=True)
+        assert same.stdout == "schema at version 6: already current, nothing changed\n"
+        full = subprocess.run(cli, capture_output=True, text=True, check=True)
+        assert [line.split(":")[0] for line in full.stdout.splitlines()] == [
+            *(f"applied migration {n}" for n in (1, 2, 3, 4)),
+            "schema at version 6",
+        ]
+        assert {"tool_jobs", "tool_job_outbox", "fenced_receipts"} <= tables()
+        ledger.setup()
+        assert ledger.begin("t", "")[0] == 2
+    finally:
+        ledger.close()

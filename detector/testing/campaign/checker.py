@@ -23,7 +23,9 @@ from typing import Literal
 from detector.contracts.findings import ConditionKind, Finding, Severity
 from detector.testing.campaign.truth import Write
 
-Ordering = Literal["authoritative_seq", "arrival"]
+# `per_condition`: the source's own events carry seq, the user's effect calls do not (LangGraph),
+# so a finding is ordered by seq exactly when it lists a condition that carries one.
+Ordering = Literal["authoritative_seq", "arrival", "per_condition"]
 
 _STALE_EFFECT = frozenset(
     {
@@ -120,8 +122,14 @@ class Grade:
     ordering: Ordering
     destination_confirms: bool  # effects are confirmed by a `destination` event
 
-    def confidence(self) -> str:
-        both = (self.ordering == "authoritative_seq") + self.destination_confirms
+    def ordering_of(self, finding: Finding) -> str:
+        if self.ordering != "per_condition":
+            return self.ordering
+        by_seq = any(c.seq is not None for c in finding.conditions)
+        return "authoritative_seq" if by_seq else "arrival"
+
+    def confidence(self, finding: Finding) -> str:
+        both = (self.ordering_of(finding) == "authoritative_seq") + self.destination_confirms
         return ("low", "medium", "high")[both]
 
 
@@ -217,10 +225,11 @@ def _misgrading(f: Finding, critical: bool, grade: Grade) -> str:
     want = Severity.CRITICAL if critical else Severity.WARNING
     if f.severity is not want:
         wrong.append(f"severity {f.severity} (want {want})")
-    if f.ordering != grade.ordering:
-        wrong.append(f"ordering {f.ordering} (want {grade.ordering})")
-    confidence = "medium" if f.evidence_truncated and grade.confidence() == "high" else None
-    want_confidence = confidence or grade.confidence()
+    ordering = grade.ordering_of(f)
+    if f.ordering != ordering:
+        wrong.append(f"ordering {f.ordering} (want {ordering})")
+    confidence = "medium" if f.evidence_truncated and grade.confidence(f) == "high" else None
+    want_confidence = confidence or grade.confidence(f)
     if f.confidence != want_confidence:
         wrong.append(f"confidence {f.confidence} (want {want_confidence})")
     return "; ".join(wrong)

@@ -20,7 +20,14 @@ from confluent_kafka.admin import AdminClient
 
 from detector.contracts.findings import Finding
 from detector.devstack.kafka import LocalKafka
-from detector.devstack.topics import ReadError, TopicReader, WorkerTopics, quiescent
+from detector.devstack.topics import (
+    ReadError,
+    Record,
+    TopicReader,
+    WorkerTopics,
+    quiescent,
+    read_committed,
+)
 from detector.devstack.worker import WorkerProcess
 from detector.testing.campaign.checker import Seen, Verdict, check
 from detector.testing.campaign.nemesis import CAMPAIGN_FAULTS, Fault, Step, plan
@@ -57,8 +64,11 @@ class _Watcher(threading.Thread):
 
     def __init__(self, config: dict[str, Any], topic: str) -> None:
         super().__init__(name="campaign-findings", daemon=True)
+        self._config = config
+        self._topic = topic
         self._reader = TopicReader(config, topic)
         self._halt = threading.Event()
+        self._read_at: set[tuple[int, int]] = set()
         self.seen: list[Seen] = []
 
     def run(self) -> None:
@@ -66,16 +76,16 @@ class _Watcher(threading.Thread):
             self._take(self._read(lambda: self._reader.poll(0.2)))
 
     def finish(self) -> list[Seen]:
-        """Stop, then read what is left up to the topic's end."""
+        """Stop, then read the topic to its end with a fresh reader (one that lived through
+        broker restarts may no longer reach its end): what the watcher had not seen yet is
+        stamped now."""
         self._halt.set()
         self.join()
-        before = len(self._reader.records)
-        self._reader.read_to_end()
-        self._take(self._reader.records[before:])
         self._reader.close()
+        self._take(read_committed(self._config, self._topic))
         return self.seen
 
-    def _read(self, poll: Callable[[], list[Any]]) -> list[Any]:
+    def _read(self, poll: Callable[[], list[Record]]) -> list[Record]:
         try:
             return poll()
         except ReadError as exc:  # a broker restart: the reader reconnects
@@ -83,9 +93,12 @@ class _Watcher(threading.Thread):
             time.sleep(0.2)
             return []
 
-    def _take(self, records: list[Any]) -> None:
+    def _take(self, records: list[Record]) -> None:
         now = time.time()
-        self.seen += [Seen(Finding.model_validate_json(r.value), now) for r in records]
+        for r in records:
+            if (r.partition, r.offset) not in self._read_at:
+                self._read_at.add((r.partition, r.offset))
+                self.seen.append(Seen(Finding.model_validate_json(r.value), now))
 
 
 @contextlib.contextmanager

@@ -14,11 +14,12 @@ import random
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Final
+from typing import Final, SupportsIndex
 
 
 class Fault(StrEnum):
@@ -107,6 +108,21 @@ def clock_env(control: Path) -> dict[str, str]:
         "FAKETIME_NO_CACHE": "1",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
     }
+
+
+def sleep_on_stepped_clock() -> None:
+    """In a process started with `clock_env`: make `time.sleep` wait on a lock instead.
+    libfaketime 0.9.10 fails Python's `time.sleep` with EINVAL when it leaves the monotonic clock
+    alone (its absolute `clock_nanosleep` on that clock is converted with the wall clock's
+    offset); a lock's timed wait is unaffected."""
+    if "FAKETIME_TIMESTAMP_FILE" not in os.environ:
+        return
+    pause = threading.Event()
+
+    def sleep(seconds: float | SupportsIndex) -> None:
+        pause.wait(float(seconds))
+
+    time.sleep = sleep
 
 
 def step_clock(control: Path, hours: float) -> None:
