@@ -34,12 +34,20 @@ TEST_ONLY: Final = ("pytest", "hypothesis", "cryptography", "matplotlib")
 # The modules that need an extra (faust, an adapter's system), and the scenarios built on them.
 OF_AN_EXTRA: Final = (
     "detector.runtime.faust",
-    *(f"detector.adapters.{m}" for m in ("temporal", "celery", "langgraph", "etcd", "kubernetes")),
+    *(
+        f"detector.adapters.{m}"
+        for m in ("temporal", "celery", "langgraph", "etcd", "kubernetes", "redis_lock")
+    ),
     "detector.adapters._etcd_watch",
     "detector.adapters._kube_watch",
     "detector.devstack.temporal",
     *(f"detector.demos.{m}" for m in ("celery_app", "langgraph_graph", "kube_candidate")),
     "detector.view.app",
+    # The fault campaign's workers of each system (detector/testing/campaign).
+    *(
+        f"detector.testing.campaign.{m}_worker"
+        for m in ("celery", "etcd", "kube", "langgraph", "temporal")
+    ),
 )
 # Every module of the package, imported as a command would: those of an extra left out.
 IMPORT_ALL: Final = f"""
