@@ -122,26 +122,34 @@ def test_one_batch_of_ledger_steps_keeps_every_step_in_order(postgres_dsn: str) 
 
 
 def test_the_ledger_setup_creates_its_own_tables_and_nothing_of_the_job_queue(
-    postgres_dsn: str,
+    empty_postgres_dsn: str,
 ) -> None:
-    """A LangGraph app's database gets the ledger alone (`setup()` or `leases migrate
+    """A LangGraph app's database (an empty one) gets the ledger alone (`setup()` or `leases migrate
     --langgraph`); the full `leases migrate` adds the job queue's beside it later, and the
     ledger's setup then changes nothing."""
 
     def tables() -> set[str]:
-        with psycopg.connect(postgres_dsn) as conn:
+        with psycopg.connect(empty_postgres_dsn) as conn:
             rows = conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
             ).fetchall()
         return {row[0] for row in rows}
 
-    ledger = PostgresThreads(postgres_dsn)
+    ledger = PostgresThreads(empty_postgres_dsn)
     try:
         ledger.setup()
         assert tables() == {"splitbrain_migrations", "langgraph_threads", "langgraph_children"}
         assert ledger.begin("t", "")[0] == 1  # its function is there
 
-        cli = [sys.executable, "-m", "detector.cli", "leases", "migrate", "--dsn", postgres_dsn]
+        cli = [
+            sys.executable,
+            "-m",
+            "detector.cli",
+            "leases",
+            "migrate",
+            "--dsn",
+            empty_postgres_dsn,
+        ]
         same = subprocess.run([*cli, "--langgraph"], capture_output=True, text=True, check=True)
         assert same.stdout == "schema at version 6: already current, nothing changed\n"
         full = subprocess.run(cli, capture_output=True, text=True, check=True)
