@@ -45,6 +45,33 @@ BLIND: Final = {
         "later write of the same key is then a duplicate the events cannot show)"
     )
 }
+# What the nemesis may do to a Temporal fleet: the test server keeps its state in memory (no
+# coordinator restart), and Temporal has no clean release of a running attempt or task (no handoff).
+FAULTS: Final = frozenset(
+    {
+        Fault.PAUSE_PAST_LEASE,
+        Fault.CRASH_RESTART,
+        Fault.GRACEFUL_SHUTDOWN,
+        Fault.EXCEPTION_RETRY,
+        Fault.PARTITION,
+        Fault.CLOCK_STEP,
+    }
+)
+
+
+def holds(past_lease: tuple[float, float]) -> dict[Fault, tuple[float, float]]:
+    """Each fault's hold: a pause or a partition for `past_lease` seconds (past the source's
+    timeout, so it displaces), a clock step of up to 3 hours either way."""
+    return {
+        Fault.PAUSE_PAST_LEASE: past_lease,
+        Fault.PARTITION: past_lease,
+        Fault.CRASH_RESTART: (1.0, 3.0),
+        Fault.GRACEFUL_SHUTDOWN: (1.0, 3.0),
+        Fault.EXCEPTION_RETRY: (1.0, 3.0),
+        Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
+    }
+
+
 RUN_TIMEOUT: Final = timedelta(seconds=90)  # a unit's workflow, from its start
 
 

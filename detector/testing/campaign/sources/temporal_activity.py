@@ -11,8 +11,7 @@ arrival) and the charge is the worker's word: findings are `low` confidence.
 from __future__ import annotations
 
 from detector.testing.campaign.checker import Grade
-from detector.testing.campaign.nemesis import Fault
-from detector.testing.campaign.sources._temporal import BLIND, TemporalSource
+from detector.testing.campaign.sources._temporal import BLIND, FAULTS, TemporalSource, holds
 
 
 def source() -> TemporalSource:
@@ -20,24 +19,8 @@ def source() -> TemporalSource:
         name="temporal-activity",
         role="activity",
         workflow="campaign-order",
-        faults=frozenset(
-            {
-                Fault.PAUSE_PAST_LEASE,
-                Fault.CRASH_RESTART,
-                Fault.GRACEFUL_SHUTDOWN,
-                Fault.EXCEPTION_RETRY,
-                Fault.PARTITION,
-                Fault.CLOCK_STEP,
-            }
-        ),
-        holds={
-            Fault.PAUSE_PAST_LEASE: (3.0, 6.0),  # past the 2 s heartbeat timeout
-            Fault.PARTITION: (3.0, 6.0),
-            Fault.CRASH_RESTART: (1.0, 3.0),
-            Fault.GRACEFUL_SHUTDOWN: (1.0, 3.0),
-            Fault.EXCEPTION_RETRY: (1.0, 3.0),
-            Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
-        },
+        faults=FAULTS,
+        holds=holds(past_lease=(3.0, 6.0)),  # past the 2 s heartbeat timeout
         grade=Grade(ordering="arrival", destination_confirms=False),
         blind=BLIND,
         units=36,

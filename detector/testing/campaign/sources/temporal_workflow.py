@@ -13,8 +13,7 @@ or the run closed. Ordered by `seq`, the receipt the worker's word: `medium` con
 from __future__ import annotations
 
 from detector.testing.campaign.checker import Grade
-from detector.testing.campaign.nemesis import Fault
-from detector.testing.campaign.sources._temporal import BLIND, TemporalSource
+from detector.testing.campaign.sources._temporal import BLIND, FAULTS, TemporalSource, holds
 
 
 def source() -> TemporalSource:
@@ -22,24 +21,8 @@ def source() -> TemporalSource:
         name="temporal-workflow",
         role="workflow",
         workflow="campaign-receipts",
-        faults=frozenset(
-            {
-                Fault.PAUSE_PAST_LEASE,
-                Fault.CRASH_RESTART,
-                Fault.GRACEFUL_SHUTDOWN,
-                Fault.EXCEPTION_RETRY,
-                Fault.PARTITION,
-                Fault.CLOCK_STEP,
-            }
-        ),
-        holds={
-            Fault.PAUSE_PAST_LEASE: (4.0, 7.0),  # past the 3 s workflow task timeout
-            Fault.PARTITION: (4.0, 7.0),
-            Fault.CRASH_RESTART: (1.0, 3.0),
-            Fault.GRACEFUL_SHUTDOWN: (1.0, 3.0),
-            Fault.EXCEPTION_RETRY: (1.0, 3.0),
-            Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
-        },
+        faults=FAULTS,
+        holds=holds(past_lease=(4.0, 7.0)),  # past the 3 s workflow task timeout
         grade=Grade(ordering="authoritative_seq", destination_confirms=False),
         blind=BLIND,
         units=18,  # two slow tasks each: the workers are busy most of the run
