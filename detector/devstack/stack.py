@@ -52,6 +52,7 @@ from detector.devstack.topics import WorkerTopics
 from detector.devstack.worker import WorkerProcess, connection_env
 
 DESTINATION_NAME: Final = "example-pay"
+_TOPIC_ATTEMPTS: Final = 3
 _OWNED: Final = ("kafka", "detectors", "prometheus", "alertmanager", "logs", STATE_FILE)
 
 
@@ -344,13 +345,24 @@ class Stack:
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
         from detector.kafka.admin import execute, load_topics, plan  # noqa: PLC0415
+        from detector.kafka.config import KafkaClientError  # noqa: PLC0415
 
         profile = "local" if self.options.brokers == 1 else None
         admin = AdminClient({**self.kafka_config, "log_level": 5})
-        todo = plan(admin, load_topics(bundled.resource(bundled.TOPICS), profile), 30.0)
-        if not todo.empty:
-            execute(admin, todo, 30.0, validate_only=False)
-        names = ", ".join(t.name for t in todo.create) or "none to create"
+        topics = load_topics(bundled.resource(bundled.TOPICS), profile)
+        first = todo = plan(admin, topics, 30.0)
+        # A cluster that has just formed can drop the admin client's connection mid-request
+        # ("Broker handle destroyed"); the plan is idempotent, so plan again and finish the rest.
+        for attempt in range(_TOPIC_ATTEMPTS):
+            try:
+                if not todo.empty:
+                    execute(admin, todo, 30.0, validate_only=False)
+                break
+            except KafkaClientError:
+                if attempt == _TOPIC_ATTEMPTS - 1:
+                    raise
+                todo = plan(admin, topics, 30.0)
+        names = ", ".join(t.name for t in first.create) or "none to create"
         return f"applied {bundled.TOPICS} (profile {profile or 'default'}): {names}"
 
 
