@@ -109,7 +109,9 @@ class _Worker(CommandSettings):
         description="kafka runtime: a commit that has waited for Kafka this long ends the worker "
         "(status 1) for its supervisor to start a fresh one, which looks the coordinators up "
         "again (librdkafka can wait for ever on a group coordinator whose broker is gone for "
-        "good); nothing is lost or written twice. 0: wait for ever. In seconds",
+        "good); nothing is lost or written twice. A commit past its own 30 s timeout while the "
+        "cluster has served every partition the transaction needs for 20 s ends it sooner. 0: "
+        "wait for ever. In seconds",
     )
     processing_guarantee: Guarantee = Field(
         "exactly-once",

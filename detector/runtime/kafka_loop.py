@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 
 from detector.core import Detector, encode_state
 from detector.errors import ExitCode, SplitbrainError
+from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore
 from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
@@ -99,7 +100,10 @@ class KafkaLoopWorker:
         self.in_txn = False
         self.txn_events = 0
         self.txn_started = 0.0
-        self.stall = StallWatch(give_up_s=settings.commit_give_up_s, give_up=_exit_stuck)
+        self.admin = AdminClient(settings.kafka)
+        self.stall = StallWatch(
+            give_up_s=settings.commit_give_up_s, give_up=_exit_stuck, serving=self._serving
+        )
         self.consumer = Consumer(
             {
                 **settings.kafka,
@@ -130,10 +134,9 @@ class KafkaLoopWorker:
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
         try:
-            admin = AdminClient(self.s.kafka)
-            inspect_topics(admin, self.s)
+            inspect_topics(self.admin, self.s)
             ensure_state_topic(
-                admin,
+                self.admin,
                 self.s.input_topic,
                 "input",
                 self.s.changelog_topic,
@@ -167,6 +170,13 @@ class KafkaLoopWorker:
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
+
+    def _serving(self) -> bool:
+        """Whether the cluster serves every partition a transaction of this worker writes to
+        (the stall watch asks, from its thread, while a commit is past its timeout)."""
+        s = self.s
+        topics = (s.findings_topic, s.dlq_topic, s.changelog_topic, *TRANSACTION_TOPICS)
+        return serves(self.admin, topics)
 
     # ---- the loop -----------------------------------------------------------------------------
 

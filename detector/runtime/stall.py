@@ -13,6 +13,11 @@ A commit that waits past `give_up_s` ends the process instead: librdkafka (2.16)
 (librdkafka #5511, #5456), and only a new client looks the coordinator up again. The transaction
 left open commits nothing; the next process fences it by its transactional id and goes on from the
 committed offsets, so giving up loses nothing and writes nothing twice.
+
+The same wait happens with every broker up: after a single broker's restart, the fault campaign
+saw a commit blocked for 3.5 minutes with the broker serving all along. So a commit past its own
+timeout ends the process sooner, after `serving_grace_s`, when the cluster has served every
+partition the transaction needs for that long (`serving`): the brokers are not what it waits for.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 STALL_AFTER_S: Final = 30.0  # a transaction times out at 30 s: longer than that is no hiccup
+SERVING_GRACE_S: Final = 20.0  # a cluster back from an outage: its coordinators load meanwhile
 _CHECK_EVERY_S: Final = 5.0
 
 
@@ -41,10 +47,15 @@ class StallWatch:
         *,
         give_up_s: float | None = None,
         give_up: Callable[[], None] = lambda: None,
+        serving: Callable[[], bool] = lambda: False,
+        serving_grace_s: float = SERVING_GRACE_S,
     ) -> None:
         self.after_s = after_s
         self.give_up_s = give_up_s
         self._give_up = give_up
+        self._serving = serving
+        self.serving_grace_s = serving_grace_s
+        self._serving_since: float | None = None  # while a commit is past after_s
         self._clock = clock
         self._progress_at = clock()
         self._last_error: str | None = None  # since the last progress
@@ -58,6 +69,7 @@ class StallWatch:
     def committing(self, busy: bool) -> None:
         """A commit is waiting for Kafka (True), or is over (False)."""
         self._committing_since = self._clock() if busy else None
+        self._serving_since = None
 
     def start(self, assigned: Callable[[], bool]) -> None:
         """Check every few seconds, whatever the loop is blocked in, until the process ends."""
@@ -83,17 +95,21 @@ class StallWatch:
         is not stalled)."""
         now = self._clock()
         since = self._committing_since
-        if since is not None and self.give_up_s is not None and now - since >= self.give_up_s:
-            log.error(
-                "giving up: a commit has waited %.0f s for Kafka (last error: %s); exiting so "
-                "that a new process looks the coordinators up again (its transactional id "
-                "fences this one's open transaction: nothing is lost or written twice)",
-                now - since,
-                self._last_error or "none reported",
-            )
-            self._give_up()
-            return
         waiting = since is not None and now - since >= self.after_s
+        if since is not None and self.give_up_s is not None:
+            why = self._why_give_up(now, since, waiting=waiting)
+            if why is not None:
+                log.error(
+                    "giving up: a commit has waited %.0f s for Kafka, %s (last error: %s); "
+                    "exiting so that a new process looks the coordinators up again (its "
+                    "transactional id fences this one's open transaction: nothing is lost or "
+                    "written twice)",
+                    now - since,
+                    why,
+                    self._last_error or "none reported",
+                )
+                self._give_up()
+                return
         if self._stalled_since is not None or (self._last_error is None and not waiting):
             return
         if now - self._progress_at < self.after_s:
@@ -115,4 +131,24 @@ class StallWatch:
             now - self._progress_at,
             cause,
             self._last_error or "none reported",
+        )
+
+    def _why_give_up(self, now: float, since: float, *, waiting: bool) -> str | None:
+        """Past `give_up_s`; or past its own timeout while the cluster served what it needs for
+        `serving_grace_s` (asked only then: a commit in time costs no broker round trip)."""
+        assert self.give_up_s is not None
+        if now - since >= self.give_up_s:
+            return f"past --commit-give-up-s {self.give_up_s:g}"
+        if not waiting or not self._serving():
+            self._serving_since = None
+            return None
+        if self._serving_since is None:
+            self._serving_since = now
+        served = now - self._serving_since
+        if served < self.serving_grace_s:
+            return None
+        return (
+            f"past its own {self.after_s:g} s timeout although the cluster has served every "
+            f"partition the transaction needs for {served:.0f} s (a client that lost track of "
+            "its coordinator: librdkafka #5456)"
         )

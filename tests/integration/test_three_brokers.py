@@ -20,6 +20,7 @@ from psycopg.rows import DictRow
 
 from detector.devstack.kafka_cluster import LocalKafkaCluster
 from detector.devstack.worker import WorkerProcess
+from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.testing.pagerduty import PagerDutyReceiver
 from detector.testing.torture.harness import STALL_LINE
 
@@ -140,9 +141,13 @@ def test_the_kafka_worker_stalls_with_two_brokers_down_and_resumes_on_its_own(
             for node_id in (coordinator, other):
                 kafka_cluster.node(node_id).kill()
             wait_for(lambda: STALL_LINE in w.log.read_bytes(), "the stall said", workers=[w])
+            # What the stall watch asks before it ends a commit past its timeout: not served.
+            needs = [d.topics.findings, *TRANSACTION_TOPICS]
+            assert not serves(AdminClient(d.config), needs)
             stalled = committed(w)
             kafka_cluster.restart(other)
             wait_for(lambda: committed(w) > stalled, "a commit, by the same process", workers=[w])
+            wait_for(lambda: serves(AdminClient(d.config), needs), "served again", workers=[w])
             kafka_cluster.restart(coordinator)
             sender.join(timeout=300)
             assert not sender.is_alive() and unsent == [0]

@@ -10,6 +10,7 @@ import pytest
 from detector.contracts.findings import Finding
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.driver import SourceResult
+from detector.testing.campaign.kills import KILLED_UNSENT, Kills
 from detector.testing.campaign.nemesis import Fault, Step, plan
 from detector.testing.campaign.report import percentile, summary, table
 from detector.testing.campaign.truth import TruthLog, Write
@@ -238,3 +239,53 @@ def test_a_stale_commit_of_a_key_an_earlier_owner_committed_explains_that_owner_
     ]
     v = check(truth, seen([u.finding for u in r.updates], 103.0), SEQ_DESTINATION)
     assert (v.true_positives, v.false_positives, v.misgraded) == (2, 0, 0), v.notes
+
+
+def test_a_write_made_while_kafka_was_down_is_timed_from_the_brokers_return_too() -> None:
+    """A broker restart holds the zombie's events until it serves again (late, never lost): the
+    report shows the detector's part apart, and the p95 of writes made while Kafka served."""
+    truth = [
+        write("charge", "w2", 2, owned=True, at=100.0),
+        write("charge", "w1", 1, owned=False, at=101.0),
+    ]
+    verdict = check(
+        truth, seen(zombie_findings(), 131.0), SEQ_DESTINATION, outages=[(100.5, 128.0)]
+    )
+    result = SourceResult("leases", 1, 1, verdict, 2, outages=[(100.5, 128.0)])
+    row = summary(result)
+    assert row["latency_s"]["max"] == pytest.approx(30.0)
+    assert row["latency_after_outage_s"]["max"] == pytest.approx(3.0)
+    assert row["latency_in_service_s"]["p95"] is None
+    assert row["broker_outages_s"] == [27.5]
+    assert "1 found write(s) made while it was down, found 3.00 s (p50)" in table([row])
+
+
+def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_began(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The adapter holds a down Kafka's events in memory: a SIGKILL then drops all of them, not
+    only the last second's. Killed while Kafka serves, only the last batch is lost."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [
+        write("a", "w1", 1, owned=True, at=90.0),  # before the outage: sent
+        write("b", "w1", 1, owned=False, at=95.0),  # during it: held, then killed
+        write("b", "w2", 2, owned=True, at=97.0),  # a duplicate only the killed write makes
+        write("c", "w3", 1, owned=False, at=95.0),  # another worker, never killed
+    ]
+    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    down_since: list[float | None] = [92.0]
+    kills = Kills(lambda: down_since[0])
+    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
+    kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
+    kills.mark(truth)
+    assert [(w.effect_key, w.executor, w.blind) for w in truth.writes()] == [
+        ("a", "w1", None),
+        ("b", "w1", KILLED_UNSENT),
+        ("c", "w3", None),
+        ("b", "w2", KILLED_UNSENT),
+    ]
+    in_service = Kills(lambda: None)
+    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    in_service.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
+    in_service.mark(truth)
+    assert all(w.blind is None for w in truth.writes())

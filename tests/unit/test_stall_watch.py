@@ -100,3 +100,67 @@ def test_a_long_outage_between_commits_is_waited_out_and_a_worker_may_never_give
     clock.now += 10_000.0
     never.check(assigned=True)
     assert ended == []
+
+
+def test_a_commit_past_its_timeout_while_the_cluster_serves_ends_the_worker_after_the_grace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A single broker restarted and serving again, yet librdkafka still waits inside the commit
+    (#5456): the worker ends once the cluster has served for the grace, not at give_up_s."""
+    clock = Clock()
+    ended: list[int] = []
+    serving = [False]
+    watch = StallWatch(
+        after_s=30.0,
+        clock=clock,
+        give_up_s=300.0,
+        give_up=lambda: ended.append(1),
+        serving=lambda: serving[0],
+        serving_grace_s=20.0,
+    )
+    watch.committing(True)
+    clock.now += 60.0  # the broker is down: waited for
+    watch.check(assigned=True)
+    assert ended == []
+    serving[0] = True
+    watch.check(assigned=True)  # serving from now
+    clock.now += 15.0
+    serving[0] = False  # a blip: the grace starts again
+    watch.check(assigned=True)
+    serving[0] = True
+    watch.check(assigned=True)
+    clock.now += 19.0
+    watch.check(assigned=True)
+    assert ended == []
+    clock.now += 1.0
+    watch.check(assigned=True)
+    assert ended == [1]
+    assert "past its own 30 s timeout although the cluster has served" in caplog.messages[-1]
+    assert "for 20 s" in caplog.messages[-1]
+
+
+def test_a_commit_in_time_never_asks_the_cluster_and_never_gives_up_when_told_not_to() -> None:
+    """Within its timeout a commit is not probed; `--commit-give-up-s 0` waits even for a
+    client that lost its coordinator."""
+    clock = Clock()
+    asked: list[int] = []
+    ended: list[int] = []
+
+    def serving() -> bool:
+        asked.append(1)
+        return True
+
+    watch = StallWatch(
+        clock=clock, give_up_s=300.0, give_up=lambda: ended.append(1), serving=serving
+    )
+    watch.committing(True)
+    clock.now += 29.0
+    watch.check(assigned=True)
+    assert asked == []
+    never = StallWatch(
+        clock=clock, give_up_s=None, give_up=lambda: ended.append(2), serving=serving
+    )
+    never.committing(True)
+    clock.now += 1000.0
+    never.check(assigned=True)
+    assert ended == []

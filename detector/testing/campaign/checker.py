@@ -144,15 +144,33 @@ class Verdict:
     blind: int = 0
     info_only: int = 0  # findings of activity only: never false positives
     latencies_s: list[float] = field(default_factory=list)
+    # Of the writes made while Kafka was down: from the broker's return to the finding (the
+    # outage itself holds their events, by design: late, never lost).
+    after_outage_s: list[float] = field(default_factory=list)
+    in_service_s: list[float] = field(default_factory=list)  # the other writes' latencies
     # One line each, for the report: what was missed, raised for nothing, or misgraded.
     notes: list[str] = field(default_factory=list)
 
+    def timed(self, wrote: float, found: float, outages: Sequence[tuple[float, float]]) -> None:
+        """One found write's latency, and into which of the two kinds it falls."""
+        self.latencies_s.append(max(found - wrote, 0.0))
+        back = next((up for down, up in outages if down <= wrote <= up), None)
+        if back is None:
+            self.in_service_s.append(self.latencies_s[-1])
+        else:
+            self.after_outage_s.append(max(found - back, 0.0))
+
 
 def check(
-    writes: Sequence[Write], seen: Sequence[Seen], grade: Grade, blind: Iterable[str] = ()
+    writes: Sequence[Write],
+    seen: Sequence[Seen],
+    grade: Grade,
+    blind: Iterable[str] = (),
+    outages: Sequence[tuple[float, float]] = (),
 ) -> Verdict:
     """Match the truth's positives with the findings seen; latencies from a write to the first
-    revision that found it."""
+    revision that found it, and for a write inside one of the Kafka `outages` (down, back: wall
+    clock) from the broker's return too."""
     latest: dict[str, Seen] = {}
     by_workflow: dict[str, list[Seen]] = defaultdict(list)
     for s in sorted(seen, key=lambda s: (s.at, s.finding.revision)):
@@ -191,7 +209,7 @@ def check(
             verdict.notes.append(f"missed: {_describe(p)}")
             continue
         verdict.true_positives += 1
-        verdict.latencies_s.append(max(first.at - w.at, 0.0))
+        verdict.timed(w.at, first.at, outages)
         # Every finding naming it is explained by it, not only the first: one key written
         # again after two displaced epochs is a duplicate of each (a finding per epoch).
         for s in by_workflow[w.workflow_key]:

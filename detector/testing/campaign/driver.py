@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from detector.devstack.topics import (
 from detector.devstack.worker import WorkerProcess
 from detector.testing.campaign.checker import Seen, Verdict, check
 from detector.testing.campaign.nemesis import CAMPAIGN_FAULTS, Fault, Step, plan
-from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv, Source
+from detector.testing.campaign.source import CampaignEnv, Fleet, KafkaOutages, RunEnv, Source
 from detector.testing.campaign.truth import TruthLog, Write
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ class SourceResult:
     # The detector exited (its stall watch gives up on a Kafka that does not take a commit, so
     # that a supervisor restarts it) and was started again, as a supervisor would.
     detector_restarts: int = 0
+    # Each broker restart: when it went down and when it served again (wall clock).
+    outages: Sequence[tuple[float, float]] = ()
     seconds: float = 0.0
 
 
@@ -155,7 +157,7 @@ def campaign(
                 run = RunEnv(env, n, truth, random.Random(f"{seed}:{n}:work"), run_dir)
                 say(f"run {n}: " + ("; ".join(s.describe() for s in steps) or "no faults"))
                 with session.run(run) as fleet:
-                    _play(steps, fleet, broker, result)
+                    _play(steps, fleet, broker, env.outages, result)
                     if not fleet.drain(DRAIN_S):
                         result.undrained_runs.append(n)
                         say(f"run {n}: its work did not finish within {DRAIN_S:g}s")
@@ -166,13 +168,18 @@ def campaign(
             _settle(config, topics)
             seen = watcher.finish()
     result.writes = len(writes)
-    result.verdict = check(writes, seen, source.grade, source.blind)
+    result.outages = env.outages.spans
+    result.verdict = check(writes, seen, source.grade, source.blind, result.outages)
     result.seconds = time.monotonic() - began
     return result
 
 
 def _play(
-    steps: tuple[Step, ...], fleet: Fleet, broker: LocalKafka | None, result: SourceResult
+    steps: tuple[Step, ...],
+    fleet: Fleet,
+    broker: LocalKafka | None,
+    outages: KafkaOutages,
+    result: SourceResult,
 ) -> None:
     """Apply the schedule at its offsets from now; returns once a restarted broker is back."""
     start = time.monotonic()
@@ -181,7 +188,7 @@ def _play(
         time.sleep(max(0.0, start + step.at_s - time.monotonic()))
         if step.fault is Fault.BROKER_RESTART:
             assert broker is not None
-            bounces.append(_restart_later(broker, step.hold_s))
+            bounces.append(_restart_later(broker, step.hold_s, outages))
         else:
             fleet.apply(step)
         result.faults[step.fault.value] += 1
@@ -189,14 +196,17 @@ def _play(
         bounce.join()
 
 
-def _restart_later(broker: LocalKafka, down_s: float) -> threading.Thread:
-    """Stop the broker now and start it `down_s` later, without holding up the schedule."""
+def _restart_later(broker: LocalKafka, down_s: float, outages: KafkaOutages) -> threading.Thread:
+    """Stop the broker now and start it `down_s` later, without holding up the schedule; the
+    outage lasts from the stop's start to the broker serving again."""
 
     def bounce() -> None:
         with _BOUNCING:  # two restarts in one run take turns
+            outages.begin()
             broker.stop()
             time.sleep(down_s)
             broker.start()
+            outages.end()
 
     thread = threading.Thread(target=bounce, name="campaign-broker", daemon=True)
     thread.start()

@@ -24,6 +24,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
+def _quantiles(values: Sequence[float]) -> dict[str, float | None]:
+    return {k: percentile(values, q) for k, q in _QUANTILES.items()}
+
+
 def summary(result: SourceResult) -> dict[str, Any]:
     v = result.verdict
     found = v.true_positives + v.false_negatives
@@ -39,7 +43,12 @@ def summary(result: SourceResult) -> dict[str, Any]:
         "blind": v.blind,
         "info_only": v.info_only,
         "recall": None if not found else v.true_positives / found,
-        "latency_s": {k: percentile(v.latencies_s, q) for k, q in _QUANTILES.items()},
+        "latency_s": _quantiles(v.latencies_s),
+        "latency_in_service_s": _quantiles(v.in_service_s),  # writes made while Kafka served
+        # The writes made while Kafka was down, from the broker's return: the detector's recovery.
+        "latency_after_outage_s": _quantiles(v.after_outage_s),
+        "outage_writes": len(v.after_outage_s),
+        "broker_outages_s": [round(up - down, 1) for down, up in result.outages],
         "faults": dict(sorted(result.faults.items())),
         "undrained_runs": result.undrained_runs,
         "detector_restarts": result.detector_restarts,
@@ -55,7 +64,7 @@ def machine() -> str:
 def table(rows: Sequence[dict[str, Any]]) -> str:
     head = (
         f"{'source':<18} {'runs':>4} {'effects':>7} {'TP':>4} {'FP':>3} {'FN':>3} {'misgr':>5} "
-        f"{'blind':>5} {'recall':>6} {'p50 s':>6} {'p95 s':>6} {'max s':>6}"
+        f"{'blind':>5} {'recall':>6} {'p50 s':>6} {'p95 s':>6} {'max s':>6} {'p95 up':>6}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -64,12 +73,22 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['source']:<18} {r['runs']:>4} {r['effects']:>7} {r['true_positives']:>4} "
             f"{r['false_positives']:>3} {r['false_negatives']:>3} {r['misgraded']:>5} "
-            f"{r['blind']:>5} {recall:>6} {_s(lat['p50'])} {_s(lat['p95'])} {_s(lat['max'])}"
+            f"{r['blind']:>5} {recall:>6} {_s(lat['p50'])} {_s(lat['p95'])} {_s(lat['max'])} "
+            f"{_s(r['latency_in_service_s']['p95'])}"
         )
+    lines.append("p95 up: of the writes made while Kafka served (no broker restart under way)")
     for r in rows:
         lines += [f"{r['source']}: {note}" for note in r["notes"]]
         if restarts := r["detector_restarts"]:
             lines.append(f"{r['source']}: the detector exited, started again {restarts} time(s)")
+        if outages := r["broker_outages_s"]:
+            after = r["latency_after_outage_s"]
+            lines.append(
+                f"{r['source']}: {len(outages)} broker restart(s), down {min(outages):g}-"
+                f"{max(outages):g} s; {r['outage_writes']} found write(s) made while it was "
+                f"down, found {_s(after['p50']).strip()} s (p50) and {_s(after['max']).strip()} s "
+                "(max) after it served again"
+            )
     return "\n".join(lines)
 
 

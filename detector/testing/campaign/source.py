@@ -9,9 +9,10 @@ starts, works while the nemesis applies its schedule, and drains).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +23,22 @@ from detector.testing.campaign.truth import TruthLog
 from detector.testing.campaign.worker import TOPIC_ENV
 
 
+@dataclass
+class KafkaOutages:
+    """The broker restarts the campaign made: each (down, serving again), wall clock."""
+
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    down_since: float | None = None  # the outage under way
+
+    def begin(self) -> None:
+        self.down_since = time.time()
+
+    def end(self) -> None:
+        assert self.down_since is not None
+        self.spans.append((self.down_since, time.time()))
+        self.down_since = None
+
+
 @dataclass(frozen=True)
 class CampaignEnv:
     """What every run of one campaign shares."""
@@ -30,6 +47,7 @@ class CampaignEnv:
     input_topic: str  # where the adapters send their events
     workdir: Path  # logs and data of the source's server and workers
     seed: int
+    outages: KafkaOutages = field(default_factory=KafkaOutages)
 
     def process_env(self, **more: str) -> dict[str, str]:
         """A worker process's environment: the broker as `SPLITBRAIN_*` variables and the

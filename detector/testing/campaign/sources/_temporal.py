@@ -27,24 +27,14 @@ from pathlib import Path
 from typing import Final
 
 from detector.testing.campaign.checker import Grade
+from detector.testing.campaign.kills import KILLED_UNSENT, WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import CampaignEnv, RunEnv
-from detector.testing.campaign.truth import Write
 from detector.testing.proxy import TcpProxy
 
 READY_S: Final = 60.0  # a worker process, to poll
 QUIET_S: Final = 2.0  # after the work is done, no write for this long: the zombies woke and wrote
-# A write this close before its worker's SIGKILL may have died with the events telling of it (the
-# adapter sends in batches, from a thread): blind, `KILLED_UNSENT`.
-UNSENT_S: Final = 1.0
-KILLED_UNSENT: Final = "killed_unsent"
-BLIND: Final = {
-    KILLED_UNSENT: (
-        "a worker killed (SIGKILL) within a second of an effect: the adapter sends its events in "
-        "batches from a thread, so those of the effect may die with the process unsent (and a "
-        "later write of the same key is then a duplicate the events cannot show)"
-    )
-}
+BLIND: Final = {KILLED_UNSENT: WHY}
 # What the nemesis may do to a Temporal fleet: the test server keeps its state in memory (no
 # coordinator restart), and Temporal has no clean release of a running attempt or task (no handoff).
 FAULTS: Final = frozenset(
@@ -162,13 +152,13 @@ class _Fleet:
     _work: threading.Thread | None = field(default=None, init=False)
     _done: threading.Event = field(default_factory=threading.Event, init=False)
     _failed: list[str] = field(default_factory=list, init=False)
-    # A SIGKILL's silenced span per worker: (from, to); from reaches back into a pause.
-    _kills: list[tuple[str, float, float]] = field(default_factory=list, init=False)
-    _paused: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    kills: Kills = field(init=False)
     _held_until: float = field(default=0.0, init=False)  # monotonic: the last fault's hold ends
 
     def __post_init__(self) -> None:
         self.queue = f"campaign-{self.source.role}-{self.env.run}-{uuid.uuid4().hex[:6]}"
+        outages = self.env.campaign.outages
+        self.kills = Kills(lambda: outages.down_since)
         host, port = self.server.rsplit(":", 1)
         self.workers = []
         for i in range(self.source.workers):
@@ -247,18 +237,9 @@ class _Fleet:
             case Fault.CLOCK_STEP:
                 step_clock(w.clock, step.hold_s)
             case _:
-                self._note(w.proc.name, step)
+                self.kills.note(w.proc.name, step)
                 if not w.proc.apply(step):
                     raise ValueError(f"{self.source.name} cannot cause {step.fault}")
-
-    def _note(self, name: str, step: Step) -> None:
-        """Remember when a pause holds a worker's unsent events and when a kill drops them."""
-        now = time.time()
-        if step.fault is Fault.PAUSE_PAST_LEASE:
-            self._paused[name] = (now, now + step.hold_s)
-        elif step.fault is Fault.CRASH_RESTART:
-            since, until = self._paused.get(name, (now, now))
-            self._kills.append((name, (since if since <= now < until else now) - UNSENT_S, now))
 
     def _later(self, seconds: float, action: Callable[[], object]) -> None:
         timer = threading.Timer(seconds, action)
@@ -305,22 +286,4 @@ class _Fleet:
             w.proxy.close()
         if self._work is not None:
             self._work.join(5)
-        self._mark_killed_unsent()
-
-    def _mark_killed_unsent(self) -> None:
-        """Mark the writes a SIGKILL may have silenced (`KILLED_UNSENT`), and the duplicates that
-        only they make duplicates, once every worker is stopped: the checker counts them apart
-        when no finding names them."""
-        if not self._kills:
-            return
-        truth = self.env.truth
-        marked: list[Write] = []
-        heard: dict[tuple[str, str], bool] = {}  # a key's earlier writes: any not silenced?
-        for w in sorted(truth.writes(), key=lambda w: w.at):
-            key = (w.workflow_key, w.effect_key)
-            silenced = any(w.executor == name and a <= w.at <= b for name, a, b in self._kills)
-            echo = w.owned and heard.get(key) is False
-            blind = (silenced or echo) and w.blind is None
-            marked.append(w.model_copy(update={"blind": KILLED_UNSENT}) if blind else w)
-            heard[key] = heard.get(key, False) or not silenced
-        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in marked))
+        self.kills.mark(self.env.truth)

@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import logging
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from typing import Any, Final
 from detector.demos.celery import READY, says, worker_argv
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
+from detector.testing.campaign.kills import KILLED_UNSENT, WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.proxy import TcpProxy
@@ -53,6 +55,11 @@ READY_S: Final = 60.0
 LOST_AFTER_S: Final = 5.0
 
 
+def executor(n: int) -> str:
+    """Worker `n`'s name in its events and in the truth: Celery's `workerN@%h`."""
+    return f"worker{n}@{socket.gethostname()}"
+
+
 @dataclass
 class _Fleet:
     """One run's workers, their proxies and the stream of units."""
@@ -61,6 +68,7 @@ class _Fleet:
     client: Any  # redis.Redis, straight to the server
     procs: list[Proc]
     proxies: list[TcpProxy]
+    kills: Kills
     submitted: threading.Event = field(default_factory=threading.Event)
     _heal_at: float = 0.0
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -78,12 +86,17 @@ class _Fleet:
                 self._call(lambda: self.client.set(f"{FAULT_KEY}{step.target}", mode, px=ms))
             case Fault.PAUSE_PAST_LEASE:
                 self._inside_work(step.target)
-                self.procs[step.target].apply(step)
+                self._signal(step)
             case Fault.COORDINATOR_RESTART:
                 self.redis.stop()
                 self._later(step.hold_s, self.redis.start)
             case _:
-                self.procs[step.target].apply(step)
+                self._signal(step)
+
+    def _signal(self, step: Step) -> None:
+        """A fault to a worker's process (pause, kill, shutdown), noted for what a kill drops."""
+        self.kills.note(executor(step.target), step)
+        self.procs[step.target].apply(step)
 
     def _inside_work(self, target: int) -> None:
         """Wait (a unit's work at most) for `target` to be inside a task: a pause of an idle
@@ -174,7 +187,8 @@ class _Session:
             )
             for n in range(self.workers)
         ]
-        fleet = _Fleet(self.redis, client, procs, proxies)
+        outages = env.campaign.outages
+        fleet = _Fleet(self.redis, client, procs, proxies, Kills(lambda: outages.down_since))
         stop = threading.Event()
         app = Celery("splitbrain-campaign-client", broker=self.redis.url)
 
@@ -207,6 +221,7 @@ class _Session:
             stop.set()
             for proc in procs:
                 proc.stop()
+            fleet.kills.mark(env.truth)
             for proxy in proxies:
                 proxy.close()
             if submitter.is_alive():
@@ -257,6 +272,7 @@ class CelerySource:
                 "without its Redis counter (the INCR failed at receipt) the adapter gives every "
                 "later delivery epoch 2, so two of them are one owner to it"
             ),
+            KILLED_UNSENT: WHY,
         }
     )
 
