@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from detector.contracts.findings import Finding
@@ -62,38 +63,55 @@ class SourceResult:
 
 class _Watcher(threading.Thread):
     """Reads the findings topic as a downstream consumer does, stamping each revision with the
-    moment it became readable."""
+    moment it became readable.
 
-    def __init__(self, config: dict[str, Any], topic: str) -> None:
+    A reader that lived through a broker restart can stop short of the topic's end for minutes
+    (seen in the campaign: findings the detector wrote at once, stamped minutes late), so after
+    each restart, and after a read error, it reads from a fresh reader (what it saw before is
+    skipped by offset)."""
+
+    def __init__(self, config: dict[str, Any], topic: str, outages: KafkaOutages) -> None:
         super().__init__(name="campaign-findings", daemon=True)
         self._config = config
         self._topic = topic
-        self._reader = TopicReader(config, topic)
+        self._outages = outages
+        self._reader: TopicReader | None = None
+        self._opened_after = 0  # the outages that had ended when the reader was opened
         self._halt = threading.Event()
         self._read_at: set[tuple[int, int]] = set()
         self.seen: list[Seen] = []
 
     def run(self) -> None:
         while not self._halt.is_set():
-            self._take(self._read(lambda: self._reader.poll(0.2)))
+            self._take(self._read())
+        self._close()
 
     def finish(self) -> list[Seen]:
-        """Stop, then read the topic to its end with a fresh reader (one that lived through
-        broker restarts may no longer reach its end): what the watcher had not seen yet is
-        stamped now."""
+        """Stop, then read the topic to its end with a fresh reader: what the watcher had not
+        seen yet is stamped now."""
         self._halt.set()
         self.join()
-        self._reader.close()
         self._take(read_committed(self._config, self._topic))
         return self.seen
 
-    def _read(self, poll: Callable[[], list[Record]]) -> list[Record]:
+    def _read(self) -> list[Record]:
+        ended = len(self._outages.spans)
         try:
-            return poll()
-        except ReadError as exc:  # a broker restart: the reader reconnects
+            if self._reader is None or ended > self._opened_after:
+                self._close()
+                self._reader = TopicReader(self._config, self._topic)
+                self._opened_after = ended
+            return self._reader.poll(0.2)
+        except (ReadError, KafkaException) as exc:  # a broker restart: a fresh reader next
             log.info("findings reader: %s", exc)
+            self._close()
             time.sleep(0.2)
             return []
+
+    def _close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def _take(self, records: list[Record]) -> None:
         now = time.time()
@@ -136,8 +154,8 @@ def campaign(
     with _broker(workdir, bootstrap) as (config, broker):
         topics = WorkerTopics.fresh(f"campaign-{source.name}").create(config, 1)
         detector = WorkerProcess(config, topics, workdir / "detector", instance="campaign")
-        watcher = _Watcher(config, topics.findings)
         env = CampaignEnv(config, topics.input, workdir, seed)
+        watcher = _Watcher(config, topics.findings, env.outages)
         with detector, source.session(env) as session, _supervised(detector, result, say):
             watcher.start()
             say(f"{source.name}: seed {seed}, {runs} runs; detector log {detector.log}")
