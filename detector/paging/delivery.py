@@ -22,6 +22,8 @@ from enum import StrEnum
 from typing import Final
 from urllib.parse import urlsplit
 
+from detector.backoff import equal_jitter
+
 USER_AGENT: Final = "splitbrain-page/1"
 _DETAIL_CHARS: Final = 300
 
@@ -109,16 +111,14 @@ def post(request: Request, timeout: float) -> Answer:
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential with "equal jitter": the n-th retry waits between half and all of
-    `initial * 2^(n-1)`, at most `maximum`, so waits grow while retries from many findings (and
-    bridges) spread out instead of arriving together."""
+    """`detector.backoff.equal_jitter`: the n-th retry waits between half and all of
+    `initial * 2^(n-1)`, at most `maximum`, or longer where the sink's `Retry-After` says so."""
 
     initial: float = 0.5
     maximum: float = 60.0
 
     def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
-        cap = min(self.maximum, self.initial * float(2 ** max(0, attempt - 1)))
-        wait = cap / 2 + rng.uniform(0, cap / 2)
+        wait = equal_jitter(attempt, self.initial, self.maximum, rng.random())
         return max(wait, retry_after) if retry_after is not None else wait
 
 

@@ -266,6 +266,13 @@ def test_backoff_grows_with_jitter_up_to_its_maximum() -> None:
     assert backoff.delay(1, rng, retry_after=30.0) == 30.0
 
 
+def test_a_sink_down_for_days_is_still_retried_at_the_maximum() -> None:
+    """Doubling past a float's range raised OverflowError at a delivery's 1025th retry."""
+    backoff = Backoff(initial=1.0, maximum=8.0)
+    assert 4.0 <= backoff.delay(1025, random.Random(7)) <= 8.0
+    assert 4.0 <= backoff.delay(10**6, random.Random(7)) <= 8.0
+
+
 def test_log_lines_carry_no_credentials() -> None:
     assert origin("https://user:pw@hooks.example.com:8443/x/y?token=abc") == (
         "https://hooks.example.com:8443"
