@@ -35,7 +35,10 @@ class Request:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-class Outcome(StrEnum):
+class DeliveryOutcome(StrEnum):
+    """What a sink's answer means for a delivery: the `outcome` label of
+    `splitbrain_page_deliveries_total`."""
+
     ACCEPTED = "accepted"
     RETRIED = "retried"
     DEAD_LETTER = "dead_letter"
@@ -43,18 +46,18 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    outcome: Outcome
+    outcome: DeliveryOutcome
     status: int | None  # None: no HTTP answer
     detail: str  # the reason, for a log line (the start of the body of an error answer)
     retry_after: float | None = None
 
 
-def classify(status: int) -> Outcome:
+def classify(status: int) -> DeliveryOutcome:
     if 200 <= status < 300:
-        return Outcome.ACCEPTED
+        return DeliveryOutcome.ACCEPTED
     if status in (408, 429) or status >= 500:
-        return Outcome.RETRIED
-    return Outcome.DEAD_LETTER
+        return DeliveryOutcome.RETRIED
+    return DeliveryOutcome.DEAD_LETTER
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -102,11 +105,11 @@ def post(request: Request, timeout: float) -> Answer:
             _retry_after(exc.headers.get("Retry-After") if exc.headers else None),
         )
     except urllib.error.URLError as exc:
-        return Answer(Outcome.RETRIED, None, f"no answer: {exc.reason}")
+        return Answer(DeliveryOutcome.RETRIED, None, f"no answer: {exc.reason}")
     except (OSError, http.client.HTTPException) as exc:
-        return Answer(Outcome.RETRIED, None, f"no answer: {type(exc).__name__}: {exc}")
+        return Answer(DeliveryOutcome.RETRIED, None, f"no answer: {type(exc).__name__}: {exc}")
     except ValueError as exc:  # a request http.client refuses to send: it never will
-        return Answer(Outcome.DEAD_LETTER, None, f"cannot be sent: {exc}")
+        return Answer(DeliveryOutcome.DEAD_LETTER, None, f"cannot be sent: {exc}")
 
 
 @dataclass(frozen=True, slots=True)
