@@ -74,7 +74,7 @@ QUIX_REQUIREMENTS: Final = ROOT / "bench" / "requirements-quix.txt"
 QUIX_VENV: Final = ROOT / "var" / "bench-quix-venv"
 # The project's own pins the quixstreams venv takes: what detector.core needs beside pydantic,
 # and the RocksDB binding quixstreams' state runs on, at the version the worker's rocksdb store has.
-FROM_PROJECT: Final = ("msgpack", "msgspec", "rocksdict")
+FROM_PROJECT: Final = ("msgspec", "rocksdict")
 LATENCY_SLACK_MS: Final = 150.0  # the target: commit interval + this
 BATCH: Final = 1000  # rows 1 and 2: `consume(1000)`
 

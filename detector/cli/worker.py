@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, create_model
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config, Detector
 from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
-from detector.runtime.settings import Guarantee, Store, WorkerSettings
+from detector.runtime.settings import Guarantee, StoreKind, WorkerSettings
 from detector.settings import (
     CommandSettings,
     Directory,
@@ -122,7 +122,7 @@ class _Worker(CommandSettings):
         "it is there to measure what the transactions cost",
     )
     state_dir: Directory = Field(Path("var/state"), description="local state; created if missing")
-    store: Store = Field(
+    store: StoreKind = Field(
         "memory",
         description="local store of workflow states: memory, or rocksdb on --state-dir (needs "
         "the rocksdb extra); both are rebuilt from the changelog",

@@ -22,6 +22,10 @@ from detector.contracts.findings import Finding, Severity, Status
 SCHEMA: Final = "splitbrain.page-state/v1"
 
 
+# What a sink's answer to a delivery settled: it took it, or refused it for good.
+SentOutcome = Literal["accepted", "dead_letter"]
+
+
 class SinkName(StrEnum):
     ALERTMANAGER = "alertmanager"
     PAGERDUTY = "pagerduty"
@@ -39,7 +43,7 @@ class Sent(_Record):
     status: Status
     severity: Severity
     condition: str = Field(description="the alert's `condition` label as sent")
-    outcome: Literal["accepted", "dead_letter"] = Field(
+    outcome: SentOutcome = Field(
         description="dead_letter: the sink refused it (4xx); the next change is sent again"
     )
     at: AwareDatetime = Field(description="when the sink answered, on the bridge's clock")

@@ -319,8 +319,8 @@ class WorkflowState:
 
 # msgspec writes the same msgpack bytes as `msgpack.packb`, at half its cost on these states (the
 # changelog write is the worker's largest cost: docs/benchmarks.md, "The worker's cost per
-# event"); `msgpack` reads them back (`detector.core._upgrade`), faster than msgspec does. Reused,
-# as msgspec recommends: an encoder keeps no state between calls.
+# event"), and reads them back (`detector.core._upgrade`). Reused, as msgspec recommends: an
+# encoder keeps no state between calls.
 _ENCODER: Final = msgspec.msgpack.Encoder()
 
 

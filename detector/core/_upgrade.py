@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any, Final, NamedTuple
 
-import msgpack
 import msgspec
 
 from detector.contracts.findings import Severity, Status
@@ -42,6 +41,11 @@ _V1_FIELDS: Final = (
 )
 
 
+# Untyped: msgpack arrays as lists, as `decode_v3` and `_replay` index them. Reused, as msgspec
+# recommends; a decoder keeps no state between calls.
+_DECODER: Final = msgspec.msgpack.Decoder()
+
+
 def decode_state(raw: bytes) -> WorkflowState:
     """A workflow state from changelog bytes of any version this code has written."""
     fields: list[Any]
@@ -50,7 +54,7 @@ def decode_state(raw: bytes) -> WorkflowState:
         version = doc.get("v")
         fields = [doc[name] for name in _V1_FIELDS] if version == 1 else []
     else:
-        fields = msgpack.unpackb(raw)
+        fields = _DECODER.decode(raw)
         version = fields[0] if isinstance(fields, list) and fields else None
     if version in (3, 4, 5, 6, STATE_VERSION):  # one layout, grown; 3 without references
         return decode_v3(fields)

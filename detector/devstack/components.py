@@ -1,5 +1,5 @@
 """The stack's components, each a server it starts, waits for and stops by PID: a program
-(`Process`), a detector worker (`Detector`), the broker (`Kafka`) and PostgreSQL with the
+(`Process`), a detector worker (`DetectorWorker`), the broker (`Kafka`) and PostgreSQL with the
 lease store (`Postgres`). `stop_record` stops one from its entry in `stack.json`, from any
 process."""
 
@@ -142,7 +142,7 @@ class Process(Component):
 
 
 @dataclass
-class Detector(Process):
+class DetectorWorker(Process):
     """A `splitbrain worker`, started by `WorkerProcess` (argv, environment, /metrics)."""
 
     worker: WorkerProcess | None = field(default=None, repr=False)

@@ -41,7 +41,14 @@ from typing import Any, Final
 
 from detector import bundled
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
-from detector.devstack.components import Component, Detector, Kafka, Postgres, Process, pid_note
+from detector.devstack.components import (
+    Component,
+    DetectorWorker,
+    Kafka,
+    Postgres,
+    Process,
+    pid_note,
+)
 from detector.devstack.errors import StackError
 from detector.devstack.interrupts import interrupts
 from detector.devstack.monitoring import alertmanager, prometheus
@@ -283,7 +290,7 @@ class Stack:
                 instance=f"detector-{n}",
                 metrics_port=free_port(),
             )
-            comp = Detector(
+            comp = DetectorWorker(
                 f"detector-{n}",
                 urls={"metrics": f"http://127.0.0.1:{worker.metrics_port}/metrics"},
                 log=worker.log,

@@ -22,6 +22,7 @@ from typing import Annotated, Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from detector.backoff import equal_jitter
 from detector.contracts.events import ShortLabel
 from detector.settings import PositiveInt, PositiveSeconds, Seconds
 
@@ -64,10 +65,8 @@ class JobClass(BaseModel):
 
     def retry_delay_s(self, attempt: int, draw: float) -> float:
         """The wait before the attempt after `attempt` (which failed retryably), for a uniform
-        `draw` in [0, 1): exponential, capped, with "equal jitter" (half fixed, half drawn), so
-        that jobs that failed together (a provider outage) do not all come back together."""
-        ceiling = min(self.retry_backoff_max_s, self.retry_backoff_s * 2.0 ** (attempt - 1))
-        return ceiling / 2 + ceiling / 2 * draw
+        `draw` in [0, 1): `detector.backoff.equal_jitter`."""
+        return equal_jitter(attempt, self.retry_backoff_s, self.retry_backoff_max_s, draw)
 
     @model_validator(mode="after")
     def _lease_outlasts_missed_heartbeats(self) -> Self:

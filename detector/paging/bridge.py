@@ -52,7 +52,7 @@ from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore, StateTopicError
 from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
 from detector.paging.alertmanager import AlertmanagerSink
-from detector.paging.delivery import Answer, Backoff, Outcome, Request, origin, post, redact
+from detector.paging.delivery import Answer, Backoff, DeliveryOutcome, Request, origin, post, redact
 from detector.paging.metrics import PageMetrics
 from detector.paging.state import Delivery, PageState, SinkPolicy
 from detector.paging.store import StateTopic
@@ -314,14 +314,16 @@ class Bridge:
         when = self.clock()
         what = f"{d.action.value} of {printable(d.finding_id)} rev {f.revision}"
         detail = printable(redact(answer.detail, self.s.secrets))
-        if answer.outcome is Outcome.ACCEPTED:
+        if answer.outcome is DeliveryOutcome.ACCEPTED:
             self.state.done(d, "accepted", utc(when))
-            self.metrics.answered(d.sink, Outcome.ACCEPTED, when - d.revision_at.timestamp())
+            self.metrics.answered(
+                d.sink, DeliveryOutcome.ACCEPTED, when - d.revision_at.timestamp()
+            )
             log.info("%s took %s (%s)", d.sink.value, what, f.severity.value)
             return True
-        if answer.outcome is Outcome.DEAD_LETTER:
+        if answer.outcome is DeliveryOutcome.DEAD_LETTER:
             self.state.done(d, "dead_letter", utc(when))
-            self.metrics.answered(d.sink, Outcome.DEAD_LETTER)
+            self.metrics.answered(d.sink, DeliveryOutcome.DEAD_LETTER)
             log.error(
                 "dead letter: sink=%s finding=%s revision=%d action=%s status=%s: %s",
                 d.sink.value,
@@ -335,7 +337,7 @@ class Bridge:
         a.attempts += 1
         delay = self.s.backoff.delay(a.attempts, self.rng, answer.retry_after)
         a.due = time.monotonic() + delay
-        self.metrics.answered(d.sink, Outcome.RETRIED)
+        self.metrics.answered(d.sink, DeliveryOutcome.RETRIED)
         log.warning(
             "%s did not take %s (status %s: %s): retry %d in %.1f s",
             d.sink.value,
@@ -448,7 +450,7 @@ class Bridge:
             chunk = entries[i : i + _RESEND_CHUNK]
             answer = post(sink.resend(chunk), self.s.http_timeout_s)
             self.metrics.answered(SinkName.ALERTMANAGER, answer.outcome)
-            if answer.outcome is not Outcome.ACCEPTED:
+            if answer.outcome is not DeliveryOutcome.ACCEPTED:
                 log.warning(
                     "alertmanager did not take the re-send of %d open finding(s) (status %s: %s);"
                     " next try in %.0f s",

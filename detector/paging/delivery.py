@@ -22,6 +22,8 @@ from enum import StrEnum
 from typing import Final
 from urllib.parse import urlsplit
 
+from detector.backoff import equal_jitter
+
 USER_AGENT: Final = "splitbrain-page/1"
 _DETAIL_CHARS: Final = 300
 
@@ -33,7 +35,10 @@ class Request:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-class Outcome(StrEnum):
+class DeliveryOutcome(StrEnum):
+    """What a sink's answer means for a delivery: the `outcome` label of
+    `splitbrain_page_deliveries_total`."""
+
     ACCEPTED = "accepted"
     RETRIED = "retried"
     DEAD_LETTER = "dead_letter"
@@ -41,18 +46,18 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    outcome: Outcome
+    outcome: DeliveryOutcome
     status: int | None  # None: no HTTP answer
     detail: str  # the reason, for a log line (the start of the body of an error answer)
     retry_after: float | None = None
 
 
-def classify(status: int) -> Outcome:
+def classify(status: int) -> DeliveryOutcome:
     if 200 <= status < 300:
-        return Outcome.ACCEPTED
+        return DeliveryOutcome.ACCEPTED
     if status in (408, 429) or status >= 500:
-        return Outcome.RETRIED
-    return Outcome.DEAD_LETTER
+        return DeliveryOutcome.RETRIED
+    return DeliveryOutcome.DEAD_LETTER
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -100,25 +105,23 @@ def post(request: Request, timeout: float) -> Answer:
             _retry_after(exc.headers.get("Retry-After") if exc.headers else None),
         )
     except urllib.error.URLError as exc:
-        return Answer(Outcome.RETRIED, None, f"no answer: {exc.reason}")
+        return Answer(DeliveryOutcome.RETRIED, None, f"no answer: {exc.reason}")
     except (OSError, http.client.HTTPException) as exc:
-        return Answer(Outcome.RETRIED, None, f"no answer: {type(exc).__name__}: {exc}")
+        return Answer(DeliveryOutcome.RETRIED, None, f"no answer: {type(exc).__name__}: {exc}")
     except ValueError as exc:  # a request http.client refuses to send: it never will
-        return Answer(Outcome.DEAD_LETTER, None, f"cannot be sent: {exc}")
+        return Answer(DeliveryOutcome.DEAD_LETTER, None, f"cannot be sent: {exc}")
 
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Exponential with "equal jitter": the n-th retry waits between half and all of
-    `initial * 2^(n-1)`, at most `maximum`, so waits grow while retries from many findings (and
-    bridges) spread out instead of arriving together."""
+    """`detector.backoff.equal_jitter`: the n-th retry waits between half and all of
+    `initial * 2^(n-1)`, at most `maximum`, or longer where the sink's `Retry-After` says so."""
 
     initial: float = 0.5
     maximum: float = 60.0
 
     def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
-        cap = min(self.maximum, self.initial * float(2 ** max(0, attempt - 1)))
-        wait = cap / 2 + rng.uniform(0, cap / 2)
+        wait = equal_jitter(attempt, self.initial, self.maximum, rng.random())
         return max(wait, retry_after) if retry_after is not None else wait
 
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from detector.contracts.findings import Severity
 from detector.contracts.page_state import SinkName
-from detector.paging.delivery import Outcome
+from detector.paging.delivery import DeliveryOutcome
 
 # From a finding's commit to a sink's acceptance: sub-second when all is well, minutes while a
 # sink is down or the bridge catches up.
@@ -71,7 +71,7 @@ class PageMetrics:
         )
         for sink in sinks:
             self.pending.labels(sink.value).set(0)
-            for outcome in Outcome:
+            for outcome in DeliveryOutcome:
                 self.deliveries.labels(sink.value, outcome.value)
         for severity in Severity:
             self.open.labels(severity.value).set(0)
@@ -80,9 +80,11 @@ class PageMetrics:
         """/metrics on `address` (loopback unless told), as the worker's."""
         start_http_server(port, addr=address, registry=self.registry)
 
-    def answered(self, sink: SinkName, outcome: Outcome, latency: float | None = None) -> None:
+    def answered(
+        self, sink: SinkName, outcome: DeliveryOutcome, latency: float | None = None
+    ) -> None:
         self.deliveries.labels(sink.value, outcome.value).inc()
-        if latency is not None and outcome is Outcome.ACCEPTED:
+        if latency is not None and outcome is DeliveryOutcome.ACCEPTED:
             self.latency.labels(sink.value).observe(max(0.0, latency))
 
     def waiting(self, counts: Mapping[SinkName, int], sinks: Iterable[SinkName]) -> None:

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Final
 
 from detector.contracts.findings import ConditionKind, Finding, Severity, Status
-from detector.contracts.page_state import PageStateRecord, Sent, SinkName
+from detector.contracts.page_state import PageStateRecord, Sent, SentOutcome, SinkName
 
 # DESIGN §4: the conditions in rising severity. An alert is labelled with the highest one.
 CONDITION_ORDER: Final = (
@@ -46,8 +46,6 @@ ALERT_SEVERITY: Final = {
     Severity.WARNING: "ticket",
     Severity.INFO: "warning",
 }
-
-Outcome = Literal["accepted", "dead_letter"]
 
 
 class Action(StrEnum):
@@ -214,7 +212,7 @@ class PageState:
         self._dirty.clear()
         return out
 
-    def done(self, delivery: Delivery, outcome: Outcome, at: datetime) -> None:
+    def done(self, delivery: Delivery, outcome: SentOutcome, at: datetime) -> None:
         """The sink took the delivery (or refused it for good: a dead letter)."""
         entry = self.entries.get(delivery.finding_id)
         if entry is None:

@@ -38,7 +38,7 @@ from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore
 from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
 from detector.runtime.output import open_output
-from detector.runtime.processor import Outcome, PartitionProcessor
+from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.stall import StallWatch
 from detector.runtime.store import Store, open_store
@@ -233,13 +233,13 @@ class KafkaLoopWorker:
         self.txn_events += 1
         headers = msg.headers()
         spans.add(partition, headers)
-        outcome = ps.processor.process(msg.key(), msg.value(), topic, offset, time.time(), headers)
-        self._write(outcome, ps)
+        writes = ps.processor.process(msg.key(), msg.value(), topic, offset, time.time(), headers)
+        self._write(writes, ps)
 
-    def _write(self, outcome: Outcome, ps: PartitionState) -> None:
+    def _write(self, writes: Writes, ps: PartitionState) -> None:
         """Into the open transaction, to the partition the input came from."""
         partition = ps.processor.partition
-        dead = outcome.dead_letter
+        dead = writes.dead_letter
         if dead is not None:
             self.output.producer.produce(
                 self.s.dlq_topic,
@@ -248,7 +248,7 @@ class KafkaLoopWorker:
                 headers=dead.headers(),
                 partition=partition,
             )
-        for update in outcome.findings:
+        for update in writes.findings:
             f = update.finding
             self.output.producer.produce(
                 self.s.findings_topic,
@@ -256,17 +256,17 @@ class KafkaLoopWorker:
                 value=f.to_json().encode(),
                 partition=partition,
             )
-        ps.dirty |= outcome.changed
+        ps.dirty |= writes.changed
 
     def _tick(self, now: float) -> None:
         """Let time pass in every partition whose tick is due; evictions become tombstones."""
         for partition, ps in self.partitions.items():
-            outcome = ps.processor.tick(now)
-            if outcome is None:
+            writes = ps.processor.tick(now)
+            if writes is None:
                 continue
-            if outcome.findings or outcome.changed:
+            if writes.findings or writes.changed:
                 self._begin()
-                self._write(outcome, ps)
+                self._write(writes, ps)
             self.metrics.consumer_lag(partition, self._lag(partition, ps))
 
     def _lag(self, partition: int, ps: PartitionState) -> int | None:

@@ -1,7 +1,7 @@
 """One input partition's processing step, the same in every runtime.
 
 A runtime only moves records: it polls, hands each record to `PartitionProcessor.process`, lets
-time pass with `tick`, and writes what the `Outcome` says (finding revisions and dead letters to
+time pass with `tick`, and writes the `Writes` they return (finding revisions and dead letters to
 their topics, changed workflow states to the changelog) inside its transaction. Admission,
 detection, the quiet-period clock, the finding log line, every per-record metric and what an
 exception of the engine costs (one event, never the partition) are decided here, once.
@@ -34,7 +34,7 @@ TICK_EVERY_S: Final = 5.0
 
 
 @dataclass(slots=True)
-class Outcome:
+class Writes:
     """What one step asks its runtime to write, in the transaction of its input partition."""
 
     findings: list[FindingUpdate] = field(default_factory=list)
@@ -60,7 +60,7 @@ class PartitionProcessor:
         offset: int,
         now: float,
         headers: Headers = None,
-    ) -> Outcome:
+    ) -> Writes:
         """One input record at the worker's time `now`; `headers` may carry its `traceparent`."""
         partition = self.partition
         admitted = admit(key, value, topic, partition, offset, headers)
@@ -74,7 +74,7 @@ class PartitionProcessor:
                 admitted.reason_code,
                 admitted.field,
             )
-            return Outcome(dead_letter=admitted)
+            return Writes(dead_letter=admitted)
         self.metrics.event(admitted.kind.value, partition)
         if admitted.dropped_fields:
             self.metrics.fields_dropped(admitted, partition)
@@ -86,11 +86,11 @@ class PartitionProcessor:
             error = EngineError.of(exc)
             self._failed(admitted, error, topic, offset)
             dead = error.dead_letter(key, value, topic, partition, offset)
-            return Outcome(dead_letter=dead, changed={admitted.workflow_key})
+            return Writes(dead_letter=dead, changed={admitted.workflow_key})
         self._published(updates)
-        return Outcome(updates, None, {admitted.workflow_key})
+        return Writes(updates, None, {admitted.workflow_key})
 
-    def tick(self, now: float) -> Outcome | None:
+    def tick(self, now: float) -> Writes | None:
         """Let time pass, at most every `TICK_EVERY_S`: None when it is not due."""
         if self.last_tick is not None and now - self.last_tick < TICK_EVERY_S:
             return None
@@ -106,11 +106,11 @@ class PartitionProcessor:
         self.metrics.finding_stats(partition, self.detector.finding_stats)
         # A resolved finding's new revision lives in its state: persist it with the revision,
         # or a restore would publish the same (finding_id, revision) again.
-        return Outcome(advanced.updates, None, advanced.changed)
+        return Writes(advanced.updates, None, advanced.changed)
 
     def _failed(self, event: OwnershipEvent, error: EngineError, topic: str, offset: int) -> None:
         """The engine raised on `event`: one event must never stop a partition, so it goes to
-        the DLQ (the caller's outcome) and the partition goes on. Its offset commits with the
+        the DLQ (the caller's writes) and the partition goes on. Its offset commits with the
         rest of the transaction and its workflow's state, marked (`Detector.failed`), with it:
         a restart does not meet the event again."""
         self.detector.failed(event.workflow_key)

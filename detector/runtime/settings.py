@@ -9,7 +9,8 @@ from typing import Any, Literal
 from detector.contracts.topics import changelog_topic
 from detector.core import Config
 
-Store = Literal["memory", "rocksdb"]
+# Which `detector.runtime.store.Store` a worker keeps its workflow states in.
+StoreKind = Literal["memory", "rocksdb"]
 Guarantee = Literal["exactly-once", "at-least-once"]
 
 
@@ -38,7 +39,7 @@ class WorkerSettings:
     commit_give_up_s: float | None
     processing_guarantee: Guarantee
     state_dir: Path
-    store: Store
+    store: StoreKind
     metrics_port: int | None
     engine: Config
 

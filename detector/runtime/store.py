@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from detector.core import SweepMarks, WorkflowState, decode_state, sweep_marks
+from detector.runtime.settings import StoreKind
 
 
 class Store(Protocol):
@@ -230,7 +231,7 @@ class RocksStore(_MarkedCache):
         shutil.rmtree(self._path, ignore_errors=True)
 
 
-def open_store(kind: str, directory: Path, partition: int) -> Store:
+def open_store(kind: StoreKind, directory: Path, partition: int) -> Store:
     if kind == "rocksdb":
         return RocksStore(directory / f"partition-{partition}")
     return MemoryStore()

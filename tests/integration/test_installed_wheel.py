@@ -30,7 +30,7 @@ from tests.paths import ROOT
 
 # What the wheel is built from: what the image copies too (Dockerfile).
 BUILT_FROM: Final = ("pyproject.toml", "README.md", "detector")
-TEST_ONLY: Final = ("pytest", "hypothesis", "cryptography", "matplotlib")
+TEST_ONLY: Final = ("pytest", "hypothesis", "cryptography", "matplotlib", "detector.testing")
 # The modules that need an extra (faust, an adapter's system), and the scenarios built on them.
 OF_AN_EXTRA: Final = (
     "detector.runtime.faust",
@@ -43,11 +43,6 @@ OF_AN_EXTRA: Final = (
     "detector.devstack.temporal",
     *(f"detector.demos.{m}" for m in ("celery_app", "langgraph_graph", "kube_candidate")),
     "detector.view.app",
-    # The fault campaign's workers of each system (detector/testing/campaign).
-    *(
-        f"detector.testing.campaign.{m}_worker"
-        for m in ("celery", "etcd", "kube", "langgraph", "temporal")
-    ),
 )
 # Every module of the package, imported as a command would: those of an extra left out.
 IMPORT_ALL: Final = f"""

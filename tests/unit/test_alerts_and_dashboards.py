@@ -25,7 +25,7 @@ from detector.contracts.findings import Severity, Status
 from detector.contracts.page_state import SinkName
 from detector.core import Counters, FindingStats, FindingUpdate, LeaseHealth
 from detector.leases.gauges import LeaseGauges
-from detector.paging.delivery import Outcome
+from detector.paging.delivery import DeliveryOutcome
 from detector.paging.metrics import PageMetrics
 from detector.telemetry.metrics import WorkerMetrics
 from tests import docs
@@ -185,7 +185,7 @@ def exported_samples() -> dict[str, set[str]]:
 def bridge_samples() -> dict[str, set[str]]:
     """The same for the pager bridge (`splitbrain page`), which the dashboard shows too."""
     metrics = PageMetrics(list(SinkName), CollectorRegistry())
-    metrics.answered(SinkName.WEBHOOK, Outcome.ACCEPTED, 0.2)
+    metrics.answered(SinkName.WEBHOOK, DeliveryOutcome.ACCEPTED, 0.2)
     metrics.consumer_lag(0, 1)
     metrics.invalid.inc()
     samples: dict[str, set[str]] = {}

@@ -16,7 +16,7 @@ PACKAGE: Final = ROOT / "detector"
 # Bottom first. A package (or top-level module) of detector/ imports only from its own tier and
 # the tiers before it; within a tier, packages do not import each other.
 TIERS: Final = (
-    ("errors", "closing", "bundled", "gc_tuning", "_sandbox"),
+    ("errors", "closing", "backoff", "bundled", "gc_tuning", "_sandbox"),
     ("contracts", "settings"),
     ("core", "report"),
     ("version", "kafka"),

@@ -10,7 +10,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-import msgpack
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -415,10 +415,10 @@ def test_a_release_is_remembered_in_the_changelog_for_the_next_takeover() -> Non
 def test_a_version_3_state_from_before_the_labels_still_decodes(released: bool) -> None:
     """Written with the tool class alone and no lease_until (18 fields)."""
     state = WorkflowState(hb_obs=5.0, lease_s=90.0, released_at=7.0 if released else None)
-    fields = msgpack.unpackb(encode_state(state))
+    fields = msgspec.msgpack.decode(encode_state(state))
     assert len(fields) == 21
     old = [3, *fields[1:16], "ocr", fields[17]]
-    decoded = decode_state(msgpack.packb(old))
+    decoded = decode_state(msgspec.msgpack.encode(old))
     assert decoded.labels == ("ocr", "unlabelled", "unlabelled")
     assert (decoded.hb_obs, decoded.lease_s) == (5.0, 90.0)
     assert (decoded.lease_until is not None) == released  # a release since the acquisition

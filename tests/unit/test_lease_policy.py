@@ -143,3 +143,9 @@ def test_labels_are_bounded_and_only_the_given_ones_are_attrs() -> None:
         Labels(model="m" * 129)
     with pytest.raises(ValidationError, match="tool_class"):
         Labels(tool_class="")
+
+
+def test_retries_wait_half_fixed_half_drawn_doubling_to_the_maximum() -> None:
+    slow = JobClass(**POLICY, retry_backoff_s=60, retry_backoff_max_s=100)
+    assert [slow.retry_delay_s(a, 0.0) for a in (1, 2, 3)] == [30, 50, 50]
+    assert [slow.retry_delay_s(a, 1.0) for a in (1, 2, 3)] == [60, 100, 100]

@@ -21,7 +21,7 @@ from detector.devstack.process import free_port
 from detector.paging.alertmanager import AlertmanagerSink, endpoint
 from detector.paging.delivery import (
     Backoff,
-    Outcome,
+    DeliveryOutcome,
     Request,
     classify,
     origin,
@@ -205,7 +205,7 @@ def test_the_receiver_answers_on_demand_and_keeps_incidents() -> None:
         assert (incident.status, incident.opened, len(incident.events)) == ("triggered", 1, 2)
         huge = json.dumps({**json.loads(trigger.body), "padding": "x" * 600_000}).encode()
         answer = post(Request(pd.url, huge), 5)
-        assert (answer.outcome, answer.status) == (Outcome.DEAD_LETTER, 400)
+        assert (answer.outcome, answer.status) == (DeliveryOutcome.DEAD_LETTER, 400)
         assert "more than 524288" in answer.detail
 
 
@@ -239,20 +239,20 @@ def test_a_finding_id_that_cannot_be_a_header_is_hashed_there() -> None:
 @pytest.mark.parametrize(
     ("status", "outcome"),
     [
-        (200, Outcome.ACCEPTED),
-        (202, Outcome.ACCEPTED),
-        (429, Outcome.RETRIED),
-        (408, Outcome.RETRIED),
-        (500, Outcome.RETRIED),
-        (503, Outcome.RETRIED),
-        (400, Outcome.DEAD_LETTER),
-        (401, Outcome.DEAD_LETTER),
-        (404, Outcome.DEAD_LETTER),
-        (413, Outcome.DEAD_LETTER),
-        (302, Outcome.DEAD_LETTER),
+        (200, DeliveryOutcome.ACCEPTED),
+        (202, DeliveryOutcome.ACCEPTED),
+        (429, DeliveryOutcome.RETRIED),
+        (408, DeliveryOutcome.RETRIED),
+        (500, DeliveryOutcome.RETRIED),
+        (503, DeliveryOutcome.RETRIED),
+        (400, DeliveryOutcome.DEAD_LETTER),
+        (401, DeliveryOutcome.DEAD_LETTER),
+        (404, DeliveryOutcome.DEAD_LETTER),
+        (413, DeliveryOutcome.DEAD_LETTER),
+        (302, DeliveryOutcome.DEAD_LETTER),
     ],
 )
-def test_statuses(status: int, outcome: Outcome) -> None:
+def test_statuses(status: int, outcome: DeliveryOutcome) -> None:
     assert classify(status) is outcome
 
 
@@ -264,6 +264,13 @@ def test_backoff_grows_with_jitter_up_to_its_maximum() -> None:
         assert all(cap / 2 <= w <= cap for w in waits), (attempt, min(waits), max(waits))
         assert max(waits) - min(waits) > cap / 4  # jittered, not one value
     assert backoff.delay(1, rng, retry_after=30.0) == 30.0
+
+
+def test_a_sink_down_for_days_is_still_retried_at_the_maximum() -> None:
+    """Doubling past a float's range raised OverflowError at a delivery's 1025th retry."""
+    backoff = Backoff(initial=1.0, maximum=8.0)
+    assert 4.0 <= backoff.delay(1025, random.Random(7)) <= 8.0
+    assert 4.0 <= backoff.delay(10**6, random.Random(7)) <= 8.0
 
 
 def test_log_lines_carry_no_credentials() -> None:
@@ -330,11 +337,11 @@ def test_post_says_what_an_answer_means(server: _Server) -> None:
     req = Request(server.url, b'{"a": 1}', {"Content-Type": "application/json"})
     answers = [post(req, 5) for _ in range(5)]
     assert [(a.outcome, a.status) for a in answers] == [
-        (Outcome.ACCEPTED, 202),
-        (Outcome.RETRIED, 429),
-        (Outcome.RETRIED, 503),
-        (Outcome.DEAD_LETTER, 400),
-        (Outcome.DEAD_LETTER, 302),  # a POST is not silently redirected to a GET
+        (DeliveryOutcome.ACCEPTED, 202),
+        (DeliveryOutcome.RETRIED, 429),
+        (DeliveryOutcome.RETRIED, 503),
+        (DeliveryOutcome.DEAD_LETTER, 400),
+        (DeliveryOutcome.DEAD_LETTER, 302),  # a POST is not silently redirected to a GET
     ]
     assert answers[1].retry_after == 3.0
     assert "payload.summary: required" in answers[3].detail
@@ -343,7 +350,7 @@ def test_post_says_what_an_answer_means(server: _Server) -> None:
 
 def test_no_answer_is_retried() -> None:
     answer = post(Request(f"http://127.0.0.1:{free_port()}/", b"{}"), 2)
-    assert (answer.outcome, answer.status) == (Outcome.RETRIED, None)
+    assert (answer.outcome, answer.status) == (DeliveryOutcome.RETRIED, None)
     assert answer.detail.startswith("no answer")
 
 
@@ -352,7 +359,7 @@ def test_no_answer_is_retried() -> None:
 
 def test_metrics_are_bounded_and_exported_from_the_start() -> None:
     metrics = PageMetrics([SinkName.ALERTMANAGER, SinkName.PAGERDUTY], CollectorRegistry())
-    metrics.answered(SinkName.PAGERDUTY, Outcome.ACCEPTED, 0.3)
+    metrics.answered(SinkName.PAGERDUTY, DeliveryOutcome.ACCEPTED, 0.3)
     metrics.consumer_lag(4, 12)
     metrics.consumer_lag(5, None)  # never reported: nothing to remove
     samples = {

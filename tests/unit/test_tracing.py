@@ -24,7 +24,7 @@ from detector.contracts.events import OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.core import Config, Detector
 from detector.runtime.intake import admit
-from detector.runtime.processor import Outcome, PartitionProcessor
+from detector.runtime.processor import PartitionProcessor, Writes
 from detector.settings import SettingsError
 from detector.telemetry.metrics import WorkerMetrics
 from detector.telemetry.trace_context import traceparent
@@ -100,7 +100,7 @@ class Traced:
             tracing=PartitionTracing(self.tracing, 3, capacity),
         )
 
-    def run(self, records: Sequence[Record], *, batch: bool = False) -> list[Outcome]:
+    def run(self, records: Sequence[Record], *, batch: bool = False) -> list[Writes]:
         spans = self.tracing.batch() if batch else None
         outcomes = []
         for offset, (key, value, headers) in enumerate(records):
@@ -115,7 +115,7 @@ class Traced:
         return [s for s in self.exporter.get_finished_spans() if s.name == name]
 
 
-def revisions(outcomes: list[Outcome]) -> list[Finding]:
+def revisions(outcomes: list[Writes]) -> list[Finding]:
     return [u.finding for o in outcomes for u in o.findings]
 
 

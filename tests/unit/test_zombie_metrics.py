@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import msgpack
+import msgspec
 import pytest
 
 from detector.contracts.events import parse_event_json
@@ -355,11 +355,11 @@ def test_the_opening_time_survives_the_changelog() -> None:
 
 def test_a_finding_written_before_the_opening_time_still_decodes() -> None:
     d, _ = run(zombie()[:4])
-    fields = msgpack.unpackb(encode_state(d.states[WF]))
+    fields = msgspec.msgpack.decode(encode_state(d.states[WF]))
     row = fields[8][0]
     assert len(row) == EPISODE_FIELDS
     fields[8][0] = row[:-3]  # as the state was written before `opened_at` (and version 7)
-    old = decode_state(msgpack.packb(fields))
+    old = decode_state(msgspec.msgpack.encode(fields))
     ep = old.episodes[(1, False)]
     assert ep.opened_at is None
     assert ep.revision == d.states[WF].episodes[(1, False)].revision
@@ -374,14 +374,14 @@ def test_a_finding_written_before_the_opening_time_still_decodes() -> None:
     }
     fields[8][0] = row[:-4]
     with pytest.raises(ValueError, match="damaged finding state"):
-        decode_state(msgpack.packb(fields))
+        decode_state(msgspec.msgpack.encode(fields))
 
 
 def test_an_open_finding_costs_one_float_more_and_a_resolved_one_nothing() -> None:
     open_state, _ = run(zombie()[:4])
     resolved_state, _ = run(zombie())
-    open_row = msgpack.unpackb(encode_state(open_state.states[WF]))[8][0]
-    resolved_row = msgpack.unpackb(encode_state(resolved_state.states[WF]))[8][0]
+    open_row = msgspec.msgpack.decode(encode_state(open_state.states[WF]))[8][0]
+    resolved_row = msgspec.msgpack.decode(encode_state(resolved_state.states[WF]))[8][0]
     assert open_row[23] == 1020.0  # `opened_at`, then `displaced_ctx` and `dup_pending`
     assert resolved_row[23] is None
     assert json.dumps(resolved_row[23]) == "null"

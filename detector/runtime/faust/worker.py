@@ -1,5 +1,5 @@
 """The faust worker: one agent that hands each record to the shared processing step and writes
-its outcome into the transaction of the record's partition."""
+what it writes into the transaction of the record's partition."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from detector.runtime.faust.credentials import broker_credentials
 from detector.runtime.faust.recovery import EosTableManager
 from detector.runtime.faust.table import TABLE_NAME, PartitionStates, StateTable
 from detector.runtime.faust.transport import EosConsumer, SplitbrainApp
-from detector.runtime.processor import Outcome, PartitionProcessor
+from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.topology import inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
@@ -184,18 +184,18 @@ class FaustWorker:
         self.app.barrier.processed[(message.topic, message.partition)] = message.offset + 1
         self.app.barrier.events += 1
 
-    async def _write(self, engine: PartitionEngine, outcome: Outcome) -> None:
+    async def _write(self, engine: PartitionEngine, writes: Writes) -> None:
         """Into the transaction of the event's partition: states (evictions were deleted
         through `PartitionStates` already), dead letters and finding revisions."""
         partition = engine.partition
-        for key in outcome.changed:
+        for key in writes.changed:
             engine.states.write_back(key)
-        dead = outcome.dead_letter
+        dead = writes.dead_letter
         if dead is not None:
             await self._send(
                 self.settings.dlq_topic, dead.key, dead.value, partition, dead.headers()
             )
-        for update in outcome.findings:
+        for update in writes.findings:
             await self._publish(update, partition)
 
     def _engine(self, partition: int) -> PartitionEngine:

@@ -65,13 +65,13 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     """Versions 4 to 7 write an effect's copy of a retained event as its index in the evidence; the
     same state written as version 3 (full copies) still decodes, to the same state."""
-    import msgpack  # noqa: PLC0415
+    import msgspec  # noqa: PLC0415
 
     from detector.core import decode_state, encode_state  # noqa: PLC0415
 
     r = run(seed_history())
     state = r.detector.states[W]
-    fields = msgpack.unpackb(encode_state(state))
+    fields = msgspec.msgpack.decode(encode_state(state))
     assert fields[0] == 7
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
@@ -85,7 +85,7 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
         row[0] = [copied(x) for x in row[0]]
         row[2] = [[epoch, source, [copied(x) for x in evs]] for epoch, source, evs in row[2]]
         row[4] = [[epoch, kind, copied(x)] for epoch, kind, x in row[4]]
-    assert decode_state(msgpack.packb([3, *fields[1:]])) == state
+    assert decode_state(msgspec.msgpack.encode([3, *fields[1:]])) == state
 
 
 @pytest.mark.parametrize("name", ["state-v1-export-ledger.json", "state-v2-export-ledger.msgpack"])
@@ -155,7 +155,7 @@ def _as_version_4(fields: list[Any]) -> list[Any]:
 
 @pytest.mark.parametrize("resolved", [True, False])
 def test_a_version_4_state_still_decodes_and_goes_on(resolved: bool) -> None:
-    import msgpack  # noqa: PLC0415
+    import msgspec  # noqa: PLC0415
 
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
@@ -166,8 +166,8 @@ def test_a_version_4_state_still_decodes_and_goes_on(resolved: bool) -> None:
         *([verify("v", 9)] if resolved else []),
     ]
     r = run(first)
-    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
-    restored = Detector(states={W: decode_state(msgpack.packb(_as_version_4(fields)))})
+    fields = msgspec.msgpack.decode(encode_state(r.detector.states[W]))
+    restored = Detector(states={W: decode_state(msgspec.msgpack.encode(_as_version_4(fields)))})
     assert restored.findings() == r.findings(W)
     later = commit("c2", 17, "alpha", 12, key="other")
     (up,) = restored.observe(later)
@@ -179,7 +179,7 @@ def test_a_version_4_state_still_decodes_and_goes_on(resolved: bool) -> None:
 def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
     """Version 5 wrote no `past` (what a forgotten finding's later revisions need): its states
     read as they are, and the next event continues their findings exactly."""
-    import msgpack  # noqa: PLC0415
+    import msgspec  # noqa: PLC0415
 
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
@@ -190,9 +190,9 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
         *([verify("v", 9)] if resolved else []),
     ]
     r = run(first)
-    fields = _as_version_6(msgpack.unpackb(encode_state(r.detector.states[W])))
+    fields = _as_version_6(msgspec.msgpack.decode(encode_state(r.detector.states[W])))
     assert fields[0] == 6 and fields[-1] is None
-    version_5 = msgpack.packb([5, *fields[1:-1]])
+    version_5 = msgspec.msgpack.encode([5, *fields[1:-1]])
     assert decode_state(version_5) == r.detector.states[W]
     restored = Detector(states={W: decode_state(version_5)})
     later = commit("c2", 17, "alpha", 12, key="other")
@@ -234,7 +234,7 @@ def _as_version_6(fields: list[Any]) -> list[Any]:
 def test_a_version_6_state_still_decodes_and_goes_on(resolved: bool) -> None:
     """Version 6 kept no context: its states read as they are (the records without one), and
     the next event continues their findings; context comes with the records made from then on."""
-    import msgpack  # noqa: PLC0415
+    import msgspec  # noqa: PLC0415
 
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
@@ -245,7 +245,9 @@ def test_a_version_6_state_still_decodes_and_goes_on(resolved: bool) -> None:
         *([verify("v", 9)] if resolved else []),
     ]
     r = run(first)
-    version_6 = msgpack.packb(_as_version_6(msgpack.unpackb(encode_state(r.detector.states[W]))))
+    version_6 = msgspec.msgpack.encode(
+        _as_version_6(msgspec.msgpack.decode(encode_state(r.detector.states[W])))
+    )
     assert decode_state(version_6) == r.detector.states[W]
     restored = Detector(states={W: decode_state(version_6)})
     later = commit("c2", 17, "alpha", 12, key="other", detail={"attempt": 3})
@@ -260,7 +262,7 @@ def test_a_version_6_state_with_duplicates_still_decodes_and_goes_on() -> None:
     """Version 6 kept a failover duplicate's occurrences awaiting a verifier with the episode's
     own (`pending`) and wrote no `dup_pending`: its states read as they are, and a verification
     after every commit settles the duplicate as it would have."""
-    import msgpack  # noqa: PLC0415
+    import msgspec  # noqa: PLC0415
 
     from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
 
@@ -272,12 +274,12 @@ def test_a_version_6_state_with_duplicates_still_decodes_and_goes_on() -> None:
         commit("c6", 6, "w6", 5),
     ]
     r = run(first)
-    fields = msgpack.unpackb(encode_state(r.detector.states[W]))
+    fields = msgspec.msgpack.decode(encode_state(r.detector.states[W]))
     assert fields[0] == 7
     for row in fields[8]:
         for key, points in row[25].items():  # as version 6 kept them
             row[10].setdefault(key, []).extend(points)
-    version_6 = msgpack.packb(_as_version_6(fields))
+    version_6 = msgspec.msgpack.encode(_as_version_6(fields))
     restored = Detector(states={W: decode_state(version_6)})
     (before,) = [f for f in restored.findings() if f.displaced and f.displaced.owner_epoch == 5]
     assert before.status.value == "open"
