@@ -41,7 +41,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticUndefined
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from detector.errors import SplitbrainError
+from detector.errors import ExitCode, SplitbrainError
 
 ENV_PREFIX: Final = "SPLITBRAIN_"
 MAX_INT: Final = 2**31 - 1
@@ -97,6 +97,8 @@ Secret = Annotated[SecretStr | None, Form("a non-empty secret", "PATH")]
 
 class SettingsError(SplitbrainError):
     """A flag's or variable's value cannot be used: one line per value, naming its source."""
+
+    exit_code = ExitCode.UNUSABLE
 
 
 def env_var(name: str) -> str:

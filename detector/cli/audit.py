@@ -14,7 +14,7 @@ from detector.cli.arguments import positive_int, positive_seconds
 from detector.cli.main import silence_stdout
 from detector.contracts.findings import Finding, Severity
 from detector.core import Config
-from detector.errors import ExitCode, SplitbrainError
+from detector.errors import ExitCode, InputError, SplitbrainError
 from detector.histories.audit import AuditResult, StrictStopError, audit_lines
 from detector.histories.reader import UnusableHistoryError, open_history
 from detector.histories.window import EventWindows
@@ -277,9 +277,10 @@ def _cond_matches(want: tuple[str, int | None, str | None], have: tuple[str, Any
 # ---- the command ------------------------------------------------------------------------------
 
 
-def _fail(message: str) -> int:
-    print(printable(f"splitbrain audit: {message}"), file=sys.stderr)
-    return ExitCode.UNUSABLE
+def _unusable(message: str) -> InputError:
+    """Exit 2 with the one line that names the input and its problem: escaped here, so that a
+    newline in a file name or in a line's text cannot split it."""
+    return InputError(printable(message))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -287,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         expected = None if args.expect is None else load_expectation(args.expect)
     except ExpectationError as exc:
-        return _fail(f"--expect: {exc}")
+        raise _unusable(f"--expect: {exc}") from None
     caps = {
         name: getattr(args, name)
         for name in ("max_evidence", "max_acquisitions", "clock_skew_s", "quiet_period_s")
@@ -304,13 +305,13 @@ def run(args: argparse.Namespace) -> int:
                 windows=windows,
             )
     except UnusableHistoryError as exc:
-        return _fail(f"cannot use {args.file}: {exc}")
+        raise _unusable(f"cannot use {args.file}: {exc}") from None
     except OSError as exc:
-        return _fail(f"cannot read {args.file}: {exc.strerror or exc}")
+        raise _unusable(f"cannot read {args.file}: {exc.strerror or exc}") from None
     except StrictStopError as exc:
-        return _fail(f"{exc} (--strict)")
+        raise _unusable(f"{exc} (--strict)") from None
     if result.events == 0 and result.bad_count:
-        return _fail(
+        raise _unusable(
             f"{args.file}: none of its {count(result.bad_count, 'line')} is a valid event "
             "(JSON or logfmt, one per line)"
         )
@@ -318,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             _write_html(args.html, args.file, result, windows)
         except OSError as exc:
-            return _fail(f"--html: cannot write {args.html}: {exc.strerror or exc}")
+            raise _unusable(f"--html: cannot write {args.html}: {exc.strerror or exc}") from None
     problems = None if expected is None else check_expectation(result, expected)
     if problems is not None:
         status = ExitCode.FAILED if problems else ExitCode.OK

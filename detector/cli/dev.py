@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator
 
 from detector.cli.arguments import argument_type, port, positive_seconds
-from detector.errors import ExitCode
+from detector.errors import ExitCode, InputError, Interrupted
 from detector.settings import Form
 
 if TYPE_CHECKING:
@@ -122,18 +121,12 @@ def _brokers_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _start_cluster(args: argparse.Namespace) -> int:
-    from detector.devstack.kafka import DevKafkaError  # noqa: PLC0415
     from detector.devstack.kafka_cluster import LocalKafkaCluster  # noqa: PLC0415
 
     if args.sasl_ssl or args.kill:
-        print("error: --brokers N > 1 takes neither --sasl-ssl nor --kill")
-        return ExitCode.UNUSABLE
-    try:
-        cluster = LocalKafkaCluster(args.data_dir, brokers=args.brokers, start_timeout=args.timeout)
-        cluster.start()
-    except DevKafkaError as exc:
-        print(f"error: {exc}")
-        return ExitCode.FAILED
+        raise InputError("--brokers N > 1 takes neither --sasl-ssl nor --kill")
+    cluster = LocalKafkaCluster(args.data_dir, brokers=args.brokers, start_timeout=args.timeout)
+    cluster.start()
     print(f"started {len(cluster.nodes)} brokers, logs: {cluster.data_dir}/broker-*/logs")
     for node_id, pid in cluster.pids().items():
         print(f"broker.{node_id}.pid={pid}")
@@ -147,24 +140,19 @@ def _start(args: argparse.Namespace) -> int:
 
     if args.brokers > 1 or is_cluster(args.data_dir):
         return _start_cluster(args)
-    try:
-        broker = LocalKafka(
-            args.data_dir, sasl_ssl=True if args.sasl_ssl else None, start_timeout=args.timeout
-        )
-        if args.kill:
-            if broker.pid() is None:
-                print(f"error: --kill: no broker runs on {broker.data_dir}")
-                return ExitCode.FAILED
-            broker.kill_and_restart()
-            print(f"killed and restarted (pid {broker.pid()})")
-        elif broker.pid() is not None:
-            print(f"already running (pid {broker.pid()})")
-        else:
-            broker.start()
-            print(f"started (pid {broker.pid()}), log: {broker.log_path}")
-    except DevKafkaError as exc:
-        print(f"error: {exc}")
-        return ExitCode.FAILED
+    broker = LocalKafka(
+        args.data_dir, sasl_ssl=True if args.sasl_ssl else None, start_timeout=args.timeout
+    )
+    if args.kill:
+        if broker.pid() is None:
+            raise DevKafkaError(f"--kill: no broker runs on {broker.data_dir}")
+        broker.kill_and_restart()
+        print(f"killed and restarted (pid {broker.pid()})")
+    elif broker.pid() is not None:
+        print(f"already running (pid {broker.pid()})")
+    else:
+        broker.start()
+        print(f"started (pid {broker.pid()}), log: {broker.log_path}")
     if broker.sasl_ssl:
         print(f"SASL_SSL {broker.sasl_username} (SCRAM-SHA-512), CA: {broker.ca_path}")
         print(f"client settings: {broker.data_dir / 'client.properties'}")
@@ -173,19 +161,14 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from detector.devstack.kafka import DevKafkaError  # noqa: PLC0415
     from detector.devstack.kafka_cluster import open_kafka  # noqa: PLC0415
 
-    try:
-        broker = open_kafka(args.data_dir)
-        pids = ", ".join(str(p) for p in _pids(broker))
-        if broker.stop(timeout=args.timeout):
-            print(f"stopped (pid {pids})")
-        else:
-            print(f"not running ({broker.data_dir})")
-    except DevKafkaError as exc:
-        print(f"error: {exc}")
-        return ExitCode.FAILED
+    broker = open_kafka(args.data_dir)
+    pids = ", ".join(str(p) for p in _pids(broker))
+    if broker.stop(timeout=args.timeout):
+        print(f"stopped (pid {pids})")
+    else:
+        print(f"not running ({broker.data_dir})")
     return ExitCode.OK
 
 
@@ -308,16 +291,13 @@ def _up(args: argparse.Namespace) -> int:
             for skipped in stack.skipped:
                 print(f"skipped {skipped.name}: {skipped.reason}")
             stack.start()
-    except UnusableError as exc:
-        print(f"splitbrain dev up: {exc}", file=sys.stderr)
-        return ExitCode.UNUSABLE
+    except UnusableError:
+        raise  # found before anything started
     except StackError as exc:
-        print(f"splitbrain dev up: {exc}", file=sys.stderr)
-        print("splitbrain dev up: stopped what had started", file=sys.stderr)
-        return ExitCode.FAILED
+        exc.add_note("stopped what had started")
+        raise
     except KeyboardInterrupt:
-        print("splitbrain dev up: interrupted; stopped what had started", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        raise Interrupted("interrupted; stopped what had started") from None
     print(f"up: {len(stack.components)} components, recorded in {stack.dir / STATE_FILE}")
     print("point your own workers and commands at it:")
     for name, value in stack.env().items():
@@ -327,7 +307,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from detector.devstack.errors import StackError  # noqa: PLC0415
+    from detector.devstack.errors import StackError, UnusableError  # noqa: PLC0415
     from detector.devstack.interrupts import interrupts  # noqa: PLC0415
     from detector.devstack.record import locked, stop_recorded  # noqa: PLC0415
 
@@ -335,9 +315,8 @@ def _down(args: argparse.Namespace) -> int:
     try:
         with locked(args.state_dir, "splitbrain dev down"), interrupts.ignored():
             stopped = stop_recorded(args.state_dir, print)
-    except StackError as exc:
-        print(f"splitbrain dev down: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
+    except UnusableError as exc:  # another command holds the stack: `dev down` exits 1 on it
+        raise StackError(str(exc)) from None
     if stopped:
         print(f"stopped {stopped} component(s) of {args.state_dir}")
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Final
@@ -20,7 +19,7 @@ from pydantic import BeforeValidator
 
 from detector import bundled
 from detector.cli.arguments import argument_type
-from detector.errors import ExitCode
+from detector.errors import ExitCode, InputError
 from detector.settings import Form
 
 PROMETHEUS_RULE: Final = PurePosixPath("kubernetes/splitbrain.prometheusrule.yaml")
@@ -107,8 +106,7 @@ KINDS: Final[dict[str, tuple[str, Callable[[argparse.Namespace], Iterator[File]]
 
 def run(args: argparse.Namespace) -> int:
     if args.label and args.kind != "alerts":
-        print("splitbrain export: --label labels the PrometheusRule of `alerts`", file=sys.stderr)
-        return ExitCode.UNUSABLE
+        raise InputError("--label labels the PrometheusRule of `alerts`")
     _, files = KINDS[args.kind]
     for name, content in files(args):
         target = args.dir / Path(*name.parts)
@@ -116,10 +114,7 @@ def run(args: argparse.Namespace) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         except OSError as exc:
-            print(
-                f"splitbrain export: cannot write {target}: {exc.strerror or exc}", file=sys.stderr
-            )
-            return ExitCode.UNUSABLE
+            raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
         print(target)
     return ExitCode.OK
 

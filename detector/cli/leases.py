@@ -12,11 +12,10 @@ on the command line, which `ps` and shell history keep: libpq reads it from PGPA
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, Any, Final
 from uuid import UUID, uuid4
@@ -27,7 +26,7 @@ from detector.cli.arguments import argument_type, port, positive_int, positive_s
 from detector.cli.main import silence_stdout
 from detector.contracts.topics import DLQ_TOPIC, INPUT_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import KafkaClientError, KafkaConnection, add_kafka_arguments
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
 from detector.report import count, printable
 from detector.settings import CommandSettings, Form, IpAddress, SettingsError, env_var, flag
 
@@ -76,37 +75,6 @@ class LeasesSettings(CommandSettings):
         return self.leases_dsn
 
 
-Command = Callable[[argparse.Namespace], int]
-
-
-def _reports_errors(command: str) -> Callable[[Command], Command]:
-    """A setting that cannot be used, or a database that cannot be (unreachable, refusing the
-    statements), is one line per problem and exit 2, not a traceback."""
-
-    def decorate(run: Command) -> Command:
-        @functools.wraps(run)
-        def wrapped(args: argparse.Namespace) -> int:
-            import psycopg  # noqa: PLC0415
-
-            from detector.leases.db import one_line  # noqa: PLC0415
-            from detector.leases.errors import LeaseError  # noqa: PLC0415
-
-            try:
-                return run(args)
-            except (SettingsError, LeaseError, KafkaClientError) as exc:
-                lines = str(exc).splitlines()
-            except psycopg.Error as exc:
-                lines = [one_line(exc)]
-            for line in lines:
-                print(f"splitbrain leases {command}: {line}", file=sys.stderr)
-            return ExitCode.UNUSABLE
-
-        return wrapped
-
-    return decorate
-
-
-@_reports_errors("migrate")
 def run_migrate(args: argparse.Namespace) -> int:
     from detector.leases.db import connect  # noqa: PLC0415
     from detector.leases.schema import LANGGRAPH, migrate  # noqa: PLC0415
@@ -123,7 +91,6 @@ def run_migrate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-@_reports_errors("relay")
 def run_relay(args: argparse.Namespace) -> int:
     """Relay until SIGTERM or SIGINT; what is published and not yet marked goes out again on
     the next start, under the same event ids."""
@@ -166,7 +133,6 @@ def run_relay(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-@_reports_errors("maintain")
 def run_maintain(args: argparse.Namespace) -> int:
     """Keep the store until SIGTERM or SIGINT: retention, and the gauges on /metrics."""
     import signal  # noqa: PLC0415
@@ -200,7 +166,6 @@ def run_maintain(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-@_reports_errors("cancel")
 def run_cancel(args: argparse.Namespace) -> int:
     """Exit 0: cancelled; 1: not queued or running (finished already, or no such job)."""
     from detector.leases.store import LeaseStore  # noqa: PLC0415
@@ -221,7 +186,6 @@ def run_cancel(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-@_reports_errors("prune")
 def run_prune(args: argparse.Namespace) -> int:
     from datetime import timedelta  # noqa: PLC0415
 
@@ -237,7 +201,6 @@ def run_prune(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-@_reports_errors("destination")
 def run_destination(args: argparse.Namespace) -> int:
     """Serve the example destination until SIGTERM or SIGINT, with two jobs to probe it with."""
     import signal  # noqa: PLC0415
@@ -310,7 +273,6 @@ def run_destination(args: argparse.Namespace) -> int:
 INSPECT_SCHEMA: Final = "splitbrain.leases-inspect/v1"
 
 
-@_reports_errors("inspect")
 def run_inspect(args: argparse.Namespace) -> int:
     from detector.leases.db import connect  # noqa: PLC0415
     from detector.leases.inspect import inspect_leases  # noqa: PLC0415

@@ -21,7 +21,7 @@ from pydantic_settings import SettingsConfigDict
 from detector.contracts.findings import Severity
 from detector.contracts.page_state import SinkName
 from detector.contracts.topics import FINDINGS_TOPIC, PAGE_GROUP_ID, PAGE_STATE_TOPIC
-from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
 from detector.paging.alertmanager import DEFAULT_RUNBOOK_URL, AlertmanagerSink
 from detector.paging.bridge import Bridge, BridgeSettings, Sink
 from detector.paging.delivery import Backoff
@@ -213,7 +213,6 @@ class PageCommandSettings(_PageSettings):
         )
 
 
-@reports_kafka_errors("page")
 def run(args: argparse.Namespace) -> int:
     options = PageCommandSettings.from_args(args)
     settings = options.bridge_settings(KafkaConnection.from_args(args).client_config())

@@ -40,7 +40,7 @@ from urllib.parse import quote, urlsplit
 from pydantic import Field
 
 from detector.cli.arguments import argument_type
-from detector.errors import ExitCode
+from detector.errors import ExitCode, SplitbrainError
 from detector.report import printable
 from detector.settings import Form
 
@@ -52,8 +52,8 @@ _JOB: Final = "X-Execution-Job"
 _WORKER: Final = "X-Execution-Worker"
 
 
-class _CannotRun(Exception):  # noqa: N818 - exit 2, with the reason
-    pass
+class _CannotRun(SplitbrainError):  # noqa: N818 - the probe cannot judge: exit 2, the reason
+    exit_code = ExitCode.UNUSABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,19 +202,15 @@ def run_probe(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    try:
-        checks = probe(
-            args.url,
-            job=args.job,
-            worker=args.worker,
-            fence=args.fence,
-            prefix=prefix,
-            second_job=args.second_job,
-            second_fence=args.fence - 1 if args.second_fence is None else args.second_fence,
-        )
-    except _CannotRun as exc:
-        print(f"splitbrain probe: {printable(str(exc))}", file=sys.stderr)
-        return ExitCode.UNUSABLE
+    checks = probe(
+        args.url,
+        job=args.job,
+        worker=args.worker,
+        fence=args.fence,
+        prefix=prefix,
+        second_job=args.second_job,
+        second_fence=args.fence - 1 if args.second_fence is None else args.second_fence,
+    )
     holds = all(c.holds for c in checks)
     if args.format == "json":
         document = {

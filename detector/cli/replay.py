@@ -15,14 +15,10 @@ from tqdm import tqdm
 
 from detector.cli.arguments import positive_number, positive_seconds
 from detector.contracts.topics import INPUT_TOPIC
-from detector.errors import ExitCode
+from detector.errors import ExitCode, InputError, Interrupted
 from detector.histories.reader import BadLine, open_history, read_history
-from detector.kafka.config import (
-    KafkaConnection,
-    add_kafka_arguments,
-    reports_kafka_errors,
-)
-from detector.kafka.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
+from detector.kafka.emit import DEFAULT_FLUSH_TIMEOUT, Emitter
 from detector.report import printable
 
 
@@ -41,7 +37,6 @@ class _Pacer:
         self._next = max(self._next, now) + self._interval
 
 
-@reports_kafka_errors("replay")
 def run(args: argparse.Namespace) -> int:
     kafka = KafkaConnection.from_args(args).client_config()
     skipped = 0
@@ -64,14 +59,9 @@ def run(args: argparse.Namespace) -> int:
                 bar.update()
             emitter.flush(args.flush_timeout)
     except OSError as exc:
-        print(f"splitbrain replay: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return ExitCode.UNUSABLE
-    except DeliveryError as exc:
-        print(f"splitbrain replay: {exc}", file=sys.stderr)
-        return ExitCode.FAILED
+        raise InputError(f"cannot read {args.file}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
-        print("splitbrain replay: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        raise Interrupted("interrupted") from None
     print(
         f"replayed {emitter.sent} event(s) to {args.topic}, skipped {skipped} invalid line(s)",
         file=sys.stderr,

@@ -16,12 +16,7 @@ import time
 from detector.cli.arguments import positive_seconds
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import (
-    KafkaClientError,
-    KafkaConnection,
-    add_kafka_arguments,
-    reports_kafka_errors,
-)
+from detector.kafka.config import KafkaClientError, KafkaConnection, add_kafka_arguments
 from detector.kafka.findings import (
     POLL_INTERVAL,
     FindingsView,
@@ -31,7 +26,6 @@ from detector.kafka.findings import (
 )
 
 
-@reports_kafka_errors("tail")
 def run(args: argparse.Namespace) -> int:
     view = FindingsView()
     consumer = findings_consumer(

@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient
 from detector import bundled
 from detector.cli.arguments import positive_seconds
 from detector.errors import ExitCode
-from detector.kafka.admin import Plan, TopicsFileError, execute, load_topics, plan
-from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
+from detector.kafka.admin import Plan, execute, load_topics, plan
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
 
 
 def print_plan(todo: Plan) -> None:
@@ -30,14 +30,9 @@ def print_plan(todo: Plan) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
-@reports_kafka_errors("topics apply")
 def run_apply(args: argparse.Namespace) -> int:
     kafka = KafkaConnection.from_args(args).client_config()
-    try:
-        topics = load_topics(args.file or bundled.resource(bundled.TOPICS), args.profile)
-    except TopicsFileError as exc:
-        print(f"splitbrain topics apply: {exc}", file=sys.stderr)
-        return ExitCode.UNUSABLE
+    topics = load_topics(args.file or bundled.resource(bundled.TOPICS), args.profile)
     # log_level 5 (notice): at exit librdkafka may note at info level that it dropped an admin
     # event nobody waits for any more, which is noise on an operator's terminal.
     admin = AdminClient({**kafka, "log_level": 5})

@@ -19,7 +19,7 @@ from pydantic_settings import SettingsConfigDict
 
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
-from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
 from detector.settings import Form, LogLevel, Name, PrefixedSettings, Secret, SettingsError, flag
 from detector.view.metrics import ViewMetrics
 from detector.view.reader import FindingsReader
@@ -97,7 +97,6 @@ def _bound(host: str, port: int) -> socket.socket:
     return sock
 
 
-@reports_kafka_errors("ui")
 def run(args: argparse.Namespace) -> int:
     options = UiSettings.from_args(args)
     kafka = KafkaConnection.from_args(args).client_config()

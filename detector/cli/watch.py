@@ -31,8 +31,8 @@ from prometheus_client import start_http_server
 
 from detector.cli.arguments import port, positive_seconds
 from detector.contracts.topics import INPUT_TOPIC
-from detector.errors import ExitCode
-from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
+from detector.errors import ExitCode, InputError, SplitbrainError
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
 from detector.kafka.emit import DeliveryError, Emitter
 
 log = logging.getLogger("splitbrain.watch")
@@ -121,12 +121,16 @@ def _serve(followers: list[Follower], publisher: Publisher) -> int:
     while not done.wait(0.2):
         failed = [f for f in followers if not f.is_alive()]
         if failed:
-            print(f"splitbrain watch: {failed[0].name}: {failed[0].error}", file=sys.stderr)
-            return ExitCode.FAILED
+            raise SplitbrainError(f"{failed[0].name}: {failed[0].error}") from failed[0].error
     for f in followers:
         f.stop.set()
     publisher.publish([], save=True)
     return ExitCode.OK
+
+
+def _missing(exc: ImportError, extra: str) -> InputError:
+    """A store's client library is an extra of the package: say which to install."""
+    return InputError(f"{exc.name} is missing: pip install 'splitbrain-detector[{extra}]'")
 
 
 # ---- etcd ---------------------------------------------------------------------------------
@@ -144,7 +148,6 @@ def _etcd_client(endpoint: str) -> Any:
     )
 
 
-@reports_kafka_errors("watch etcd")
 def run_etcd(args: argparse.Namespace) -> int:
     kafka = KafkaConnection.from_args(args).client_config()
     try:
@@ -152,12 +155,7 @@ def run_etcd(args: argparse.Namespace) -> int:
         from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
         from detector.adapters.etcd import LockWatcher  # noqa: PLC0415
     except ImportError as exc:
-        print(
-            f"splitbrain watch etcd: {exc.name} is missing: "
-            "pip install 'splitbrain-detector[etcd]'",
-            file=sys.stderr,
-        )
-        return ExitCode.UNUSABLE
+        raise _missing(exc, "etcd") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     clients = [_etcd_client(e) for e in args.endpoints]
     current = [0]
@@ -215,7 +213,6 @@ def run_etcd(args: argparse.Namespace) -> int:
 # ---- Kubernetes ---------------------------------------------------------------------------
 
 
-@reports_kafka_errors("watch kubernetes")
 def run_kubernetes(args: argparse.Namespace) -> int:
     kafka = KafkaConnection.from_args(args).client_config()
     try:
@@ -226,12 +223,7 @@ def run_kubernetes(args: argparse.Namespace) -> int:
         from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
         from detector.adapters.kubernetes import LeaseWatcher, feed, lease_key  # noqa: PLC0415
     except ImportError as exc:
-        print(
-            f"splitbrain watch kubernetes: {exc.name} is missing: "
-            "pip install 'splitbrain-detector[kubernetes]'",
-            file=sys.stderr,
-        )
-        return ExitCode.UNUSABLE
+        raise _missing(exc, "kubernetes") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         if args.kubeconfig is not None:
@@ -239,8 +231,7 @@ def run_kubernetes(args: argparse.Namespace) -> int:
         else:
             kube_config.load_config()  # type: ignore[no-untyped-call]
     except (kube_config.ConfigException, OSError) as exc:
-        print(f"splitbrain watch kubernetes: --kubeconfig: {exc}", file=sys.stderr)
-        return ExitCode.UNUSABLE
+        raise InputError(f"--kubeconfig: {exc}") from None
     api = kube_client.CoordinationV1Api()
     names = {lease_key(args.namespace, name) for name in args.lease or ()}
     watcher = LeaseWatcher(lambda key: not names or key in names, WatchMetrics("kubernetes"))

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, create_model
 
 from detector.contracts.topics import DLQ_TOPIC, FINDINGS_TOPIC, GROUP_ID, INPUT_TOPIC
 from detector.core import Config, Detector
-from detector.kafka.config import KafkaConnection, add_kafka_arguments, reports_kafka_errors
+from detector.kafka.config import KafkaConnection, add_kafka_arguments
 from detector.runtime.settings import Guarantee, StoreKind, WorkerSettings
 from detector.settings import (
     CommandSettings,
@@ -186,7 +186,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(run=run)
 
 
-@reports_kafka_errors("worker")
 def run(args: argparse.Namespace) -> int:
     return run_worker(args, Detector)
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from detector.demos import LEASES, DemoSource, load
-from detector.errors import ExitCode
+from detector.errors import ExitCode, Interrupted
 
 if TYPE_CHECKING:
     import psycopg
@@ -99,7 +99,8 @@ class Demo:
 
 
 def play(demo: Demo) -> int:
-    """Run the demo; its exit status (the module's docstring says which)."""
+    """Run the demo; its exit status (the module's docstring says which). Stopped before
+    anything started: `UnusableError` (2) or `Interrupted` (130)."""
     from detector.devstack.errors import UnusableError  # noqa: PLC0415
     from detector.devstack.interrupts import interrupts  # noqa: PLC0415
     from detector.devstack.preflight import Options, preflight  # noqa: PLC0415
@@ -109,8 +110,7 @@ def play(demo: Demo) -> int:
     source = None if demo.source == LEASES else load(demo.source)
     missing = None if source is None else source.missing()
     if missing is not None:
-        print(f"splitbrain demo: --source {demo.source}: {missing}", file=sys.stderr)
-        return ExitCode.UNUSABLE
+        raise UnusableError(f"--source {demo.source}: {missing}")
     out = Out()
     interrupts.install()
     options = Options(
@@ -126,12 +126,8 @@ def play(demo: Demo) -> int:
                 demo.state_dir, options, tools, mode="demo", say=out, timeout=demo.timeout_s
             )
             return _run(stack, demo, out, source)
-    except UnusableError as exc:
-        print(f"splitbrain demo: {exc}", file=sys.stderr)
-        return ExitCode.UNUSABLE
     except KeyboardInterrupt:  # before anything started (preflight, the lock)
-        print("splitbrain demo: interrupted; nothing was running", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        raise Interrupted("interrupted; nothing was running") from None
 
 
 def _run(

@@ -3,7 +3,7 @@ a machine or flags that cannot run the stack at all."""
 
 from __future__ import annotations
 
-from detector.errors import SplitbrainError
+from detector.errors import ExitCode, SplitbrainError
 
 
 class StackError(SplitbrainError, RuntimeError):
@@ -13,3 +13,5 @@ class StackError(SplitbrainError, RuntimeError):
 class UnusableError(StackError):
     """The machine or the flags cannot run the stack (no Java, a busy port, a state directory
     in use): found before anything was started."""
+
+    exit_code = ExitCode.UNUSABLE

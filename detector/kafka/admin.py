@@ -25,7 +25,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from detector.errors import SplitbrainError
+from detector.errors import ExitCode, SplitbrainError
 from detector.kafka.config import (
     KafkaClientError,
     describe,
@@ -82,6 +82,8 @@ class Plan:
 
 class TopicsFileError(SplitbrainError, ValueError):
     """The topics file cannot be used; the message says where and why."""
+
+    exit_code = ExitCode.UNUSABLE
 
 
 def _kafka_value(value: ConfigValue) -> str:

@@ -11,10 +11,7 @@ shell history would keep (`detector.settings` reads both).
 from __future__ import annotations
 
 import argparse
-import functools
-import sys
 import time
-from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
@@ -22,7 +19,7 @@ from pydantic import Field, SecretStr
 
 from detector.errors import ExitCode, SplitbrainError
 from detector.settings import ENV_PREFIX as ENV_PREFIX  # noqa: PLC0414 (re-exported)
-from detector.settings import CommandSettings, Secret, SettingsError, Text, env_var
+from detector.settings import CommandSettings, Secret, Text, env_var
 
 # librdkafka retries everything forever; these errors no retry can fix.
 _UNRECOVERABLE: Final = frozenset(
@@ -38,6 +35,8 @@ _UNRECOVERABLE: Final = frozenset(
 
 class KafkaClientError(SplitbrainError, RuntimeError):
     """A Kafka client cannot be configured or cannot do its job; the message says why."""
+
+    exit_code = ExitCode.UNUSABLE
 
 
 def _key(field: str) -> str:
@@ -142,28 +141,3 @@ def describe(exc: KafkaException) -> str:
     """The message of a KafkaException, without the `KafkaError{code=...}` wrapper."""
     err = exc.args[0] if exc.args else None
     return err.str() if isinstance(err, KafkaError) else str(exc)
-
-
-Command = Callable[[argparse.Namespace], int]
-
-
-def reports_kafka_errors(command: str) -> Callable[[Command], Command]:
-    """Decorate a Kafka command's `run`: a Kafka problem, or a setting it cannot use, becomes
-    one readable line (one per bad value) and exit status 2, not a traceback."""
-
-    def decorate(run: Command) -> Command:
-        @functools.wraps(run)
-        def wrapped(args: argparse.Namespace) -> int:
-            try:
-                return run(args)
-            except (KafkaClientError, SettingsError) as exc:
-                reason = str(exc)
-            except KafkaException as exc:
-                reason = describe(exc)
-            for line in reason.splitlines():
-                print(f"splitbrain {command}: {line}", file=sys.stderr)
-            return ExitCode.UNUSABLE
-
-        return wrapped
-
-    return decorate

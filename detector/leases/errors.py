@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from detector.errors import SplitbrainError
+from detector.errors import ExitCode, SplitbrainError
 
 if TYPE_CHECKING:
     from detector.leases.store import Job
 
 
 class LeaseError(SplitbrainError):
-    """Every error the lease store raises on purpose."""
+    """Every error the lease store raises on purpose; a command that stops on one could not use
+    the store."""
+
+    exit_code = ExitCode.UNUSABLE
 
 
 class LeaseInputError(LeaseError, ValueError):

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from detector.cli import topics
+from detector.cli.main import main
 from detector.contracts.events import EventError
 from detector.errors import ExitCode
 from detector.kafka.admin import TopicsFileError, load_topics
@@ -17,7 +19,6 @@ from detector.kafka.config import (
     KafkaConnection,
     add_kafka_arguments,
     raise_unrecoverable,
-    reports_kafka_errors,
 )
 from detector.kafka.emit import Emitter
 from detector.settings import ENV_PREFIX, SettingsError
@@ -192,20 +193,23 @@ def test_error_callback_raises_only_what_retrying_cannot_fix() -> None:
         raise_unrecoverable(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
 
 
-def test_commands_report_kafka_errors_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    @reports_kafka_errors("demo")
+def test_commands_report_kafka_errors_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def broken(args: argparse.Namespace) -> int:
         raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "No such property: x"))
 
-    @reports_kafka_errors("demo")
     def misconfigured(args: argparse.Namespace) -> int:
         raise SettingsError("SPLITBRAIN_A='': expected a\n--b='x': expected b")
 
-    assert broken(argparse.Namespace()) == ExitCode.UNUSABLE
-    assert capsys.readouterr().err == "splitbrain demo: No such property: x\n"
-    assert misconfigured(argparse.Namespace()) == ExitCode.UNUSABLE
+    monkeypatch.setattr(topics, "run_apply", broken)
+    assert main(["topics", "apply"]) == ExitCode.UNUSABLE
+    assert capsys.readouterr().err == "splitbrain topics apply: No such property: x\n"
+    monkeypatch.setattr(topics, "run_apply", misconfigured)
+    assert main(["topics", "apply"]) == ExitCode.UNUSABLE
     assert capsys.readouterr().err == (
-        "splitbrain demo: SPLITBRAIN_A='': expected a\nsplitbrain demo: --b='x': expected b\n"
+        "splitbrain topics apply: SPLITBRAIN_A='': expected a\n"
+        "splitbrain topics apply: --b='x': expected b\n"
     )
 
 
