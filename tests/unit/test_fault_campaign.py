@@ -10,9 +10,10 @@ import pytest
 from detector.contracts.findings import Finding
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.driver import SourceResult
-from detector.testing.campaign.kills import KILLED_UNSENT, Kills
+from detector.testing.campaign.kills import KILLED_UNSENT, SHUTDOWN_UNSENT, Kills
 from detector.testing.campaign.nemesis import Fault, Step, plan
 from detector.testing.campaign.report import percentile, summary, table
+from detector.testing.campaign.source import KafkaOutages
 from detector.testing.campaign.truth import TruthLog, Write
 
 from .histories import acq, commit, ev, run
@@ -280,8 +281,7 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
         write("c", "w3", 1, owned=False, at=95.0),  # another worker, never killed
     ]
     truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
-    down_since: list[float | None] = [92.0]
-    kills = Kills(lambda: down_since[0])
+    kills = Kills(KafkaOutages(spans=[(92.0, 130.0)]))
     monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
     kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
     kills.mark(truth)
@@ -291,8 +291,24 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
         ("c", "w3", None),
         ("b", "w2", KILLED_UNSENT),
     ]
-    in_service = Kills(lambda: None)
+    in_service = Kills(KafkaOutages())
     truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
     in_service.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
     in_service.mark(truth)
     assert all(w.blind is None for w in truth.writes())
+
+
+def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_its_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graceful shutdown flushes at exit within 5 s: when Kafka stays down past that, what the
+    adapter held is counted as dropped and lost; when Kafka is back sooner, nothing is."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [write("b", "w1", 1, owned=False, at=95.0)]
+    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
+    for outage, blind in (((92.0, 110.0), SHUTDOWN_UNSENT), ((92.0, 103.0), None)):
+        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+        kills = Kills(KafkaOutages(spans=[outage]))
+        kills.note("w1", Step(0.0, Fault.GRACEFUL_SHUTDOWN, 0, 1.0))
+        kills.mark(truth)
+        assert [w.blind for w in truth.writes()] == [blind]
