@@ -523,9 +523,26 @@ class LeaderElector:
 
 class _RecordingLeaseLock(LeaseLock):
     """A `LeaseLock` that keeps the Lease its acquiring write returned: the write whose
-    resourceVersion (or transitions) the watcher reports as the epoch."""
+    resourceVersion (or transitions) the watcher reports as the epoch.
+
+    It also keeps `leaseTransitions` as client-go does (0 at creation, one more each time the
+    holder changes), on the Leases it creates and on those that already carry them: the epoch is
+    then in the object itself, so a watcher that relists after missing the acquiring write still
+    reports the epoch the holder works under. (With the resourceVersion it could only report the
+    listed one, later than the acquiring write's: the holder's own effects looked stale to it, a
+    false critical finding the fault campaign caught after an API server restart.)"""
 
     acquired: Any = None
+
+    def get_lease_spec(self, leader_election_record: Any, current_spec: Any = None) -> Any:
+        previous = None if current_spec is None else current_spec.holder_identity
+        transitions = None if current_spec is None else current_spec.lease_transitions
+        spec = super().get_lease_spec(leader_election_record, current_spec)
+        if current_spec is None:
+            spec.lease_transitions = 0
+        elif transitions is not None and previous != leader_election_record.holder_identity:
+            spec.lease_transitions = transitions + 1
+        return spec
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
         created = bool(super().create(name, namespace, election_record))

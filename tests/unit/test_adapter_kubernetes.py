@@ -18,10 +18,11 @@ from prometheus_client import CollectorRegistry
 pytest.importorskip("kubernetes", reason="the kubernetes extra is not installed")
 
 from kubernetes.client import V1Lease, V1LeaseSpec, V1ObjectMeta
+from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
 from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._watch import WatchMetrics
-from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, feed
+from detector.adapters.kubernetes import LeaderElector, LeaseWatcher, _RecordingLeaseLock, feed
 from detector.contracts.events import parse_event_obj
 from detector.histories.audit import audit_lines
 from tests.unit.test_adapter_sink import Recorder
@@ -323,3 +324,27 @@ def test_an_election_that_raises_while_leading_stops_the_work() -> None:
     assert sink.flush(10)
     assert [e.kind.value for e in recorder.events] == ["lease_lost"]
     sink.close()
+
+
+def test_the_elector_keeps_lease_transitions_as_client_go_so_a_relist_knows_its_epoch() -> None:
+    """0 at creation, one more when the holder changes, none on a renewal; a Lease another
+    elector wrote without transitions is left so (its epoch stays its resourceVersion). A
+    watcher that missed the acquiring write then relists the holder at the epoch it works
+    under, not at the listed resourceVersion (the campaign's false critical after an API
+    server restart)."""
+    lock = _RecordingLeaseLock("shard", "default", "w2")  # type: ignore[no-untyped-call]
+
+    def record(holder: str) -> LeaderElectionRecord:
+        now = "2026-12-05 04:28:30.558611"  # as the client's elector writes its times
+        return LeaderElectionRecord(holder, "15", now, now)  # type: ignore[no-untyped-call]
+
+    created = lock.get_lease_spec(record("w1"))
+    assert created.lease_transitions == 0
+    taken = lock.get_lease_spec(record("w2"), created)
+    assert taken.lease_transitions == 1
+    assert lock.get_lease_spec(record("w2"), taken).lease_transitions == 1
+    foreign = V1LeaseSpec(holder_identity="w1", lease_transitions=None)
+    assert lock.get_lease_spec(record("w2"), foreign).lease_transitions is None
+    w, _ = watcher()
+    relisted = w.relist([lease(925, "w2", transitions=1)], "925", reason="gone")
+    assert [(e["kind"], e["owner_epoch"]) for e in relisted] == [("lease_acquired", 1)]

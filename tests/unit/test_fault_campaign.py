@@ -10,9 +10,10 @@ import pytest
 from detector.contracts.findings import Finding
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.driver import SourceResult
-from detector.testing.campaign.kills import KILLED_UNSENT, Kills
+from detector.testing.campaign.kills import KILLED_UNSENT, SHUTDOWN_UNSENT, Kills
 from detector.testing.campaign.nemesis import Fault, Step, plan
 from detector.testing.campaign.report import percentile, summary, table
+from detector.testing.campaign.source import KafkaOutages
 from detector.testing.campaign.truth import TruthLog, Write
 
 from .histories import acq, commit, ev, run
@@ -243,19 +244,26 @@ def test_a_stale_commit_of_a_key_an_earlier_owner_committed_explains_that_owner_
 
 def test_a_write_made_while_kafka_was_down_is_timed_from_the_brokers_return_too() -> None:
     """A broker restart holds the zombie's events until it serves again (late, never lost): the
-    report shows the detector's part apart, and the p95 of writes made while Kafka served."""
+    report shows the detector's part apart, and the p95 of the runs without a restart."""
     truth = [
         write("charge", "w2", 2, owned=True, at=100.0),
         write("charge", "w1", 1, owned=False, at=101.0),
     ]
+    outages = [(100.5, 128.0)]
     verdict = check(
-        truth, seen(zombie_findings(), 131.0), SEQ_DESTINATION, outages=[(100.5, 128.0)]
+        truth, seen(zombie_findings(), 131.0), SEQ_DESTINATION, (), outages, restarted_runs={0}
     )
-    result = SourceResult("leases", 1, 1, verdict, 2, outages=[(100.5, 128.0)])
+    result = SourceResult("leases", 1, 1, verdict, 2, outages=outages, restarted_runs={0})
     row = summary(result)
     assert row["latency_s"]["max"] == pytest.approx(30.0)
     assert row["latency_after_outage_s"]["max"] == pytest.approx(3.0)
-    assert row["latency_in_service_s"]["p95"] is None
+    assert row["latency_without_broker_restart_s"]["p95"] is None
+    quiet = summary(
+        SourceResult(
+            "leases", 1, 1, check(truth, seen(zombie_findings(), 131.0), SEQ_DESTINATION), 2
+        )
+    )
+    assert quiet["latency_without_broker_restart_s"]["p95"] == pytest.approx(30.0)
     assert row["broker_outages_s"] == [27.5]
     assert "1 found write(s) made while it was down, found 3.00 s (p50)" in table([row])
 
@@ -273,8 +281,7 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
         write("c", "w3", 1, owned=False, at=95.0),  # another worker, never killed
     ]
     truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
-    down_since: list[float | None] = [92.0]
-    kills = Kills(lambda: down_since[0])
+    kills = Kills(KafkaOutages(spans=[(92.0, 130.0)]))
     monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
     kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
     kills.mark(truth)
@@ -284,8 +291,24 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
         ("c", "w3", None),
         ("b", "w2", KILLED_UNSENT),
     ]
-    in_service = Kills(lambda: None)
+    in_service = Kills(KafkaOutages())
     truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
     in_service.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
     in_service.mark(truth)
     assert all(w.blind is None for w in truth.writes())
+
+
+def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_its_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graceful shutdown flushes at exit within 5 s: when Kafka stays down past that, what the
+    adapter held is counted as dropped and lost; when Kafka is back sooner, nothing is."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [write("b", "w1", 1, owned=False, at=95.0)]
+    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
+    for outage, blind in (((92.0, 110.0), SHUTDOWN_UNSENT), ((92.0, 103.0), None)):
+        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+        kills = Kills(KafkaOutages(spans=[outage]))
+        kills.note("w1", Step(0.0, Fault.GRACEFUL_SHUTDOWN, 0, 1.0))
+        kills.mark(truth)
+        assert [w.blind for w in truth.writes()] == [blind]

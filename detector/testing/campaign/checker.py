@@ -16,7 +16,7 @@ its severity, ordering or confidence is not what DESIGN gives for what the sourc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -147,17 +147,21 @@ class Verdict:
     # Of the writes made while Kafka was down: from the broker's return to the finding (the
     # outage itself holds their events, by design: late, never lost).
     after_outage_s: list[float] = field(default_factory=list)
-    in_service_s: list[float] = field(default_factory=list)  # the other writes' latencies
+    # Of the writes in runs without a broker restart: the detector's latency in service, apart
+    # from the stall a restart costs it after the broker is back.
+    quiet_runs_s: list[float] = field(default_factory=list)
     # One line each, for the report: what was missed, raised for nothing, or misgraded.
     notes: list[str] = field(default_factory=list)
 
-    def timed(self, wrote: float, found: float, outages: Sequence[tuple[float, float]]) -> None:
-        """One found write's latency, and into which of the two kinds it falls."""
+    def timed(
+        self, wrote: float, found: float, outages: Sequence[tuple[float, float]], *, quiet: bool
+    ) -> None:
+        """One found write's latency, also among the quiet runs' or the outages' ones."""
         self.latencies_s.append(max(found - wrote, 0.0))
+        if quiet:
+            self.quiet_runs_s.append(self.latencies_s[-1])
         back = next((up for down, up in outages if down <= wrote <= up), None)
-        if back is None:
-            self.in_service_s.append(self.latencies_s[-1])
-        else:
+        if back is not None:
             self.after_outage_s.append(max(found - back, 0.0))
 
 
@@ -167,10 +171,11 @@ def check(
     grade: Grade,
     blind: Iterable[str] = (),
     outages: Sequence[tuple[float, float]] = (),
+    restarted_runs: Collection[int] = (),
 ) -> Verdict:
     """Match the truth's positives with the findings seen; latencies from a write to the first
     revision that found it, and for a write inside one of the Kafka `outages` (down, back: wall
-    clock) from the broker's return too."""
+    clock) from the broker's return too; `restarted_runs` had a broker restart."""
     latest: dict[str, Seen] = {}
     by_workflow: dict[str, list[Seen]] = defaultdict(list)
     for s in sorted(seen, key=lambda s: (s.at, s.finding.revision)):
@@ -209,7 +214,7 @@ def check(
             verdict.notes.append(f"missed: {_describe(p)}")
             continue
         verdict.true_positives += 1
-        verdict.timed(w.at, first.at, outages)
+        verdict.timed(w.at, first.at, outages, quiet=w.run not in restarted_runs)
         # Every finding naming it is explained by it, not only the first: one key written
         # again after two displaced epochs is a duplicate of each (a finding per epoch).
         for s in by_workflow[w.workflow_key]:

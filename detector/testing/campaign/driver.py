@@ -58,6 +58,7 @@ class SourceResult:
     detector_restarts: int = 0
     # Each broker restart: when it went down and when it served again (wall clock).
     outages: Sequence[tuple[float, float]] = ()
+    restarted_runs: set[int] = field(default_factory=set)  # the runs with a broker restart
     seconds: float = 0.0
 
 
@@ -174,6 +175,8 @@ def campaign(
                 truth = TruthLog(run_dir / "truth.jsonl", n)
                 run = RunEnv(env, n, truth, random.Random(f"{seed}:{n}:work"), run_dir)
                 say(f"run {n}: " + ("; ".join(s.describe() for s in steps) or "no faults"))
+                if any(s.fault is Fault.BROKER_RESTART for s in steps):
+                    result.restarted_runs.add(n)
                 with session.run(run) as fleet:
                     _play(steps, fleet, broker, env.outages, result)
                     if not fleet.drain(DRAIN_S):
@@ -187,7 +190,9 @@ def campaign(
             seen = watcher.finish()
     result.writes = len(writes)
     result.outages = env.outages.spans
-    result.verdict = check(writes, seen, source.grade, source.blind, result.outages)
+    result.verdict = check(
+        writes, seen, source.grade, source.blind, result.outages, result.restarted_runs
+    )
     result.seconds = time.monotonic() - began
     return result
 

@@ -1,66 +1,101 @@
-"""The writes a SIGKILL may have silenced, counted blind rather than missed.
+"""The writes a worker's exit may have silenced, counted blind rather than missed.
 
 An adapter holds its events in memory for a while before Kafka has them: it sends in batches from
 a thread, and while Kafka is down it holds them for the outage. A worker killed meanwhile takes
-them along, and no event is left to show its write. Sources whose adapters buffer so declare
-`KILLED_UNSENT` and record their kills here; the checker counts such writes apart when no finding
-names them.
+them along (`KILLED_UNSENT`). One shut down gracefully flushes them at exit, but only within a
+bound (`SPLITBRAIN_ADAPTER_EXIT_FLUSH_S`): when Kafka stays down past it, they are counted as
+dropped and logged, and lost (`SHUTDOWN_UNSENT`). Sources whose adapters buffer so declare these
+codes and record their exits here; the checker counts such writes apart when no finding names
+them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from detector.adapters._sink import DEFAULT_EXIT_FLUSH_S
 from detector.testing.campaign.nemesis import Fault, Step
+from detector.testing.campaign.source import KafkaOutages
 from detector.testing.campaign.truth import TruthLog, Write
 
 KILLED_UNSENT: Final = "killed_unsent"
+SHUTDOWN_UNSENT: Final = "shutdown_unsent"
 # A write this close before its worker's SIGKILL may have died with its events (one batch).
 UNSENT_S: Final = 1.0
-WHY: Final = (
-    "a worker killed (SIGKILL) within a second of an effect, or while Kafka was down since the "
-    "effect: the adapter holds its events in memory until Kafka takes them, so those of the "
-    "effect may die with the process unsent (and a later write of the same key is then a "
-    "duplicate the events cannot show)"
-)
+_HEARD: Final = ""
+WHY: Final = {
+    KILLED_UNSENT: (
+        "a worker killed (SIGKILL) within a second of an effect, or while Kafka was down since the "
+        "effect: the adapter holds its events in memory until Kafka takes them, so those of the "
+        "effect may die with the process unsent (and a later write of the same key is then a "
+        "duplicate the events cannot show)"
+    ),
+    SHUTDOWN_UNSENT: (
+        "a worker shut down while Kafka was down for longer than the adapter's exit flush "
+        f"({DEFAULT_EXIT_FLUSH_S:g} s): the events it still held are counted as dropped "
+        "(`splitbrain_adapter_events_dropped_total`, reason exit) and logged, and never arrive"
+    ),
+}
+
+
+_Exit = tuple[str, Fault, float, float]  # executor, kill or shutdown, held since, at
+_Span = tuple[str, str, float, float]  # executor, blind code, from, to
 
 
 @dataclass
 class Kills:
-    """Each kill's silenced span, per executor; `kafka_down_since` says when the outage under way
-    began (None while Kafka serves)."""
+    """Each exit of a worker by the nemesis, to mark what it silenced once the run is over."""
 
-    kafka_down_since: Callable[[], float | None]
-    _spans: list[tuple[str, float, float]] = field(default_factory=list)
+    outages: KafkaOutages
+    _exits: list[_Exit] = field(default_factory=list)
     _paused: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def note(self, executor: str, step: Step) -> None:
-        """Before `step` is applied to `executor`: a pause holds its unsent events, a kill drops
-        them (back to the pause's start, or the outage's)."""
+        """Before `step` is applied to `executor`: a pause holds its unsent events (from the
+        pause's start), a kill or a shutdown ends it."""
         now = time.time()
         if step.fault is Fault.PAUSE_PAST_LEASE:
             self._paused[executor] = (now, now + step.hold_s)
-        elif step.fault is Fault.CRASH_RESTART:
+        elif step.fault in (Fault.CRASH_RESTART, Fault.GRACEFUL_SHUTDOWN):
             since, until = self._paused.get(executor, (now, now))
             held = since if since <= now < until else now
-            down = self.kafka_down_since()
-            self._spans.append((executor, min(held, down or held) - UNSENT_S, now))
+            self._exits.append((executor, step.fault, held, now))
 
     def mark(self, truth: TruthLog) -> None:
         """Mark the silenced writes, and the duplicates that only they make duplicates, once
         every worker of the run is stopped."""
-        if not self._spans:
+        spans = [s for s in map(self._silenced, self._exits) if s is not None]
+        if not spans:
             return
         marked: list[Write] = []
-        heard: dict[tuple[str, str], bool] = {}  # a key's earlier writes: any not silenced?
+        # Per key: the code that silenced every write of it so far, or _HEARD once one was not.
+        earlier: dict[tuple[str, str], str] = {}
         for w in sorted(truth.writes(), key=lambda w: w.at):
             key = (w.workflow_key, w.effect_key)
-            silenced = any(w.executor == name and a <= w.at <= b for name, a, b in self._spans)
-            echo = w.owned and heard.get(key) is False
-            blind = (silenced or echo) and w.blind is None
-            marked.append(w.model_copy(update={"blind": KILLED_UNSENT}) if blind else w)
-            heard[key] = heard.get(key, False) or not silenced
+            code = next(
+                (c for name, c, a, b in spans if w.executor == name and a <= w.at <= b), None
+            )
+            echo = earlier.get(key, _HEARD) if w.owned else _HEARD
+            blind = code or (None if echo == _HEARD else echo)
+            marked.append(w.model_copy(update={"blind": blind}) if blind and w.blind is None else w)
+            earlier[key] = _HEARD if code is None else earlier.get(key, code)
         truth.path.write_text("".join(w.model_dump_json() + "\n" for w in marked))
+
+    def _silenced(
+        self, exit_: tuple[str, Fault, float, float]
+    ) -> tuple[str, str, float, float] | None:
+        """(executor, code, from, to) of the writes whose events this exit may have lost."""
+        executor, fault, held, at = exit_
+        outage = next((o for o in self._spans() if o[0] <= at <= o[1]), None)
+        if fault is Fault.CRASH_RESTART:
+            start = held if outage is None else min(held, outage[0])
+            return executor, KILLED_UNSENT, start - UNSENT_S, at
+        if outage is not None and outage[1] > at + DEFAULT_EXIT_FLUSH_S:
+            return executor, SHUTDOWN_UNSENT, outage[0] - UNSENT_S, at
+        return None
+
+    def _spans(self) -> list[tuple[float, float]]:
+        down = self.outages.down_since
+        return [*self.outages.spans, *([] if down is None else [(down, time.time())])]

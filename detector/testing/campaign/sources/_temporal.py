@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Final
 
 from detector.testing.campaign.checker import Grade
-from detector.testing.campaign.kills import KILLED_UNSENT, WHY, Kills
+from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.proxy import TcpProxy
 
 READY_S: Final = 60.0  # a worker process, to poll
 QUIET_S: Final = 2.0  # after the work is done, no write for this long: the zombies woke and wrote
-BLIND: Final = {KILLED_UNSENT: WHY}
+BLIND: Final = WHY  # what a worker's exit silences
 # What the nemesis may do to a Temporal fleet: the test server keeps its state in memory (no
 # coordinator restart), and Temporal has no clean release of a running attempt or task (no handoff).
 FAULTS: Final = frozenset(
@@ -157,8 +157,7 @@ class _Fleet:
 
     def __post_init__(self) -> None:
         self.queue = f"campaign-{self.source.role}-{self.env.run}-{uuid.uuid4().hex[:6]}"
-        outages = self.env.campaign.outages
-        self.kills = Kills(lambda: outages.down_since)
+        self.kills = Kills(self.env.campaign.outages)
         host, port = self.server.rsplit(":", 1)
         self.workers = []
         for i in range(self.source.workers):

@@ -26,7 +26,7 @@ from typing import Any, Final
 from detector.demos.celery import READY, says, worker_argv
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
-from detector.testing.campaign.kills import KILLED_UNSENT, WHY, Kills
+from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.proxy import TcpProxy
@@ -187,8 +187,7 @@ class _Session:
             )
             for n in range(self.workers)
         ]
-        outages = env.campaign.outages
-        fleet = _Fleet(self.redis, client, procs, proxies, Kills(lambda: outages.down_since))
+        fleet = _Fleet(self.redis, client, procs, proxies, Kills(env.campaign.outages))
         stop = threading.Event()
         app = Celery("splitbrain-campaign-client", broker=self.redis.url)
 
@@ -272,7 +271,7 @@ class CelerySource:
                 "without its Redis counter (the INCR failed at receipt) the adapter gives every "
                 "later delivery epoch 2, so two of them are one owner to it"
             ),
-            KILLED_UNSENT: WHY,
+            **WHY,
         }
     )
 
