@@ -74,10 +74,10 @@ async def work(dsn: str, destination: str) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 3:
-        sys.exit(f"usage: {sys.argv[0]} DESTINATION_URL INVOICE")
+    dsn = os.environ.get("SPLITBRAIN_LEASES_DSN")  # the password: PGPASSWORD or ~/.pgpass
+    if len(sys.argv) != 3 or not dsn:
+        sys.exit(f"usage: SPLITBRAIN_LEASES_DSN=... {sys.argv[0]} DESTINATION_URL INVOICE")
     destination, invoice = sys.argv[1].rstrip("/"), sys.argv[2]
-    dsn = os.environ["SPLITBRAIN_LEASES_DSN"]  # the password: PGPASSWORD or ~/.pgpass
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with LeaseStore(dsn, [CAPTURE]) as store:  # the producer's side, usually another program
         store.enqueue(
