@@ -233,6 +233,14 @@ def test_the_acceptance_history_is_documented_as_it_is() -> None:
     assert [json.loads(block.text) for block in shown] == [json.loads(expected.read_text())]
 
 
+def test_the_lease_store_page_shows_the_worker_its_test_runs() -> None:
+    """The page's worker is examples/lease_worker.py included whole (pymdownx.snippets), the
+    program tests/integration/test_lease_worker_example.py runs, so the two cannot drift."""
+    page = docs.DOCS / "lease-store" / "index.md"
+    shown = [block.text for block in docs.blocks(page) if block.language == "python"]
+    assert shown == ['--8<-- "examples/lease_worker.py"\n']
+
+
 def test_the_expectation_format_is_the_one_audit_reads() -> None:
     text = (docs.DOCS / "reference" / "contracts" / "audit-expect.md").read_text(encoding="utf-8")
     keys = [*Expectation.__annotations__, *ExpectedFinding.__annotations__]
