@@ -60,10 +60,15 @@ def layer(module: str) -> str | None:
     return parts[1] if known else None
 
 
+BUNDLED_EXAMPLES: Final = PACKAGE / "bundled" / "examples"
+
+
 def edges() -> set[tuple[str, str, str]]:
     """(importing layer, imported layer, importing module) for every import across layers."""
     found = set()
     for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(BUNDLED_EXAMPLES):  # files for users to copy, never imported
+            continue
         source = layer(module_name(path))
         if source is None:  # detector/__init__.py, the public face: above every layer
             continue
