@@ -38,7 +38,7 @@ from detector.testing.campaign.truth import TruthLog, Write
 log = logging.getLogger(__name__)
 
 DRAIN_S = 120.0  # a run's work, after its faults heal
-SETTLE_S = 120.0  # the detector, to read all of a campaign's events
+SETTLE_S = 300.0  # the detector, to read every event of the campaign (and recover from a restart)
 _BOUNCING = threading.Lock()
 
 
