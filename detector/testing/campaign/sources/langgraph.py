@@ -24,6 +24,7 @@ import psycopg
 
 from detector.devstack.postgres import LocalPostgres, LocalPostgresError, postgres_binaries
 from detector.testing.campaign.checker import Grade
+from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.proxy import TcpProxy
@@ -36,6 +37,7 @@ READY_S: Final = 60.0
 
 GRADE: Final = Grade("per_condition", destination_confirms=True)
 BLIND: Final = {
+    **WHY,
     "unwatched_run": "the thread ledger could not be reached when the run began (a partition, "
     "the database restarting): the adapter runs the block unwatched rather than fail the graph, "
     "so the run's events carry no epoch and its effects are not sent",
@@ -143,6 +145,7 @@ class Fleet:
         self._threads: list[threading.Thread] = []
         self._timers: list[threading.Timer] = []
         self._restarting = threading.Lock()
+        self.kills = Kills(env.campaign.outages)
 
     def start(self) -> None:
         """The pods, ready to claim, and the run's threads planned: the schedule's offsets count
@@ -217,6 +220,7 @@ class Fleet:
             case Fault.CLOCK_STEP:
                 step_clock(self.clocks[step.target], step.hold_s)
             case _:
+                self.kills.note(proc.name, step)  # the pod's name is its worker id
                 if not proc.apply(step):
                     raise ValueError(f"langgraph: no means for {step.fault}")
 
@@ -262,6 +266,7 @@ class Fleet:
             thread.join(60)
         for proc in self.procs:
             proc.stop()
+        self.kills.mark(self.env.truth)
         for proxy in self.proxies:
             proxy.close()
         if self.session.server.pid() is None:
