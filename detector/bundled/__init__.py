@@ -33,14 +33,16 @@ def resource(name: PurePosixPath) -> Traversable:
 
 
 def walk(directory: PurePosixPath) -> Iterator[tuple[PurePosixPath, Traversable]]:
-    """Each bundled file under `directory`, by its path relative to it, in name order."""
+    """Each bundled file under `directory`, by its path relative to it, in name order; never
+    the bytecode pip compiles beside a bundled example script at install (`__pycache__`)."""
 
     def below(
         node: Traversable, prefix: PurePosixPath
     ) -> Iterator[tuple[PurePosixPath, Traversable]]:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
             if child.is_dir():
-                yield from below(child, prefix / child.name)
+                if child.name != "__pycache__":
+                    yield from below(child, prefix / child.name)
             else:
                 yield prefix / child.name, child
 

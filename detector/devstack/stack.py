@@ -51,6 +51,7 @@ from detector.devstack.components import (
 )
 from detector.devstack.errors import StackError
 from detector.devstack.interrupts import interrupts
+from detector.devstack.kafka_cluster import LocalKafkaCluster
 from detector.devstack.monitoring import alertmanager, prometheus
 from detector.devstack.preflight import Options, Say, Skipped, Tools
 from detector.devstack.process import free_port, http_ok, port_open
@@ -59,7 +60,7 @@ from detector.devstack.topics import WorkerTopics
 from detector.devstack.worker import WorkerProcess, connection_env
 
 DESTINATION_NAME: Final = "example-pay"
-_TOPIC_ATTEMPTS: Final = 3
+_TOPIC_ATTEMPTS: Final = 5
 _OWNED: Final = ("kafka", "detectors", "prometheus", "alertmanager", "logs", STATE_FILE)
 
 
@@ -357,19 +358,28 @@ class Stack:
         profile = "local" if self.options.brokers == 1 else None
         admin = AdminClient({**self.kafka_config, "log_level": 5})
         topics = load_topics(bundled.resource(bundled.TOPICS), profile)
-        first = todo = plan(admin, topics, 30.0)
-        # A cluster that has just formed can drop the admin client's connection mid-request
-        # ("Broker handle destroyed"); the plan is idempotent, so plan again and finish the rest.
+        # A cluster that has just formed can drop the admin client's request ("Broker handle
+        # destroyed"), and its brokers learn new topics one by one ("Unknown topic or partition"
+        # from one that has not yet): the plan is idempotent, so plan again and finish the rest.
+        created: list[str] | None = None
         for attempt in range(_TOPIC_ATTEMPTS):
             try:
+                todo = plan(admin, topics, 30.0)
+                created = [t.name for t in todo.create] if created is None else created
                 if not todo.empty:
                     execute(admin, todo, 30.0, validate_only=False)
                 break
             except KafkaClientError:
                 if attempt == _TOPIC_ATTEMPTS - 1:
                     raise
-                todo = plan(admin, topics, 30.0)
-        names = ", ".join(t.name for t in first.create) or "none to create"
+                time.sleep(1.0)
+        cluster = self.kafka.broker if self.kafka is not None else None
+        if isinstance(cluster, LocalKafkaCluster):
+            # A new topic reaches the brokers one by one: a worker that asks a slow one first is
+            # told it does not exist, and exits.
+            for topic in topics:
+                cluster.wait_topic(topic.name)
+        names = ", ".join(created or ()) or "none to create"
         return f"applied {bundled.TOPICS} (profile {profile or 'default'}): {names}"
 
 
