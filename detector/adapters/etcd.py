@@ -281,6 +281,7 @@ class LockOwner(AbstractContextManager["LockOwner"]):
         lock.acquire()
         with LockOwner.of_lock(client, lock, sink) as owner:
             owner.keepalive()                  # instead of lock.refresh(): also a heartbeat
+            owner.attempt("charge/42")          # effect_attempted, in etcd's order
             owner.put("/ledger/42", "paid", effect_key="charge/42")   # fenced by the lock
             effect_committed("email/42")       # any effect: carries the lock's key and epoch
 
@@ -366,6 +367,45 @@ class LockOwner(AbstractContextManager["LockOwner"]):
             kind = Kind.HEARTBEAT if ttl > 0 else Kind.LEASE_LOST
             self.ownership.emit(kind, seq=seq, source=Source.WORKER)
         return ttl
+
+    def attempt(
+        self,
+        effect_key: str,
+        *,
+        destination: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """`effect_attempted` at etcd's revision: True if the lock key still had this epoch then.
+
+        The lock key is read, and the read's revision is the event's `seq`, so an attempt made
+        before a takeover stays before it however late its event arrives (buffered through a
+        Kafka outage), and one made after is stale by etcd's order, not by arrival. The answer
+        is no fence (the lock may go the next moment): only a fenced `put` is. When etcd cannot
+        be read the attempt is still reported, without `seq`, and the answer is False."""
+        held = False
+        seq: int | None = None
+        try:
+            doc = self.client.post(
+                self.client.get_url("/kv/range"), json={"key": _encode(self.lock_key)}
+            )
+        except Exception as exc:  # reported all the same: the attempt happened
+            log.info("etcd: cannot read %r for an attempt (%s)", self.lock_key, type(exc).__name__)
+        else:
+            seq = _revision(doc)
+            kvs = doc.get("kvs") or []
+            held = self.ownership is not None and any(
+                int(kv.get("create_revision", 0)) == self.ownership.owner_epoch for kv in kvs
+            )
+        if self.ownership is not None:
+            self.ownership.emit(
+                Kind.EFFECT_ATTEMPTED,
+                effect_key=effect_key,
+                destination=destination,
+                source=Source.WORKER,
+                seq=seq,
+                detail=detail,
+            )
+        return held
 
     def put(self, key: str, value: str, *, effect_key: str, fenced: bool = True) -> bool:
         """Write `key` (the effect `effect_key`); True if etcd applied it.

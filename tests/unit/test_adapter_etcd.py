@@ -17,7 +17,8 @@ from detector.adapters import AdapterSink, effect_committed
 from detector.adapters._etcd_watch import InvalidKvError, Kv, parse_response
 from detector.adapters._watch import WatchMetrics
 from detector.adapters.etcd import LockOwner, LockWatcher
-from detector.contracts.events import Kind, parse_event_obj
+from detector.contracts.events import Kind, OwnershipEvent, parse_event_obj
+from tests.unit.histories import run
 from tests.unit.test_adapter_sink import Recorder
 
 PREFIX = "/election/payments/"
@@ -92,6 +93,8 @@ class FakeEtcd:
 
     def __init__(self) -> None:
         self.applied = True
+        self.revision = 7  # the store's revision, as the next range read reports it
+        self.holder_created = 5  # the lock key's create_revision (another holder: higher)
 
     def get(self, key: str, metadata: bool = False) -> list[tuple[bytes, dict[str, Any]]]:
         return [(b"held", {"lease": str(LIVE), "create_revision": "5"})]
@@ -100,6 +103,9 @@ class FakeEtcd:
         return path
 
     def post(self, url: str, json: dict[str, Any]) -> dict[str, Any]:
+        if url == "/kv/range":
+            kv = {"key": json["key"], "create_revision": str(self.holder_created)}
+            return {"header": {"revision": str(self.revision)}, "kvs": [kv]}
         return {"result": {"TTL": "10", "header": {"revision": "7"}}}
 
     def transaction(self, txn: dict[str, Any]) -> dict[str, Any]:
@@ -207,3 +213,50 @@ def test_a_restart_resumes_from_the_saved_state_without_repeating_itself() -> No
     assert kinds(again.apply(PREFIX, response(8, delete(f"{PREFIX}{LIVE:x}", 8)))) == [
         ("lease_released", 5, 8)
     ]
+
+
+def takeover_at(revision: int, lock_key: str = "/locks/pay") -> OwnershipEvent:
+    """The watcher's record of the next holder, whose key etcd created at `revision`."""
+    return parse_event_obj(
+        {
+            "workflow_key": lock_key,
+            "kind": "lease_acquired",
+            "owner_epoch": revision,
+            "worker_id": "lease-2b",
+            "observed_at": "2026-12-05T07:00:00Z",
+            "seq": revision,
+            "event_id": f"etcd:{revision}:acquired:{revision}",
+            "source": "coordinator",
+        }
+    )
+
+
+def attempts_then(etcd: FakeEtcd, *, after_takeover: bool) -> tuple[list[OwnershipEvent], bool]:
+    """The holder's acquisition and one attempt, made before or after a takeover at 9."""
+    recorder = Recorder()
+    sink = AdapterSink("etcd", publisher=lambda: recorder, registry=CollectorRegistry())
+    with LockOwner(etcd, "/locks/pay", LIVE, sink) as owner:  # type: ignore[arg-type]
+        if after_takeover:
+            etcd.revision, etcd.holder_created = 11, 9
+        held = owner.attempt("charge/42", destination="psp")
+    assert sink.flush(10)
+    sink.close()
+    acquired = takeover_at(5).model_copy(update={"worker_id": f"lease-{LIVE:x}", "event_id": "a"})
+    return [acquired, *recorder.events], held
+
+
+def test_an_attempt_before_the_takeover_whose_event_arrives_after_it_raises_nothing() -> None:
+    """A holder's attempt buffered through a Kafka outage arrives after the watcher's record of
+    the next holder: etcd's revision, not arrival, places it before the takeover."""
+    (acquired, attempt), held = attempts_then(FakeEtcd(), after_takeover=False)
+    assert held and attempt.kind is Kind.EFFECT_ATTEMPTED and attempt.seq == 7
+    assert run([acquired, takeover_at(9), attempt]).findings() == []
+
+
+def test_an_attempt_after_the_takeover_is_stale_by_etcd_s_order() -> None:
+    (acquired, attempt), held = attempts_then(FakeEtcd(), after_takeover=True)
+    assert not held  # the lock key is another holder's now
+    (finding,) = run([acquired, takeover_at(9), attempt]).findings()
+    assert [c.kind for c in finding.conditions] == ["stale_effect_attempt"]
+    assert finding.ordering == "authoritative_seq"
+    assert finding.severity == "warning"

@@ -24,7 +24,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lock import Lock
 from etcd3gw.utils import _encode
 
-from detector.adapters import current, effect_attempted
+from detector.adapters import current
 from detector.adapters.etcd import LockOwner
 from detector.testing.campaign import election
 from detector.testing.campaign.truth import TruthLog
@@ -146,7 +146,7 @@ class EtcdWorker:
         if index >= self.units:
             return False
         key = election.effect_key(shard, index)
-        effect_attempted(key, destination="etcd")
+        owner.attempt(key, destination="etcd")
         if self.orders.take_failure():
             log.info("%s failed before its effect; retrying it", key)
             return True
