@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from detector.testing.campaign.nemesis import Proc
+from detector.testing.campaign.nemesis import Fault, Proc, plan
 
 
 def _alive(pid: int) -> bool:
@@ -55,3 +55,15 @@ def test_a_crash_kills_the_whole_process_group(tmp_path: Path) -> None:
         _wait_for(lambda: not _alive(child), "the child to die with its group")
     finally:
         proc.stop()
+
+
+def test_a_clock_step_only_goes_backward() -> None:
+    """libfaketime 0.9.10 freezes librdkafka's timed waits on a forward step: the campaign would
+    measure its own tool, not the product."""
+    holds = {Fault.CLOCK_STEP: (-3.0, 3.0)}
+    steps = [
+        s
+        for run in range(40)
+        for s in plan(1, run, [Fault.CLOCK_STEP], workers=3, span_s=10.0, steps=3, holds=holds)
+    ]
+    assert steps and all(s.hold_s <= 0 for s in steps)

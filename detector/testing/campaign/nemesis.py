@@ -74,11 +74,20 @@ def plan(
             at_s=round(rng.uniform(0.5, span_s), 2),
             fault=(fault := rng.choice(menu)),
             target=rng.randrange(workers),
-            hold_s=round(rng.uniform(*holds.get(fault, (1.0, 3.0))), 2),
+            hold_s=_backward(fault, round(rng.uniform(*holds.get(fault, (1.0, 3.0))), 2)),
         )
         for _ in range(steps)
     ]
     return tuple(sorted(drawn, key=lambda s: (s.at_s, s.fault.value, s.target)))
+
+
+def _backward(fault: Fault, hold_s: float) -> float:
+    """A clock step goes backward only. Under libfaketime 0.9.10 a forward step freezes
+    librdkafka's timed waits (their monotonic deadlines get the wall clock's offset): a producer's
+    `poll(0.2)` never returned after a +30 min step, so the stepped worker sent nothing again (a
+    langgraph miss, 2026-12-05). A real NTP step leaves those waits alone; backward steps run
+    clean here."""
+    return -abs(hold_s) if fault is Fault.CLOCK_STEP else hold_s
 
 
 # ---- means ----------------------------------------------------------------------------------
