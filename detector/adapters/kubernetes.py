@@ -21,6 +21,7 @@ can wait on) and gives the work's effect calls the Lease's key and epoch.
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -477,6 +478,48 @@ class LeaderElector:
             if self._leading and not self.stop.is_set():
                 self._stopped()
             raise
+
+    def attempt(
+        self,
+        effect_key: str,
+        *,
+        destination: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """`effect_attempted` at the Lease's resourceVersion: True if this elector still held it.
+
+        The Lease is read, and its resourceVersion is the event's `seq` (the order the watcher
+        reports takeovers in): an attempt made before a takeover stays before it however late
+        its event arrives, and one made after is stale by the API server's order, not by
+        arrival. The answer is no fence (the Lease may change the next moment). When the Lease
+        cannot be read the attempt is still reported, without `seq`, and the answer is False."""
+        held = False
+        seq: int | None = None
+        try:
+            raw: Any = self.lock.api_instance.read_namespaced_lease(  # unparsed: urllib3's
+                self.lock.name, self.lock.namespace, _preload_content=False
+            )
+            now = parse_lease(json.loads(raw.data))
+        except Exception as exc:  # reported all the same: the attempt happened
+            log.info("kubernetes: cannot read lease %s (%s)", self.lock.name, type(exc).__name__)
+        else:
+            seq = now.resource_version
+            ours = self.ownership
+            if ours is not None and now.holder == self.lock.identity:
+                # The same tenure by its transitions; by resourceVersion the holder is all a
+                # read can tell.
+                by_rv = ours.epoch_from == FROM_RESOURCE_VERSION
+                held = by_rv or now.transitions == ours.owner_epoch
+        if self.ownership is not None:
+            self.ownership.emit(
+                Kind.EFFECT_ATTEMPTED,
+                effect_key=effect_key,
+                destination=destination,
+                source=Source.WORKER,
+                seq=seq,
+                detail=detail,
+            )
+        return held
 
     def _started(self) -> None:
         self._leading = True

@@ -348,3 +348,63 @@ def test_the_elector_keeps_lease_transitions_as_client_go_so_a_relist_knows_its_
     w, _ = watcher()
     relisted = w.relist([lease(925, "w2", transitions=1)], "925", reason="gone")
     assert [(e["kind"], e["owner_epoch"]) for e in relisted] == [("lease_acquired", 1)]
+
+
+class LeaseReads:
+    """The API server's answer to the elector's Lease read (unparsed, as the elector asks for
+    it): its holder, transitions and resourceVersion."""
+
+    def __init__(self, holder: str, transitions: int, rv: int) -> None:
+        self.data = json.dumps(lease(rv, holder, transitions=transitions)).encode()
+
+    def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> LeaseReads:
+        return self
+
+
+def attempted(now: LeaseReads) -> tuple[list[dict[str, Any]], bool]:
+    """Pod A's acquisition (transition 1 at rv 70) and one attempt of A's against `now`, as
+    the audit input they make, with the attempt's answer."""
+    recorder = Recorder()
+    sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
+    answer: list[bool] = []
+    elector = LeaderElector(
+        "payments-leader",
+        "default",
+        "pod-a",
+        lambda stop: answer.append(elector.attempt("pay/1")),
+        sink,
+    )
+    elector.lock.api_instance = now  # type: ignore[assignment]
+    elector.lock.acquired = V1Lease(
+        metadata=V1ObjectMeta(resource_version="70"), spec=V1LeaseSpec(lease_transitions=1)
+    )
+    elector._started()
+    assert sink.flush(10)
+    sink.close()
+    a = lease(70, "pod-a", transitions=1)
+    acquired = feed(watcher()[0], [{"type": "ADDED", "object": a}])
+    events = [json.loads(e.model_dump_json(exclude_none=True)) for e in recorder.events]
+    return [*acquired, *events], answer[0]
+
+
+def findings_of(events: list[dict[str, Any]]) -> list[Any]:
+    lines = [json.dumps(e, default=str).encode() for e in events]
+    return list(audit_lines(iter(lines)).findings.values())
+
+
+def test_an_attempt_before_the_takeover_arriving_after_it_raises_nothing() -> None:
+    """An attempt buffered through a Kafka outage arrives after the watcher's record of the
+    next holder: the Lease's resourceVersion, not arrival, places it before the takeover."""
+    (acquired, attempt), held = attempted(LeaseReads("pod-a", 1, 74))
+    assert held and attempt["kind"] == "effect_attempted" and attempt["seq"] == 74
+    takeover = feed(watcher()[0], [{"type": "ADDED", "object": lease(80, "pod-b", transitions=2)}])
+    assert findings_of([acquired, *takeover, attempt]) == []
+
+
+def test_an_attempt_after_the_takeover_is_stale_by_the_api_server_s_order() -> None:
+    (acquired, attempt), held = attempted(LeaseReads("pod-b", 2, 80))
+    assert not held
+    takeover = feed(watcher()[0], [{"type": "ADDED", "object": lease(80, "pod-b", transitions=2)}])
+    (finding,) = findings_of([acquired, *takeover, attempt])
+    assert [c.kind for c in finding.conditions] == ["stale_effect_attempt"]
+    assert finding.ordering == "authoritative_seq"

@@ -29,7 +29,7 @@ from typing import Any, Final
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from detector.adapters import current, effect_attempted, effect_committed
+from detector.adapters import current, effect_committed
 from detector.adapters.kubernetes import LeaderElector, LeadershipLostError
 from detector.testing.campaign import election
 from detector.testing.campaign.truth import TruthLog
@@ -140,16 +140,18 @@ class KubeWorker:
                 continue
             unit = threading.Thread(
                 target=contextvars.copy_context().run,
-                args=(self.unit, lease, shard, index, won_at),
+                args=(self.unit, elector, lease, shard, index, won_at),
                 name=f"unit-{shard}",
                 daemon=True,
             )
             unit.start()
             unit.join()
 
-    def unit(self, lease: str, shard: int, index: int, won_at: datetime | None) -> None:
+    def unit(
+        self, elector: LeaderElector, lease: str, shard: int, index: int, won_at: datetime | None
+    ) -> None:
         key = election.effect_key(shard, index)
-        effect_attempted(key, destination="configmap")
+        elector.attempt(key, destination="configmap")
         if self.orders.take_failure():
             log.info("%s failed before its effect; retrying it", key)
             return
