@@ -312,3 +312,26 @@ def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_it
         kills.note("w1", Step(0.0, Fault.GRACEFUL_SHUTDOWN, 0, 1.0))
         kills.mark(truth)
         assert [w.blind for w in truth.writes()] == [blind]
+
+
+def test_a_kill_silences_the_writes_its_process_made_whatever_executor_ids_it_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An etcd or Kubernetes worker's executor is a lease or an identity each start (or each
+    election) takes anew: the kill is the process's, and its writes name the process."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [
+        write("a", "lease-1a", 1, owned=False, at=95.0, process="w1"),
+        write("b", "lease-2b", 2, owned=True, at=96.0, process="w1"),  # its next lock
+        write("c", "lease-3c", 3, owned=False, at=95.0, process="w2"),  # never killed
+    ]
+    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    kills = Kills(KafkaOutages(spans=[(92.0, 130.0)]))
+    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
+    kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 1, 1.0))
+    kills.mark(truth)
+    assert [(w.executor, w.blind) for w in truth.writes()] == [
+        ("lease-1a", KILLED_UNSENT),
+        ("lease-3c", None),
+        ("lease-2b", KILLED_UNSENT),
+    ]
