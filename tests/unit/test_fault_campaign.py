@@ -3,6 +3,8 @@ and the checker counts what the truth says against real findings of the engine."
 
 from __future__ import annotations
 
+import random
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,9 @@ from detector.testing.campaign.driver import SourceResult
 from detector.testing.campaign.kills import KILLED_UNSENT, SHUTDOWN_UNSENT, Kills
 from detector.testing.campaign.nemesis import Fault, Step, plan
 from detector.testing.campaign.report import percentile, summary, table
-from detector.testing.campaign.source import KafkaOutages
-from detector.testing.campaign.truth import TruthLog, Write
+from detector.testing.campaign.source import CampaignEnv, KafkaOutages, RunEnv
+from detector.testing.campaign.sources import _election, load
+from detector.testing.campaign.truth import PROCESS_ENV, TruthLog, Write
 
 from .histories import acq, commit, ev, run
 
@@ -312,3 +315,63 @@ def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_it
         kills.note("w1", Step(0.0, Fault.GRACEFUL_SHUTDOWN, 0, 1.0))
         kills.mark(truth)
         assert [w.blind for w in truth.writes()] == [blind]
+
+
+def test_a_kill_silences_the_writes_its_process_made_whatever_executor_ids_it_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An etcd or Kubernetes worker's executor is a lease or an identity each start (or each
+    election) takes anew: the kill is the process's, and its writes name the process."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [
+        write("a", "lease-1a", 1, owned=False, at=95.0, process="w1"),
+        write("b", "lease-2b", 2, owned=True, at=96.0, process="w1"),  # its next lock
+        write("c", "lease-3c", 3, owned=False, at=95.0, process="w2"),  # never killed
+    ]
+    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    kills = Kills(KafkaOutages(spans=[(92.0, 130.0)]))
+    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
+    kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 1, 1.0))
+    kills.mark(truth)
+    assert [(w.executor, w.blind) for w in truth.writes()] == [
+        ("lease-1a", KILLED_UNSENT),
+        ("lease-3c", None),
+        ("lease-2b", KILLED_UNSENT),
+    ]
+
+
+def test_the_election_fleet_names_its_workers_in_their_writes_and_marks_their_kills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The etcd and Kubernetes fleets: a worker's write in the second before its SIGKILL may
+    have died with its events, so it is counted blind (a blind spot both sources declare), not
+    missed."""
+    run_env = RunEnv(
+        CampaignEnv({}, "in", tmp_path, seed=0),
+        0,
+        TruthLog(tmp_path / "truth.jsonl", run=0),
+        random.Random(0),
+        tmp_path,
+    )
+    proc = _election.worker(run_env, "w0", ["sleep", "60"], tmp_path / "clock-w0")
+    for name in (*run_env.truth.env(), PROCESS_ENV):
+        monkeypatch.setenv(name, proc.env[name])
+    worker_side = TruthLog.from_env()
+    assert worker_side is not None
+    worker_side.record(
+        workflow_key=WF, effect_key="charge", executor="lease-7f", epoch=1, owned=True, evidence=""
+    )
+    fleet = _election.ElectionFleet(
+        [proc.start()],
+        [],
+        [tmp_path / "clock-w0"],
+        done=lambda: True,
+        restart_coordinator=time.sleep,
+        kills=Kills(KafkaOutages()),
+        truth=run_env.truth,
+    )
+    fleet.apply(Step(0.0, Fault.CRASH_RESTART, 0, 30.0))
+    fleet.close()
+    assert [(w.process, w.blind) for w in run_env.truth.writes()] == [("w0", KILLED_UNSENT)]
+    for name in ("etcd", "kubernetes"):
+        assert {KILLED_UNSENT, SHUTDOWN_UNSENT} <= set(load(name).blind), name

@@ -7,6 +7,11 @@ bound (`SPLITBRAIN_ADAPTER_EXIT_FLUSH_S`): when Kafka stays down past it, they a
 dropped and logged, and lost (`SHUTDOWN_UNSENT`). Sources whose adapters buffer so declare these
 codes and record their exits here; the checker counts such writes apart when no finding names
 them.
+
+An exit is noted under the process's name in the fleet. A write is that process's when it says
+so (`Write.process`: the etcd and Kubernetes workers, whose executor is a lease or an identity
+each start takes anew), else when its executor is that name (the other sources' workers keep
+their executor across restarts).
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ WHY: Final = {
 }
 
 
-_Exit = tuple[str, Fault, float, float]  # executor, kill or shutdown, held since, at
-_Span = tuple[str, str, float, float]  # executor, blind code, from, to
+_Exit = tuple[str, Fault, float, float]  # process, kill or shutdown, held since, at
+_Span = tuple[str, str, float, float]  # process, blind code, from, to
 
 
 @dataclass
@@ -52,16 +57,16 @@ class Kills:
     _exits: list[_Exit] = field(default_factory=list)
     _paused: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    def note(self, executor: str, step: Step) -> None:
-        """Before `step` is applied to `executor`: a pause holds its unsent events (from the
+    def note(self, process: str, step: Step) -> None:
+        """Before `step` is applied to `process`: a pause holds its unsent events (from the
         pause's start), a kill or a shutdown ends it."""
         now = time.time()
         if step.fault is Fault.PAUSE_PAST_LEASE:
-            self._paused[executor] = (now, now + step.hold_s)
+            self._paused[process] = (now, now + step.hold_s)
         elif step.fault in (Fault.CRASH_RESTART, Fault.GRACEFUL_SHUTDOWN):
-            since, until = self._paused.get(executor, (now, now))
+            since, until = self._paused.get(process, (now, now))
             held = since if since <= now < until else now
-            self._exits.append((executor, step.fault, held, now))
+            self._exits.append((process, step.fault, held, now))
 
     def mark(self, truth: TruthLog) -> None:
         """Mark the silenced writes, and the duplicates that only they make duplicates, once
@@ -74,26 +79,23 @@ class Kills:
         earlier: dict[tuple[str, str], str] = {}
         for w in sorted(truth.writes(), key=lambda w: w.at):
             key = (w.workflow_key, w.effect_key)
-            code = next(
-                (c for name, c, a, b in spans if w.executor == name and a <= w.at <= b), None
-            )
+            process = w.process or w.executor
+            code = next((c for name, c, a, b in spans if process == name and a <= w.at <= b), None)
             echo = earlier.get(key, _HEARD) if w.owned else _HEARD
             blind = code or (None if echo == _HEARD else echo)
             marked.append(w.model_copy(update={"blind": blind}) if blind and w.blind is None else w)
             earlier[key] = _HEARD if code is None else earlier.get(key, code)
         truth.path.write_text("".join(w.model_dump_json() + "\n" for w in marked))
 
-    def _silenced(
-        self, exit_: tuple[str, Fault, float, float]
-    ) -> tuple[str, str, float, float] | None:
-        """(executor, code, from, to) of the writes whose events this exit may have lost."""
-        executor, fault, held, at = exit_
+    def _silenced(self, exit_: _Exit) -> _Span | None:
+        """(process, code, from, to) of the writes whose events this exit may have lost."""
+        process, fault, held, at = exit_
         outage = next((o for o in self._spans() if o[0] <= at <= o[1]), None)
         if fault is Fault.CRASH_RESTART:
             start = held if outage is None else min(held, outage[0])
-            return executor, KILLED_UNSENT, start - UNSENT_S, at
+            return process, KILLED_UNSENT, start - UNSENT_S, at
         if outage is not None and outage[1] > at + DEFAULT_EXIT_FLUSH_S:
-            return executor, SHUTDOWN_UNSENT, outage[0] - UNSENT_S, at
+            return process, SHUTDOWN_UNSENT, outage[0] - UNSENT_S, at
         return None
 
     def _spans(self) -> list[tuple[float, float]]:

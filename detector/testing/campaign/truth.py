@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TRUTH_ENV: Final = "SPLITBRAIN_CAMPAIGN_TRUTH"  # the file a worker process appends to
 RUN_ENV: Final = "SPLITBRAIN_CAMPAIGN_RUN"  # the run a worker process belongs to
+PROCESS_ENV: Final = "SPLITBRAIN_CAMPAIGN_PROCESS"  # the fleet's name of a worker process
 
 
 class Write(BaseModel):
@@ -39,6 +40,10 @@ class Write(BaseModel):
     # Set when the adapter cannot show this write by design: the code of the blind spot
     # (`Source.blind` says why), counted apart from misses.
     blind: str | None = None
+    # The fleet's name of the process that made it, where the executor is not the process but
+    # what each of its starts takes anew (an etcd lease, a pod's identity): what a kill of that
+    # process may have silenced (`kills`).
+    process: str | None = None
 
 
 def campaign_time() -> float:
@@ -58,15 +63,18 @@ def campaign_time() -> float:
 class TruthLog:
     """The run's record; `from_env` in a worker process, the path in the campaign."""
 
-    def __init__(self, path: Path | str, run: int = 0) -> None:
+    def __init__(self, path: Path | str, run: int = 0, process: str | None = None) -> None:
         self.path = Path(path)
         self.run = run
+        self.process = process  # stamped on every write this process records
 
     @classmethod
     def from_env(cls) -> Self | None:
         """The campaign's log when this process runs under one (None: not in a campaign)."""
         path = os.environ.get(TRUTH_ENV)
-        return None if not path else cls(path, int(os.environ.get(RUN_ENV, "0")))
+        if not path:
+            return None
+        return cls(path, int(os.environ.get(RUN_ENV, "0")), os.environ.get(PROCESS_ENV))
 
     def env(self) -> dict[str, str]:
         """What a worker process of this run needs to find the log."""
@@ -98,6 +106,7 @@ class TruthLog:
             at=campaign_time() if at is None else at,
             committed=committed,
             blind=blind,
+            process=self.process,
         )
         line = (write.model_dump_json() + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -1,7 +1,8 @@
 """What the etcd and Kubernetes sources share: a fleet of leader-election worker processes
 (`detector.testing.campaign.election`), each talking to the coordinator through a proxy of its
 own (the partition) on a wall clock of its own (the clock step), beside a `splitbrain watch`
-process that publishes the coordinator's holders; and the faults that fleet can suffer."""
+process that publishes the coordinator's holders; the faults that fleet can suffer, with the
+writes its workers' exits may have silenced (`kills`); and the coordinator's session."""
 
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from types import MappingProxyType
+from typing import Final, Generic, Protocol, TypeVar
 
 from detector.testing.campaign.election import READY
+from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import RunEnv
+from detector.testing.campaign.truth import PROCESS_ENV, TruthLog
 from detector.testing.proxy import TcpProxy
 
 WORKERS: Final = 3
@@ -40,16 +45,98 @@ FAULTS: Final = frozenset(
 )
 
 
+def holds(lease_s: float) -> Mapping[Fault, tuple[float, float]]:
+    """Each fault's hold (`Source.holds`) when a silent leader's shard goes to another worker
+    about `lease_s` after its last renewal: a pause outlasts that, a partition may or may not."""
+    return MappingProxyType(
+        {
+            Fault.PAUSE_PAST_LEASE: (lease_s + 2.0, lease_s + 5.0),
+            Fault.CRASH_RESTART: (1.0, 4.0),
+            Fault.GRACEFUL_SHUTDOWN: (0.5, 2.0),
+            Fault.PARTITION: (1.0, lease_s + 4.0),
+            Fault.HANDOFF: (0.0, 0.0),
+            Fault.EXCEPTION_RETRY: (0.0, 0.0),
+            Fault.COORDINATOR_RESTART: (0.5, 2.0),  # plus the server's own start
+            Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
+        }
+    )
+
+
+def blind(**own: str) -> Mapping[str, str]:
+    """A source's blind spots (`Source.blind`): its own, and its workers' exits (`kills`)."""
+    return MappingProxyType({**own, **WHY})
+
+
+class ElectionSource:
+    """The part of `Source` every election source shares: its fleet and its schedule's shape."""
+
+    faults = FAULTS
+    workers = WORKERS
+    span_s = 8.0
+    steps = 3
+
+
+class Coordinator(Protocol):
+    """The coordination system's server, as the devstack runs it (`LocalEtcd`,
+    `LocalKubeApiServer`): started and stopped again on the same data."""
+
+    port: int
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Coordinator)
+
+
+@dataclass
+class ElectionSession(Generic[S]):
+    """One campaign's coordinator; a source's `run` starts each run's fleet on it (`fleet`)."""
+
+    server: S
+    nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:6])  # the campaign's names
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def restart(self, down_s: float) -> None:
+        """The coordinator restart: the server stopped, then started again on its data (two
+        restarts take turns)."""
+        with self._lock:
+            self.server.stop()
+            time.sleep(down_s)
+            self.server.start()
+
+    def fleet(
+        self,
+        env: RunEnv,
+        watcher_argv: Sequence[str],
+        worker_argv: Callable[[int, int], Sequence[str]],
+        done: Callable[[], bool],
+    ) -> contextlib.AbstractContextManager[ElectionFleet]:
+        """`fleet` on this session's server."""
+        return fleet(
+            env,
+            watcher_argv=watcher_argv,
+            worker_argv=worker_argv,
+            port=self.server.port,
+            done=done,
+            restart_coordinator=self.restart,
+        )
+
+
 @dataclass
 class ElectionFleet:
     """The workers of one run (`Fleet`): `done` says whether all of the run's work is done;
-    `restart_coordinator(down_s)` stops the coordinator and starts it again on its data."""
+    `restart_coordinator(down_s)` stops the coordinator and starts it again on its data. The
+    workers' exits are noted in `kills`, and marked in `truth` once they are all stopped."""
 
     workers: Sequence[Proc]
     proxies: Sequence[TcpProxy]
     clocks: Sequence[Path]
     done: Callable[[], bool]
     restart_coordinator: Callable[[float], None]
+    kills: Kills
+    truth: TruthLog
     _timers: list[threading.Timer] = field(default_factory=list)
     _restarts: list[threading.Thread] = field(default_factory=list)
     _healed_by = 0.0  # time.monotonic() when the last fault applied ends by itself
@@ -57,6 +144,7 @@ class ElectionFleet:
     def apply(self, step: Step) -> None:
         self._healed_by = max(self._healed_by, time.monotonic() + step.hold_s)
         worker = self.workers[step.target]
+        self.kills.note(worker.name, step)
         if worker.apply(step):
             return
         match step.fault:
@@ -117,6 +205,7 @@ class ElectionFleet:
             worker.stop()
         for proxy in self.proxies:
             proxy.close()
+        self.kills.mark(self.truth)
 
 
 def python(module: str, *args: str) -> list[str]:
@@ -125,6 +214,17 @@ def python(module: str, *args: str) -> list[str]:
 
 def work_args(prefer: int, units: int) -> list[str]:
     return ["--shards", str(SHARDS), "--units", str(units), "--prefer", str(prefer)]
+
+
+def worker(env: RunEnv, name: str, argv: Sequence[str], clock: Path) -> Proc:
+    """A worker process on a wall clock of its own (`clock`), whose writes name it (`name`, as
+    the nemesis's exits do) whatever executor ids its starts take."""
+    return Proc(
+        name,
+        argv,
+        env.process_env(**clock_env(clock), **{PROCESS_ENV: name}),
+        env.workdir / f"{name}.log",
+    )
 
 
 @contextlib.contextmanager
@@ -150,17 +250,12 @@ def fleet(
         _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
         for i in range(WORKERS):
             proxies.append(TcpProxy("127.0.0.1", port))
-            workers.append(
-                Proc(
-                    f"w{i}",
-                    [*worker_argv(i, proxies[i].port), "--go", str(go)],
-                    env.process_env(**clock_env(clocks[i])),
-                    env.workdir / f"w{i}.log",
-                ).start()
-            )
+            argv = [*worker_argv(i, proxies[i].port), "--go", str(go)]
+            workers.append(worker(env, f"w{i}", argv, clocks[i]).start())
         _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
         go.touch()
-        fleet = ElectionFleet(workers, proxies, clocks, done, restart_coordinator)
+        kills = Kills(env.campaign.outages)
+        fleet = ElectionFleet(workers, proxies, clocks, done, restart_coordinator, kills, env.truth)
         try:
             yield fleet
         finally:

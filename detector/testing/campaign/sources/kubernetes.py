@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shutil
-import threading
-import time
-import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
+from detector.devstack.kube_apiserver import (
+    LocalKubeApiServer,
+    LocalKubeApiServerError,
+    kube_apiserver_binary,
+)
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault
 from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv
@@ -24,27 +25,10 @@ from detector.testing.campaign.sources._election import SHARDS, python, work_arg
 NAMESPACE: Final = "default"
 UNITS: Final = 16  # per shard: about 10 s of work for its leader
 LEASE_S: Final = 3  # kube_worker.LEASE_S (not imported here: the client loads on use)
+RETRY_S: Final = 1  # how often a candidate tries: it takes an expired Lease up to this late
 
 
-@dataclass
-class KubeSession:
-    env: CampaignEnv
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def __post_init__(self) -> None:
-        from detector.devstack.kube_apiserver import LocalKubeApiServer  # noqa: PLC0415
-
-        self.server = LocalKubeApiServer()
-        self.nonce = uuid.uuid4().hex[:6]
-
-    def restart(self, down_s: float) -> None:
-        """The coordinator restart: the API server and its etcd stopped, then started again on
-        the same data."""
-        with self._lock:
-            self.server.stop()
-            time.sleep(down_s)
-            self.server.start()
-
+class KubeSession(_election.ElectionSession[LocalKubeApiServer]):
     def kubeconfig(self, env: RunEnv, name: str, port: int) -> str:
         """The server's kubeconfig with the API server at `port` (a worker's proxy)."""
         path = env.workdir / f"kubeconfig-{name}"
@@ -85,52 +69,27 @@ class KubeSession:
             *("--namespace", NAMESPACE, *(a for n in names for a in ("--lease", n))),
             *("--topic", env.campaign.input_topic),
         )
-        with _election.fleet(
-            env,
-            watcher_argv=watcher,
-            worker_argv=worker,
-            port=self.server.port,
-            done=done,
-            restart_coordinator=self.restart,
-        ) as fleet:
+        with self.fleet(env, watcher, worker, done) as fleet:
             yield fleet
 
 
-class KubernetesSource:
+class KubernetesSource(_election.ElectionSource):
     name = "kubernetes"
-    faults = _election.FAULTS
-    holds: Mapping[Fault, tuple[float, float]] = {
-        Fault.PAUSE_PAST_LEASE: (LEASE_S + 3.0, LEASE_S + 6.0),
-        Fault.CRASH_RESTART: (1.0, 4.0),
-        Fault.GRACEFUL_SHUTDOWN: (0.5, 2.0),
-        Fault.PARTITION: (1.0, LEASE_S + 5.0),  # shorter than the lease, or past it
-        Fault.HANDOFF: (0.0, 0.0),
-        Fault.EXCEPTION_RETRY: (0.0, 0.0),
-        Fault.COORDINATOR_RESTART: (0.5, 2.0),  # plus the API server's start, about 10 s
-        Fault.CLOCK_STEP: (-3.0, 3.0),  # hours
-    }
-    workers = _election.WORKERS
-    span_s = 8.0
-    steps = 3
+    holds: Mapping[Fault, tuple[float, float]] = _election.holds(LEASE_S + RETRY_S)
     # The watcher's holders carry the Lease's resourceVersion, the work's effects none (the
     # adapter's `effect_committed` takes no seq): the two are ordered by arrival. A write's
     # effect is reported from the API server's answer, the destination's receipt.
     grade = Grade(ordering="arrival", destination_confirms=True)
-    blind: Mapping[str, str] = {
-        "no_holder": "a write while the Lease had no holder (its holder resigned, or its "
+    blind = _election.blind(
+        no_holder="a write while the Lease had no holder (its holder resigned, or its "
         "election failed and it released the Lease, while a unit it had begun was still "
         "writing; nobody had taken it yet): no later owner existed for the write to be stale "
         "against (DESIGN §4), and the watcher's lease_released fences the holder",
-    }
+    )
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("kubernetes") is None:
             return "the kubernetes source needs: pip install 'splitbrain-detector[kubernetes]'"
-        from detector.devstack.kube_apiserver import (  # noqa: PLC0415
-            LocalKubeApiServerError,
-            kube_apiserver_binary,
-        )
-
         try:
             kube_apiserver_binary()
         except LocalKubeApiServerError as exc:
@@ -141,9 +100,8 @@ class KubernetesSource:
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[KubeSession]:
-        session = KubeSession(env)
-        with session.server:
-            yield session
+        with LocalKubeApiServer() as server:
+            yield KubeSession(server)
 
 
 def source() -> KubernetesSource:
