@@ -15,18 +15,33 @@ as pydantic-settings reads them.
 
 A secret is never a flag's value, which `ps` and shell history keep: it comes from its variable
 or from the file `--<name>-file` names, and `--<name> VALUE` is refused.
+
+Why not pydantic-settings' own `CliSettingsSource` and `secrets_dir`: its metavars (`int`) and
+help (`(default: 100)`) come from private methods, where the help and the reference pin `N` and
+`(env SPLITBRAIN_X, default 100)`; its errors do not say whether a flag or a variable gave the
+value; and `secrets_dir` reads a directory of files named after the fields, not `--<name>-file`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, Self, get_args, get_origin
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Final,
+    Literal,
+    Self,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from pydantic import (
     AfterValidator,
@@ -43,12 +58,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from detector.errors import ExitCode, SplitbrainError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 ENV_PREFIX: Final = "SPLITBRAIN_"
 MAX_INT: Final = 2**31 - 1
 MAX_SECONDS: Final = 10**12
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Form:
     """How a value is written: said by an error about it, and shown as the flag's metavar."""
 
@@ -59,7 +77,8 @@ class Form:
 PositiveInt = Annotated[
     int, Field(ge=1, le=MAX_INT), Form(f"a whole number from 1 to {MAX_INT}", "N")
 ]
-Port = Annotated[int, Field(ge=0, le=65535), Form("a port number from 0 to 65535", "PORT")]
+_PORT: Final = (Field(ge=0, le=65535), Form("a port number from 0 to 65535", "PORT"))
+Port = Annotated[int, *_PORT]
 
 
 def _ip_address(text: str) -> str:
@@ -71,11 +90,11 @@ IpAddress = Annotated[
     AfterValidator(_ip_address),
     Form("an IP address to listen on (127.0.0.1, 0.0.0.0, ::)", "ADDRESS"),
 ]
-Seconds = Annotated[
-    float,
+_SECONDS: Final = (
     Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False),
     Form(f"seconds from 0 to {MAX_SECONDS}", "S"),
-]
+)
+Seconds = Annotated[float, *_SECONDS]
 PositiveSeconds = Annotated[
     float,
     Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
@@ -86,6 +105,16 @@ PositiveNumber = Annotated[
     Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
     Form(f"a number more than 0 to {MAX_SECONDS}", "N"),
 ]
+
+
+def _off(value: float | None) -> float | None:
+    return value or None
+
+
+# 0 turns a feature off: what reads the setting gets None, never a magic 0 (a default too).
+_ZERO_IS_OFF: Final = (AfterValidator(_off), Field(validate_default=True))
+PortOrOff = Annotated[int | None, *_PORT, *_ZERO_IS_OFF]
+SecondsOrOff = Annotated[float | None, *_SECONDS, *_ZERO_IS_OFF]
 Name = Annotated[str, Form("a non-empty name", "NAME")]
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
@@ -116,6 +145,21 @@ def form_of(field: FieldInfo) -> Form:
         return Form("one of " + ", ".join(choices), "{" + ",".join(choices) + "}")
     (form,) = (m for m in field.metadata if isinstance(m, Form))
     return form
+
+
+def declared_fields(declared: type[DataclassInstance]) -> dict[str, Any]:
+    """The fields of the frozen dataclass `declared` that have a default, as a settings model's
+    fields (`pydantic.create_model`): the dataclass its code reads is then the one declaration of
+    each setting, its type (a form of this module), default and `Field(description=...)`. Fields
+    without a default are built by the command from others (the worker's Kafka config)."""
+    hints = get_type_hints(declared, include_extras=True)
+    made: dict[str, Any] = {}
+    for f in dataclasses.fields(declared):
+        if f.default_factory is not dataclasses.MISSING:
+            made[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+        elif f.default is not dataclasses.MISSING:
+            made[f.name] = (hints[f.name], f.default)
+    return made
 
 
 def _is_secret(field: FieldInfo) -> bool:
