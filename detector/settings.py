@@ -18,7 +18,7 @@ or from the file `--<name>-file` names, and `--<name> VALUE` is refused.
 
 Why not pydantic-settings' own `CliSettingsSource` and `secrets_dir`: its metavars (`int`) and
 help (`(default: 100)`) come from private methods, where the help and the reference pin `N` and
-`(env SPLITBRAIN_X, default 100)`; its errors do not say whether a flag or a variable gave the
+`(env SPLITBRAIN_<NAME>, default 100)`; its errors do not say whether a flag or a variable gave the
 value; and `secrets_dir` reads a directory of files named after the fields, not `--<name>-file`.
 """
 
