@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import ipaddress
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import (
@@ -174,6 +173,10 @@ class _RefuseSecret(argparse.Action):
     """`--sasl-password VALUE` exists only to say no: without it, argparse would take it as an
     abbreviation of `--sasl-password-file` and read a file named after the password."""
 
+    def __init__(self, *args: Any, variable: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.variable = variable
+
     def __call__(
         self,
         parser: argparse.ArgumentParser,
@@ -183,7 +186,7 @@ class _RefuseSecret(argparse.Action):
     ) -> None:
         parser.error(
             f"{option_string} is not accepted: a secret on the command line leaks through ps and "
-            f"shell history; set {env_var(self.dest)} or pass {option_string}-file PATH"
+            f"shell history; set {self.variable} or pass {option_string}-file PATH"
         )
 
 
@@ -207,7 +210,9 @@ def _shown(default: object) -> str:
 class CommandSettings(BaseSettings):
     """Frozen settings of one command, each field a flag (`--commit-interval-ms`) and a variable
     (`SPLITBRAIN_COMMIT_INTERVAL_MS`). A field's `description` is its flag's help; its type's
-    `Form` says how to write it."""
+    `Form` says how to write it. A long-running command whose variables must not be confused with
+    a worker's sets a prefix of its own (`model_config`'s `env_prefix`, `SPLITBRAIN_PAGE_`): its
+    variables, the flags' help, the error lines and the refusal of a secret's flag all use it."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
 
@@ -221,11 +226,15 @@ class CommandSettings(BaseSettings):
         return value
 
     @classmethod
+    def variable(cls, name: str) -> str:
+        return str(cls.model_config["env_prefix"]) + name.upper()
+
+    @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
         """One flag per field, without an argparse default: an absent flag leaves its field to
         the variable, then to the model's default."""
         for name, field in cls.model_fields.items():
-            var = env_var(name)
+            var = cls.variable(name)
             if _is_secret(field):
                 parser.add_argument(
                     _secret_flag(name),
@@ -238,6 +247,7 @@ class CommandSettings(BaseSettings):
                     flag(name),
                     dest=name,
                     action=_RefuseSecret,
+                    variable=var,
                     default=argparse.SUPPRESS,
                     help=argparse.SUPPRESS,
                 )
@@ -306,51 +316,10 @@ class CommandSettings(BaseSettings):
         if not from_flag:
             # pydantic-settings matches names regardless of case, and so does this.
             for variable, text in os.environ.items():
-                if variable.upper() == env_var(name):
+                if variable.upper() == cls.variable(name):
                     where, value = variable, text
         return where if secret else f"{where}={str(value)!r}"
 
     def named(self, name: str) -> str:
         """A field and its value as the user gave it, to name it in an error found later."""
         return self._named(name, getattr(self, name), from_flag=name in self._flags)
-
-
-_ENV_WORD: Final = re.compile(r"\bSPLITBRAIN_([A-Z0-9_]+)")
-
-
-class PrefixedSettings(CommandSettings):
-    """`CommandSettings` under a prefix of their own (`model_config["env_prefix"]`, such as
-    `SPLITBRAIN_PAGE_`), so that a long-running command's variables cannot be confused with a
-    worker's: the variables, their names in the flags' help and in the error lines, and the
-    refusal of a secret's flag all use it."""
-
-    @classmethod
-    def variable(cls, name: str) -> str:
-        return str(cls.model_config["env_prefix"]) + name.upper()
-
-    @classmethod
-    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
-        first = len(parser._actions)
-        super().add_flags(parser)
-
-        def rename(match: re.Match[str]) -> str:
-            name = match.group(1).lower()
-            return cls.variable(name) if name in cls.model_fields else match.group(0)
-
-        own = str(cls.model_config["env_prefix"]).removeprefix(ENV_PREFIX).lower()
-        for action in parser._actions[first:]:
-            if action.help and action.help != argparse.SUPPRESS:
-                action.help = _ENV_WORD.sub(rename, action.help)
-            elif action.dest in cls.model_fields:
-                # The flag that refuses a secret's value names the variable by its dest.
-                action.dest = own + action.dest
-
-    @classmethod
-    def _named(cls, name: str, value: object, *, from_flag: bool) -> str:
-        secret = _is_secret(cls.model_fields[name])
-        where = _secret_flag(name) if secret else flag(name)
-        if not from_flag:
-            for variable, text in os.environ.items():
-                if variable.upper() == cls.variable(name):
-                    where, value = variable, text
-        return where if secret else f"{where}={str(value)!r}"
