@@ -15,18 +15,32 @@ as pydantic-settings reads them.
 
 A secret is never a flag's value, which `ps` and shell history keep: it comes from its variable
 or from the file `--<name>-file` names, and `--<name> VALUE` is refused.
+
+Why not pydantic-settings' own `CliSettingsSource` and `secrets_dir`: its metavars (`int`) and
+help (`(default: 100)`) come from private methods, where the help and the reference pin `N` and
+`(env SPLITBRAIN_<NAME>, default 100)`; its errors do not say whether a flag or a variable gave the
+value; and `secrets_dir` reads a directory of files named after the fields, not `--<name>-file`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, Self, get_args, get_origin
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Final,
+    Literal,
+    Self,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from pydantic import (
     AfterValidator,
@@ -43,12 +57,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from detector.errors import ExitCode, SplitbrainError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 ENV_PREFIX: Final = "SPLITBRAIN_"
 MAX_INT: Final = 2**31 - 1
 MAX_SECONDS: Final = 10**12
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Form:
     """How a value is written: said by an error about it, and shown as the flag's metavar."""
 
@@ -59,7 +76,8 @@ class Form:
 PositiveInt = Annotated[
     int, Field(ge=1, le=MAX_INT), Form(f"a whole number from 1 to {MAX_INT}", "N")
 ]
-Port = Annotated[int, Field(ge=0, le=65535), Form("a port number from 0 to 65535", "PORT")]
+_PORT: Final = (Field(ge=0, le=65535), Form("a port number from 0 to 65535", "PORT"))
+Port = Annotated[int, *_PORT]
 
 
 def _ip_address(text: str) -> str:
@@ -71,11 +89,11 @@ IpAddress = Annotated[
     AfterValidator(_ip_address),
     Form("an IP address to listen on (127.0.0.1, 0.0.0.0, ::)", "ADDRESS"),
 ]
-Seconds = Annotated[
-    float,
+_SECONDS: Final = (
     Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False),
     Form(f"seconds from 0 to {MAX_SECONDS}", "S"),
-]
+)
+Seconds = Annotated[float, *_SECONDS]
 PositiveSeconds = Annotated[
     float,
     Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
@@ -86,6 +104,16 @@ PositiveNumber = Annotated[
     Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False),
     Form(f"a number more than 0 to {MAX_SECONDS}", "N"),
 ]
+
+
+def _off(value: float | None) -> float | None:
+    return value or None
+
+
+# 0 turns a feature off: what reads the setting gets None, never a magic 0 (a default too).
+_ZERO_IS_OFF: Final = (AfterValidator(_off), Field(validate_default=True))
+PortOrOff = Annotated[int | None, *_PORT, *_ZERO_IS_OFF]
+SecondsOrOff = Annotated[float | None, *_SECONDS, *_ZERO_IS_OFF]
 Name = Annotated[str, Form("a non-empty name", "NAME")]
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(str.upper)
@@ -118,6 +146,21 @@ def form_of(field: FieldInfo) -> Form:
     return form
 
 
+def declared_fields(declared: type[DataclassInstance]) -> dict[str, Any]:
+    """The fields of the frozen dataclass `declared` that have a default, as a settings model's
+    fields (`pydantic.create_model`): the dataclass its code reads is then the one declaration of
+    each setting, its type (a form of this module), default and `Field(description=...)`. Fields
+    without a default are built by the command from others (the worker's Kafka config)."""
+    hints = get_type_hints(declared, include_extras=True)
+    made: dict[str, Any] = {}
+    for f in dataclasses.fields(declared):
+        if f.default_factory is not dataclasses.MISSING:
+            made[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+        elif f.default is not dataclasses.MISSING:
+            made[f.name] = (hints[f.name], f.default)
+    return made
+
+
 def _is_secret(field: FieldInfo) -> bool:
     return SecretStr in get_args(field.annotation)
 
@@ -130,6 +173,10 @@ class _RefuseSecret(argparse.Action):
     """`--sasl-password VALUE` exists only to say no: without it, argparse would take it as an
     abbreviation of `--sasl-password-file` and read a file named after the password."""
 
+    def __init__(self, *args: Any, variable: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.variable = variable
+
     def __call__(
         self,
         parser: argparse.ArgumentParser,
@@ -139,7 +186,7 @@ class _RefuseSecret(argparse.Action):
     ) -> None:
         parser.error(
             f"{option_string} is not accepted: a secret on the command line leaks through ps and "
-            f"shell history; set {env_var(self.dest)} or pass {option_string}-file PATH"
+            f"shell history; set {self.variable} or pass {option_string}-file PATH"
         )
 
 
@@ -163,7 +210,9 @@ def _shown(default: object) -> str:
 class CommandSettings(BaseSettings):
     """Frozen settings of one command, each field a flag (`--commit-interval-ms`) and a variable
     (`SPLITBRAIN_COMMIT_INTERVAL_MS`). A field's `description` is its flag's help; its type's
-    `Form` says how to write it."""
+    `Form` says how to write it. A long-running command whose variables must not be confused with
+    a worker's sets a prefix of its own (`model_config`'s `env_prefix`, `SPLITBRAIN_PAGE_`): its
+    variables, the flags' help, the error lines and the refusal of a secret's flag all use it."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
 
@@ -177,11 +226,15 @@ class CommandSettings(BaseSettings):
         return value
 
     @classmethod
+    def variable(cls, name: str) -> str:
+        return str(cls.model_config["env_prefix"]) + name.upper()
+
+    @classmethod
     def add_flags(cls, parser: argparse._ActionsContainer) -> None:
         """One flag per field, without an argparse default: an absent flag leaves its field to
         the variable, then to the model's default."""
         for name, field in cls.model_fields.items():
-            var = env_var(name)
+            var = cls.variable(name)
             if _is_secret(field):
                 parser.add_argument(
                     _secret_flag(name),
@@ -194,6 +247,7 @@ class CommandSettings(BaseSettings):
                     flag(name),
                     dest=name,
                     action=_RefuseSecret,
+                    variable=var,
                     default=argparse.SUPPRESS,
                     help=argparse.SUPPRESS,
                 )
@@ -262,51 +316,10 @@ class CommandSettings(BaseSettings):
         if not from_flag:
             # pydantic-settings matches names regardless of case, and so does this.
             for variable, text in os.environ.items():
-                if variable.upper() == env_var(name):
+                if variable.upper() == cls.variable(name):
                     where, value = variable, text
         return where if secret else f"{where}={str(value)!r}"
 
     def named(self, name: str) -> str:
         """A field and its value as the user gave it, to name it in an error found later."""
         return self._named(name, getattr(self, name), from_flag=name in self._flags)
-
-
-_ENV_WORD: Final = re.compile(r"\bSPLITBRAIN_([A-Z0-9_]+)")
-
-
-class PrefixedSettings(CommandSettings):
-    """`CommandSettings` under a prefix of their own (`model_config["env_prefix"]`, such as
-    `SPLITBRAIN_PAGE_`), so that a long-running command's variables cannot be confused with a
-    worker's: the variables, their names in the flags' help and in the error lines, and the
-    refusal of a secret's flag all use it."""
-
-    @classmethod
-    def variable(cls, name: str) -> str:
-        return str(cls.model_config["env_prefix"]) + name.upper()
-
-    @classmethod
-    def add_flags(cls, parser: argparse._ActionsContainer) -> None:
-        first = len(parser._actions)
-        super().add_flags(parser)
-
-        def rename(match: re.Match[str]) -> str:
-            name = match.group(1).lower()
-            return cls.variable(name) if name in cls.model_fields else match.group(0)
-
-        own = str(cls.model_config["env_prefix"]).removeprefix(ENV_PREFIX).lower()
-        for action in parser._actions[first:]:
-            if action.help and action.help != argparse.SUPPRESS:
-                action.help = _ENV_WORD.sub(rename, action.help)
-            elif action.dest in cls.model_fields:
-                # The flag that refuses a secret's value names the variable by its dest.
-                action.dest = own + action.dest
-
-    @classmethod
-    def _named(cls, name: str, value: object, *, from_flag: bool) -> str:
-        secret = _is_secret(cls.model_fields[name])
-        where = _secret_flag(name) if secret else flag(name)
-        if not from_flag:
-            for variable, text in os.environ.items():
-                if variable.upper() == cls.variable(name):
-                    where, value = variable, text
-        return where if secret else f"{where}={str(value)!r}"

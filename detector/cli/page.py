@@ -32,13 +32,13 @@ from detector.paging.pagerduty import PagerDutySink
 from detector.paging.state import SinkPolicy
 from detector.paging.webhook import WebhookSink
 from detector.settings import (
+    CommandSettings,
     Form,
     IpAddress,
     LogLevel,
     Name,
     Port,
     PositiveSeconds,
-    PrefixedSettings,
     Seconds,
     Secret,
     SettingsError,
@@ -46,11 +46,6 @@ from detector.settings import (
 )
 
 PAGE_ENV_PREFIX: Final = "SPLITBRAIN_PAGE_"
-
-
-def page_var(name: str) -> str:
-    """The variable of a `page` setting: `alertmanager_url` is SPLITBRAIN_PAGE_ALERTMANAGER_URL."""
-    return PAGE_ENV_PREFIX + name.upper()
 
 
 def _http_url(value: str | None) -> str | None:
@@ -83,7 +78,7 @@ Url = Annotated[
 MinSeverity = Annotated[Literal["info", "warning", "critical"], BeforeValidator(str.lower)]
 
 
-class _PageSettings(PrefixedSettings):
+class _PageSettings(CommandSettings):
     model_config = SettingsConfigDict(env_prefix=PAGE_ENV_PREFIX, frozen=True, extra="forbid")
 
 
@@ -170,12 +165,12 @@ class PageCommandSettings(_PageSettings):
         elif self.webhook_secret is not None:
             raise SettingsError(
                 f"a webhook secret is set but no webhook: pass {flag('webhook_url')} or set "
-                f"{page_var('webhook_url')}"
+                f"{self.variable('webhook_url')}"
             )
         if not out:
             raise SettingsError(
                 f"no sink: pass {flag('alertmanager_url')} or {flag('webhook_url')}, or set "
-                f"{page_var('pagerduty_routing_key')} (or pass "
+                f"{self.variable('pagerduty_routing_key')} (or pass "
                 f"{flag('pagerduty_routing_key')}-file)"
             )
         return out

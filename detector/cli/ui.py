@@ -20,7 +20,7 @@ from pydantic_settings import SettingsConfigDict
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaConnection, add_kafka_arguments
-from detector.settings import Form, LogLevel, Name, PrefixedSettings, Secret, SettingsError, flag
+from detector.settings import CommandSettings, Form, LogLevel, Name, Secret, SettingsError, flag
 from detector.view.metrics import ViewMetrics
 from detector.view.reader import FindingsReader
 from detector.view.store import FindingsStore
@@ -49,7 +49,7 @@ Listen = Annotated[
 ]
 
 
-class UiSettings(PrefixedSettings):
+class UiSettings(CommandSettings):
     model_config = SettingsConfigDict(env_prefix=UI_ENV_PREFIX, frozen=True, extra="forbid")
 
     listen: Listen = Field(

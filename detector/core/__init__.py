@@ -2,6 +2,7 @@
 
 from ._engine import (
     Advanced,
+    Bound,
     Config,
     Counters,
     Detector,
@@ -18,6 +19,7 @@ from ._upgrade import SweepMarks, decode_state, sweep_marks
 __all__ = [
     "STATE_VERSION",
     "Advanced",
+    "Bound",
     "Config",
     "Counters",
     "Detector",

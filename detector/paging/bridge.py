@@ -84,8 +84,11 @@ class Sink(Protocol):
     def request(self, delivery: Delivery, now: datetime) -> Request: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BridgeSettings:
+    """Every value is given: `splitbrain page`'s settings (`PageCommandSettings`) declare the
+    defaults, flags and variables once, and build this."""
+
     # librdkafka connection settings (`detector.kafka.config`), with any password: not in repr
     kafka: Mapping[str, Any] = field(repr=False)
     findings_topic: str
@@ -93,13 +96,13 @@ class BridgeSettings:
     group_id: str
     sinks: Mapping[SinkName, Sink]
     policies: Mapping[SinkName, SinkPolicy]
-    resend_interval_s: float = 60.0
-    http_timeout_s: float = 10.0
-    backoff: Backoff = field(default_factory=Backoff)
-    resolved_retention_s: float = 14 * 24 * 3600.0
-    shutdown_timeout_s: float = 30.0
+    resend_interval_s: float
+    http_timeout_s: float
+    backoff: Backoff
+    resolved_retention_s: float
+    shutdown_timeout_s: float
     # Never logged, even when a sink echoes one back.
-    secrets: tuple[str, ...] = field(default=(), repr=False)
+    secrets: tuple[str, ...] = field(repr=False)
 
 
 @dataclass(slots=True)

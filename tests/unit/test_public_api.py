@@ -31,6 +31,7 @@ PUBLIC = {
     "detector.core": [
         "STATE_VERSION",
         "Advanced",
+        "Bound",
         "Config",
         "Counters",
         "Detector",
