@@ -306,6 +306,8 @@ class LockOwner(AbstractContextManager["LockOwner"]):
         # The revision etcd gave the last `put` (a refused one: the store's at the refusal):
         # where it sits in etcd's order, to read the store as of that write.
         self.revision: int | None = None
+        # The revision of the last `attempt`'s read (None: etcd could not be read), likewise.
+        self.attempt_revision: int | None = None
         self._sink = sink
         self.ownership: Ownership | None = None
         self._owning: AbstractContextManager[Ownership] | None = None
@@ -396,6 +398,7 @@ class LockOwner(AbstractContextManager["LockOwner"]):
             held = self.ownership is not None and any(
                 int(kv.get("create_revision", 0)) == self.ownership.owner_epoch for kv in kvs
             )
+        self.attempt_revision = seq
         if self.ownership is not None:
             self.ownership.emit(
                 Kind.EFFECT_ATTEMPTED,

@@ -451,6 +451,9 @@ class LeaderElector:
         self.lock = _RecordingLeaseLock(name, namespace, identity)
         self.stop = threading.Event()
         self.ownership: Ownership | None = None
+        # The Lease's resourceVersion as the last `attempt` read it (None: it could not be
+        # read): where that attempt sits in the API server's order.
+        self.attempt_resource_version: int | None = None
         self._work = work
         self._sink = sink
         self._on_stopped = on_stopped
@@ -510,6 +513,7 @@ class LeaderElector:
                 # read can tell.
                 by_rv = ours.epoch_from == FROM_RESOURCE_VERSION
                 held = by_rv or now.transitions == ours.owner_epoch
+        self.attempt_resource_version = seq
         if self.ownership is not None:
             self.ownership.emit(
                 Kind.EFFECT_ATTEMPTED,

@@ -123,3 +123,37 @@ def test_a_key_redone_after_two_displaced_epochs_explains_the_finding_of_each() 
     truth = [write(2, "w2", 11, True), write(4, "w1", 8, False), write(6, "w0", 14, True)]
     verdict = check(truth, [Seen(f, 10.0) for f in findings], GRADE)
     assert (verdict.false_positives, verdict.false_negatives) == (0, 0), verdict.notes
+
+
+def _attempt(epoch: int, *, owned: bool, blind: str | None = None) -> Write:
+    return _write(epoch, 5.0).model_copy(
+        update={"owned": owned, "attempt": True, "committed": False, "blind": blind}
+    )
+
+
+def _stale_attempt_finding() -> Finding:
+    """What the detector says of a displaced holder's attempt after the takeover, by seq."""
+    doc = json.loads(_finding(1, 2).model_dump_json())
+    doc["severity"] = "warning"
+    doc["confidence"] = "medium"  # the attempt is the worker's word, no destination's
+    doc["conditions"] = [
+        {"kind": "stale_effect_attempt", "event_id": "t1", "seq": 4, "effect_key": "unit-9"}
+    ]
+    return Finding.model_validate(doc)
+
+
+def test_a_displaced_holder_s_attempt_after_the_takeover_explains_its_warning() -> None:
+    """The etcd campaign's one false warning was a real stale attempt the truth did not record:
+    the holder, displaced, attempted a unit and failed before writing it."""
+    grade = Grade("per_condition", destination_confirms=True)
+    seen = [Seen(_stale_attempt_finding(), 5.2)]
+    verdict = check([_write(2, 1.0), _attempt(1, owned=False)], seen, grade)
+    assert (verdict.true_positives, verdict.false_positives, verdict.misgraded) == (1, 0, 0), (
+        verdict.notes
+    )
+    # An attempt the truth says was owned is no positive: the same warning is then a false one.
+    verdict = check([_write(2, 1.0), _attempt(1, owned=True)], seen, grade)
+    assert (verdict.true_positives, verdict.false_positives) == (0, 1)
+    # One the truth could not place is blind, found or not, and never a miss.
+    unread = check([_attempt(1, owned=False, blind="attempt_unread")], [], grade)
+    assert (unread.blind, unread.false_negatives) == (1, 0)

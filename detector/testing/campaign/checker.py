@@ -5,7 +5,9 @@ What the truth says should be found (a *positive*):
   system's record at the write; found by a finding of its workflow that displaces that epoch and
   names the key;
 - a **duplicate**: a key written again in a workflow where it was written before, by anyone;
-  found by a finding of its workflow with a `duplicate_effect` on the key.
+  found by a finding of its workflow with a `duplicate_effect` on the key;
+- a **stale attempt**: an `effect_attempted` whose executor no longer owned the work, by the same
+  record read at the attempt (whether or not an effect followed); found as a stale write is.
 
 A warning or critical finding no positive accounts for is a false positive; an `info` finding (a
 displaced owner that only heartbeated) never is. A positive the adapter cannot show by design
@@ -23,8 +25,9 @@ from typing import Literal
 from detector.contracts.findings import ConditionKind, Finding, Severity
 from detector.testing.campaign.truth import Write
 
-# `per_condition`: the source's own events carry seq, the user's effect calls do not (LangGraph),
-# so a finding is ordered by seq exactly when it lists a condition that carries one.
+# `per_condition`: the source's own events carry seq, some effect calls do not (LangGraph's
+# user calls, an etcd attempt made while etcd could not be read), so a finding is ordered by seq
+# exactly when it lists a condition that carries one.
 Ordering = Literal["authoritative_seq", "arrival", "per_condition"]
 
 _STALE_EFFECT = frozenset(
@@ -32,6 +35,15 @@ _STALE_EFFECT = frozenset(
         ConditionKind.STALE_EFFECT_ATTEMPT,
         ConditionKind.STALE_EFFECT_COMMITTED,
         ConditionKind.STALE_EFFECT_REJECTED,
+    }
+)
+
+
+_CONFIRMED = frozenset(
+    {
+        ConditionKind.STALE_EFFECT_COMMITTED,
+        ConditionKind.STALE_EFFECT_REJECTED,
+        ConditionKind.DUPLICATE_EFFECT,
     }
 )
 
@@ -86,6 +98,10 @@ def positives(writes: Iterable[Write]) -> list[Positive]:
     found: list[Positive] = []
     epochs: dict[tuple[int, str, str], set[int]] = defaultdict(set)
     for w in sorted(writes, key=lambda w: w.at):
+        if w.attempt:
+            if not w.owned:
+                found.append(Positive(w, duplicate=False, critical=False))
+            continue
         before = epochs[(w.run, w.workflow_key, w.effect_key)]
         if not w.owned:
             again = _episodes(w.epoch, before) if w.committed else frozenset()
@@ -129,7 +145,12 @@ class Grade:
         return "authoritative_seq" if by_seq else "arrival"
 
     def confidence(self, finding: Finding) -> str:
-        both = (self.ordering_of(finding) == "authoritative_seq") + self.destination_confirms
+        """A destination confirms a finding's effects when it lists a commit or a rejection:
+        one of stale attempts only rests on the worker's word (DESIGN §4)."""
+        confirmed = self.destination_confirms and any(
+            c.kind in _CONFIRMED for c in finding.conditions
+        )
+        both = (self.ordering_of(finding) == "authoritative_seq") + confirmed
         return ("low", "medium", "high")[both]
 
 
@@ -260,7 +281,7 @@ def _misgrading(f: Finding, critical: bool, grade: Grade) -> str:
 
 def _describe(p: Positive) -> str:
     w = p.write
-    what = "duplicate of" if p.duplicate else "stale write of"
+    what = "duplicate of" if p.duplicate else f"stale {'attempt' if w.attempt else 'write'} of"
     return (
         f"run {w.run} {w.workflow_key}: {what} {w.effect_key} by {w.executor} epoch {w.epoch} "
         f"({w.evidence})"

@@ -183,12 +183,14 @@ def campaign(
                         result.undrained_runs.append(n)
                         say(f"run {n}: its work did not finish within {DRAIN_S:g}s")
                 run_writes = list(truth.writes())
-                stale = sum(not w.owned for w in run_writes)
-                say(f"run {n}: {len(run_writes)} effects, {stale} stale")
+                made = [w for w in run_writes if not w.attempt]
+                stale = sum(not w.owned for w in made)
+                tried = sum(not w.owned for w in run_writes if w.attempt)
+                say(f"run {n}: {len(made)} effects, {stale} stale, {tried} stale attempt(s)")
                 writes += run_writes
             _settle(config, topics)
             seen = watcher.finish()
-    result.writes = len(writes)
+    result.writes = sum(not w.attempt for w in writes)
     result.outages = env.outages.spans
     result.verdict = check(
         writes, seen, source.grade, source.blind, result.outages, result.restarted_runs

@@ -35,6 +35,9 @@ log = logging.getLogger("campaign.etcd")
 # Set on a write the detector cannot show by design: the lease expired and nobody held the lock
 # yet, so no later owner exists for the write to be stale against.
 NO_SUCCESSOR: Final = "no_successor"
+# Set on an attempt made while etcd could not be read: its event carries no seq (ordered by
+# arrival), and the truth cannot place it in etcd's order either.
+UNREAD: Final = "attempt_unread"
 
 
 def lock_name(root: str, shard: int) -> str:
@@ -147,6 +150,7 @@ class EtcdWorker:
             return False
         key = election.effect_key(shard, index)
         owner.attempt(key, destination="etcd")
+        self.record(client, owner, lock_key, key, owner.attempt_revision, attempt=True)
         if self.orders.take_failure():
             log.info("%s failed before its effect; retrying it", key)
             return True
@@ -156,35 +160,52 @@ class EtcdWorker:
         applied = election.retrying(
             lambda: owner.put(ledger, owner.worker_id, effect_key=key, fenced=fence), "the write"
         )
-        self.record(client, owner, lock_key, key, applied)
+        self.record(client, owner, lock_key, key, owner.revision, applied=applied)
         if not applied:
             return False  # etcd refused the fence: displaced
         return election.retrying(lambda: self.advance(client, lock_key, shard, index), "the cursor")
 
     def record(
-        self, client: Etcd3Client, owner: LockOwner, lock_key: str, key: str, applied: bool
+        self,
+        client: Etcd3Client,
+        owner: LockOwner,
+        lock_key: str,
+        key: str,
+        revision: int | None,
+        *,
+        applied: bool = True,
+        attempt: bool = False,
     ) -> None:
+        """The truth of a write (or an attempt) made at `revision`: the lock key as etcd held it
+        then."""
         ownership = current()
-        if self.truth is None or ownership is None or owner.revision is None:
+        if self.truth is None or ownership is None:
             return
-        revision = owner.revision
-        held = election.retrying(lambda: lock_at(client, lock_key, revision), "reading the lock")
-        create = None if held is None else int(held["create_revision"])
-        owned = create == ownership.owner_epoch
-        said = (
-            "absent"
-            if held is None
-            else f"create_revision {create}, lease {int(held.get('lease', 0)):x}"
-        )
+        blind: str | None = UNREAD
+        if revision is None:  # only an attempt: a write's answer always carries one
+            owned, evidence = False, "etcd could not be read at the attempt"
+        else:
+            at = revision
+            held = election.retrying(lambda: lock_at(client, lock_key, at), "reading the lock")
+            create = None if held is None else int(held["create_revision"])
+            owned = create == ownership.owner_epoch
+            said = (
+                "absent"
+                if held is None
+                else f"create_revision {create}, lease {int(held.get('lease', 0)):x}"
+            )
+            evidence = f"at revision {revision}: {said}"
+            blind = NO_SUCCESSOR if held is None else None
         self.truth.record(
             workflow_key=ownership.workflow_key,
             effect_key=key,
             executor=ownership.worker_id,
             epoch=ownership.owner_epoch,
             owned=owned,
-            evidence=f"{lock_key} at revision {revision}: {said}",
+            evidence=f"{lock_key} {evidence}",
             committed=applied,
-            blind=NO_SUCCESSOR if held is None else None,
+            attempt=attempt,
+            blind=blind,
         )
 
     def advance(self, client: Etcd3Client, lock_key: str, shard: int, index: int) -> bool:

@@ -40,6 +40,9 @@ log = logging.getLogger("campaign.kubernetes")
 # Set on a write made while the Lease had no holder (released, nobody took it yet): no later
 # owner existed for the write to be stale against.
 NO_HOLDER: Final = "no_holder"
+# Set on an attempt made while the Lease could not be read: its event carries no seq (ordered by
+# arrival), and the truth cannot place it in the API server's order either.
+UNREAD: Final = "attempt_unread"
 LEASE_S = 3  # the Lease's duration; the elector renews every second and gives up after 2 s
 
 
@@ -152,6 +155,7 @@ class KubeWorker:
     ) -> None:
         key = election.effect_key(shard, index)
         elector.attempt(key, destination="configmap")
+        self.record(lease, key, elector.attempt_resource_version, won_at, attempt=True)
         if self.orders.take_failure():
             log.info("%s failed before its effect; retrying it", key)
             return
@@ -167,31 +171,51 @@ class KubeWorker:
         self.record(lease, key, int(written.metadata.resource_version), won_at)
         election.retrying(lambda: self.advance(lease, index), "the cursor")
 
-    def record(self, lease: str, key: str, rv: int, won_at: datetime | None) -> None:
+    def record(
+        self,
+        lease: str,
+        key: str,
+        rv: int | None,
+        won_at: datetime | None,
+        *,
+        attempt: bool = False,
+    ) -> None:
+        """The truth of a write (or an attempt) at `rv`: the Lease as the API server held it."""
         ownership = current()
         if self.truth is None or ownership is None:
             return
-        found: Any = election.retrying(
-            lambda: self.leases.list_namespaced_lease(
-                self.namespace,
-                field_selector=f"metadata.name={lease}",
-                resource_version=str(rv),
-                resource_version_match="Exact",
-            ),
-            "reading the Lease",
-        )
-        spec = found.items[0].spec if found.items else None
-        holder = spec.holder_identity if spec is not None else None
-        since = _time(spec.acquire_time) if spec is not None else None
+        owned = False
+        blind: str | None = UNREAD
+        evidence = f"Lease {lease} could not be read at the attempt"
+        if rv is not None:  # always, for a write: the API server's answer carries it
+            at = str(rv)
+            found: Any = election.retrying(
+                lambda: self.leases.list_namespaced_lease(
+                    self.namespace,
+                    field_selector=f"metadata.name={lease}",
+                    resource_version=at,
+                    resource_version_match="Exact",
+                ),
+                "reading the Lease",
+            )
+            spec = found.items[0].spec if found.items else None
+            holder = spec.holder_identity if spec is not None else None
+            since = _time(spec.acquire_time) if spec is not None else None
+            owned = holder == self.identity and since == won_at
+            evidence = (
+                f"Lease {lease} at resourceVersion {rv}: holderIdentity {holder}, "
+                f"acquireTime {since.isoformat() if since else None}"
+            )
+            blind = NO_HOLDER if holder is None else None
         self.truth.record(
             workflow_key=ownership.workflow_key,
             effect_key=key,
             executor=ownership.worker_id,
             epoch=ownership.owner_epoch,
-            owned=holder == self.identity and since == won_at,
-            evidence=f"Lease {lease} at resourceVersion {rv}: holderIdentity {holder}, "
-            f"acquireTime {since.isoformat() if since else None}",
-            blind=NO_HOLDER if holder is None else None,
+            owned=owned,
+            evidence=evidence,
+            attempt=attempt,
+            blind=blind,
         )
 
     def advance(self, lease: str, index: int) -> None:

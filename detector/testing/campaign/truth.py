@@ -37,6 +37,10 @@ class Write(BaseModel):
     at: float  # wall-clock time of the write, for the time to the finding
     # False: the destination refused it (nothing was made; a finding should say rejected).
     committed: bool = True
+    # An `effect_attempted` the work reported before its effect, nothing made (`committed` is
+    # False): a positive only when stale (DESIGN's `stale_effect_attempt`, a warning), never a
+    # duplicate. The worker may still make the effect afterwards, or fail first.
+    attempt: bool = False
     # Set when the adapter cannot show this write by design: the code of the blind spot
     # (`Source.blind` says why), counted apart from misses.
     blind: str | None = None
@@ -90,6 +94,7 @@ class TruthLog:
         owned: bool,
         evidence: str,
         committed: bool = True,
+        attempt: bool = False,
         blind: str | None = None,
         at: float | None = None,
     ) -> Write:
@@ -104,7 +109,8 @@ class TruthLog:
             owned=owned,
             evidence=evidence,
             at=campaign_time() if at is None else at,
-            committed=committed,
+            committed=committed and not attempt,
+            attempt=attempt,
             blind=blind,
             process=self.process,
         )

@@ -53,13 +53,16 @@ class EtcdSession(_election.ElectionSession[LocalEtcd]):
 class EtcdSource(_election.ElectionSource):
     name = "etcd"
     holds: Mapping[Fault, tuple[float, float]] = _election.holds(TTL_S)
-    # etcd's revisions order the watcher's holders and LockOwner's writes; the writes are etcd's
-    # own receipts.
-    grade = Grade(ordering="authoritative_seq", destination_confirms=True)
+    # etcd's revisions order the watcher's holders and LockOwner's attempts and writes (an
+    # attempt made while etcd could not be read has none); the writes are etcd's own receipts.
+    grade = Grade(ordering="per_condition", destination_confirms=True)
     blind = _election.blind(
         no_successor="a write after the lease expired but before another worker took the lock: "
         "nobody held it, so no later owner existed for the write to be stale against (DESIGN §4 "
         "finds evidence after a takeover); the watcher's lease_lost says the holder lost it",
+        attempt_unread="an attempt made while etcd could not be read (a partition): its event "
+        "carries no seq, so it is ordered by arrival, and the truth cannot place it in etcd's "
+        "order either; a finding on it is neither a hit nor a false alarm",
     )
 
     def missing(self) -> str | None:

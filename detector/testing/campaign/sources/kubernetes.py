@@ -79,12 +79,15 @@ class KubernetesSource(_election.ElectionSource):
     # The watcher's holders carry the Lease's resourceVersion, the work's effects none (the
     # adapter's `effect_committed` takes no seq): the two are ordered by arrival. A write's
     # effect is reported from the API server's answer, the destination's receipt.
-    grade = Grade(ordering="arrival", destination_confirms=True)
+    grade = Grade(ordering="per_condition", destination_confirms=True)
     blind = _election.blind(
         no_holder="a write while the Lease had no holder (its holder resigned, or its "
         "election failed and it released the Lease, while a unit it had begun was still "
         "writing; nobody had taken it yet): no later owner existed for the write to be stale "
         "against (DESIGN §4), and the watcher's lease_released fences the holder",
+        attempt_unread="an attempt made while the Lease could not be read (a partition): its "
+        "event carries no seq, so it is ordered by arrival, and the truth cannot place it in "
+        "the API server's order either; a finding on it is neither a hit nor a false alarm",
     )
 
     def missing(self) -> str | None:
