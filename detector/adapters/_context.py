@@ -64,8 +64,8 @@ class Ownership:
     # lease's name): in the `detail` of every event of it, under the event's own detail, so a
     # finding's `context` reads in them (DESIGN §5). Replaced whole by `note`, never mutated.
     words: Mapping[str, Word] = field(default_factory=dict)
-    # The fields every event of this owner carries, checked once (None: they break the contract)
-    _fields: dict[str, Any] | None = field(init=False, repr=False, compare=False)
+    # The fields every event of this owner carries, built once
+    _fields: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fields = owner_fields(self.workflow_key, self.owner_epoch, self.worker_id, self._attrs())
@@ -101,13 +101,9 @@ class Ownership:
         return fields
 
     def emit(self, kind: Kind, **fields: Any) -> None:
-        """Send one event of this owner, with fields the adapter made (`_sink._CHECKS` names
-        them); never raises into the caller."""
-        fields = self._worded(fields)
-        if self._fields is None:
-            self.checked(kind, **fields)
-        else:
-            self.sink.send_owned(self._fields, kind, fields)
+        """Send one event of this owner, with fields the adapter made (its dict built in the
+        sink's sender, off the caller's thread); never raises into the caller."""
+        self.sink.send_owned(self._fields, kind, self._worded(fields))
 
     def checked(self, kind: Kind, **fields: Any) -> None:
         """Send one event of this owner with fields from the user's code, validated in full."""

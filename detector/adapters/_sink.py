@@ -4,9 +4,9 @@ The host's thread only appends the event's fields to a bounded queue (a `deque.a
 daemon thread encodes and publishes them through `detector.kafka.emit.Emitter`, in batches: once
 woken it lingers a few milliseconds and takes everything queued, and while events keep coming it
 is never woken by the host at all (a wake-up costs the host more than an event). An event an
-adapter built (`send_owned`: an owner's fields checked once, then only typed values of its own)
-is checked by `_valid` against the contract's limits, a few comparisons; any other (`send`, the
-user's effect calls) is validated by the detector's own reading of its JSON. When Kafka is
+adapter built (`send_owned`: an owner's shared fields and its own, merged in the sender) and
+any other (`send`, the user's effect calls) are validated alike, by the detector's own reading
+of its JSON (the contract's pydantic model), in the sender thread. When Kafka is
 down the emitter's own buffer fills, then this queue, and what does not fit is dropped and
 counted (`splitbrain_adapter_events_dropped_total{adapter,reason}`), never raised: a detector
 that stops the fleet it watches would be worse than one that misses an event. Forked children
@@ -43,19 +43,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from pydantic import Field
 
 from detector.contracts.events import (
-    EFFECT_KINDS,
-    MAX_ATTRS,
-    MAX_DESTINATION_CHARS,
-    MAX_DETAIL_BYTES,
-    MAX_EPOCH,
-    MAX_EVENT_ID_CHARS,
     MAX_KEY_CHARS,
-    MAX_LABEL_CHARS,
-    MAX_WORKER_ID_CHARS,
     EventError,
     Kind,
     OwnershipEvent,
-    Source,
     parse_event_json,
 )
 from detector.errors import SplitbrainError
@@ -243,104 +234,17 @@ class _EventIds:
 _event_id = _EventIds()
 
 
-# A whole event this short holds a `detail` well within its limit, however it is spelled.
-_SHORT_EVENT: Final = MAX_DETAIL_BYTES // 2
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-
-
 def owner_fields(
     workflow_key: str, owner_epoch: int, worker_id: str, attrs: dict[str, str]
-) -> dict[str, Any] | None:
-    """The fields every event of one owner shares (`attrs` becomes theirs), checked against
-    the contract once; None when one breaks it (its events then take `send`, which drops and
-    logs them by field)."""
-    if not (
-        type(workflow_key) is str
-        and 0 < len(workflow_key) <= MAX_KEY_CHARS
-        and type(owner_epoch) is int
-        and 0 <= owner_epoch <= MAX_EPOCH
-        and type(worker_id) is str
-        and 0 < len(worker_id) <= MAX_WORKER_ID_CHARS
-        and len(attrs) <= MAX_ATTRS
-        and _labels(attrs)
-    ):
-        return None
+) -> dict[str, Any]:
+    """The fields every event of one owner shares (`attrs` becomes theirs), built once; each
+    event is checked against the contract when it is sent."""
     return {
         "workflow_key": workflow_key,
         "owner_epoch": owner_epoch,
         "worker_id": worker_id,
         "attrs": attrs,
     }
-
-
-def _labels(attrs: dict[str, str]) -> bool:
-    for k, v in attrs.items():  # loops here and in `_flat`: half the cost of `all`
-        if not (type(k) is str and type(v) is str and max(len(k), len(v)) <= MAX_LABEL_CHARS):
-            return False
-    return True
-
-
-def _text(limit: int, *, shortest: int = 1, optional: bool = True) -> Callable[[object], bool]:
-    def check(value: object) -> bool:
-        if value is None:
-            return optional
-        return type(value) is str and shortest <= len(value) <= limit
-
-    return check
-
-
-def _count(value: object) -> bool:
-    return value is None or (type(value) is int and 0 <= value <= MAX_EPOCH)
-
-
-def _positive(value: object) -> bool:
-    return value is None or (type(value) is float and 0 < value < math.inf)
-
-
-def _aware(value: object) -> bool:
-    return value is None or (type(value) is datetime and value.utcoffset() is not None)
-
-
-def _flat(value: object) -> bool:
-    """A `detail` of names and scalars, as adapters write it (nothing nested to check)."""
-    if value is None:
-        return True
-    if type(value) is not dict:
-        return False
-    for k, v in value.items():
-        if type(k) is not str or type(v) not in _SCALARS:
-            return False
-    return True
-
-
-# The per-event fields an adapter may give `send_owned`, each with what the contract asks.
-_CHECKS: Final[Mapping[str, Callable[[object], bool]]] = {
-    "seq": _count,
-    "source": lambda v: v is None or type(v) is Source,
-    "event_id": _text(MAX_EVENT_ID_CHARS, optional=False),
-    "effect_key": _text(MAX_KEY_CHARS),
-    "destination": _text(MAX_DESTINATION_CHARS, shortest=0),
-    "lease_until": _aware,
-    "lease_duration_s": _positive,
-    "heartbeat_interval_s": _positive,
-    "detail": _flat,
-}
-
-
-def _valid(kind: Kind, fields: Mapping[str, Any], size: int) -> bool:
-    """Whether an adapter's event is valid by the contract (a sufficient condition: what it
-    cannot tell this cheaply is left to the full validation)."""
-    if type(kind) is not Kind or size > _SHORT_EVENT:
-        return False
-    for name, value in fields.items():
-        check = _CHECKS.get(name)
-        if check is None or not check(value):
-            return False
-    return (
-        kind not in EFFECT_KINDS
-        or kind is Kind.EFFECT_REJECTED
-        or fields.get("effect_key") is not None
-    )
 
 
 # A queued event: the fields of `send`, or (owner fields, kind, own fields, time.time()) of
@@ -420,7 +324,7 @@ class AdapterSink:
 
     def send_owned(self, owner: Mapping[str, Any], kind: Kind, fields: dict[str, Any]) -> None:
         """Queue one event an adapter built: `owner` from `owner_fields`, `fields` its own
-        (seq, source, detail, …, as `_CHECKS` lists them). `fields` becomes the sink's."""
+        (seq, source, detail, …). `fields` becomes the sink's."""
         try:
             self._put((owner, kind, fields, time.time()))
         except Exception:  # the host's task must never see our failure
@@ -655,7 +559,7 @@ class AdapterSink:
                     if raw is not None:
                         raw(key, value)
                     else:
-                        publisher.publish(event or parse_event_json(value), value)
+                        publisher.publish(event, value)
                     sent += 1
                 self._holding = 0
         except Exception as exc:
@@ -669,25 +573,23 @@ class AdapterSink:
             self._sent.inc(sent)
         return publisher
 
-    def _encode(self, item: _Queued) -> tuple[str, bytes, OwnershipEvent | None] | None:
-        """The event's key and JSON, and its validated form when it took the full validation;
-        None when it was invalid (counted and logged)."""
+    def _encode(self, item: _Queued) -> tuple[str, bytes, OwnershipEvent] | None:
+        """The event's key, JSON and validated form; None when it was invalid (counted and
+        logged)."""
         if type(item) is tuple:
             owner, kind, own, at = item
             fields = {**owner, "kind": kind, **own}
             if "event_id" not in own:
                 fields["event_id"] = _event_id()
             fields["observed_at"] = datetime.fromtimestamp(at, UTC)
-            value = _ENCODE(fields)
-            if _valid(kind, own, len(value)):
-                return owner["workflow_key"], value, None
         else:
             assert isinstance(item, dict)
             fields = item
         return self._checked(fields)
 
     def _checked(self, fields: Mapping[str, Any]) -> tuple[str, bytes, OwnershipEvent] | None:
-        """The full validation: the detector's own reading of the bytes sent."""
+        """The contract's validation, as a detector reads the bytes sent (its pydantic model):
+        no limit is restated here."""
         try:
             value = _ENCODE(fields)
             event = parse_event_json(value)

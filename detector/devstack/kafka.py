@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from detector.devstack import process
 from detector.errors import SplitbrainError
 
@@ -455,12 +457,12 @@ class LocalKafka:
         if pid is None:
             self._forget_pid()
             return False
-        started = process.start_time(pid)
+        started = process.Pid.of(pid)
         self._signal(pid, signal.SIGTERM)
         self._signal(pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
-        if not self._wait_dead(pid, timeout, started):
+        if not self._wait_dead(started, timeout):
             self._signal(pid, signal.SIGKILL)
-            if not self._wait_dead(pid, 10.0, started):
+            if not self._wait_dead(started, 10.0):
                 raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
         self._forget_pid()
         return True
@@ -470,9 +472,9 @@ class LocalKafka:
         pid = self.pid()
         if pid is None:
             raise DevKafkaError(f"no broker runs on {self.data_dir}")
-        started = process.start_time(pid)
+        started = process.Pid.of(pid)
         self._signal(pid, signal.SIGKILL)
-        if not self._wait_dead(pid, 10.0, started):
+        if not self._wait_dead(started, 10.0):
             raise DevKafkaError(f"broker pid {pid} survived SIGKILL")
         self._forget_pid()
 
@@ -762,28 +764,25 @@ class LocalKafka:
 
     def _is_our_broker(self, pid: int) -> bool:
         """Alive, not a zombie, and a `kafka.Kafka` on this data dir (a recycled PID is not)."""
-        found = process.stat(pid)
-        if found is None or not found.running:
-            return False
-        words = process.cmdline(pid)
-        config = str(self.data_dir / _SERVER_PROPERTIES).encode()
-        return _BROKER_MAIN.encode() in words and config in words
+        return process.runs_with(pid, _BROKER_MAIN, str(self.data_dir / _SERVER_PROPERTIES))
 
     @staticmethod
-    def _gone(pid: int, started: str | None) -> bool:
+    def _gone(started: process.Pid) -> bool:
         """Fully exited, so its sockets are closed and its ports free.
 
         Neither "Z" alone nor an empty cmdline is enough: a dying JVM drops its memory map
         (cmdline goes blank) and its main thread turns zombie while other threads still tear
         down holding the listening sockets; only a zombie with one thread left is done.
-        `started` (the start time from /proc/PID/stat) tells a recycled PID apart.
+        `started` (with its start time) tells a recycled PID apart.
         """
-        found = process.stat(pid)
-        if found is None or found.start != started:
+        found = started.process()
+        try:
+            return found is None or (not process.runs(found) and found.num_threads() <= 1)
+        except psutil.Error:
             return True
-        return not found.running and found.threads <= 1
 
-    def _wait_dead(self, pid: int, timeout: float, started: str | None) -> bool:
+    def _wait_dead(self, started: process.Pid, timeout: float) -> bool:
+        pid = started.pid
         deadline = time.monotonic() + timeout
         while True:
             if self._proc is not None and self._proc.pid == pid:
@@ -791,7 +790,7 @@ class LocalKafka:
                     self._proc.wait(timeout=0.1)
                 if self._proc.returncode is not None:
                     return True
-            elif self._gone(pid, started):
+            elif self._gone(started):
                 return True
             else:
                 time.sleep(0.05)

@@ -244,12 +244,7 @@ class LocalPostgres(Started):
 
     def _alive(self, pid: int) -> bool:
         """Running (not a zombie) and a postgres on this data directory: a recycled PID is not."""
-        found = process.stat(pid)
-        return (
-            found is not None
-            and found.running
-            and str(self.data_dir).encode() in process.cmdline(pid)
-        )
+        return process.runs_with(pid, str(self.data_dir))
 
     def _run(self, program: str, *args: str) -> None:
         argv: Sequence[str] = [str(self._bin / program), *args]

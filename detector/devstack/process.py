@@ -1,6 +1,6 @@
-"""Processes of the dev stack, done one way for every server starter: a free port, /proc read
-in one place, a PID told apart from a recycled one by its start time, signals by PID, a stop
-that ends in SIGKILL to the process group, and the tail of a log for an error message."""
+"""Processes of the dev stack, done one way for every server starter: a free port, a PID told
+apart from a recycled one by its start time, signals by PID, a stop that ends in SIGKILL to the
+process group, and the tail of a log for an error message. psutil reads /proc."""
 
 from __future__ import annotations
 
@@ -15,53 +15,24 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import psutil
+from typing_extensions import TypeIs
 
 from detector.devstack.errors import StackError
 
-_PROC: Path = Path("/proc")
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+_TICKS: Final = os.sysconf("SC_CLK_TCK")
 
 
-# ------------------------------------------------------------------------------------ /proc
+# ---------------------------------------------------------------------------- identity
 
 
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """What the stack reads of /proc/PID/stat (proc(5): fields 3, 20 and 22)."""
-
-    state: str  # R, S, D, T, Z (zombie), X (dead)...
-    threads: int
-    start: str  # clock ticks after boot: with the PID, names one process for good
-
-    @property
-    def running(self) -> bool:
-        return self.state not in ("Z", "X")
-
-
-def stat(pid: int) -> Stat | None:
-    """/proc/PID/stat, or None when there is no such process. comm (field 2) may hold spaces
-    and parentheses, so the fields are counted after its last ")"."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()
-    if len(fields) < 20:
-        return None
-    return Stat(state=fields[0], threads=int(fields[17]), start=fields[19])
-
-
-def cmdline(pid: int) -> list[bytes]:
-    """The words of /proc/PID/cmdline (none for a zombie, or when there is no such process)."""
-    try:
-        return (_PROC / str(pid) / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
-
-
-def start_time(pid: int) -> str | None:
-    found = stat(pid)
-    return None if found is None else found.start
+def _started(proc: psutil.Process) -> str:
+    """When `proc` started, in clock ticks after boot as /proc/PID/stat has it (the unit records
+    have always kept): psutil's create_time adds the boot time, which a wall-clock step moves."""
+    return str(round((proc.create_time() - psutil.boot_time()) * _TICKS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +40,29 @@ class Pid:
     """A process, told apart from a later one with the same number by its start time."""
 
     pid: int
-    start: str | None
+    start: str | None  # clock ticks after boot: with the PID, names one process for good
 
     @classmethod
     def of(cls, pid: int) -> Pid:
-        return cls(pid, start_time(pid))
+        try:
+            return cls(pid, _started(psutil.Process(pid)))
+        except psutil.Error:
+            return cls(pid, None)
+
+    def process(self) -> psutil.Process | None:
+        """The recorded process, a zombie included; None once it is gone or its number names
+        a later one."""
+        try:
+            proc = psutil.Process(self.pid)
+            if self.start is None or _started(proc) == self.start:
+                return proc
+        except psutil.Error:
+            pass
+        return None
 
     def alive(self) -> bool:
         """Running (a zombie is not): the same process that was recorded."""
-        found = stat(self.pid)
-        if found is None or not found.running:
-            return False
-        return self.start is None or found.start == self.start
+        return runs(self.process())
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "start": self.start}
@@ -90,13 +72,30 @@ class Pid:
         return cls(int(doc["pid"]), doc.get("start"))
 
 
+def runs(proc: psutil.Process | None) -> TypeIs[psutil.Process]:
+    """`proc` is there and not a zombie."""
+    try:
+        return proc is not None and proc.status() not in _GONE
+    except psutil.Error:
+        return False
+
+
+def runs_with(pid: int, *arguments: str) -> bool:
+    """`pid` runs (a zombie does not) with each of `arguments` as a word of its command line:
+    how a server known by a pid file alone is told from a later process given its number."""
+    try:
+        proc = psutil.Process(pid)
+        return runs(proc) and set(arguments) <= set(proc.cmdline())
+    except psutil.Error:
+        return False
+
+
 def pids_with_argument(argument: str) -> list[Pid]:
     """The running processes whose command line has `argument` as one of its words."""
-    needle = argument.encode()
     found = [
-        Pid.of(int(entry.name))
-        for entry in _PROC.iterdir()
-        if entry.name.isdigit() and needle in cmdline(int(entry.name))
+        Pid.of(proc.pid)
+        for proc in psutil.process_iter(["cmdline"])
+        if argument in (proc.info["cmdline"] or ())
     ]
     return [p for p in found if p.alive()]
 
@@ -107,16 +106,20 @@ def pids_with_argument(argument: str) -> list[Pid]:
 def send(pid: Pid, sig: int, *, group: bool = False) -> None:
     """`sig` to `pid` if it is still that process (to its process group with `group`: each
     server leads a session, hence a group, of its own)."""
-    if not pid.alive():
+    proc = pid.process()
+    if not runs(proc):
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if group:
+    with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+        if group:  # psutil signals one process; a group is the kernel's
             os.killpg(pid.pid, sig)
         else:
-            os.kill(pid.pid, sig)
+            proc.send_signal(sig)  # psutil checks once more that the number is still its own
 
 
 def _wait_gone(pids: Sequence[Pid], timeout: float, reap: Callable[[], None]) -> bool:
+    """Polled rather than psutil.wait_procs: that reaps our own children behind their
+    subprocess.Popen (whose exit code then reads 0), and waits on another process's zombie
+    until its parent reaps it, where a zombie has stopped for the stack."""
     deadline = time.monotonic() + timeout
     while True:
         reap()
@@ -197,7 +200,7 @@ def free_port() -> int:
 
 def _ephemeral_port_low() -> int:
     try:
-        return int((_PROC / "sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768
 

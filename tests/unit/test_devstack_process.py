@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 from detector.devstack import process
 from detector.devstack.process import Pid
 
@@ -53,8 +55,8 @@ def test_a_recorded_process_is_alive_until_it_exits_and_a_zombie_is_not() -> Non
         assert pid.alive()
         os.kill(proc.pid, signal.SIGKILL)
         until(lambda: not pid.alive())  # not reaped yet: a zombie
-        stat = process.stat(proc.pid)
-        assert stat is not None and stat.state == "Z" and not stat.running
+        zombie = pid.process()
+        assert zombie is not None and zombie.status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_later_process_with_the_same_number_is_not_the_recorded_one() -> None:
@@ -64,15 +66,14 @@ def test_a_later_process_with_the_same_number_is_not_the_recorded_one() -> None:
     assert Pid.from_json(me.to_json()) == me
 
 
-def test_the_stat_fields_are_read_after_a_name_with_spaces_and_parentheses(
-    tmp_path: Path,
-) -> None:
+def test_a_process_named_with_spaces_and_parentheses_is_recorded(tmp_path: Path) -> None:
     python = tmp_path / "a) (b c"
     shutil.copy(sys.executable, python)
     with child(str(python), "-c", SLEEPER) as proc:
-        stat = process.stat(proc.pid)
-        assert stat is not None and stat.running and stat.threads >= 1
-        assert stat.start == Pid.of(proc.pid).start
+        pid = Pid.of(proc.pid)
+        assert pid.start is not None and pid.alive()
+        assert process.runs_with(proc.pid, str(python), SLEEPER)
+        assert not process.runs_with(proc.pid, "elsewhere")
 
 
 def test_a_process_is_found_by_a_word_of_its_command_line() -> None:
