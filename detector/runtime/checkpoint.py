@@ -11,9 +11,9 @@ into the transaction of the input partition they came from: the confluent-kafka 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
@@ -27,6 +27,9 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None  # None: a tombstone
     headers: list[tuple[str, str | bytes | None]] | None = None
+
+
+_NOTHING: Final[tuple[Record, ...]] = ()  # what most steps produce: no list to build per record
 
 
 class LocalStates(Protocol):
@@ -84,7 +87,7 @@ class Checkpoint:
 
     def take(
         self, processor: PartitionProcessor, local: LocalStates, writes: Writes
-    ) -> list[Record]:
+    ) -> Sequence[Record]:
         """The records to produce for one step of `processor`, in its partition; the workflows
         it changed are written by `states`."""
         partition = processor.partition
@@ -93,8 +96,10 @@ class Checkpoint:
             if changed is None:
                 changed = self._changed[partition] = _Changed(processor, local)
             changed.keys |= writes.changed
-        records: list[Record] = []
         dead = writes.dead_letter
+        if dead is None and not writes.findings:
+            return _NOTHING
+        records: list[Record] = []
         if dead is not None:
             records.append(Record(self.dlq_topic, partition, dead.key, dead.value, dead.headers()))
         for update in writes.findings:

@@ -181,7 +181,7 @@ class FaustWorker:
         processed = processor.process(
             message.key, message.value, message.topic, message.offset, now, message.headers
         )
-        records = checkpoint.take(processor, engine.states, processed)
+        records = [*checkpoint.take(processor, engine.states, processed)]
         ticked = processor.tick(now)  # only when an event brings a transaction
         if ticked is not None:
             records += checkpoint.take(processor, engine.states, ticked)
