@@ -53,8 +53,9 @@ class Checkpoint:
 
     `offsets` outlive a commit: the next offset to consume of each input partition the worker
     processed since it got it (its lag, and faust's guard against redelivered records), until
-    `forget`. A workflow changed by several records is encoded once, by `states`, however many
-    records changed it.
+    `forget`. A workflow changed by several records is encoded once per call of `states`: the
+    confluent-kafka loop calls it at the commit; the faust agent after each event, since faust's
+    consumer, not the agent, decides when a transaction commits.
     """
 
     findings_topic: str
@@ -63,7 +64,7 @@ class Checkpoint:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     events: int = 0
     opened_at: float | None = None  # monotonic; None: no transaction open
-    _changed: dict[int, _Changed] = field(default_factory=dict)
+    _changed: dict[int, _Changed] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def of(cls, settings: WorkerSettings) -> Checkpoint:
