@@ -17,7 +17,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import Final
 
@@ -31,12 +31,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from detector.core import Detector, encode_state
+from detector.core import Detector
 from detector.errors import ExitCode, SplitbrainError
 from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore
 from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
+from detector.runtime.checkpoint import Checkpoint
 from detector.runtime.output import open_output
 from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
@@ -70,17 +71,10 @@ class FencedError(SplitbrainError):
 
 @dataclass(slots=True)
 class PartitionState:
-    """One input partition's store and processor, and the workflows changed since the last
-    commit."""
+    """One input partition's store and processor."""
 
     store: Store
     processor: PartitionProcessor
-    dirty: set[str] = field(default_factory=set)
-    next_offset: int | None = None
-
-    @property
-    def detector(self) -> Detector:
-        return self.processor.detector
 
 
 class KafkaLoopWorker:
@@ -97,9 +91,7 @@ class KafkaLoopWorker:
         self.tracing = tracing or WorkerTracing.off()
         self.partitions: dict[int, PartitionState] = {}
         self.stopping = False
-        self.in_txn = False
-        self.txn_events = 0
-        self.txn_started = 0.0
+        self.checkpoint = Checkpoint.of(settings)
         self.admin = AdminClient(settings.kafka)
         self.stall = StallWatch(
             give_up_s=settings.commit_give_up_s, give_up=_exit_stuck, serving=self._serving
@@ -183,7 +175,8 @@ class KafkaLoopWorker:
     def _step(self) -> None:
         messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
         self.metrics.polled(time.time())
-        if not messages and not self.in_txn and self.partitions:
+        checkpoint = self.checkpoint
+        if not messages and checkpoint.opened_at is None and self.partitions:
             self.stall.progressed()  # idle, holding partitions: nothing waits for Kafka
         spans = self.tracing.batch()
         try:
@@ -202,11 +195,7 @@ class KafkaLoopWorker:
                 self._begin()
                 self._process(msg, topic, partition, offset, ps, spans)
             self._tick(time.time())
-            now = time.monotonic()
-            if self.in_txn and (
-                self.txn_events >= self.s.commit_max_events
-                or (now - self.txn_started) * 1000 >= self.s.commit_interval_ms
-            ):
+            if checkpoint.due(self.s.commit_max_events, self.s.commit_interval_ms):
                 self._commit()
         except KafkaException as exc:
             self._recover(exc)
@@ -214,11 +203,9 @@ class KafkaLoopWorker:
             spans.end()
 
     def _begin(self) -> None:
-        if not self.in_txn:
+        if self.checkpoint.opened_at is None:
             self.output.begin()
-            self.in_txn = True
-            self.txn_events = 0
-            self.txn_started = time.monotonic()
+            self.checkpoint.begin()
 
     def _process(
         self,
@@ -229,34 +216,16 @@ class KafkaLoopWorker:
         ps: PartitionState,
         spans: ProcessingSpans,
     ) -> None:
-        ps.next_offset = offset + 1
-        self.txn_events += 1
         headers = msg.headers()
         spans.add(partition, headers)
         writes = ps.processor.process(msg.key(), msg.value(), topic, offset, time.time(), headers)
+        self.checkpoint.consumed(topic, partition, offset)
         self._write(writes, ps)
 
     def _write(self, writes: Writes, ps: PartitionState) -> None:
-        """Into the open transaction, to the partition the input came from."""
-        partition = ps.processor.partition
-        dead = writes.dead_letter
-        if dead is not None:
-            self.output.producer.produce(
-                self.s.dlq_topic,
-                key=dead.key,
-                value=dead.value,
-                headers=dead.headers(),
-                partition=partition,
-            )
-        for update in writes.findings:
-            f = update.finding
-            self.output.producer.produce(
-                self.s.findings_topic,
-                key=f.workflow_key.encode(),
-                value=f.to_json().encode(),
-                partition=partition,
-            )
-        ps.dirty |= writes.changed
+        """Into the open transaction; the states at its commit."""
+        for record in self.checkpoint.take(ps.processor, ps.store, writes):
+            self.output.produce(record)
 
     def _tick(self, now: float) -> None:
         """Let time pass in every partition whose tick is due; evictions become tombstones."""
@@ -267,16 +236,16 @@ class KafkaLoopWorker:
             if writes.findings or writes.changed:
                 self._begin()
                 self._write(writes, ps)
-            self.metrics.consumer_lag(partition, self._lag(partition, ps))
+            self.metrics.consumer_lag(partition, self._lag(partition))
 
-    def _lag(self, partition: int, ps: PartitionState) -> int | None:
+    def _lag(self, partition: int) -> int | None:
         """From the high watermark the last fetch reported (no broker round trip): None until
         there was one. With transactional producers on the input, it also counts their commit
         markers and open transactions."""
         tp = TopicPartition(self.s.input_topic, partition)
         try:
             _, end = self.consumer.get_watermark_offsets(tp, cached=True)
-            position = ps.next_offset
+            position = self.checkpoint.offsets.get((tp.topic, partition))
             if position is None:  # nothing processed since the assignment: where the fetch is
                 position = self.consumer.position([tp])[0].offset
         except KafkaException:  # a metric must never abort the transaction (see _step)
@@ -286,12 +255,15 @@ class KafkaLoopWorker:
     def _commit(self) -> None:
         """The open batch: its output, then the states that record it, then its offsets. The
         histogram times the waits for the broker, not the encoding of the states."""
-        if not self.in_txn:
+        checkpoint = self.checkpoint
+        if checkpoint.opened_at is None:
             return
         started = time.monotonic()
         self.output.deliver()
         delivering = time.monotonic() - started
-        offsets = self._write_states()
+        for record in checkpoint.states():
+            self.output.produce(record)
+        offsets = [TopicPartition(t, p, offset) for (t, p), offset in checkpoint.offsets.items()]
         started = time.monotonic()
         self.stall.committing(True)
         try:
@@ -299,26 +271,11 @@ class KafkaLoopWorker:
         finally:
             self.stall.committing(False)
         self.stall.progressed()
-        self.in_txn = False
+        events = checkpoint.events
+        checkpoint.end()
         for ps in self.partitions.values():
             ps.store.committed()
-        self.metrics.committed(delivering + time.monotonic() - started, self.txn_events)
-
-    def _write_states(self) -> list[TopicPartition]:
-        """The changed workflows' states to the changelog; the offsets the batch consumed to."""
-        offsets: list[TopicPartition] = []
-        for partition, ps in self.partitions.items():
-            for key in ps.dirty:
-                state = ps.detector.states.get(key)
-                raw = None if state is None else encode_state(state)
-                self.output.producer.produce(
-                    self.s.changelog_topic, key=key.encode(), value=raw, partition=partition
-                )
-                ps.store.put(key, raw)
-            ps.dirty.clear()
-            if ps.next_offset is not None:
-                offsets.append(TopicPartition(self.s.input_topic, partition, ps.next_offset))
-        return offsets
+        self.metrics.committed(delivering + time.monotonic() - started, events)
 
     # ---- failure and rebalance ----------------------------------------------------------------
 
@@ -329,14 +286,14 @@ class KafkaLoopWorker:
         log.warning("transaction failed, aborting and rebuilding: %s", exc)
         self.stall.kafka_error(exc)
         self.metrics.aborted()
-        if self.in_txn:
+        if self.checkpoint.opened_at is not None:
             try:
                 self.output.abort()
             except KafkaException as abort_exc:
                 # Fenced, or the coordinator unreachable, or a commit that timed out still in
                 # progress (librdkafka then refuses the abort: only that commit can resume).
                 self._renew_producer(abort_exc, fenced=_fatal(abort_exc))
-            self.in_txn = False
+            self.checkpoint.end()
         self._restore(list(self.partitions), rewind=True)
 
     def _renew_producer(self, exc: KafkaException, *, fenced: bool) -> None:
@@ -346,7 +303,7 @@ class KafkaLoopWorker:
         if not self.output.renew(fenced=fenced):
             raise FencedError(str(exc))
         log.warning("a new producer takes over the transactional id: %s", exc)
-        self.in_txn = False
+        self.checkpoint.end()
         while not self.stopping:
             try:
                 self.output.start()
@@ -382,6 +339,7 @@ class KafkaLoopWorker:
 
     def _drop(self, partitions: list[int]) -> None:
         self._abort_quietly()
+        self.checkpoint.forget((self.s.input_topic, p) for p in partitions)
         for partition in partitions:
             gone = self.partitions.pop(partition, None)
             if gone is not None:
@@ -389,20 +347,19 @@ class KafkaLoopWorker:
             self.metrics.partition_gone(partition)
 
     def _abort_quietly(self) -> None:
-        if not self.in_txn:
+        if self.checkpoint.opened_at is None:
             return
         try:
             self.output.abort()
         except KafkaException as exc:
             log.warning("abort during rebalance failed: %s", exc)
-        self.in_txn = False
+        self.checkpoint.end()
         self.metrics.aborted()
-        for ps in self.partitions.values():
-            ps.dirty.clear()
 
     def _restore(self, partitions: list[int], *, rewind: bool) -> None:
         """Read each partition's changelog to its end (read_committed) before processing it."""
         started = time.monotonic()
+        self.checkpoint.forget((self.s.input_topic, p) for p in partitions)
         for p in partitions:
             old = self.partitions.pop(p, None)
             if old is not None:

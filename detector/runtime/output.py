@@ -17,6 +17,7 @@ from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from detector.runtime.checkpoint import Record
 from detector.runtime.settings import WorkerSettings
 
 TIMEOUT_S: Final = 30.0  # the transaction timeout; at least once, a record's time to be acked
@@ -24,11 +25,10 @@ _FLUSH_S: Final = TIMEOUT_S + 5.0  # every record is acked or failed by then
 
 
 class Output(Protocol):
-    """The producer a batch is written with, and what beginning, committing and discarding the
-    batch take."""
+    """Where a batch is written, and what beginning, committing and discarding it take."""
 
-    @property
-    def producer(self) -> Producer: ...
+    def produce(self, record: Record) -> None:
+        """One record of the batch (`detector.runtime.checkpoint`)."""
 
     @property
     def commits_on_revoke(self) -> bool:
@@ -77,7 +77,22 @@ def _producer_config(settings: WorkerSettings) -> dict[str, Any]:
     }
 
 
-class TransactionalOutput:
+class _Producing:
+    """Both guarantees write a record the same way; only what ends the batch differs."""
+
+    producer: Producer
+
+    def produce(self, record: Record) -> None:
+        self.producer.produce(
+            record.topic,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+            partition=record.partition,
+        )
+
+
+class TransactionalOutput(_Producing):
     """Exactly once: the offsets go into the transaction with the consumer's group metadata
     (KIP-447), so a zombie is fenced by the group generation; the stable transactional id fences
     this worker's previous incarnation."""
@@ -134,14 +149,14 @@ class TransactionalOutput:
         return True
 
 
-class AtLeastOnceOutput:
+class AtLeastOnceOutput(_Producing):
     """At least once: the batch is flushed, and the offsets committed only once the broker
     acknowledged it all. A failed delivery fails the commit, so its offsets are never committed."""
 
     commits_on_revoke: Final = True  # or the next owner writes the batch again
 
     def __init__(self, settings: WorkerSettings, consumer: Consumer) -> None:
-        self.producer: Final = Producer(
+        self.producer = Producer(
             {
                 **_producer_config(settings),
                 # Bounded as in a transaction: a broker that is down fails the commit in this

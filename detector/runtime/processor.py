@@ -1,8 +1,9 @@
 """One input partition's processing step, the same in every runtime.
 
 A runtime only moves records: it polls, hands each record to `PartitionProcessor.process`, lets
-time pass with `tick`, and writes the `Writes` they return (finding revisions and dead letters to
-their topics, changed workflow states to the changelog) inside its transaction. Admission,
+time pass with `tick`, and hands the `Writes` they return (finding revisions, dead letters, the
+workflows whose state changed) to its `detector.runtime.checkpoint.Checkpoint`, which turns them
+into the records of its transaction. Admission,
 detection, the quiet-period clock, the finding log line, every per-record metric and what an
 exception of the engine costs (one event, never the partition) are decided here, once.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from detector.contracts.dead_letters import DeadLetter
 from detector.contracts.events import OwnershipEvent
-from detector.core import Detector, FindingUpdate
+from detector.core import Detector, FindingUpdate, encode_state
 from detector.runtime.engine_errors import EngineError
 from detector.runtime.intake import admit
 from detector.telemetry.metrics import WorkerMetrics
@@ -107,6 +108,11 @@ class PartitionProcessor:
         # A resolved finding's new revision lives in its state: persist it with the revision,
         # or a restore would publish the same (finding_id, revision) again.
         return Writes(advanced.updates, None, advanced.changed)
+
+    def encoded_state(self, key: str) -> bytes | None:
+        """A workflow's state as the changelog keeps it; None: the engine evicted it."""
+        state = self.detector.states.get(key)
+        return None if state is None else encode_state(state)
 
     def _failed(self, event: OwnershipEvent, error: EngineError, topic: str, offset: int) -> None:
         """The engine raised on `event`: one event must never stop a partition, so it goes to

@@ -11,12 +11,17 @@ import textwrap
 import pytest
 from faust.types import TP
 
+from detector.runtime.checkpoint import Checkpoint
 from detector.runtime.faust.barrier import CommitBarrier, FaustRuntimeError
 
 
+def new_barrier() -> CommitBarrier:
+    return CommitBarrier(Checkpoint("out", "dlq", "changelog"))
+
+
 def test_it_refuses_to_commit_past_the_last_event_the_agent_finished() -> None:
-    barrier = CommitBarrier()
-    barrier.processed[("in", 0)] = 10
+    barrier = new_barrier()
+    barrier.checkpoint.offsets[("in", 0)] = 10
     barrier.check_offsets({TP("in", 0): 10})  # up to it: fine
     with pytest.raises(FaustRuntimeError, match="past the last event"):
         barrier.check_offsets({TP("in", 0): 11})
@@ -26,19 +31,19 @@ def test_it_refuses_to_commit_past_the_last_event_the_agent_finished() -> None:
 
 def test_a_partition_never_processed_cannot_be_committed() -> None:
     with pytest.raises(FaustRuntimeError):
-        CommitBarrier().check_offsets({TP("in", 1): 0})
+        new_barrier().check_offsets({TP("in", 1): 0})
 
 
 def test_forgetting_a_revoked_partition_forgets_its_progress() -> None:
-    barrier = CommitBarrier()
-    barrier.processed[("in", 2)] = 5
-    barrier.forget([TP("in", 2)])
-    assert barrier.processed == {}
+    barrier = new_barrier()
+    barrier.checkpoint.offsets[("in", 2)] = 5
+    barrier.checkpoint.forget([TP("in", 2)])
+    assert barrier.checkpoint.offsets == {}
 
 
 def test_drain_waits_for_every_write_and_a_failed_one_makes_it_unusable() -> None:
     async def scenario() -> CommitBarrier:
-        barrier = CommitBarrier()
+        barrier = new_barrier()
         loop = asyncio.get_running_loop()
         ok: asyncio.Future[None] = loop.create_future()
         barrier.track(ok)
@@ -84,9 +89,9 @@ def test_a_crashed_worker_exits_while_its_consumer_thread_still_runs() -> None:
 def test_a_record_below_what_the_agent_finished_is_a_redelivery() -> None:
     """After a seek back to the committed offset, a record already finished (its outputs in the
     open transaction) must not run again: a dead letter has no state to tell the repeat."""
-    barrier = CommitBarrier()
+    barrier = new_barrier()
     assert not barrier.done("in", 0, 0)  # nothing finished yet: everything is new
-    barrier.processed[("in", 0)] = 624
+    barrier.checkpoint.offsets[("in", 0)] = 624
     assert barrier.done("in", 0, 623) and not barrier.done("in", 0, 624)
-    barrier.forget([TP("in", 0)])  # the partition moved: its open transaction ended
+    barrier.checkpoint.forget([TP("in", 0)])  # the partition moved: its open transaction ended
     assert not barrier.done("in", 0, 623)

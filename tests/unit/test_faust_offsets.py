@@ -82,7 +82,7 @@ def test_a_hole_in_fausts_acks_no_longer_stops_the_partitions_commits(tmp_path: 
         assert isinstance(consumer, EosConsumer)
         consumer._committed_offset[P0] = 2378
         consumer._acked[P0].extend(range(2386, 3302))
-        w.app.barrier.processed[(INPUT, 0)] = 3302
+        w.app.barrier.checkpoint.offsets[(INPUT, 0)] = 3302
         assert super(EosConsumer, consumer)._new_offset(P0) is None  # stock faust: stuck
         consumer._acked[P0].extend(range(2386, 3302))
         assert consumer._filter_committable_offsets([P0]) == {P0: 3302}

@@ -3,11 +3,12 @@
 faust 0.15.3 + aiokafka 0.14 do not give exactly-once by setting `processing_guarantee` alone
 (docs/decisions/0003-faust-runtime-notes.md has the analysis, with file and line). This module
 uses faust's own transaction machinery — one transactional producer per input partition, whose
-transaction carries the table's changelog writes and the consumed offsets — and closes the
-holes that matter for us with small documented subclasses:
+transaction carries the records of the shared `detector.runtime.checkpoint.Checkpoint` (changelog
+writes, findings, dead letters) and the consumed offsets — and closes the holes that matter for
+us with small documented subclasses:
 
-- `EosTransactionManager` puts findings and dead letters into the transaction of the input
-  partition they came from (faust would send them outside any transaction, #177) and refuses
+- `EosTransactionManager` puts every record into the transaction of the input partition it came
+  from (faust would send findings and dead letters outside any transaction, #177) and refuses
   every send that would leave a transaction.
 - `EosConsumer` commits only between two events, after every write of the events it commits
   has reached the broker (faust's EOS commit does not flush, and it commits in the middle of an

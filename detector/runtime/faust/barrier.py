@@ -4,13 +4,14 @@ exactly-once commit for us."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from faust.types import TP
 
 from detector.errors import SplitbrainError
+from detector.runtime.checkpoint import Checkpoint
 
 DRAIN_TIMEOUT_S: Final = 60.0
 
@@ -30,18 +31,17 @@ class CommitBarrier:
     consumer holds it while it commits, so a transaction never ends in the middle of an event.
     `pending` holds the delivery futures of every record written since the last commit; the
     commit waits for all of them, so it cannot leave a changelog write or a finding behind in
-    the next transaction. `processed` is the next offset after the last event the agent
-    finished, per input partition, kept while the partition (and its open transaction) stays
-    with this worker: it is what the commit takes, and a record below it is a redelivery.
-    Once `failure` is set the worker has half-done work in its open transactions and must not
-    commit again.
+    the next transaction. The `checkpoint`'s offsets are the next offset after the last event
+    the agent finished, per input partition, kept while the partition (and its open
+    transaction) stays with this worker: they are what the commit takes, and a record below one
+    is a redelivery. Once `failure` is set the worker has half-done work in its open
+    transactions and must not commit again.
     """
 
+    checkpoint: Checkpoint
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     pending: list[asyncio.Future[Any]] = field(default_factory=list)
-    processed: dict[tuple[str, int], int] = field(default_factory=dict)
     failure: BaseException | None = None
-    events: int = 0  # input records finished since the last commit, for the metrics
 
     def track(self, fut: Awaitable[Any]) -> None:
         self.pending.append(asyncio.ensure_future(fut))
@@ -69,7 +69,7 @@ class CommitBarrier:
 
     def check_offsets(self, offsets: Mapping[TP, int]) -> None:
         for tp, offset in offsets.items():
-            done = self.processed.get((tp.topic, tp.partition))
+            done = self.checkpoint.offsets.get((tp.topic, tp.partition))
             if done is None or offset > done:
                 exc = FaustRuntimeError(
                     f"faust wanted to commit {tp.topic}[{tp.partition}] at {offset}, past the "
@@ -84,8 +84,4 @@ class CommitBarrier:
         Its outputs are then in the partition's open transaction or a committed one: a seek
         back to the committed offset redelivers it, and a dead letter has no state that would
         let the engine see the repeat."""
-        return offset < self.processed.get((topic, partition), offset)
-
-    def forget(self, tps: Iterable[TP]) -> None:
-        for tp in tps:
-            self.processed.pop((tp.topic, tp.partition), None)
+        return offset < self.checkpoint.offsets.get((topic, partition), offset)

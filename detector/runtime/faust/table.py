@@ -11,8 +11,8 @@ from typing import Any, Final, cast
 import faust
 from faust.types import TP, EventT
 
-from detector.core import WorkflowState, encode_state
-from detector.runtime.faust.transport import SplitbrainApp, commit_barrier
+from detector.core import WorkflowState
+from detector.runtime.faust.transport import SplitbrainApp
 from detector.runtime.store import DecodedCache
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,8 @@ TABLE_NAME: Final = "state"  # faust names its changelog "{app id}-state-changel
 
 class StateTable(faust.Table):  # type: ignore[type-arg]
     """The table of `encode_state` bytes; it tells the worker which keys recovery brought in
-    (per partition), and hands every changelog write to the commit barrier."""
+    (per partition). The worker writes its changelog itself, with the rest of the transaction
+    (`detector.runtime.checkpoint`): the table only holds the bytes and reads them back."""
 
     def __init__(self, *args: Any, keys: dict[int, set[str]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -54,11 +55,6 @@ class StateTable(faust.Table):  # type: ignore[type-arg]
             restored = sorted(tp.partition for tp in active_tps)
             log.info("restored partitions %s in %.2fs", restored, elapsed)
 
-    def send_changelog(self, *args: Any, **kwargs: Any) -> Any:
-        fut = super().send_changelog(*args, **kwargs)
-        commit_barrier(self.app).track(fut)
-        return fut
-
     def apply_changelog_batch(self, batch: Iterable[EventT[Any]]) -> None:
         events = list(batch)
         super().apply_changelog_batch(events)
@@ -77,9 +73,8 @@ class StateTable(faust.Table):  # type: ignore[type-arg]
 class PartitionStates(DecodedCache):
     """One partition's workflows, as the engine wants them: decoded objects, kept decoded.
 
-    The table holds the durable bytes; `write_back` re-encodes a workflow after the engine
-    changed it (in place), and a deletion (the engine's eviction) becomes a changelog tombstone
-    at once. Writes happen inside the agent, so they go to the event's partition.
+    The table holds the bytes the changelog holds: the checkpoint `put`s a workflow's after the
+    engine changed it (in place) or evicted it, when it writes them to the changelog.
     """
 
     def __init__(self, table: StateTable, partition: int) -> None:
@@ -99,9 +94,6 @@ class PartitionStates(DecodedCache):
             raise KeyError(key)
         self._keys.discard(key)
         self._live.pop(key, None)
-        raw_key = key.encode()
-        if raw_key in self._table.data:
-            del self._table[raw_key]
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._keys))
@@ -109,11 +101,9 @@ class PartitionStates(DecodedCache):
     def __len__(self) -> int:
         return len(self._keys)
 
-    def write_back(self, key: str) -> None:
-        state = self._live.get(key)
-        if state is None:
-            return
-        raw = encode_state(state)
-        raw_key = key.encode()
-        if self._table.data.get(raw_key) != raw:
-            self._table[raw_key] = raw
+    def put(self, key: str, raw: bytes | None) -> None:
+        """The local copy only: the checkpoint writes the changelog record."""
+        if raw is None:
+            self._table.data.pop(key.encode(), None)
+        else:
+            self._table.data[key.encode()] = raw

@@ -81,10 +81,11 @@ class EosTransactionManager(TransactionManager):
             app.barrier.fail(exc)
             app.metrics.aborted()  # Kafka aborts what this worker can no longer commit
             raise
+        checkpoint = app.barrier.checkpoint
         app.metrics.committed(
-            time.monotonic() - started, app.barrier.events, {tp.partition for tp in offsets}
+            time.monotonic() - started, checkpoint.events, {tp.partition for tp in offsets}
         )
-        app.barrier.events = 0
+        checkpoint.end()
         return True
 
 
@@ -246,7 +247,7 @@ class EosConsumer(faust_aiokafka.Consumer):
         self._acked[tp].clear()
         self._acked_index[tp].clear()
         self._gap.pop(tp, None)
-        return commit_barrier(self.app).processed.get((tp.topic, tp.partition))
+        return commit_barrier(self.app).checkpoint.offsets.get((tp.topic, tp.partition))
 
     async def force_commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
         barrier = commit_barrier(self.app)
@@ -265,7 +266,7 @@ class EosConsumer(faust_aiokafka.Consumer):
         return await super()._commit_offsets(offsets, start_new_transaction=start_new_transaction)
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        # Not `barrier.forget`: a partition that stays keeps its open transaction, and with it
+        # Not `Checkpoint.forget`: a partition that stays keeps its open transaction, and with it
         # what the agent finished (`FaustWorker._on_assignment` forgets the ones that moved).
         cast(SplitbrainApp, self.app).metrics.revoked(tp.partition for tp in revoked)
         await super().on_partitions_revoked(revoked)

@@ -1,5 +1,5 @@
-"""The faust worker: one agent that hands each record to the shared processing step and writes
-what it writes into the transaction of the record's partition."""
+"""The faust worker: one agent that hands each record to the shared processing step and moves
+what its checkpoint makes of it into the transaction of the record's partition."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -17,16 +16,17 @@ from faust.types import TP, Message
 from faust.types.auth import CredentialsT
 from mode import CrashingSupervisor
 
-from detector.core import Detector, FindingUpdate
+from detector.core import Detector
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError
 from detector.kafka.stateful.topics import TopologyError
+from detector.runtime.checkpoint import Checkpoint, Record
 from detector.runtime.faust.barrier import CommitBarrier, FaustRuntimeError
 from detector.runtime.faust.credentials import broker_credentials
 from detector.runtime.faust.recovery import EosTableManager
 from detector.runtime.faust.table import TABLE_NAME, PartitionStates, StateTable
 from detector.runtime.faust.transport import EosConsumer, SplitbrainApp
-from detector.runtime.processor import PartitionProcessor, Writes
+from detector.runtime.processor import PartitionProcessor
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.topology import inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
@@ -102,7 +102,7 @@ class FaustWorker:
             stream_publish_on_commit=False,
             TableManager=EosTableManager,
         )
-        app.barrier = CommitBarrier()
+        app.barrier = CommitBarrier(Checkpoint.of(settings))
         app.kafka_config = dict(settings.kafka)
         app.metrics = metrics
         app.input_topic = settings.input_topic
@@ -172,31 +172,22 @@ class FaustWorker:
                     spans.end()
 
     async def _handle(self, message: Message) -> None:
+        """Into the transaction of the event's partition: its dead letter or finding revisions,
+        those of the tick it brings, and the states they changed."""
         engine = self._engine(message.partition)
+        checkpoint = self.app.barrier.checkpoint
+        processor = engine.processor
         now = time.time()
-        processed = engine.processor.process(
+        processed = processor.process(
             message.key, message.value, message.topic, message.offset, now, message.headers
         )
-        await self._write(engine, processed)
-        ticked = engine.processor.tick(now)  # only when an event brings a transaction
+        records = [*checkpoint.take(processor, engine.states, processed)]
+        ticked = processor.tick(now)  # only when an event brings a transaction
         if ticked is not None:
-            await self._write(engine, ticked)
-        self.app.barrier.processed[(message.topic, message.partition)] = message.offset + 1
-        self.app.barrier.events += 1
-
-    async def _write(self, engine: PartitionEngine, writes: Writes) -> None:
-        """Into the transaction of the event's partition: states (evictions were deleted
-        through `PartitionStates` already), dead letters and finding revisions."""
-        partition = engine.partition
-        for key in writes.changed:
-            engine.states.write_back(key)
-        dead = writes.dead_letter
-        if dead is not None:
-            await self._send(
-                self.settings.dlq_topic, dead.key, dead.value, partition, dead.headers()
-            )
-        for update in writes.findings:
-            await self._publish(update, partition)
+            records += checkpoint.take(processor, engine.states, ticked)
+        for record in (*records, *checkpoint.states()):
+            await self._send(record)
+        checkpoint.consumed(message.topic, message.partition, message.offset)
 
     def _engine(self, partition: int) -> PartitionEngine:
         engine = self.engines.get(partition)
@@ -209,24 +200,8 @@ class FaustWorker:
             engine = self.engines[partition] = PartitionEngine(processor, states)
         return engine
 
-    async def _publish(self, update: FindingUpdate, partition: int) -> None:
-        finding = update.finding
-        await self._send(
-            self.settings.findings_topic,
-            finding.workflow_key.encode(),
-            finding.to_json().encode(),
-            partition,
-            None,
-        )
-
-    async def _send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int,
-        headers: Sequence[tuple[str, str | bytes | None]] | None,
-    ) -> None:
+    async def _send(self, record: Record) -> None:
+        topic, partition, key, value, headers = record
         raw_headers = (
             None
             if headers is None
@@ -246,7 +221,7 @@ class FaustWorker:
         self.metrics.polled(time.time())
         for engine in self.engines.values():
             self.metrics.findings_open(engine.partition, engine.detector.open_findings())
-        processed = self.app.barrier.processed
+        processed = self.app.barrier.checkpoint.offsets
         for tp in self.app.consumer.assignment():
             if tp.topic == self.settings.input_topic:
                 try:
@@ -264,11 +239,8 @@ class FaustWorker:
         if one comes back it is restored from the changelog, not from a stale local copy. What
         the agent finished in them goes too: their open transactions end with the move."""
         mine = {tp.partition for tp in assigned if tp.topic == self.settings.input_topic}
-        self.app.barrier.forget(
-            TP(topic, partition)
-            for topic, partition in list(self.app.barrier.processed)
-            if partition not in mine
-        )
+        checkpoint = self.app.barrier.checkpoint
+        checkpoint.forget([tp for tp in checkpoint.offsets if tp[1] not in mine])
         for partition in {*self.engines, *self.keys_by_partition} - mine:
             if self.engines.pop(partition, None) is not None:
                 self.metrics.partition_gone(partition)
