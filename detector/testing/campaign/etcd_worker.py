@@ -27,7 +27,7 @@ from etcd3gw.utils import _encode
 from detector.adapters import current
 from detector.adapters.etcd import LockOwner
 from detector.testing.campaign import election
-from detector.testing.campaign.truth import TruthLog
+from detector.testing.campaign.truth import TruthLog, owner_of
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger("campaign.etcd")
@@ -197,10 +197,8 @@ class EtcdWorker:
             evidence = f"at revision {revision}: {said}"
             blind = NO_SUCCESSOR if held is None else None
         self.truth.record(
-            workflow_key=ownership.workflow_key,
+            **owner_of(ownership),
             effect_key=key,
-            executor=ownership.worker_id,
-            epoch=ownership.owner_epoch,
             owned=owned,
             evidence=f"{lock_key} {evidence}",
             committed=applied,

@@ -32,7 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from detector.adapters import current, effect_committed
 from detector.adapters.kubernetes import LeaderElector, LeadershipLostError
 from detector.testing.campaign import election
-from detector.testing.campaign.truth import TruthLog
+from detector.testing.campaign.truth import TruthLog, owner_of
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger("campaign.kubernetes")
@@ -208,10 +208,8 @@ class KubeWorker:
             )
             blind = NO_HOLDER if holder is None else None
         self.truth.record(
-            workflow_key=ownership.workflow_key,
+            **owner_of(ownership),
             effect_key=key,
-            executor=ownership.worker_id,
-            epoch=ownership.owner_epoch,
             owned=owned,
             evidence=evidence,
             attempt=attempt,

@@ -41,7 +41,7 @@ from temporalio.worker import Worker
 
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed
 from detector.adapters.temporal import SplitbrainInterceptor
-from detector.testing.campaign.truth import TruthLog
+from detector.testing.campaign.truth import TruthLog, owner_of
 from detector.testing.campaign.worker import sink
 
 _T = TypeVar("_T")
@@ -120,10 +120,8 @@ def _record(effect_key: str, owned: Callable[[Client], Awaitable[tuple[bool, str
     before, said = reader.read(owned)
     after, said_after = reader.read(owned)
     truth.record(
-        workflow_key=owner.workflow_key,
+        **owner_of(owner),
         effect_key=effect_key,
-        executor=owner.worker_id,
-        epoch=owner.owner_epoch,
         owned=before and after,
         evidence=said if said == said_after else f"{said}; then {said_after}",
     )

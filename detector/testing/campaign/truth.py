@@ -13,9 +13,12 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, Self
+from typing import TYPE_CHECKING, Final, Self, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from detector.adapters import Ownership
 
 TRUTH_ENV: Final = "SPLITBRAIN_CAMPAIGN_TRUTH"  # the file a worker process appends to
 RUN_ENV: Final = "SPLITBRAIN_CAMPAIGN_RUN"  # the run a worker process belongs to
@@ -48,6 +51,23 @@ class Write(BaseModel):
     # what each of its starts takes anew (an etcd lease, a pod's identity): what a kill of that
     # process may have silenced (`kills`).
     process: str | None = None
+
+
+class Owner(TypedDict):
+    """A write's executor, as `TruthLog.record` takes it."""
+
+    workflow_key: str
+    executor: str
+    epoch: int
+
+
+def owner_of(ownership: Ownership) -> Owner:
+    """The executor of the work an adapter's ownership names."""
+    return Owner(
+        workflow_key=ownership.workflow_key,
+        executor=ownership.worker_id,
+        epoch=ownership.owner_epoch,
+    )
 
 
 def campaign_time() -> float:
