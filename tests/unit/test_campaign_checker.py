@@ -157,3 +157,14 @@ def test_a_displaced_holder_s_attempt_after_the_takeover_explains_its_warning() 
     # One the truth could not place is blind, found or not, and never a miss.
     unread = check([_attempt(1, owned=False, blind="attempt_unread")], [], grade)
     assert (unread.blind, unread.false_negatives) == (1, 0)
+
+
+def test_a_commit_its_worker_s_exit_silenced_does_not_decide_the_next_duplicate_s_episode() -> None:
+    """The langgraph campaign's last miss (seed 1, run 19): epoch 2's commit died unsent with
+    its pod, so the detector rightly put epoch 3's duplicate in epoch 1's episode, the last one
+    it heard commit the key; the truth had expected it in epoch 2's."""
+    silenced = _write(2, 2.0).model_copy(update={"blind": "killed_unsent"})
+    writes = [_write(1, 1.0), silenced, _write(3, 3.0)]
+    assert [p.episodes for p in positives(writes)][-1] == frozenset({1})
+    verdict = check(writes, [Seen(_finding(1, 3), 3.1)], Grade("authoritative_seq", True))
+    assert (verdict.false_negatives, verdict.false_positives) == (0, 0), verdict.notes

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from detector.contracts.findings import ConditionKind, Finding, Severity
-from detector.testing.campaign.truth import Write
+from detector.testing.campaign.truth import UNSENT, Write
 
 # `per_condition`: the source's own events carry seq, some effect calls do not (LangGraph's
 # user calls, an etcd attempt made while etcd could not be read), so a finding is ordered by seq
@@ -97,12 +97,16 @@ def positives(writes: Iterable[Write]) -> list[Positive]:
     """What the truth says should be found, in the order of the writes."""
     found: list[Positive] = []
     epochs: dict[tuple[int, str, str], set[int]] = defaultdict(set)
+    # Of those, the commits whose events reached the detector: a commit a worker's exit
+    # silenced (`kills`) cannot decide whose episode a later duplicate joins.
+    heard_epochs: dict[tuple[int, str, str], set[int]] = defaultdict(set)
     for w in sorted(writes, key=lambda w: w.at):
         if w.attempt:
             if not w.owned:
                 found.append(Positive(w, duplicate=False, critical=False))
             continue
-        before = epochs[(w.run, w.workflow_key, w.effect_key)]
+        key = (w.run, w.workflow_key, w.effect_key)
+        before = heard_epochs[key] or epochs[key]
         if not w.owned:
             again = _episodes(w.epoch, before) if w.committed else frozenset()
             found.append(Positive(w, duplicate=False, critical=w.committed, episodes=again))
@@ -116,7 +120,9 @@ def positives(writes: Iterable[Write]) -> list[Positive]:
                 )
             )
         if w.committed:
-            before.add(w.epoch)
+            epochs[key].add(w.epoch)
+            if w.blind not in UNSENT:
+                heard_epochs[key].add(w.epoch)
     return found
 
 

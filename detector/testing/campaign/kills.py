@@ -23,10 +23,8 @@ from typing import Final
 from detector.adapters._sink import DEFAULT_EXIT_FLUSH_S
 from detector.testing.campaign.nemesis import Fault, Step
 from detector.testing.campaign.source import KafkaOutages
-from detector.testing.campaign.truth import TruthLog, Write
+from detector.testing.campaign.truth import KILLED_UNSENT, SHUTDOWN_UNSENT, TruthLog, Write
 
-KILLED_UNSENT: Final = "killed_unsent"
-SHUTDOWN_UNSENT: Final = "shutdown_unsent"
 # A write this close before its worker's SIGKILL may have died with its events (one batch).
 UNSENT_S: Final = 1.0
 _HEARD: Final = ""

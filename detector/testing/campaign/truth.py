@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 TRUTH_ENV: Final = "SPLITBRAIN_CAMPAIGN_TRUTH"  # the file a worker process appends to
 RUN_ENV: Final = "SPLITBRAIN_CAMPAIGN_RUN"  # the run a worker process belongs to
 PROCESS_ENV: Final = "SPLITBRAIN_CAMPAIGN_PROCESS"  # the fleet's name of a worker process
+# The blind spots of writes whose events never reached the detector: their worker's exit took
+# them along (`kills`).
+KILLED_UNSENT: Final = "killed_unsent"
+SHUTDOWN_UNSENT: Final = "shutdown_unsent"
+UNSENT: Final = frozenset({KILLED_UNSENT, SHUTDOWN_UNSENT})
 
 
 class Write(BaseModel):
