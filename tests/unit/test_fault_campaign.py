@@ -3,6 +3,8 @@ and the checker counts what the truth says against real findings of the engine."
 
 from __future__ import annotations
 
+import base64
+import json as jsonlib
 import random
 import time
 from pathlib import Path
@@ -12,12 +14,18 @@ import pytest
 from detector.contracts.findings import Finding
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.driver import SourceResult
-from detector.testing.campaign.kills import KILLED_UNSENT, SHUTDOWN_UNSENT, Kills
+from detector.testing.campaign.kills import Kills
 from detector.testing.campaign.nemesis import Fault, Step, plan
 from detector.testing.campaign.report import percentile, summary, table
 from detector.testing.campaign.source import CampaignEnv, KafkaOutages, RunEnv
 from detector.testing.campaign.sources import _election, load
-from detector.testing.campaign.truth import PROCESS_ENV, TruthLog, Write
+from detector.testing.campaign.truth import (
+    KILLED_UNSENT,
+    PROCESS_ENV,
+    SHUTDOWN_UNSENT,
+    TruthLog,
+    Write,
+)
 
 from .histories import acq, commit, ev, run
 
@@ -375,3 +383,63 @@ def test_the_election_fleet_names_its_workers_in_their_writes_and_marks_their_ki
     assert [(w.process, w.blind) for w in run_env.truth.writes()] == [("w0", KILLED_UNSENT)]
     for name in ("etcd", "kubernetes"):
         assert {KILLED_UNSENT, SHUTDOWN_UNSENT} <= set(load(name).blind), name
+
+
+class LedgerEtcd:
+    """etcd as `recover` reads it: the run's ledger keys, and the lock key at a revision."""
+
+    def __init__(self, ledger: dict[str, tuple[dict[str, object], int]], holder_at: int) -> None:
+        self.ledger = ledger
+        self.holder_at = holder_at  # the lock key's create_revision at any revision asked
+
+    def get_url(self, path: str) -> str:
+        return path
+
+    def post(self, url: str, json: dict[str, object]) -> dict[str, object]:
+        if "range_end" in json:
+            kvs = [
+                {"key": b64(k), "value": b64(jsonlib.dumps(v)), "mod_revision": str(rev)}
+                for k, (v, rev) in self.ledger.items()
+            ]
+            return {"kvs": kvs}
+        return {"kvs": [{"create_revision": str(self.holder_at), "lease": "43"}]}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_a_write_whose_writer_died_before_recording_it_is_recovered_from_etcd(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL between etcd's write and its record left a write out of the truth, and the
+    detector's right duplicate counted as a false alarm (etcd campaign, seed 1, run 7)."""
+    pytest.importorskip("etcd3gw")
+    from detector.testing.campaign.etcd_worker import recover  # noqa: PLC0415
+
+    truth = TruthLog(tmp_path / "truth.jsonl", run=7)
+    truth.record(
+        workflow_key="/locks/r/shard-2",
+        effect_key="shard-2/unit-1",
+        executor="lease-1a",
+        epoch=772,
+        owned=True,
+        evidence="",
+    )
+    made = {"epoch": 772, "at": 12.5, "process": "w2"}
+    etcd = LedgerEtcd(
+        {
+            "/r/ledger/shard-2/unit-1/lease-1a": (made, 800),  # recorded by its writer
+            "/r/ledger/shard-2/unit-2/lease-1a": (made, 801),  # its writer died first
+        },
+        holder_at=772,
+    )
+    assert recover(etcd, "r", truth) == 1  # type: ignore[arg-type]
+    recovered = list(truth.writes())[-1]
+    assert (recovered.effect_key, recovered.executor, recovered.epoch) == (
+        "shard-2/unit-2",
+        "lease-1a",
+        772,
+    )
+    assert recovered.owned and recovered.process == "w2" and recovered.at == 12.5
+    assert recovered.workflow_key == "/locks/r/shard-2"

@@ -14,7 +14,9 @@ MVCC read at that revision): the executor owned the shard iff the key then had t
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from typing import Any, Final
@@ -22,12 +24,12 @@ from urllib.parse import urlsplit
 
 from etcd3gw.client import Etcd3Client
 from etcd3gw.lock import Lock
-from etcd3gw.utils import _encode
+from etcd3gw.utils import _decode, _encode
 
 from detector.adapters import current
 from detector.adapters.etcd import LockOwner
 from detector.testing.campaign import election
-from detector.testing.campaign.truth import TruthLog, owner_of
+from detector.testing.campaign.truth import PROCESS_ENV, TruthLog, campaign_time, owner_of
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger("campaign.etcd")
@@ -61,6 +63,60 @@ def lock_at(client: Etcd3Client, key: str, revision: int) -> dict[str, Any] | No
     return dict(kvs[0]) if kvs else None
 
 
+def ledger_prefix(root: str) -> str:
+    return f"/{root}/ledger/"
+
+
+def judged(
+    client: Etcd3Client, lock_key: str, revision: int | None, epoch: int
+) -> tuple[bool, str, str | None]:
+    """(owned, evidence, blind) of an effect of `epoch` made at `revision`: whether the lock key
+    then still had the `create_revision` the executor won with."""
+    if revision is None:  # only an attempt: a write's answer always carries one
+        return False, f"{lock_key}: etcd could not be read at the attempt", UNREAD
+    held = election.retrying(lambda: lock_at(client, lock_key, revision), "reading the lock")
+    if held is None:
+        return False, f"{lock_key} at revision {revision}: absent", NO_SUCCESSOR
+    create = int(held["create_revision"])
+    said = f"create_revision {create}, lease {int(held.get('lease', 0)):x}"
+    return create == epoch, f"{lock_key} at revision {revision}: {said}", None
+
+
+def recover(client: Etcd3Client, root: str, truth: TruthLog) -> int:
+    """Record the writes etcd made whose writer died before it recorded them (a SIGKILL between
+    the write and its record); how many. Each is read back from its ledger key, at the revision
+    etcd made it."""
+    recorded = {(w.effect_key, w.executor) for w in truth.writes() if w.committed}
+    prefix = ledger_prefix(root)
+    doc = election.retrying(
+        lambda: client.post(
+            client.get_url("/kv/range"),
+            json={"key": _encode(prefix), "range_end": _encode(prefix[:-1] + "0")},
+        ),
+        "reading the ledger",
+    )
+    found = 0
+    for kv in doc.get("kvs") or []:
+        effect_key, executor = _decode(kv["key"]).decode()[len(prefix) :].rsplit("/", 1)
+        made = json.loads(_decode(kv["value"]))
+        if (effect_key, executor) in recorded or made["epoch"] is None:
+            continue
+        lock_key = f"/locks/{root}/{effect_key.split('/')[0]}"
+        owned, evidence, blind = judged(client, lock_key, int(kv["mod_revision"]), made["epoch"])
+        TruthLog(truth.path, truth.run, made["process"]).record(
+            workflow_key=lock_key,
+            effect_key=effect_key,
+            executor=executor,
+            epoch=made["epoch"],
+            owned=owned,
+            evidence=f"{evidence} (recovered from etcd: its writer died before recording it)",
+            at=made["at"],
+            blind=blind,
+        )
+        found += 1
+    return found
+
+
 class EtcdWorker:
     def __init__(self, endpoint: str, root: str, units: int, prefer: int, ttl: int, work_s: float):
         url = urlsplit(endpoint)
@@ -73,6 +129,7 @@ class EtcdWorker:
         self.orders = election.Orders()
         self.sink = sink("etcd")
         self.truth = TruthLog.from_env()
+        self.process = os.environ.get(PROCESS_ENV)
 
     def client(self) -> Etcd3Client:
         """One per thread: a requests session is not shared between threads."""
@@ -150,17 +207,22 @@ class EtcdWorker:
             return False
         key = election.effect_key(shard, index)
         owner.attempt(key, destination="etcd")
-        self.record(client, owner, lock_key, key, owner.attempt_revision, attempt=True)
+        self.record(client, lock_key, key, owner.attempt_revision, attempt=True)
         if self.orders.take_failure():
             log.info("%s failed before its effect; retrying it", key)
             return True
         time.sleep(self.work_s)
         fence = election.fenced(shard, index)
-        ledger = f"/{self.root}/ledger/{key}"
+        # One ledger key per unit and writer, whose value says the writer's epoch and time:
+        # etcd keeps every write made, so the truth can recover one its writer died before
+        # recording (`recover`).
+        ledger = f"{ledger_prefix(self.root)}{key}/{owner.worker_id}"
+        epoch = owner.ownership.owner_epoch if owner.ownership is not None else None
+        made = json.dumps({"epoch": epoch, "at": campaign_time(), "process": self.process})
         applied = election.retrying(
-            lambda: owner.put(ledger, owner.worker_id, effect_key=key, fenced=fence), "the write"
+            lambda: owner.put(ledger, made, effect_key=key, fenced=fence), "the write"
         )
-        self.record(client, owner, lock_key, key, owner.revision, applied=applied)
+        self.record(client, lock_key, key, owner.revision, applied=applied)
         if not applied:
             return False  # etcd refused the fence: displaced
         return election.retrying(lambda: self.advance(client, lock_key, shard, index), "the cursor")
@@ -168,7 +230,6 @@ class EtcdWorker:
     def record(
         self,
         client: Etcd3Client,
-        owner: LockOwner,
         lock_key: str,
         key: str,
         revision: int | None,
@@ -181,26 +242,12 @@ class EtcdWorker:
         ownership = current()
         if self.truth is None or ownership is None:
             return
-        blind: str | None = UNREAD
-        if revision is None:  # only an attempt: a write's answer always carries one
-            owned, evidence = False, "etcd could not be read at the attempt"
-        else:
-            at = revision
-            held = election.retrying(lambda: lock_at(client, lock_key, at), "reading the lock")
-            create = None if held is None else int(held["create_revision"])
-            owned = create == ownership.owner_epoch
-            said = (
-                "absent"
-                if held is None
-                else f"create_revision {create}, lease {int(held.get('lease', 0)):x}"
-            )
-            evidence = f"at revision {revision}: {said}"
-            blind = NO_SUCCESSOR if held is None else None
+        owned, evidence, blind = judged(client, lock_key, revision, ownership.owner_epoch)
         self.truth.record(
             **owner_of(ownership),
             effect_key=key,
             owned=owned,
-            evidence=f"{lock_key} {evidence}",
+            evidence=evidence,
             committed=applied,
             attempt=attempt,
             blind=blind,

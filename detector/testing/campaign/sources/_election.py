@@ -112,6 +112,7 @@ class ElectionSession(Generic[S]):
         watcher_argv: Sequence[str],
         worker_argv: Callable[[int, int], Sequence[str]],
         done: Callable[[], bool],
+        recover: Callable[[TruthLog], object] = lambda truth: None,
     ) -> contextlib.AbstractContextManager[ElectionFleet]:
         """`fleet` on this session's server."""
         return fleet(
@@ -121,6 +122,7 @@ class ElectionSession(Generic[S]):
             port=self.server.port,
             done=done,
             restart_coordinator=self.restart,
+            recover=recover,
         )
 
 
@@ -137,6 +139,9 @@ class ElectionFleet:
     restart_coordinator: Callable[[float], None]
     kills: Kills
     truth: TruthLog
+    # Records in `truth` the effects the coordinator made whose writers died before recording
+    # them, once every worker is stopped.
+    recover: Callable[[TruthLog], object] = lambda truth: None
     _timers: list[threading.Timer] = field(default_factory=list)
     _restarts: list[threading.Thread] = field(default_factory=list)
     _healed_by = 0.0  # time.monotonic() when the last fault applied ends by itself
@@ -205,6 +210,7 @@ class ElectionFleet:
             worker.stop()
         for proxy in self.proxies:
             proxy.close()
+        self.recover(self.truth)
         self.kills.mark(self.truth)
 
 
@@ -236,6 +242,7 @@ def fleet(
     port: int,
     done: Callable[[], bool],
     restart_coordinator: Callable[[float], None],
+    recover: Callable[[TruthLog], object],
 ) -> Iterator[ElectionFleet]:
     """The run's watcher (ready once it follows) and `WORKERS` workers, worker `i` started as
     `worker_argv(i, proxy_port)` through a proxy to the coordinator's `port`; all stopped on
@@ -255,7 +262,9 @@ def fleet(
         _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
         go.touch()
         kills = Kills(env.campaign.outages)
-        fleet = ElectionFleet(workers, proxies, clocks, done, restart_coordinator, kills, env.truth)
+        fleet = ElectionFleet(
+            workers, proxies, clocks, done, restart_coordinator, kills, env.truth, recover
+        )
         try:
             yield fleet
         finally:

@@ -25,7 +25,11 @@ class EtcdSession(_election.ElectionSession[LocalEtcd]):
     def run(self, env: RunEnv) -> Iterator[Fleet]:
         from etcd3gw.client import Etcd3Client  # noqa: PLC0415
 
-        from detector.testing.campaign.etcd_worker import lock_name, read_cursor  # noqa: PLC0415
+        from detector.testing.campaign.etcd_worker import (  # noqa: PLC0415
+            lock_name,
+            read_cursor,
+            recover,
+        )
 
         root = f"campaign/{self.nonce}/r{env.run}"
         client = Etcd3Client(host="127.0.0.1", port=self.server.port, timeout=5)
@@ -46,7 +50,7 @@ class EtcdSession(_election.ElectionSession[LocalEtcd]):
             *("watch", "etcd", "--endpoints", self.server.endpoint, *prefixes),
             *("--topic", env.campaign.input_topic),
         )
-        with self.fleet(env, watcher, worker, done) as fleet:
+        with self.fleet(env, watcher, worker, done, lambda t: recover(client, root, t)) as fleet:
             yield fleet
 
 
