@@ -23,7 +23,6 @@ the request is sent; when it cannot be, the request is not sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -39,6 +38,7 @@ from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.heartbeat import Heartbeat, Uncertainty
 from detector.leases.policy import JobClass, Labels
 from detector.leases.store import JobState, Lease, LeaseLost, LeaseStore, Outcome
+from detector.leases.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ class _Uncertain(Exception):  # noqa: N818
 
 
 class Runner(Closing):
-    """One worker: runs the jobs it claims one at a time, with a heartbeat thread per job.
+    """One worker: runs the jobs it claims, up to `concurrency` at once (`run`), with a
+    heartbeat thread per job.
 
     `dsn` and `classes` as for `LeaseStore`; `emitter`, if given, carries the events that cannot
     go through the store because the store does not answer (`ownership_uncertain`).
@@ -150,23 +151,78 @@ class Runner(Closing):
         if tool_tries < 1:
             raise LeaseInputError("tool_tries", "expected at least 1")
         self.worker_id = worker_id
+        self._dsn = dsn
         self._emitter = emitter
         self._destination = destination
         self._tool_tries = tool_tries
-        classes = tuple(classes)
-        self._store = LeaseStore(dsn, classes)  # claims and writes
-        self._beat_store = LeaseStore(dsn, classes)  # the heartbeat thread's
+        self._classes = tuple(classes)
+        self._store = LeaseStore(dsn, self._classes)  # claims and writes
+        self._beat_store = LeaseStore(dsn, self._classes)  # the heartbeat thread's
 
     def close(self) -> None:
         self._store.close()
         self._beat_store.close()
 
     async def run(
-        self, job_class: str, tool: Tool, stop: asyncio.Event, *, idle_s: float = 0.5
+        self,
+        job_class: str,
+        tool: Tool,
+        stop: asyncio.Event,
+        *,
+        idle_s: float = 0.5,
+        concurrency: int = 1,
+        listen: bool = True,
     ) -> list[Execution]:
-        """Claim and run jobs of `job_class` until `stop` is set; the executions, in order."""
+        """Claim and run jobs of `job_class` until `stop` is set, up to `concurrency` at once
+        (each with two connections of its own: its claims and writes, its heartbeat); the
+        executions, in the order they ended. Idle, it polls every `idle_s`, and with `listen`
+        it is also woken as soon as a job of the class is enqueued (`detector.leases.wakeup`)."""
+        if concurrency < 1:
+            raise LeaseInputError("concurrency", "expected at least 1")
+        self._store.policy(job_class)
+        wake = asyncio.Event()
+        listener = None
+        if listen:
+            loop = asyncio.get_running_loop()
+            listener = Wakeup(self._dsn, job_class, functools.partial(_set_from_thread, loop, wake))
+            listener.start()
+        slots = [self, *(self._slot() for _ in range(concurrency - 1))]
         done: list[Execution] = []
+        try:
+            await asyncio.gather(
+                *(slot._loop(job_class, tool, stop, wake, idle_s, done) for slot in slots)
+            )
+        finally:
+            if listener is not None:
+                listener.stop()
+                await asyncio.to_thread(listener.join)
+            for slot in slots[1:]:
+                slot.close()
+        return done
+
+    def _slot(self) -> Runner:
+        """A runner for one more concurrent job: the same worker, connections of its own."""
+        return Runner(
+            self._dsn,
+            self._classes,
+            self.worker_id,
+            emitter=self._emitter,
+            destination=self._destination,
+            tool_tries=self._tool_tries,
+        )
+
+    async def _loop(
+        self,
+        job_class: str,
+        tool: Tool,
+        stop: asyncio.Event,
+        wake: asyncio.Event,
+        idle_s: float,
+        done: list[Execution],
+    ) -> None:
+        """Claim and run jobs one at a time until `stop`; idle, until woken or `idle_s`."""
         while not stop.is_set():
+            wake.clear()  # a job enqueued from here on wakes this wait, or the claim finds it
             try:
                 execution = await self.run_one(job_class, tool)
             except StoreUnavailableError as exc:
@@ -175,9 +231,12 @@ class Runner(Closing):
             if execution is not None:
                 done.append(execution)
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), idle_s)
-        return done
+            waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())}
+            try:
+                await asyncio.wait(waits, timeout=idle_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     async def run_one(self, job_class: str, tool: Tool) -> Execution | None:
         """Claim one job of the class and run it to an end; None when there was none to claim."""

@@ -567,12 +567,13 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(empty_postgres_
         "applied migration 4: retry backoff, cancel and retention",
         "applied migration 5: langgraph threads: epochs, seq and first children",
         "applied migration 6: langgraph ledger steps in batches",
-        "schema at version 6",
+        "applied migration 7: job priorities and gauge labels",
+        "schema at version 7",
     ]
     second = migrate_cli("--dsn", empty_postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
-        "schema at version 6: already current, nothing changed\n",
+        "schema at version 7: already current, nothing changed\n",
     )
 
     bad = migrate_cli("--dsn", "not a dsn")
@@ -621,7 +622,7 @@ def test_the_migrate_command_reads_its_variable(
 ) -> None:
     monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", empty_postgres_dsn)
     assert main(["leases", "migrate"]) == 0
-    assert capsys.readouterr().out.endswith("schema at version 6\n")
+    assert capsys.readouterr().out.endswith("schema at version 7\n")
 
 
 # -- a restart mid-run ------------------------------------------------------------------------
