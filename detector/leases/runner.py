@@ -39,7 +39,7 @@ from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.heartbeat import Heartbeat, Uncertainty
 from detector.leases.policy import JobClass, Labels
 from detector.leases.store import JobState, Lease, LeaseLost, LeaseStore, Outcome
-from detector.leases.wakeup import Wakeup
+from detector.leases.wakeup import CHECK_S, Wakeup
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,6 +97,8 @@ class Status(StrEnum):
     OWNERSHIP_UNCERTAIN = "ownership_uncertain"  # the store did not answer; left for reclaim
 
 
+# How long the end of a run waits for its wake-up listener to notice.
+_LISTENER_END_S: Final = 4 * CHECK_S
 # A final write's first try, then twice as long each time, within the lease.
 _FINAL_RETRY_S: Final = 0.2
 _FINAL_RETRY_MAX_S: Final = 2.0
@@ -202,7 +204,10 @@ class Runner(Closing):
         finally:
             if listener is not None:
                 listener.stop()
-                await self._blocking(listener.join)
+                # Within one of its checks, unless it hangs in a connect: the run ends anyway.
+                await self._blocking(listener.join, _LISTENER_END_S)
+                if listener.is_alive():
+                    log.warning("wake-up listener still ending class=%s", job_class)
             for slot in slots[1:]:
                 slot.close()
             self._pool = None

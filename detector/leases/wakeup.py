@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Final
 
 import psycopg
 from psycopg import sql
@@ -23,27 +24,19 @@ from detector.leases.store import WAKEUP_CHANNEL
 
 log = logging.getLogger(__name__)
 
+CHECK_S: Final = 0.5  # how soon a listener notices it was stopped
+RETRY_S: Final = 1.0  # the pause before it connects again
+
 
 class Wakeup(threading.Thread):
     """Calls `wake` (from this thread) for each job of `job_class` enqueued while it listens."""
 
-    def __init__(
-        self,
-        dsn: str,
-        job_class: str,
-        wake: Callable[[], None],
-        *,
-        check_s: float = 0.5,
-        retry_s: float = 1.0,
-    ) -> None:
+    def __init__(self, dsn: str, job_class: str, wake: Callable[[], None]) -> None:
         super().__init__(name=f"wakeup-{job_class}", daemon=True)
         self._dsn = dsn
         self._job_class = job_class
         self._wake = wake
-        self._check_s = check_s  # how soon `stop` is noticed
-        self._retry_s = retry_s
         self._stop_event = threading.Event()
-        self.listening = threading.Event()
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -53,12 +46,10 @@ class Wakeup(threading.Thread):
             try:
                 with connect(self._dsn) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(WAKEUP_CHANNEL)))
-                    self.listening.set()
                     while not self._stop_event.is_set():
-                        for note in conn.notifies(timeout=self._check_s):
+                        for note in conn.notifies(timeout=CHECK_S):
                             if note.payload == self._job_class:
                                 self._wake()
             except (StoreUnavailableError, psycopg.OperationalError) as exc:
                 log.warning("wake-ups paused class=%s: %s", self._job_class, exc)
-            self.listening.clear()
-            self._stop_event.wait(self._retry_s)
+            self._stop_event.wait(RETRY_S)
