@@ -192,16 +192,23 @@ class Runner(Closing):
             listener = Wakeup(self._dsn, job_class, functools.partial(_set_from_thread, loop, wake))
             listener.start()
         slots = [self]
+        loops: list[asyncio.Future[None]] = []
         done: list[Execution] = []
         pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"runner-{job_class}")
         self._pool = pool
         try:
             for _ in range(concurrency - 1):  # connecting blocks: not on the loop's thread
                 slots.append(await self._blocking(self._slot))
-            await asyncio.gather(
-                *(slot._loop(job_class, tool, stop, wake, idle_s, done) for slot in slots)
-            )
+            loops = [
+                asyncio.ensure_future(slot._loop(job_class, tool, stop, wake, idle_s, done))
+                for slot in slots
+            ]
+            await asyncio.gather(*loops)
         finally:
+            # One loop that raised ends the others before their connections close.
+            for running in loops:
+                running.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
             if listener is not None:
                 listener.stop()
                 # Within one of its checks, unless it hangs in a connect: the run ends anyway.
