@@ -14,7 +14,7 @@ import pytest
 from psycopg.rows import DictRow
 
 from detector.leases import LeaseInputError, LeaseStore, Runner, Status, ToolCall
-from tests.integration.leases import claimed, job_class
+from tests.integration.leases import claimed, count, job_class
 
 OCR = job_class("ocr")
 
@@ -97,6 +97,4 @@ def test_a_runner_runs_its_concurrency_at_once_and_wakes_on_an_enqueue(
 
 
 def succeeded(db: psycopg.Connection[DictRow]) -> int:
-    row = db.execute("SELECT count(*) AS n FROM tool_jobs WHERE state = 'succeeded'").fetchone()
-    assert row is not None
-    return int(row["n"])
+    return count(db, "SELECT count(*) AS n FROM tool_jobs WHERE state = 'succeeded'")

@@ -28,7 +28,7 @@ from detector.devstack.kafka import LocalKafka
 from detector.leases import LeaseStore
 from detector.leases.db import connect
 from tests import docs
-from tests.integration.leases import claimed, job_class
+from tests.integration.leases import claimed, count, job_class
 
 PAGE = docs.DOCS / "lease-store" / "index.md"
 GROUP = "splitbrain-detector"  # the worker's default consumer group
@@ -133,11 +133,7 @@ def wait_for(done: Callable[[], bool], proc: subprocess.Popen[str], what: str) -
 
 
 def unrelayed(db: psycopg.Connection[DictRow]) -> int:
-    row = db.execute(
-        "SELECT count(*) AS n FROM tool_job_outbox WHERE relayed_at IS NULL"
-    ).fetchone()
-    assert row is not None
-    return int(row["n"])
+    return count(db, "SELECT count(*) AS n FROM tool_job_outbox WHERE relayed_at IS NULL")
 
 
 def committed(admin: AdminClient) -> int:
