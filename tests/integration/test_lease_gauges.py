@@ -79,24 +79,26 @@ def test_gauges_split_a_class_by_the_labels_it_declares(
     """Issue 38: lease health by model and provider where a class's jobs differ by them, and by
     job class alone where they do not."""
     llm = job_class("llm").model_copy(
-        update={"labels": LabelValues(model={"gpt-4o", "claude"}, provider={"openai"})}
+        update={"labels": LabelValues(model={"model-a", "model-b"}, provider={"acme-llm"})}
     )
     gauges = LeaseGauges(CollectorRegistry())
     with LeaseStore(postgres_dsn, [llm, job_class("ocr")]) as store:
         store.enqueue(
-            "llm", "q:1", {}, Labels(tool_class="chat", model="claude", provider="openai")
+            "llm", "q:1", {}, Labels(tool_class="chat", model="model-b", provider="acme-llm")
         )
-        store.enqueue("llm", "q:2", {}, Labels(model="gpt-4o", provider="openai"))
-        store.enqueue("llm", "q:3", {}, Labels(model="gpt-4o", provider="openai"))
+        store.enqueue("llm", "q:2", {}, Labels(model="model-a", provider="acme-llm"))
+        store.enqueue("llm", "q:3", {}, Labels(model="model-a", provider="acme-llm"))
         store.enqueue("ocr", "doc:1", {}, Labels(tool_class="ocr", model="tesseract"))
-        with pytest.raises(LeaseInputError, match="model: job class 'llm' declares claude, gpt-4o"):
-            store.enqueue("llm", "q:4", {}, Labels(model="gpt-5", provider="openai"))
+        with pytest.raises(
+            LeaseInputError, match="model: job class 'llm' declares model-a, model-b"
+        ):
+            store.enqueue("llm", "q:4", {}, Labels(model="model-c", provider="acme-llm"))
         claimed(store.claim("llm", "w1"))  # q:1, the oldest
         gauges.refresh(db)
-    claude = {"job_class": "llm", "model": "claude", "provider": "openai"}
-    gpt = {**claude, "model": "gpt-4o"}
-    assert sample(gauges, "splitbrain_lease_store_jobs", **claude, state="running") == 1
-    assert sample(gauges, "splitbrain_lease_store_jobs", **gpt, state="queued") == 2
-    assert sample(gauges, "splitbrain_lease_store_expired", **claude) == 0
-    assert sample(gauges, "splitbrain_lease_store_heartbeat_age_seconds", **claude, quantile="1")
+    model_b = {"job_class": "llm", "model": "model-b", "provider": "acme-llm"}
+    model_a = {**model_b, "model": "model-a"}
+    assert sample(gauges, "splitbrain_lease_store_jobs", **model_b, state="running") == 1
+    assert sample(gauges, "splitbrain_lease_store_jobs", **model_a, state="queued") == 2
+    assert sample(gauges, "splitbrain_lease_store_expired", **model_b) == 0
+    assert sample(gauges, "splitbrain_lease_store_heartbeat_age_seconds", **model_b, quantile="1")
     assert sample(gauges, "splitbrain_lease_store_jobs", job_class="ocr", state="queued") == 1

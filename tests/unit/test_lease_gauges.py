@@ -13,7 +13,7 @@ def test_each_series_carries_its_class_s_declared_labels_only() -> None:
     gauges.open_jobs.snapshot = (
         OpenJobs({"job_class": "ocr"}, queued=1, running=0, expired=0),
         OpenJobs(
-            {"job_class": "llm", "model": "claude", "provider": "anthropic"},
+            {"job_class": "llm", "model": "model-b", "provider": "example-llm"},
             queued=0,
             running=2,
             expired=1,
@@ -25,15 +25,15 @@ def test_each_series_carries_its_class_s_declared_labels_only() -> None:
     assert 'splitbrain_lease_store_jobs{job_class="ocr",state="queued"} 1.0' in lines
     assert 'splitbrain_lease_store_expired{job_class="ocr"} 0.0' in lines
     assert (
-        'splitbrain_lease_store_jobs{job_class="llm",model="claude",provider="anthropic",'
+        'splitbrain_lease_store_jobs{job_class="llm",model="model-b",provider="example-llm",'
         'state="running"} 2.0'
     ) in lines
     assert (
-        'splitbrain_lease_store_heartbeat_age_seconds{job_class="llm",model="claude",'
-        'provider="anthropic",quantile="1"} 3.0'
+        'splitbrain_lease_store_heartbeat_age_seconds{job_class="llm",model="model-b",'
+        'provider="example-llm",quantile="1"} 3.0'
     ) in lines
     assert (
-        'splitbrain_lease_store_lease_remaining_seconds{job_class="llm",model="claude",'
-        'provider="anthropic",quantile="0"} -1.0'
+        'splitbrain_lease_store_lease_remaining_seconds{job_class="llm",model="model-b",'
+        'provider="example-llm",quantile="0"} -1.0'
     ) in lines
     assert not [line for line in lines if "quantile" in line and 'job_class="ocr"' in line]

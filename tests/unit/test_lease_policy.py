@@ -154,14 +154,16 @@ def test_retries_wait_half_fixed_half_drawn_doubling_to_the_maximum() -> None:
 def test_a_class_counts_its_jobs_under_the_labels_it_declares_and_refuses_others() -> None:
     """Issue 38: the live gauges split a class by tool, model and provider only where the class
     says its jobs differ, and only into the values it declares."""
-    llm = JobClass(**POLICY, labels=LabelValues(model={"gpt-4o", "claude"}, provider={"openai"}))
-    job = Labels(tool_class="web_search", model="claude", provider="openai")
-    assert llm.gauge_labels(job) == {"model": "claude", "provider": "openai"}
+    llm = JobClass(
+        **POLICY, labels=LabelValues(model={"model-a", "model-b"}, provider={"acme-llm"})
+    )
+    job = Labels(tool_class="web_search", model="model-b", provider="acme-llm")
+    assert llm.gauge_labels(job) == {"model": "model-b", "provider": "acme-llm"}
     assert JobClass(**POLICY).gauge_labels(job) == {}
-    with pytest.raises(LeaseInputError, match=r"model: job class 'web_search' declares claude, "):
-        llm.gauge_labels(Labels(model="gpt-5", provider="openai"))
+    with pytest.raises(LeaseInputError, match=r"model: job class 'web_search' declares model-a, "):
+        llm.gauge_labels(Labels(model="model-c", provider="acme-llm"))
     with pytest.raises(LeaseInputError, match=r"provider: .* got None"):
-        llm.gauge_labels(Labels(model="claude"))
+        llm.gauge_labels(Labels(model="model-b"))
 
 
 def test_a_class_s_label_combinations_are_bounded() -> None:
