@@ -9,15 +9,20 @@
    complete), then drained by `relay_until_empty` to a fresh topic at two batch sizes.
 3. The lag from a transition's commit (taken right after `claim`/`extend` returns) to its event
    being read from the topic, with `OutboxRelay.run` relaying at its default idle interval.
+4. Jobs end to end per second with one `Runner` at 1, 4 and 16 concurrent jobs, beside the bare
+   `SKIP LOCKED` loop on as many threads in the same run.
+5. The wake-up at idle, enqueue → claim on the database's clock, with LISTEN/NOTIFY and with the
+   poll alone.
 
 PostgreSQL (Debian's binaries, `detector/devstack/postgres.py`) and the broker each run in a temp
 directory and are stopped at the end. Prints numbers; asserts nothing.
-Run: `python bench/bench_leases.py [--quick] [--workers 1,4,16] [--jobs N]`.
+Run: `python bench/bench_leases.py [--quick] [--workers 1,4,16] [--jobs N] [--parts P,...]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import inspect
 import json
 import math
@@ -25,6 +30,7 @@ import multiprocessing
 import os
 import platform
 import queue
+import random
 import resource
 import statistics
 import threading
@@ -41,7 +47,7 @@ from detector.contracts.events import parse_event_obj
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.postgres import LocalPostgres
 from detector.devstack.topics import WorkerTopics, end_offsets
-from detector.leases import JobClass, Lease, LeaseLost, LeaseStore, migrate
+from detector.leases import JobClass, Lease, LeaseLost, LeaseStore, Runner, ToolCall, migrate
 from detector.leases.db import connect
 from detector.leases.relay import OutboxRelay, relay_until_empty
 
@@ -68,6 +74,7 @@ def bare_claim(conn: Any, name: str, owner: str) -> bool:
     return True
 
 
+PARTS = ("claims", "runners", "wakeups", "relay", "lag")
 PARTITIONS = 6  # `topics apply --profile local` gives agent.ownership.v1 six partitions
 FILL_THREADS = 4
 BARRIER_S = 120.0  # a worker that cannot connect breaks the barrier instead of hanging the rest
@@ -327,6 +334,121 @@ def claims_and_extends(dsn: str, args: argparse.Namespace) -> None:
     )
 
 
+# -- 4. jobs end to end, and the wake-up -----------------------------------------------------
+
+
+def run_jobs(dsn: str, policy: JobClass, jobs: int, concurrency: int) -> float:
+    """Jobs/s of one `Runner` running `jobs` queued jobs with a tool that returns at once, from
+    the first tool call to the last execution's end: claim, heartbeat thread, request start,
+    tool, complete, for each."""
+    calls: list[float] = []
+
+    async def tool(call: ToolCall) -> dict[str, bool]:
+        calls.append(time.perf_counter())
+        if len(calls) == jobs:
+            stop.set()  # every slot ends its job in hand, then the run returns
+        return {"ok": True}
+
+    async def run() -> int:
+        runner = Runner(dsn, [policy], "bench")
+        try:
+            done = await runner.run(policy.name, tool, stop, concurrency=concurrency)
+        finally:
+            runner.close()
+        return len(done)
+
+    stop = asyncio.Event()
+    executed = asyncio.run(run())
+    end = time.perf_counter()
+    if executed != jobs:
+        raise SystemExit(f"{executed} executions of {jobs} jobs")
+    return jobs / (end - calls[0])
+
+
+def runners(dsn: str, args: argparse.Namespace) -> None:
+    print(
+        f"\n4. jobs end to end: {args.jobs:,} queued jobs run by one Runner at each concurrency "
+        "(a tool that returns at once), beside the bare SKIP LOCKED loop on as many threads"
+    )
+    print(f"{'concurrent':>10}{'jobs/s':>9}{'bare claims/s':>15}{'jobs/bare':>11}")
+    for n in args.concurrency:
+        reset(dsn)
+        policy = job_class(f"run-{n}")
+        enqueue(dsn, policy.name, args.jobs)
+        per_s = run_jobs(dsn, policy, args.jobs, n)
+        reset(dsn)
+        bare_class = job_class(f"bare-run-{n}")
+        enqueue(dsn, bare_class.name, args.jobs)
+        bare = rate(in_threads(dsn, bare_class, n, "bare", 0.0))
+        print(f"{n:>10}{per_s:>9,.0f}{bare.per_s:>15,.0f}{per_s / bare.per_s:>11.2f}")
+    print(
+        "a bare claim is one transaction of two statements with no lease, no outbox and no "
+        "result;\na job is a claim, a request start and a completion (three transactions, each "
+        "with its outbox row) and a heartbeat thread"
+    )
+
+
+def wake_ms(dsn: str, count: int, *, listen: bool, idle_s: float) -> list[float]:
+    """Enqueue → claim (ms) of `count` jobs enqueued one at a time to an idle `Runner`, each
+    after the last one ran and a pause: the claim's `now()` (its `heartbeat_at`) minus the
+    enqueue's (`created_at`), both the database's clock."""
+    reset(dsn)
+    policy = job_class(f"wake-{listen}")
+    ran = threading.Event()
+    pauses = random.Random(1)
+
+    async def tool(call: ToolCall) -> None:
+        ran.set()
+
+    def produce(stop: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
+        with LeaseStore(dsn, [policy]) as store:
+            time.sleep(1.0)  # the runner is idle and listening
+            for n in range(count):
+                time.sleep(pauses.uniform(0.05, 0.15))
+                ran.clear()
+                store.enqueue(policy.name, f"wake:{n}", {})
+                if not ran.wait(30):
+                    raise SystemExit(f"job {n} was not run within 30 s")
+        loop.call_soon_threadsafe(stop.set)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        runner = Runner(dsn, [policy], "bench")
+        try:
+            running = asyncio.create_task(
+                runner.run(policy.name, tool, stop, idle_s=idle_s, listen=listen)
+            )
+            await asyncio.to_thread(produce, stop, asyncio.get_running_loop())
+            await running
+        finally:
+            runner.close()
+
+    asyncio.run(run())
+    with connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT extract(epoch FROM heartbeat_at - created_at)::float8 * 1000 AS ms"
+            " FROM tool_jobs WHERE job_class = %s",
+            (policy.name,),
+        ).fetchall()
+    return [row["ms"] for row in rows]
+
+
+def wakeups(dsn: str, args: argparse.Namespace) -> None:
+    print(
+        f"\n5. enqueue → claim at idle: {args.wakeups} jobs enqueued one at a time, each after "
+        "the last one ran and a pause of 50 to 150 ms, to one idle Runner; on the database's "
+        "clock"
+    )
+    poll_s = default(Runner.run, "idle_s")
+    for listen, idle_s in ((True, 5.0), (False, poll_s)):
+        ms = wake_ms(dsn, args.wakeups, listen=listen, idle_s=idle_s)
+        how = "LISTEN/NOTIFY (poll 5 s)" if listen else f"poll only, every {1000 * idle_s:.0f} ms"
+        print(
+            f"{how:>28}: p50 {pct(ms, 50):.1f} ms, p99 {pct(ms, 99):.1f} ms, "
+            f"max {max(ms):.1f} ms ({len(ms)} jobs)"
+        )
+
+
 # -- 2. the relay's throughput ----------------------------------------------------------------
 
 
@@ -578,12 +700,21 @@ def main() -> None:
     ap.add_argument("--batches", type=numbers, default=[100, 500], help="relay batch sizes")
     ap.add_argument("--lag-rate", type=float, default=50.0, help="transitions/s for the lag")
     ap.add_argument("--lag-seconds", type=float, help="duration of the lag run (default 10 s)")
+    ap.add_argument("--concurrency", type=numbers, help="jobs at once per Runner (1,4,16)")
+    ap.add_argument("--wakeups", type=int, help="jobs enqueued at idle, each way (default 200)")
+    ap.add_argument(
+        "--parts",
+        type=lambda text: set(text.split(",")),
+        default=set(PARTS),
+        help=f"what to run, of {','.join(PARTS)} (default all; relay and lag start a broker)",
+    )
     args = ap.parse_args()
     defaults: dict[str, Any] = (
         {"workers": [1, 4], "jobs": 300, "seconds": 1.0, "events": 2000, "lag_seconds": 3.0}
+        | {"concurrency": [1, 4], "wakeups": 30}
         if args.quick
         else {"workers": [1, 4, 16], "jobs": 2000, "seconds": 3.0, "events": 20_000}
-        | {"lag_seconds": 10.0}
+        | {"lag_seconds": 10.0, "concurrency": [1, 4, 16], "wakeups": 200}
     )
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -600,10 +731,18 @@ def main() -> None:
         with connect(dsn) as conn:
             migrate(conn)
         print(f"PostgreSQL: {settings(dsn)}")
-        claims_and_extends(dsn, args)  # before the broker: no Kafka client threads to fork
-        with broker_with_topics("leases", PARTITIONS) as (broker, _):
-            relay_throughput(dsn, broker, args)
-            lag(dsn, broker, args)
+        if "claims" in args.parts:
+            claims_and_extends(dsn, args)  # before the broker: no Kafka client threads to fork
+        if "runners" in args.parts:
+            runners(dsn, args)
+        if "wakeups" in args.parts:
+            wakeups(dsn, args)
+        if args.parts & {"relay", "lag"}:
+            with broker_with_topics("leases", PARTITIONS) as (broker, _):
+                if "relay" in args.parts:
+                    relay_throughput(dsn, broker, args)
+                if "lag" in args.parts:
+                    lag(dsn, broker, args)
     print(f"\nend: {load()}; wall time {time.perf_counter() - began:.0f} s")
 
 

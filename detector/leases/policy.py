@@ -13,10 +13,16 @@ database before the lease runs out, with the reserve J for jitter, pauses and th
 fail fast (T <= H) this is L > (R+1) x H + J. With R >= 1 the rule also makes every heartbeat
 "extend early": the first attempt after a success is sent with L - H > H + J left, a full period
 and the reserve.
+
+A class whose jobs differ by tool, model or provider declares the values each may take
+(`LabelValues`): the live gauges split the class by those labels, and only by those, so their
+series stay as few as the declarations (at most `MAX_LABEL_SETS` a class); a job of the class
+carrying another value is refused at enqueue rather than counted under a label nobody declared.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Annotated, Final, Self
 
@@ -24,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detector.backoff import equal_jitter
 from detector.contracts.events import ShortLabel
+from detector.leases.errors import LeaseInputError
 from detector.settings import PositiveInt, PositiveSeconds, Seconds
 
 MAX_NAME_CHARS: Final = 128
@@ -32,7 +39,33 @@ MAX_NAME_CHARS: Final = 128
 # or a network gone silent, given up on after statement_timeout / tcp_user_timeout (10 s).
 EXTEND_TIMEOUT_S: Final = 20.0
 
+# The label combinations one class may split its live gauges into (each is a series per gauge).
+MAX_LABEL_SETS: Final = 64
+
 Label = Annotated[ShortLabel, Field(min_length=1)]
+
+
+class LabelValues(BaseModel):
+    """The values each label of a class's jobs may take, given for the labels its jobs differ by
+    (the rest left empty): what the live gauges split the class by."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool_class: frozenset[Label] = frozenset()
+    model: frozenset[Label] = frozenset()
+    provider: frozenset[Label] = frozenset()
+
+    def declared(self) -> dict[str, frozenset[str]]:
+        return {name: values for name, values in self if values}
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Self:
+        sets = math.prod(len(values) for values in self.declared().values())
+        if sets > MAX_LABEL_SETS:
+            raise ValueError(
+                f"{sets} label combinations; a class may split its gauges into {MAX_LABEL_SETS}"
+            )
+        return self
 
 
 class JobClass(BaseModel):
@@ -62,6 +95,10 @@ class JobClass(BaseModel):
         1.0, description="the wait before the 2nd attempt; it doubles with each attempt after"
     )
     retry_backoff_max_s: Seconds = Field(300.0, description="the longest wait between attempts")
+    labels: LabelValues = Field(
+        default_factory=LabelValues,
+        description="the tool classes, models and providers its jobs differ by, if any",
+    )
 
     def retry_delay_s(self, attempt: int, draw: float) -> float:
         """The wait before the attempt after `attempt` (which failed retryably), for a uniform
@@ -86,6 +123,21 @@ class JobClass(BaseModel):
     @property
     def lease(self) -> timedelta:
         return timedelta(seconds=self.lease_s)
+
+    def gauge_labels(self, labels: Labels) -> dict[str, str]:
+        """The labels a job of the class is counted under in the live gauges: its value of each
+        label the class declares; `LeaseInputError` naming the label if it is not declared."""
+        given = labels.attrs()
+        counted: dict[str, str] = {}
+        for name, values in self.labels.declared().items():
+            value = given.get(name)
+            if value is None or value not in values:
+                raise LeaseInputError(
+                    name,
+                    f"job class {self.name!r} declares {', '.join(sorted(values))}; got {value!r}",
+                )
+            counted[name] = value
+        return counted
 
 
 class Labels(BaseModel):

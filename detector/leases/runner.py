@@ -23,14 +23,14 @@ the request is sent; when it cannot be, the request is not sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from uuid import UUID, uuid4
 
 from detector.closing import Closing
@@ -39,8 +39,10 @@ from detector.leases.errors import LeaseInputError, StoreUnavailableError
 from detector.leases.heartbeat import Heartbeat, Uncertainty
 from detector.leases.policy import JobClass, Labels
 from detector.leases.store import JobState, Lease, LeaseLost, LeaseStore, Outcome
+from detector.leases.wakeup import CHECK_S, Wakeup
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FENCE_HEADER: Final = "X-Execution-Fence"
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
@@ -95,6 +97,8 @@ class Status(StrEnum):
     OWNERSHIP_UNCERTAIN = "ownership_uncertain"  # the store did not answer; left for reclaim
 
 
+# How long the end of a run waits for its wake-up listener to notice.
+_LISTENER_END_S: Final = 4 * CHECK_S
 # A final write's first try, then twice as long each time, within the lease.
 _FINAL_RETRY_S: Final = 0.2
 _FINAL_RETRY_MAX_S: Final = 2.0
@@ -131,7 +135,8 @@ class _Uncertain(Exception):  # noqa: N818
 
 
 class Runner(Closing):
-    """One worker: runs the jobs it claims one at a time, with a heartbeat thread per job.
+    """One worker: runs the jobs it claims, up to `concurrency` at once (`run`), with a
+    heartbeat thread per job.
 
     `dsn` and `classes` as for `LeaseStore`; `emitter`, if given, carries the events that cannot
     go through the store because the store does not answer (`ownership_uncertain`).
@@ -150,23 +155,112 @@ class Runner(Closing):
         if tool_tries < 1:
             raise LeaseInputError("tool_tries", "expected at least 1")
         self.worker_id = worker_id
+        self._dsn = dsn
         self._emitter = emitter
         self._destination = destination
         self._tool_tries = tool_tries
-        classes = tuple(classes)
-        self._store = LeaseStore(dsn, classes)  # claims and writes
-        self._beat_store = LeaseStore(dsn, classes)  # the heartbeat thread's
+        self._classes = tuple(classes)
+        self._store = LeaseStore(dsn, self._classes)  # claims and writes
+        self._beat_store = LeaseStore(dsn, self._classes)  # the heartbeat thread's
+        self._pool: ThreadPoolExecutor | None = None  # `run`'s, for its blocking calls
 
     def close(self) -> None:
         self._store.close()
         self._beat_store.close()
 
     async def run(
-        self, job_class: str, tool: Tool, stop: asyncio.Event, *, idle_s: float = 0.5
+        self,
+        job_class: str,
+        tool: Tool,
+        stop: asyncio.Event,
+        *,
+        idle_s: float = 0.5,
+        concurrency: int = 1,
+        listen: bool = True,
     ) -> list[Execution]:
-        """Claim and run jobs of `job_class` until `stop` is set; the executions, in order."""
+        """Claim and run jobs of `job_class` until `stop` is set, up to `concurrency` at once
+        (each with two connections of its own: its claims and writes, its heartbeat); the
+        executions, in the order they ended. Idle, it polls every `idle_s`, and with `listen`
+        it is also woken as soon as a job of the class is enqueued (`detector.leases.wakeup`)."""
+        if concurrency < 1:
+            raise LeaseInputError("concurrency", "expected at least 1")
+        self._store.policy(job_class)
+        wake = asyncio.Event()
+        listener = None
+        if listen:
+            loop = asyncio.get_running_loop()
+            listener = Wakeup(self._dsn, job_class, functools.partial(_set_from_thread, loop, wake))
+            listener.start()
+        slots = [self]
+        loops: list[asyncio.Future[None]] = []
         done: list[Execution] = []
+        pool = ThreadPoolExecutor(concurrency, thread_name_prefix=f"runner-{job_class}")
+        self._pool = pool
+        try:
+            for _ in range(concurrency - 1):  # connecting blocks: not on the loop's thread
+                slots.append(await self._blocking(self._slot))
+            loops = [
+                asyncio.ensure_future(slot._loop(job_class, tool, stop, wake, idle_s, done))
+                for slot in slots
+            ]
+            await asyncio.gather(*loops)
+        finally:
+            # One loop that raised ends the others before their connections close.
+            for running in loops:
+                running.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            if listener is not None:
+                listener.stop()
+                # Within one of its checks, unless it hangs in a connect: the run ends anyway.
+                await self._blocking(listener.join, _LISTENER_END_S)
+                if listener.is_alive():
+                    log.warning("wake-up listener still ending class=%s", job_class)
+            for slot in slots[1:]:
+                slot.close()
+            self._pool = None
+            pool.shutdown()
+        return done
+
+    def _slot(self) -> Runner:
+        """A runner for one more concurrent job: the same worker and thread pool, connections of
+        its own."""
+        slot = Runner(
+            self._dsn,
+            self._classes,
+            self.worker_id,
+            emitter=self._emitter,
+            destination=self._destination,
+            tool_tries=self._tool_tries,
+        )
+        slot._pool = self._pool
+        return slot
+
+    async def _blocking(self, call: Callable[..., T], *args: Any) -> T:
+        """`call(*args)` on a thread: during `run`, its own pool, a thread per concurrent job (the
+        loop's default pool has min(32, cores + 4) threads: on 2 cores, 16 jobs queued behind 6
+        and ran at half the rate of 4)."""
+        if self._pool is None:
+            return await asyncio.to_thread(call, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
+
+    async def _stop(self, beat: Heartbeat) -> None:
+        """End the heartbeat and wait for an extension in flight: one that ran after the job's
+        outcome was written would find the job finished, and report the lease lost."""
+        beat.finish()
+        await self._blocking(beat.join)
+
+    async def _loop(
+        self,
+        job_class: str,
+        tool: Tool,
+        stop: asyncio.Event,
+        wake: asyncio.Event,
+        idle_s: float,
+        done: list[Execution],
+    ) -> None:
+        """Claim and run jobs one at a time until `stop`; idle, until woken or `idle_s`."""
         while not stop.is_set():
+            wake.clear()  # a job enqueued from here on wakes this wait, or the claim finds it
             try:
                 execution = await self.run_one(job_class, tool)
             except StoreUnavailableError as exc:
@@ -175,15 +269,18 @@ class Runner(Closing):
             if execution is not None:
                 done.append(execution)
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), idle_s)
-        return done
+            waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())}
+            try:
+                await asyncio.wait(waits, timeout=idle_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     async def run_one(self, job_class: str, tool: Tool) -> Execution | None:
         """Claim one job of the class and run it to an end; None when there was none to claim."""
         policy = self._store.policy(job_class)
         sent = time.monotonic()  # the local lease count starts before the claim is sent
-        lease = await asyncio.to_thread(self._store.claim, job_class, self.worker_id)
+        lease = await self._blocking(self._store.claim, job_class, self.worker_id)
         if lease is None:
             return None
         loop = asyncio.get_running_loop()
@@ -202,7 +299,7 @@ class Runner(Closing):
             execution = await self._execute(lease, policy, tool, beat, lost)
         finally:
             alive.cancel()
-            await _stop(beat)
+            await self._stop(beat)
         log.info(
             "execution job=%s token=%d attempt=%d status=%s%s",
             execution.job_id,
@@ -274,12 +371,14 @@ class Runner(Closing):
         if beat.uncertain or not beat.presumed_held():
             raise _Uncertain("lease_not_confirmed")
         try:
-            answer = await asyncio.to_thread(
-                self._store.request_started,
-                lease,
-                request_id=lease.idempotency_key,
-                effect_key=lease.idempotency_key,
-                destination=self._destination,
+            answer = await self._blocking(
+                functools.partial(
+                    self._store.request_started,
+                    lease,
+                    request_id=lease.idempotency_key,
+                    effect_key=lease.idempotency_key,
+                    destination=self._destination,
+                )
             )
         except StoreUnavailableError as exc:
             self._uncertain(Uncertainty(lease, beat.lease.lease_until, str(exc)))
@@ -313,7 +412,7 @@ class Runner(Closing):
         pause_s = _FINAL_RETRY_S
         while True:
             try:
-                return await asyncio.to_thread(write)
+                return await self._blocking(write)
             except StoreUnavailableError as exc:
                 if not beat.presumed_held():
                     self._uncertain(Uncertainty(lease, beat.lease.lease_until, str(exc)))
@@ -328,7 +427,7 @@ class Runner(Closing):
             await asyncio.sleep(pause_s)
             pause_s = min(pause_s * 2, _FINAL_RETRY_MAX_S)
             try:
-                job = await asyncio.to_thread(self._store.job, lease.job_id)
+                job = await self._blocking(self._store.job, lease.job_id)
             except StoreUnavailableError:
                 continue
             if job is None or job.fencing_token != lease.fencing_token:
@@ -342,11 +441,11 @@ class Runner(Closing):
         commit nothing (`_Lost`); no answer leaves the job for its lease to lapse."""
         if beat.uncertain:
             wait_s = self._store.policy(lease.job_class).stage_time_limit_s
-            if not await asyncio.to_thread(beat.wait_for_answer, wait_s):
+            if not await self._blocking(beat.wait_for_answer, wait_s):
                 # Recorded again: the result in hand is given up while ownership is unknown.
                 self._uncertain(Uncertainty(lease, beat.lease.lease_until, "store_silent"))
                 raise _Uncertain("store_silent")
-        await _stop(beat)
+        await self._stop(beat)
         if beat.lost:
             raise _Lost
 
@@ -444,13 +543,6 @@ async def _timed(answer: Awaitable[Any], call: ToolCall) -> Any:
             outcome,
             time.monotonic() - began,
         )
-
-
-async def _stop(beat: Heartbeat) -> None:
-    """End the heartbeat and wait for an extension in flight: one that ran after the job's
-    outcome was written would find the job finished, and report the lease lost."""
-    beat.finish()
-    await asyncio.to_thread(beat.join)
 
 
 async def _report_alive(beat: Heartbeat, every_s: float) -> None:

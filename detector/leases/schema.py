@@ -239,6 +239,18 @@ END
 $$;
 """
 
+# What teams moving from other job queues expect of a job, and lease health by tool, model and
+# provider. A job's priority comes before its age in the claim (0 first); `gauge_labels` holds the
+# labels its class declares (`JobClass.labels`), what the live gauges split the class by.
+_PRIORITY_GAUGE_LABELS: Final = """
+ALTER TABLE tool_jobs ADD COLUMN priority smallint NOT NULL DEFAULT 0
+    CHECK (priority BETWEEN 0 AND 9);
+ALTER TABLE tool_jobs ADD COLUMN gauge_labels jsonb NOT NULL DEFAULT '{}';
+DROP INDEX tool_jobs_queued;
+CREATE INDEX tool_jobs_queued ON tool_jobs (job_class, priority, created_at)
+    WHERE state = 'queued';
+"""
+
 MIGRATIONS: Final = (
     Migration(1, "tool_jobs and tool_job_outbox", _TOOL_JOBS),
     Migration(2, "fenced destination", _FENCED_DESTINATION),
@@ -246,6 +258,7 @@ MIGRATIONS: Final = (
     Migration(4, "retry backoff, cancel and retention", _RETRIES_CANCEL_RETENTION),
     Migration(5, "langgraph threads: epochs, seq and first children", _LANGGRAPH),
     Migration(6, "langgraph ledger steps in batches", _LANGGRAPH_BATCH),
+    Migration(7, "job priorities and gauge labels", _PRIORITY_GAUGE_LABELS),
 )
 
 # What the LangGraph thread ledger needs (detector/adapters/langgraph.py): its own tables and

@@ -36,7 +36,7 @@ from typing import Any, Final
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
 
 from detector.closing import Closing
 from detector.contracts.events import MAX_KEY_CHARS, MAX_WORKER_ID_CHARS, Source
@@ -51,6 +51,12 @@ from detector.leases.values import MAX_PAYLOAD_BYTES, check_text, digest, json_t
 log = logging.getLogger(__name__)
 # Backoff jitter: spreads retries, nothing to do with secrets.
 _jitter: Final = random.Random()
+
+# The NOTIFY channel of enqueued jobs, its payload the job class (`detector.leases.wakeup`).
+WAKEUP_CHANNEL: Final = "splitbrain_leases"
+MAX_PRIORITY: Final = 9
+# Where an enqueue is written: the store's connection, or a cursor on the application's own.
+_Executes = psycopg.Connection[DictRow] | psycopg.Cursor[DictRow]
 
 # The job table is where a job's result goes: refusing a stale owner's result is a destination
 # enforcing the fence, which the detector counts as the fence holding.
@@ -132,13 +138,14 @@ class Job:
     labels: Labels
     created_at: datetime
     updated_at: datetime
-    not_before: datetime | None = None  # a retry waits until then
+    not_before: datetime | None = None  # a retry, or a job given `run_at`, waits until then
+    priority: int = 0
 
 
 _JOB_COLUMNS: Final = (
     "id, job_class, state, owner_id, fencing_token, attempt, lease_until, heartbeat_at, "
     "idempotency_key, payload, result, error, tool_class, model, provider, created_at, updated_at,"
-    " not_before"
+    " not_before, priority"
 )
 
 
@@ -151,6 +158,8 @@ class Stage:
     idempotency_key: str
     payload: Any
     labels: Labels | None = None
+    priority: int = 0
+    run_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +198,18 @@ _HELD: Final = (
 _FAILURE: Final = "%(error)s::jsonb || jsonb_build_object('attempt', attempt)"
 
 _ENQUEUE: Final = f"""
-INSERT INTO tool_jobs (job_class, idempotency_key, payload, tool_class, model, provider)
+INSERT INTO tool_jobs (job_class, idempotency_key, payload, tool_class, model, provider,
+                       gauge_labels, priority, not_before)
 VALUES (%(job_class)s, %(idempotency_key)s, %(payload)s::jsonb, %(tool_class)s, %(model)s,
-        %(provider)s)
+        %(provider)s, %(gauge_labels)s::jsonb, %(priority)s, %(run_at)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING {_JOB_COLUMNS}, true AS created, true AS same
 """
+# Wakes the runners waiting for the class (`detector.leases.wakeup`) when the job's transaction
+# commits; a job scheduled for later is found by their poll instead.
+_NOTIFY: Final = (
+    "SELECT pg_notify(%(channel)s, %(job_class)s) WHERE %(run_at)s::timestamptz IS NULL"
+)
 # The key's job, and whether it is the same operation (class and payload) as the one asked for.
 _JOB_BY_KEY: Final = f"""
 SELECT {_JOB_COLUMNS}, false AS created,
@@ -204,11 +219,12 @@ SELECT {_JOB_COLUMNS}, false AS created,
 _JOB_BY_ID: Final = f"SELECT {_JOB_COLUMNS} FROM tool_jobs WHERE id = %s"
 # The claim, in one statement. `spent`: the class's jobs whose last attempt ended without an
 # answer (or whose class now allows fewer attempts) fail for good, since nobody may claim them
-# again. Then a job whose lease expired (soonest expired first), or else the oldest claimable
-# queued job, is taken under the next token, skipping rows another claimer holds. Each candidate
-# is read from its own partial index (`tool_jobs_leased`, `tool_jobs_queued`), so a claim does
-# not pass over running jobs whose leases hold, and the second is read only when the first finds
-# nothing, so at most one row is taken. The rows of both come back, `claimed` telling them apart.
+# again. Then a job whose lease expired (soonest expired first), or else the first claimable
+# queued job (by priority, then age), is taken under the next token, skipping rows another
+# claimer holds. Each candidate is read from its own partial index (`tool_jobs_leased`,
+# `tool_jobs_queued`), so a claim does not pass over running jobs whose leases hold, and the
+# second is read only when the first finds nothing, so at most one row is taken. The rows of
+# both come back, `claimed` telling them apart.
 _CLAIM: Final = f"""
 WITH spent AS (
     UPDATE tool_jobs AS s
@@ -230,7 +246,7 @@ WITH spent AS (
     SELECT id FROM tool_jobs
      WHERE job_class = %(job_class)s AND state = 'queued'
        AND (not_before IS NULL OR not_before <= now()) AND attempt < %(max_attempts)s
-     ORDER BY created_at
+     ORDER BY priority, created_at
      LIMIT 1
        FOR UPDATE SKIP LOCKED
 ), taken AS (
@@ -334,25 +350,45 @@ class LeaseStore(Closing):
         idempotency_key: str,
         payload: Any,
         labels: Labels | None = None,
+        *,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        connection: psycopg.Connection[Any] | None = None,
     ) -> Job:
         """A new queued job, or the job this idempotency key already names (as it is now), if it
-        is the same operation: `JobKeyConflictError` if that job has another class or payload."""
-        stage = Stage(job_class, idempotency_key, payload, labels)
-        params = self._stage_params(stage)
+        is the same operation: `JobKeyConflictError` if that job has another class or payload.
+
+        `priority` 0 (the default) is claimed first, 9 last; `run_at` is not claimed before
+        then. With `connection`, the application's own, the job is written in that
+        connection's transaction: it exists, and wakes the runners, only if that commits."""
+        params = self._stage_params(
+            Stage(job_class, idempotency_key, payload, labels, priority, run_at)
+        )
+        if connection is not None:
+            return self._enqueue(connection.cursor(row_factory=dict_row), params)
         with self._db.transaction() as conn:
             return self._enqueue(conn, params)
 
     def _stage_params(self, stage: Stage) -> dict[str, Any]:
-        self.policy(stage.job_class)
+        policy = self.policy(stage.job_class)
         check_text("idempotency_key", stage.idempotency_key, MAX_KEY_CHARS)
+        if not 0 <= stage.priority <= MAX_PRIORITY:
+            raise LeaseInputError("priority", f"expected 0 (first) to {MAX_PRIORITY} (last)")
+        if stage.run_at is not None and stage.run_at.utcoffset() is None:
+            raise LeaseInputError("run_at", "expected a time with its UTC offset")
+        labels = stage.labels or Labels()
         return {
             "job_class": stage.job_class,
             "idempotency_key": stage.idempotency_key,
             "payload": self._json("payload", stage.payload),
-            **(stage.labels or Labels()).model_dump(),
+            **labels.model_dump(),
+            "gauge_labels": json.dumps(policy.gauge_labels(labels)),
+            "priority": stage.priority,
+            "run_at": stage.run_at,
+            "channel": WAKEUP_CHANNEL,
         }
 
-    def _enqueue(self, conn: psycopg.Connection[DictRow], params: dict[str, Any]) -> Job:
+    def _enqueue(self, conn: _Executes, params: dict[str, Any]) -> Job:
         row = None
         while row is None:
             row = conn.execute(_ENQUEUE, params).fetchone()
@@ -360,6 +396,8 @@ class LeaseStore(Closing):
                 # The key's job committed before our insert, so this newer snapshot sees it
                 # (unless it was pruned meanwhile: then the insert is tried again).
                 row = conn.execute(_JOB_BY_KEY, params).fetchone()
+            else:
+                conn.execute(_NOTIFY, params)
         job = _job(row)
         payload_sha256 = digest(params["payload"])
         if not row["same"]:
@@ -730,4 +768,5 @@ def _job(row: DictRow) -> Job:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         not_before=row["not_before"],
+        priority=row["priority"],
     )

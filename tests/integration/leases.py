@@ -34,6 +34,13 @@ def job_class(name: str = "ocr", **policy: float) -> JobClass:
     return JobClass.model_validate({"name": name, **numbers, **policy})
 
 
+def count(db: psycopg.Connection[DictRow], query: str) -> int:
+    """The `n` of a `SELECT count(*) AS n ...` query."""
+    row = db.execute(query).fetchone()
+    assert row is not None
+    return int(row["n"])
+
+
 def claimed(lease: Lease | None) -> Lease:
     assert lease is not None
     return lease

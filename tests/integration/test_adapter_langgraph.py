@@ -154,8 +154,8 @@ def test_the_ledger_setup_creates_its_own_tables_and_nothing_of_the_job_queue(
         assert same.stdout == "schema at version 6: already current, nothing changed\n"
         full = subprocess.run(cli, capture_output=True, text=True, check=True)
         assert [line.split(":")[0] for line in full.stdout.splitlines()] == [
-            *(f"applied migration {n}" for n in (1, 2, 3, 4)),
-            "schema at version 6",
+            *(f"applied migration {n}" for n in (1, 2, 3, 4, 7)),
+            "schema at version 7",
         ]
         assert {"tool_jobs", "tool_job_outbox", "fenced_receipts"} <= tables()
         ledger.setup()

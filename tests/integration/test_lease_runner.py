@@ -35,7 +35,7 @@ from detector.leases.runner import (
     ToolFailed,
 )
 from detector.testing.proxy import TcpProxy
-from tests.integration.leases import claimed, job_class
+from tests.integration.leases import claimed, count, job_class
 
 OCR = job_class("ocr", tool_timeout_s=1.5, stage_time_limit_s=30)
 CLASSES = (OCR,)
@@ -65,11 +65,9 @@ def kinds(db: psycopg.Connection[DictRow]) -> list[tuple[str, int]]:
 
 
 def heartbeats(db: psycopg.Connection[DictRow]) -> int:
-    row = db.execute(
-        "SELECT count(*) AS n FROM tool_job_outbox WHERE event->>'kind' = 'heartbeat_ok'"
-    ).fetchone()
-    assert row is not None
-    return int(row["n"])
+    return count(
+        db, "SELECT count(*) AS n FROM tool_job_outbox WHERE event->>'kind' = 'heartbeat_ok'"
+    )
 
 
 def wait_until(condition: Any, what: str, timeout: float = 20.0) -> None:

@@ -18,7 +18,7 @@ from psycopg.rows import DictRow
 
 from detector.histories.audit import audit_lines
 from detector.leases import LeaseStore
-from tests.integration.leases import job_class
+from tests.integration.leases import count, job_class
 
 # Slack L - (R+1) x H = 1.5 s; stalls last at most 1 s, and a worker's heartbeat may have been due
 # just before one starts (H + stall < L - J).
@@ -29,11 +29,7 @@ MAX_STALL_S = 1.0
 
 
 def finished(db: psycopg.Connection[DictRow]) -> int:
-    row = db.execute(
-        "SELECT count(*) AS n FROM tool_jobs WHERE state IN ('succeeded', 'failed')"
-    ).fetchone()
-    assert row is not None
-    return int(row["n"])
+    return count(db, "SELECT count(*) AS n FROM tool_jobs WHERE state IN ('succeeded', 'failed')")
 
 
 def test_clean_soak_with_stalls_shorter_than_the_slack_finds_nothing(

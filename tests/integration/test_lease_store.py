@@ -540,8 +540,8 @@ def test_migrate_twice_changes_nothing(empty_postgres_dsn: str) -> None:
         first = migrate(conn)
         recorded = conn.execute("SELECT * FROM splitbrain_migrations").fetchall()
         second = migrate(conn)
-        assert [m.version for m in first.applied] == [1, 2, 3, 4, 5, 6]
-        assert (second.applied, second.version) == ((), 6)
+        assert [m.version for m in first.applied] == [1, 2, 3, 4, 5, 6, 7]
+        assert (second.applied, second.version) == ((), 7)
         assert conn.execute("SELECT * FROM splitbrain_migrations").fetchall() == recorded
 
 
@@ -567,12 +567,13 @@ def test_the_migrate_command_is_idempotent_and_refuses_a_bad_dsn(empty_postgres_
         "applied migration 4: retry backoff, cancel and retention",
         "applied migration 5: langgraph threads: epochs, seq and first children",
         "applied migration 6: langgraph ledger steps in batches",
-        "schema at version 6",
+        "applied migration 7: job priorities and gauge labels",
+        "schema at version 7",
     ]
     second = migrate_cli("--dsn", empty_postgres_dsn)
     assert (second.returncode, second.stdout) == (
         0,
-        "schema at version 6: already current, nothing changed\n",
+        "schema at version 7: already current, nothing changed\n",
     )
 
     bad = migrate_cli("--dsn", "not a dsn")
@@ -621,7 +622,7 @@ def test_the_migrate_command_reads_its_variable(
 ) -> None:
     monkeypatch.setenv("SPLITBRAIN_LEASES_DSN", empty_postgres_dsn)
     assert main(["leases", "migrate"]) == 0
-    assert capsys.readouterr().out.endswith("schema at version 6\n")
+    assert capsys.readouterr().out.endswith("schema at version 7\n")
 
 
 # -- a restart mid-run ------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from detector.contracts.findings import Severity, Status
 from detector.contracts.page_state import SinkName
 from detector.core import Counters, FindingStats, FindingUpdate, LeaseHealth
-from detector.leases.gauges import LeaseGauges
+from detector.leases.gauges import LeaseGauges, OpenJobs
 from detector.paging.delivery import DeliveryOutcome
 from detector.paging.metrics import PageMetrics
 from detector.telemetry.metrics import WorkerMetrics
@@ -201,10 +201,8 @@ def relay_samples() -> dict[str, set[str]]:
     `SplitbrainRelayStalled` reads: its gauges with a label value each."""
     gauges = LeaseGauges(CollectorRegistry())
     gauges.stepped(1)
-    gauges.jobs.labels("ocr", "queued").set(1)
-    gauges.expired.labels("ocr").set(0)
-    gauges.heartbeat_age.labels("ocr", "1").set(1)
-    gauges.lease_left.labels("ocr", "0").set(1)
+    labels = {"job_class": "ocr", "tool_class": "ocr", "model": "m", "provider": "p"}
+    gauges.open_jobs.snapshot = (OpenJobs(labels, 1, 1, 0, (1.0, 1.0, 1.0), (1.0, 1.0, 1.0)),)
     samples: dict[str, set[str]] = {}
     for family in gauges.registry.collect():
         assert family.samples, f"{family.name}: not driven by this test, add it above"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from detector.leases import JobClass, Labels, db
-from detector.leases.policy import EXTEND_TIMEOUT_S
+from detector.leases import JobClass, Labels, LeaseInputError, db
+from detector.leases.policy import EXTEND_TIMEOUT_S, MAX_LABEL_SETS, LabelValues
 
 POLICY: dict[str, Any] = {
     "name": "web_search",
@@ -149,3 +149,27 @@ def test_retries_wait_half_fixed_half_drawn_doubling_to_the_maximum() -> None:
     slow = JobClass(**POLICY, retry_backoff_s=60, retry_backoff_max_s=100)
     assert [slow.retry_delay_s(a, 0.0) for a in (1, 2, 3)] == [30, 50, 50]
     assert [slow.retry_delay_s(a, 1.0) for a in (1, 2, 3)] == [60, 100, 100]
+
+
+def test_a_class_counts_its_jobs_under_the_labels_it_declares_and_refuses_others() -> None:
+    """Issue 38: the live gauges split a class by tool, model and provider only where the class
+    says its jobs differ, and only into the values it declares."""
+    llm = JobClass(
+        **POLICY, labels=LabelValues(model={"model-a", "model-b"}, provider={"acme-llm"})
+    )
+    job = Labels(tool_class="web_search", model="model-b", provider="acme-llm")
+    assert llm.gauge_labels(job) == {"model": "model-b", "provider": "acme-llm"}
+    assert JobClass(**POLICY).gauge_labels(job) == {}
+    with pytest.raises(LeaseInputError, match=r"model: job class 'web_search' declares model-a, "):
+        llm.gauge_labels(Labels(model="model-c", provider="acme-llm"))
+    with pytest.raises(LeaseInputError, match=r"provider: .* got None"):
+        llm.gauge_labels(Labels(model="model-b"))
+
+
+def test_a_class_s_label_combinations_are_bounded() -> None:
+    values = frozenset(f"v{n}" for n in range(8))
+    assert len(LabelValues(model=values, provider=values).declared()) == 2  # 64 combinations
+    with pytest.raises(ValidationError, match=f"128 label combinations; .* {MAX_LABEL_SETS}"):
+        LabelValues(tool_class=frozenset({"a", "b"}), model=values, provider=values)
+    with pytest.raises(ValidationError, match="model"):
+        LabelValues(model=frozenset({""}))
