@@ -10,6 +10,12 @@ Where it resumes from is a small state file (`--state-file`), written after each
 acknowledged: reading it back is one local read, where resuming from the input topic would mean
 scanning every partition for this watcher's last events. A crash between the acknowledgement and
 the write republishes one batch, whose deterministic event ids the detector counts once.
+
+While Kafka is unreachable (a broker restart), a batch waits for its acknowledgement and the watch
+waits with it, for as long as the producer keeps the events (librdkafka's `message.timeout.ms`),
+as the adapters' sinks and the detector wait: the store keeps its history meanwhile. Only a batch
+Kafka refused, or one still waiting at a stop, ends the watcher; then neither the state file nor
+the watcher's memory counts it, so a restart publishes it again.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
@@ -33,23 +40,31 @@ from detector.cli.arguments import port, positive_seconds
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import ExitCode, InputError, SplitbrainError
 from detector.kafka.config import KafkaConnection, add_kafka_arguments
-from detector.kafka.emit import DeliveryError, Emitter
+from detector.kafka.emit import DEFAULT_FLUSH_TIMEOUT, DeliveryError, Emitter
 
 log = logging.getLogger("splitbrain.watch")
 
 RETRY_MAX_S: Final = 5.0
+STOP_CHECK_S: Final = 1.0  # how soon a follower waiting for Kafka sees a stop
 
 
 class Publisher:
     """Publishes a watcher's events and, once Kafka acknowledged them, saves its state."""
 
     def __init__(
-        self, emitter: Emitter, state_file: Path | None, section: str, state: Callable[[], Any]
+        self,
+        emitter: Emitter,
+        state_file: Path | None,
+        section: str,
+        state: Callable[[], Any],
+        *,
+        wait_s: float = DEFAULT_FLUSH_TIMEOUT,
     ) -> None:
         self._emitter = emitter
         self._state_file = state_file
         self._section = section
         self._state = state
+        self._wait_s = wait_s  # between two warnings that Kafka has not acknowledged a batch
         self._lock = threading.Lock()
 
     def load(self) -> Mapping[str, Any]:
@@ -60,25 +75,69 @@ class Publisher:
         section = saved.get(self._section, {}) if isinstance(saved, dict) else {}
         return section if isinstance(section, dict) else {}
 
-    def publish(self, batch: Iterable[Mapping[str, Any]], *, save: bool = True) -> None:
-        """Send `events`, wait for every acknowledgement, then save (raises `DeliveryError`)."""
-        events = list(batch)
+    def publish(
+        self,
+        batch: Iterable[Mapping[str, Any]] | Callable[[], Iterable[Mapping[str, Any]]],
+        *,
+        save: bool = True,
+        stop: threading.Event | None = None,
+        undo: Callable[[], None] | None = None,
+    ) -> None:
+        """Send the events, wait for every acknowledgement, then save (raises `DeliveryError`).
+
+        `batch` may be a function that makes the events (a watch response applied to the
+        watcher's memory): it runs under the lock that saves, so no other follower saves a state
+        that already counts events not yet acknowledged. If making or sending them fails,
+        `undo` puts the watcher's memory back as it was before, and nothing is saved.
+
+        A Kafka outage is waited out (a warning every `wait_s` seconds): Kafka refusing an event
+        raises at once, and so does a batch still unacknowledged at the end of a wait once
+        `stop` is set."""
         with self._lock:
-            for event in events:
-                self._emitter.emit(event)
-            if events:
-                self._emitter.flush()
+            try:
+                events = list(batch() if callable(batch) else batch)
                 for event in events:
-                    log.info(
-                        "published %s epoch=%s seq=%s",
-                        event["kind"],
-                        event["owner_epoch"],
-                        event.get("seq"),
-                    )
+                    self._emitter.emit(event)
+                if events:
+                    self._wait(len(events), stop)
+                    for event in events:
+                        log.info(
+                            "published %s epoch=%s seq=%s",
+                            event["kind"],
+                            event["owner_epoch"],
+                            event.get("seq"),
+                        )
+            except BaseException:
+                if undo is not None:
+                    undo()
+                raise
             if save and self._state_file is not None:
                 tmp = self._state_file.with_name(self._state_file.name + ".tmp")
                 tmp.write_text(json.dumps({self._section: self._state()}))
                 os.replace(tmp, self._state_file)
+
+    def _wait(self, count: int, stop: threading.Event | None) -> None:
+        """Until Kafka acknowledged every event: in slices of at most `STOP_CHECK_S`, so that a
+        stop is seen while Kafka is away; a warning after each `wait_s`."""
+        waited = warned = 0.0
+        while True:
+            slice_s = min(self._wait_s, STOP_CHECK_S)
+            try:
+                self._emitter.flush(slice_s)
+                return
+            except DeliveryError as exc:
+                if exc.failures or (stop is not None and stop.is_set()):
+                    raise
+                waited += slice_s
+                if waited - warned >= self._wait_s:
+                    warned = waited
+                    log.warning(
+                        "Kafka has not acknowledged %d of %d event(s) in %gs; waiting for it "
+                        "(the watch goes on once it has)",
+                        exc.pending,
+                        count,
+                        waited,
+                    )
 
 
 class Follower(threading.Thread):
@@ -173,11 +232,23 @@ def run_etcd(args: argparse.Namespace) -> int:
         def follow(prefix: str) -> Callable[[threading.Event], None]:
             def loop(stop: threading.Event) -> None:
                 unit = watcher.units[prefix]
+
+                def publish(make: Callable[[], list[dict[str, Any]]]) -> None:
+                    before: dict[str, Any] = {}
+
+                    def made() -> list[dict[str, Any]]:
+                        # Under the publisher's lock, where every follower changes its memory:
+                        # the prefix as Kafka last acknowledged it, for a batch that fails.
+                        before[prefix] = watcher.state()[prefix]
+                        return make()
+
+                    publisher.publish(made, stop=stop, undo=lambda: watcher.restore(before))
+
                 try:
                     if unit.revision == 0:
                         revision, kvs, invalid = gateway.list_prefix(client(), prefix)
-                        publisher.publish(
-                            watcher.relist(prefix, revision, kvs, invalid, reason="start")
+                        publish(
+                            partial(watcher.relist, prefix, revision, kvs, invalid, reason="start")
                         )
                     for response in gateway.watch_prefix(
                         client(), prefix, unit.revision + 1, timeout=args.idle_timeout
@@ -185,11 +256,18 @@ def run_etcd(args: argparse.Namespace) -> int:
                         if response.compact_revision:
                             watcher.compacted(prefix, response)
                             revision, kvs, invalid = gateway.list_prefix(client(), prefix)
-                            publisher.publish(
-                                watcher.relist(prefix, revision, kvs, invalid, reason="compacted")
+                            publish(
+                                partial(
+                                    watcher.relist,
+                                    prefix,
+                                    revision,
+                                    kvs,
+                                    invalid,
+                                    reason="compacted",
+                                )
                             )
                             return
-                        publisher.publish(watcher.apply(prefix, response))
+                        publish(partial(watcher.apply, prefix, response))
                         if stop.is_set():
                             return
                 except (OSError, ConnectionError):
@@ -258,7 +336,7 @@ def run_kubernetes(args: argparse.Namespace) -> int:
                 if record is not None:
                     record.write(json.dumps(event) + "\n")
                     record.flush()
-                publisher.publish(feed(watcher, [event]))
+                publisher.publish(partial(feed, watcher, [event]), stop=stop)
                 if watcher.gone or stop.is_set():
                     return
 
