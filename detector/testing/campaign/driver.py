@@ -53,9 +53,10 @@ class SourceResult:
     writes: int
     faults: Counter[str] = field(default_factory=Counter)
     undrained_runs: list[int] = field(default_factory=list)
-    # The detector exited (its stall watch gives up on a Kafka that does not take a commit, so
-    # that a supervisor restarts it) and was started again, as a supervisor would.
-    detector_restarts: int = 0
+    # The exits of the detector (its stall watch gives up on a Kafka that does not take a
+    # commit, so that a supervisor restarts it) and of a source's watcher, by role; each was
+    # started again, as a supervisor would.
+    restarts: Counter[str] = field(default_factory=Counter)
     # Each broker restart: when it went down and when it served again (wall clock).
     outages: Sequence[tuple[float, float]] = ()
     restarted_runs: set[int] = field(default_factory=set)  # the runs with a broker restart
@@ -155,9 +156,11 @@ def campaign(
     with _broker(workdir, bootstrap) as (config, broker):
         topics = WorkerTopics.fresh(f"campaign-{source.name}").create(config, 1)
         detector = WorkerProcess(config, topics, workdir / "detector", instance="campaign")
-        env = CampaignEnv(config, topics.input, workdir, seed)
+        env = CampaignEnv(config, topics.input, workdir, seed, say=say)
+        result.restarts = env.restarts
         watcher = _Watcher(config, topics.findings, env.outages)
-        with detector, source.session(env) as session, _supervised(detector, result, say):
+        supervised = env.supervised("detector", detector.alive, detector.start)
+        with detector, source.session(env) as session, supervised:
             watcher.start()
             say(f"{source.name}: seed {seed}, {runs} runs; detector log {detector.log}")
             for n in range(runs):
@@ -236,30 +239,6 @@ def _restart_later(broker: LocalKafka, down_s: float, outages: KafkaOutages) -> 
     thread = threading.Thread(target=bounce, name="campaign-broker", daemon=True)
     thread.start()
     return thread
-
-
-@contextlib.contextmanager
-def _supervised(
-    detector: WorkerProcess, result: SourceResult, say: Callable[[str], None]
-) -> Iterator[None]:
-    """Start the detector again whenever it exits, as its supervisor in production would (a
-    worker that gives up on a stalled Kafka exits for exactly that)."""
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(1.0):
-            if not detector.alive():
-                result.detector_restarts += 1
-                say(f"the detector exited ({detector.exit_code()}); starting it again")
-                detector.start()
-
-    thread = threading.Thread(target=watch, name="campaign-supervisor", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _settle(config: dict[str, Any], topics: WorkerTopics) -> None:

@@ -52,7 +52,8 @@ def summary(result: SourceResult) -> dict[str, Any]:
         "broker_outages_s": [round(up - down, 1) for down, up in result.outages],
         "faults": dict(sorted(result.faults.items())),
         "undrained_runs": result.undrained_runs,
-        "detector_restarts": result.detector_restarts,
+        "detector_restarts": result.restarts["detector"],
+        "watcher_restarts": result.restarts["watcher"],
         "seconds": round(result.seconds, 1),
         "notes": v.notes,
     }
@@ -80,8 +81,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     lines.append("p95 q: in the runs without a broker restart")
     for r in rows:
         lines += [f"{r['source']}: {note}" for note in r["notes"]]
-        if restarts := r["detector_restarts"]:
-            lines.append(f"{r['source']}: the detector exited, started again {restarts} time(s)")
+        for role in ("detector", "watcher"):
+            if restarts := r.get(f"{role}_restarts"):
+                lines.append(f"{r['source']}: the {role} exited, started again {restarts} time(s)")
         if outages := r["broker_outages_s"]:
             after = r["latency_after_outage_s"]
             lines.append(

@@ -8,9 +8,12 @@ starts, works while the nemesis applies its schedule, and drains).
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +51,32 @@ class CampaignEnv:
     workdir: Path  # logs and data of the source's server and workers
     seed: int
     outages: KafkaOutages = field(default_factory=KafkaOutages)
+    # The exits of the campaign's own long-running processes (`supervised`), by role.
+    restarts: Counter[str] = field(default_factory=Counter)
+    say: Callable[[str], None] = print
+
+    @contextlib.contextmanager
+    def supervised(
+        self, role: str, alive: Callable[[], bool], start: Callable[[], object]
+    ) -> Iterator[None]:
+        """Start a process again whenever it exits, as its supervisor in production would (the
+        detector gives up on a stalled Kafka by exiting), and count and say each exit."""
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(1.0):
+                if not alive():
+                    self.restarts[role] += 1
+                    self.say(f"the {role} exited; starting it again")
+                    start()
+
+        thread = threading.Thread(target=watch, name=f"campaign-{role}-supervisor", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def process_env(self, **more: str) -> dict[str, str]:
         """A worker process's environment: the broker as `SPLITBRAIN_*` variables and the

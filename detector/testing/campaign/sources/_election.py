@@ -247,7 +247,12 @@ def fleet(
     """The run's watcher (ready once it follows) and `WORKERS` workers, worker `i` started as
     `worker_argv(i, proxy_port)` through a proxy to the coordinator's `port`; all stopped on
     leaving."""
-    watcher = Proc("watcher", watcher_argv, env.process_env(), env.workdir / "watcher.log")
+    # Resumed from its state file when it exits (a watcher that gave up on Kafka), as a
+    # supervisor would start it again.
+    state = ["--state-file", str(env.workdir / "watcher-state.json")]
+    watcher = Proc(
+        "watcher", [*watcher_argv, *state], env.process_env(), env.workdir / "watcher.log"
+    )
     proxies: list[TcpProxy] = []
     workers: list[Proc] = []
     clocks = [env.workdir / f"clock-w{i}" for i in range(WORKERS)]
@@ -265,14 +270,15 @@ def fleet(
         fleet = ElectionFleet(
             workers, proxies, clocks, done, restart_coordinator, kills, env.truth, recover
         )
-        try:
-            yield fleet
-        finally:
-            fleet.close()
+        with env.campaign.supervised("watcher", watcher.alive, watcher.start):
+            try:
+                yield fleet
+            finally:
+                fleet.close()
+            time.sleep(1.0)  # the watcher publishes the workers' last resignations
     finally:
         for proxy in proxies:
             proxy.close()
-        time.sleep(1.0)  # the watcher publishes the workers' last resignations
         watcher.stop()
 
 
