@@ -36,7 +36,8 @@ def _shown(value: object) -> object:
 
 def environment(*packages: str) -> Environment:
     """Templates by `PACKAGE/NAME` (`timeline/shell.html`), from this package's and `packages`'
-    `templates/` folders (package data: the wheel carries them)."""
+    `templates/` folders (package data: the wheel carries them), each compiled when first
+    rendered: a command that draws no page does not pay for it."""
     loader = PrefixLoader(
         {name.rsplit(".", 1)[-1]: PackageLoader(name) for name in (_PACKAGE, *packages)}
     )
@@ -48,6 +49,7 @@ def environment(*packages: str) -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        auto_reload=False,  # package data: compiled on first use, never looked at again
     )
     env.globals.update(
         csp=Markup(CSP),  # ours, with no '"' in it: shown as the header sends it

@@ -19,7 +19,6 @@ from detector.timeline.svg import Timeline, draw
 # Findings drawn, worst first; the others are listed in the summary only. A figure with its events
 # is tens of kB: this keeps a report of a history with thousands of findings to a few MB.
 MAX_DRAWN: Final = 50
-_TEMPLATE: Final = TEMPLATES.get_template("timeline/audit.html")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +59,7 @@ def render(
 ) -> str:
     """The report: a summary table, then each finding (worst first) with its timeline."""
     ordered = sorted(findings, key=lambda f: (-f.severity.rank, f.workflow_key))
-    return _TEMPLATE.render(
+    return TEMPLATES.get_template("timeline/audit.html").render(
         source=source,
         events=events,
         workflows=workflows,

@@ -35,7 +35,6 @@ _CONDITION_EVENT: Final = {
     ConditionKind.DUPLICATE_EFFECT: "effect_committed",
 }
 FENCES: Final = frozenset({"lease_lost", "lease_released", "effect_rejected"})
-_TEMPLATE: Final = TEMPLATES.get_template("timeline/timeline.svg")
 
 
 @dataclass(slots=True)
@@ -205,7 +204,7 @@ def draw(finding: Finding, seen: Sequence[Seen]) -> Timeline:
         for dup in dups
         if dup.event_id in x_of and (partner := _partner(finding, drawn, dup)) is not None
     ]
-    svg = _TEMPLATE.render(
+    svg = TEMPLATES.get_template("timeline/timeline.svg").render(
         f=finding,
         lanes=lanes,
         lane_y=lane_y,
