@@ -30,8 +30,8 @@ CSP: Final = (
 )
 
 
-def _shown(value: object) -> object:
-    return value if isinstance(value, Markup) or not isinstance(value, str) else printable(value)
+def _shown(value: object) -> str:
+    return value if isinstance(value, Markup) else printable(str(value))
 
 
 def environment(*packages: str) -> Environment:
