@@ -1,20 +1,21 @@
 """One finding's workflow as an SVG timeline: a lane per epoch, events in the verdict's order.
 
 Marks come from the finding itself (its transition and conditions), so a mark is drawn even when
-its event fell outside the kept window; the window adds the context around them. Every string
-from the input goes through `text`: escaped for HTML and with control characters made visible.
+its event fell outside the kept window; the window adds the context around them. Here the
+events are placed; `templates/timeline.svg` draws them (escaped: see `markup`).
 """
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from markupsafe import Markup
+
 from detector.contracts.findings import ConditionKind, Finding
-from detector.report import printable
+from detector.timeline.markup import TEMPLATES
 from detector.timeline.seen import Seen
 
 MAX_POINTS: Final = 200
@@ -36,11 +37,6 @@ _CONDITION_EVENT: Final = {
 FENCES: Final = frozenset({"lease_lost", "lease_released", "effect_rejected"})
 
 
-def text(value: object) -> str:
-    """Any input value as HTML text: controls shown as escapes, markup as characters."""
-    return html.escape(printable(str(value)), quote=True)
-
-
 @dataclass(slots=True)
 class Point:
     event_id: str
@@ -54,10 +50,15 @@ class Point:
     marks: list[str] = field(default_factory=list)  # condition kinds this event triggered
     order: tuple[float, float] = (0.0, 0.0)
 
+    @property
+    def kept(self) -> bool:
+        """False for a mark drawn from the finding alone: its event is not in the window."""
+        return self.arrival != math.inf
+
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
-    svg: str
+    svg: Markup
     points: list[Point]
     left_out: int  # events kept for the workflow but not drawn
 
@@ -166,18 +167,6 @@ def _lanes(finding: Finding, points: Iterable[Point]) -> list[tuple[int, str]]:
     return sorted(workers.items())
 
 
-def _shape(p: Point, x: float, y: float) -> str:
-    if p.kind == "lease_acquired":
-        return f'<path class="shape" d="M{x} {y - 8} L{x + 8} {y} L{x} {y + 8} L{x - 8} {y} Z"/>'
-    if p.kind in FENCES:
-        return f'<rect class="shape" x="{x - 3}" y="{y - 11}" width="6" height="22"/>'
-    if p.kind == "outcome_verified":
-        return f'<path class="shape" d="M{x - 7} {y} L{x - 2} {y + 6} L{x + 8} {y - 7}"/>'
-    if p.kind.startswith("effect_"):
-        return f'<rect class="shape" x="{x - 7}" y="{y - 7}" width="14" height="14"/>'
-    return f'<circle class="shape" cx="{x}" cy="{y}" r="6"/>'
-
-
 def _css_class(p: Point, displaced: int | None) -> str:
     names = ["event", p.kind.replace("_", "-")]
     if p.marks:
@@ -210,75 +199,25 @@ def draw(finding: Finding, seen: Sequence[Seen]) -> Timeline:
     width = LEFT + max(len(drawn) - 1, 0) * STEP + RIGHT
     height = TOP + max(len(lanes) - 1, 0) * LANE + BOTTOM
     displaced = finding.displaced.owner_epoch if finding.displaced else None
-    ordering = (
-        "ordered by seq (the verdict's order: authoritative_seq)"
-        if finding.ordering == "authoritative_seq"
-        else "ordered by arrival in the partition (the verdict's order: arrival)"
-    )
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'data-ordering="{finding.ordering}">',
-        f"<title>timeline of {text(finding.workflow_key)}</title>",
-        f'<text class="ordering" x="8" y="18">{text(ordering)}</text>',
+    pairs = [
+        (partner, dup)
+        for dup in dups
+        if dup.event_id in x_of and (partner := _partner(finding, drawn, dup)) is not None
     ]
-    for epoch, worker in lanes:
-        y = lane_y[epoch]
-        role = " (displaced)" if epoch == displaced else ""
-        out.append(
-            f'<g class="lane" data-epoch="{epoch}" data-worker="{text(worker)}">'
-            f'<line x1="{LEFT - 24}" y1="{y}" x2="{width - RIGHT + 24}" y2="{y}"/>'
-            f'<text class="lane-label" x="8" y="{y + 4}">epoch {epoch}{role} · '
-            f"{text(worker)}</text></g>"
-        )
-    transition = finding.transition
-    if transition is not None and transition.event_id in x_of:
-        x = x_of[transition.event_id]
-        where = f"seq {transition.seq}" if transition.seq is not None else "by arrival"
-        out.append(
-            f'<g class="transition" data-event-id="{text(transition.event_id)}" '
-            f'data-seq="{"" if transition.seq is None else transition.seq}">'
-            f'<line x1="{x}" y1="{TOP - 30}" x2="{x}" y2="{height - 22}"/>'
-            f'<text x="{x + 4}" y="{height - 8}">takeover {where} '
-            f"({text(transition.event_id)})</text></g>"
-        )
-    for dup in dups:
-        partner = _partner(finding, drawn, dup)
-        if partner is not None and dup.event_id in x_of:
-            x1, y1 = x_of[partner.event_id], lane_y[partner.epoch]
-            x2, y2 = x_of[dup.event_id], lane_y[dup.epoch]
-            bend = min(y1, y2) - 30 if y1 == y2 else (y1 + y2) / 2
-            out.append(
-                f'<path class="duplicate-pair" data-effect-key="{text(dup.effect_key or "")}" '
-                f'd="M{x1} {y1} Q{(x1 + x2) / 2} {bend} {x2} {y2}"/>'
-            )
-    for p in drawn:
-        x, y = x_of[p.event_id], lane_y[p.epoch]
-        seq = "" if p.seq is None else str(p.seq)
-        where = f"seq {seq}" if seq else "no seq"
-        absent = ", not in the kept window" if p.arrival == math.inf else ""
-        css = _css_class(p, displaced)
-        tip = f"{p.kind} {p.event_id} ({where}{absent}) epoch {p.epoch} {p.worker}"
-        if p.effect_key:
-            tip += f" {p.effect_key}"
-        out.append(
-            f'<g class="{css}" data-event-id="{text(p.event_id)}" '
-            f'data-kind="{p.kind}" data-seq="{seq}" data-epoch="{p.epoch}">'
-            f"<title>{text(tip)}</title>{_shape(p, x, y)}"
-            f'<text class="seq" x="{x}" y="{y + 24}">{seq}</text>'
-        )
-        if not p.marks and (p.kind == "outcome_verified" or p.kind in FENCES):
-            out.append(
-                f'<text class="closing-label" x="{x}" y="{y - 16}" '
-                f'transform="rotate(-35 {x} {y - 16})">{p.kind}</text>'
-            )
-        for i, kind in enumerate(p.marks):
-            label = f"{kind} · {where}"
-            ly = y - 16 - 16 * i
-            out.append(
-                f'<text class="mark-label" data-kind="{kind}" x="{x}" y="{ly}" '
-                f'transform="rotate(-35 {x} {ly})">{text(label)}</text>'
-            )
-        out.append("</g>")
-    out.append("</svg>")
-    return Timeline("".join(out), drawn, len(points) - len(drawn))
+    svg = TEMPLATES.get_template("timeline/timeline.svg").render(
+        f=finding,
+        lanes=lanes,
+        lane_y=lane_y,
+        x_of=x_of,
+        pairs=pairs,
+        drawn=drawn,
+        width=width,
+        height=height,
+        displaced=displaced,
+        left=LEFT,
+        right=RIGHT,
+        top=TOP,
+        fences=FENCES,
+        css=_css_class,
+    )
+    return Timeline(Markup(svg), drawn, len(points) - len(drawn))

@@ -4,8 +4,8 @@ Beyond loopback every route but `/healthz` needs the token: `Authorization: Bear
 scraper, a script) or the session cookie that `POST /login` sets from it (a browser). The cookie
 holds an HMAC of the token, not the token, and is HttpOnly and SameSite=Strict. A token never
 goes in a URL, where logs, history and Referer headers would keep it. On loopback there is no
-token, and only loopback Host names are answered: a web page cannot reach the view through a
-DNS name rebound to 127.0.0.1.
+token, and only loopback Host names are answered (Starlette's `TrustedHostMiddleware`, on every
+route): a web page cannot reach the view through a DNS name rebound to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -22,22 +22,24 @@ from urllib.parse import parse_qs
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from detector.contracts.findings import Severity, Status
+from detector.timeline.markup import CSP
 from detector.view import pages
 from detector.view.metrics import ViewMetrics
 from detector.view.store import Filters, FindingsStore, listed
 
 COOKIE: Final = "splitbrain_ui_session"
-LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "[::1]")  # as a Host header spells them
 MAX_LOGIN_BODY: Final = 4096
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 HEADERS: Final = {
-    "Content-Security-Policy": pages.CSP,
+    "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
@@ -60,21 +62,19 @@ def _local(next_path: str) -> str:
 
 
 class _Guard:
-    def __init__(self, token: str | None) -> None:
+    """Beyond loopback: the token, as a bearer header or the session cookie."""
+
+    def __init__(self, token: str) -> None:
         self.token = token
-        self.session = None if token is None else _session(token)
+        self.session = _session(token)
 
     def allows(self, request: Request) -> bool:
-        if self.token is None or self.session is None:
-            return request.url.hostname in LOOPBACK_HOSTS
         bearer = request.headers.get("authorization", "")
         if bearer.startswith("Bearer ") and _equal(bearer.removeprefix("Bearer "), self.token):
             return True
         return _equal(request.cookies.get(COOKIE, ""), self.session)
 
     def refusal(self, request: Request, *, wrong: bool = False) -> Response:
-        if self.token is None:
-            return PlainTextResponse("only a loopback Host is answered", 400, headers=HEADERS)
         next_path = _local(str(request.query_params.get("next", request.url.path)))
         if request.url.path != "/login" and request.url.query:
             next_path += "?" + request.url.query
@@ -83,6 +83,26 @@ class _Guard:
             status_code=401,
             headers={**HEADERS, "WWW-Authenticate": 'Bearer realm="splitbrain ui"'},
         )
+
+    def guarded(self, endpoint: Endpoint) -> Endpoint:
+        async def checked(request: Request) -> Response:
+            if not self.allows(request):
+                return self.refusal(request)
+            return await endpoint(request)
+
+        return checked
+
+    async def login(self, request: Request) -> Response:
+        """`POST /login`: the token from the form, for the session cookie."""
+        body = await request.body()
+        form = parse_qs(body[:MAX_LOGIN_BODY].decode("utf-8", "replace"))
+        if not _equal((form.get("token") or [""])[0], self.token):
+            return self.refusal(request, wrong=True)
+        response = RedirectResponse(
+            _local(request.query_params.get("next", "/")), status_code=303, headers=HEADERS
+        )
+        response.set_cookie(COOKIE, self.session, httponly=True, samesite="strict")
+        return response
 
 
 class _Counted:
@@ -127,15 +147,11 @@ def _filters(request: Request) -> Filters:
 
 
 def create_app(store: FindingsStore, metrics: ViewMetrics, *, token: str | None) -> Starlette:
-    guard = _Guard(token)
+    guard = None if token is None else _Guard(token)
 
     def guarded(endpoint: Endpoint) -> Endpoint:
-        async def checked(request: Request) -> Response:
-            if not guard.allows(request):
-                return guard.refusal(request)
-            return await endpoint(request)
-
-        return checked
+        """On loopback the Host check (below) stands in for the token."""
+        return endpoint if guard is None else guard.guarded(endpoint)
 
     async def index(request: Request) -> Response:
         filters = _filters(request)
@@ -164,18 +180,6 @@ def create_app(store: FindingsStore, metrics: ViewMetrics, *, token: str | None)
             )
         return _html(pages.not_found(finding_id), 404)
 
-    async def login(request: Request) -> Response:
-        body = await request.body()
-        form = parse_qs(body[:MAX_LOGIN_BODY].decode("utf-8", "replace"))
-        given = (form.get("token") or [""])[0]
-        if guard.token is None or not _equal(given, guard.token):
-            return guard.refusal(request, wrong=True)
-        response = RedirectResponse(
-            _local(request.query_params.get("next", "/")), status_code=303, headers=HEADERS
-        )
-        response.set_cookie(COOKIE, _session(guard.token), httponly=True, samesite="strict")
-        return response
-
     async def metrics_route(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -192,10 +196,13 @@ def create_app(store: FindingsStore, metrics: ViewMetrics, *, token: str | None)
         Route("/metrics", guarded(metrics_route)),
         Route("/healthz", healthz),
     ]
-    if token is not None:
-        routes.append(Route("/login", login, methods=["POST"]))
-    app = Starlette(routes=routes)
-    app.add_middleware(_Counted, routes=routes, metrics=metrics)
+    if guard is None:
+        app = Starlette(routes=routes)
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS, www_redirect=False)
+    else:
+        routes.append(Route("/login", guard.login, methods=["POST"]))
+        app = Starlette(routes=routes)
+    app.add_middleware(_Counted, routes=routes, metrics=metrics)  # outermost: counts refusals too
     return app
 
 

@@ -2,7 +2,8 @@
 check` passes), the wheel installed by pip into a fresh virtual environment with no compiler,
 Java or Maven on PATH, and its commands run from an empty directory, far from any checkout:
 `--version`, `topics apply --dry-run` against a real broker, `export` of each kind (checked by
-promtool and amtool), `audit` of a bundled example, and the live demo to exit 0.
+promtool and amtool), `audit` of a bundled example (and its HTML report), and the live demo to
+exit 0.
 
 pip reaches PyPI for the dependencies, at the versions of constraints.txt, through its cache."""
 
@@ -176,8 +177,12 @@ def test_audit_of_a_bundled_example(installed: Installed) -> None:
         examples / "export-ledger.expected.json",
         "--fail-on",
         "none",
+        "--html",
+        "report.html",
     )
     assert out.rstrip().endswith("PASS"), out
+    # The report's templates are package data: the wheel carries them.
+    assert '<g class="lane"' in (installed.home / "report.html").read_text()
 
 
 def test_the_demo_pages_from_an_empty_directory(installed: Installed) -> None:

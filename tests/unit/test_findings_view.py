@@ -3,18 +3,22 @@ filters, and the pages' escaping and policy (the browser test runs them against 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import re
 from pathlib import Path
 
 import pytest
+from starlette.types import Message
 
 from detector.cli.main import main
 from detector.contracts.findings import Finding, Severity, Status
 from detector.histories.audit import audit_lines
 from detector.view import pages
-from detector.view.store import Filters, listed
+from detector.view.app import create_app
+from detector.view.metrics import ViewMetrics
+from detector.view.store import Filters, FindingsStore, listed
 from tests.paths import SEED_FIXTURE
 
 EVIL = "<script>alert(1)</script>\x1b[2J"
@@ -110,3 +114,59 @@ def test_pages_show_markup_as_text_and_allow_only_their_own_style() -> None:
         assert "script-src" not in page and "default-src 'none'" in page
     assert pages.finding_path("f/../<x>") == "/findings/f%2F..%2F%3Cx%3E"
     assert 'href="/' not in pages.finding([evil], export=True)
+
+
+def answered(token: str | None, host: str) -> tuple[int, float]:
+    """The status of `GET /` with `host` as its Host header, and how often the view counted it."""
+    store = FindingsStore()
+    metrics = ViewMetrics(store)
+    app = create_app(store, metrics, token=token)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/",
+        "raw_path": b"/",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", host.encode())],
+        "server": ("127.0.0.1", 8080),
+        "client": ("127.0.0.1", 50000),
+    }
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    status = int(sent[0]["status"])
+    counted = metrics.registry.get_sample_value(
+        "splitbrain_ui_requests_total", {"route": "/", "code": str(status)}
+    )
+    return status, counted or 0.0
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:8080", 200),
+        ("localhost:8080", 200),
+        ("LOCALHOST", 200),
+        ("[::1]:8080", 200),
+        ("rebound.example:8080", 400),
+        ("127.0.0.1.rebound.example", 400),
+        ("www.localhost", 400),
+    ],
+)
+def test_on_loopback_only_a_loopback_host_is_answered(host: str, status: int) -> None:
+    """A DNS name rebound to 127.0.0.1 reaches the socket but not the pages; refusals count."""
+    assert answered(None, host) == (status, 1.0)
+
+
+def test_beyond_loopback_the_token_not_the_host_decides() -> None:
+    assert answered("a-token-of-sixteen-chars", "view.example:8080") == (401, 1.0)

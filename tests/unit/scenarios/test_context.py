@@ -11,11 +11,12 @@ from detector.contracts.events import OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.contracts.page_state import SinkName
 from detector.core import Config, decode_state, encode_state
+from detector.histories.window import EventWindows
 from detector.paging.alertmanager import AlertmanagerSink
 from detector.paging.pagerduty import PagerDutySink
 from detector.paging.state import Action, Delivery
 from detector.report import finding_lines
-from detector.timeline.page import context_html
+from detector.timeline import render
 from detector.view import pages
 
 from ..histories import acq, commit, ev, run
@@ -210,7 +211,7 @@ def test_the_view_and_the_html_report_show_the_context_escaped() -> None:
     marked = f.model_copy(
         update={"context": f.context.model_copy(update={"current": {"x": "<b>"}})}  # type: ignore[union-attr]
     )
-    html = context_html(marked, "h3")
-    assert "x=&lt;b&gt;" in html and "<h3>Context</h3>" in html
+    report = render([marked], EventWindows(), source="-", events=0, workflows=1)
+    assert "x=&lt;b&gt;" in report and "<h3>Context</h3>" in report
     no_context = f.model_copy(update={"context": None})
     assert "Context" not in pages.finding([no_context])
