@@ -8,10 +8,10 @@ throwaway directory is recorded as the component's `root`, so stopping the stack
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detector.demos import DemoStack
+from detector.demos._common import log_text
 
 if TYPE_CHECKING:
     from detector.devstack.etcd import LocalEtcd
@@ -54,11 +54,3 @@ def start_watcher(stack: DemoStack, system: str, *args: str, shown: str) -> None
         )
     )
     stack.say(f"started {name:<13} splitbrain watch {system} {shown} (pid {watcher.pids[0].pid})")
-
-
-def log_text(path: Path) -> str:
-    """A process's log so far; empty before it exists."""
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""

@@ -23,7 +23,8 @@ from typing import Final
 
 from detector.contracts.topics import INPUT_TOPIC
 from detector.demos import DemoStack
-from detector.demos._watched import log_text, start_etcd, start_watcher
+from detector.demos._common import log_text, needs_package
+from detector.demos._watched import start_etcd, start_watcher
 
 NAMESPACE: Final = "default"
 LEASE: Final = "payments-leader"
@@ -45,10 +46,7 @@ class KubernetesDemo:
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("kubernetes") is None:
-            return (
-                "the kubernetes demo needs Python package 'kubernetes': "
-                "pip install 'splitbrain-detector[kubernetes]'"
-            )
+            return needs_package(self.name, "kubernetes", "kubernetes")
         from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
         from detector.devstack.kube_apiserver import (  # noqa: PLC0415
             LocalKubeApiServerError,
