@@ -11,13 +11,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from detector.closing import Started
-from detector.devstack.process import free_port, stop_child
+from detector.devstack.process import came_up, free_port, last_lines, spawn, stop_child
 from detector.errors import SplitbrainError
 
 
@@ -80,16 +79,10 @@ class LocalEtcd(Started):
         ]
 
     def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + self.start_timeout
-        while not self.healthy():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise LocalEtcdError(f"etcd did not start:\n{self.log_tail()}")
-            time.sleep(0.1)
+        self._proc = spawn(self.argv(), self.log_path)
+        if not came_up(self._proc, self.healthy, self.start_timeout, 0.1):
+            self.stop()
+            raise LocalEtcdError(f"etcd did not start:\n{self.log_tail()}")
 
     def healthy(self) -> bool:
         try:
@@ -109,7 +102,4 @@ class LocalEtcd(Started):
             shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no etcd log yet)"
+        return last_lines(self.log_path, lines, "(no etcd log yet)")

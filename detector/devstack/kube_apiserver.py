@@ -15,7 +15,6 @@ import shutil
 import ssl
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Final
 
 from detector.closing import Started
 from detector.devstack.etcd import LocalEtcd
-from detector.devstack.process import free_port, stop_child
+from detector.devstack.process import came_up, free_port, last_lines, spawn, stop_child
 from detector.errors import SplitbrainError
 
 # Package data: in a wheel as in a checkout (`scripts/build-kube-apiserver.sh` runs this one).
@@ -130,16 +129,10 @@ class LocalKubeApiServer(Started):
     def start(self) -> None:
         if self._own_etcd:
             self._etcd.start()
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self.prepare(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + self.start_timeout
-        while not self.ready():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise LocalKubeApiServerError(f"kube-apiserver did not start:\n{self.log_tail()}")
-            time.sleep(0.5)
+        self._proc = spawn(self.prepare(), self.log_path)
+        if not came_up(self._proc, self.ready, self.start_timeout, 0.5):
+            self.stop()
+            raise LocalKubeApiServerError(f"kube-apiserver did not start:\n{self.log_tail()}")
 
     def ready(self) -> bool:
         context = ssl.create_default_context()
@@ -169,10 +162,7 @@ class LocalKubeApiServer(Started):
             shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no kube-apiserver log yet)"
+        return last_lines(self.log_path, lines, "(no kube-apiserver log yet)")
 
 
 if __name__ == "__main__":
