@@ -8,15 +8,12 @@ throwaway data directory, client and peer URLs on free loopback ports; stopped b
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from detector.closing import Started
-from detector.devstack.process import came_up, free_port, last_lines, spawn, stop_child
+from detector.devstack.process import ChildServer, came_up, free_port, last_lines, spawn
 from detector.errors import SplitbrainError
 
 
@@ -37,25 +34,17 @@ def etcd_binary() -> Path:
     return Path(found)
 
 
-class LocalEtcd(Started):
+class LocalEtcd(ChildServer):
     """One etcd member on 127.0.0.1: `.endpoint` (http://127.0.0.1:PORT), `.port`."""
 
     def __init__(self, *, start_timeout: float = 30.0) -> None:
-        self.start_timeout = start_timeout
-        self.port = free_port()
-        self._peer_port = free_port()
         self._binary = etcd_binary()
-        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-etcd-"))
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__("splitbrain-etcd-", start_timeout)
+        self._peer_port = free_port()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def root(self) -> Path:
-        """The throwaway directory (data, log) that `close` removes."""
-        return self._root
 
     @property
     def log_path(self) -> Path:
@@ -90,16 +79,6 @@ class LocalEtcd(Started):
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        stop_child(proc)
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:
         return last_lines(self.log_path, lines, "(no etcd log yet)")

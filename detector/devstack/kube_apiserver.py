@@ -11,18 +11,15 @@ makes the default account).
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Final
 
-from detector.closing import Started
 from detector.devstack.etcd import LocalEtcd
-from detector.devstack.process import came_up, free_port, last_lines, spawn, stop_child
+from detector.devstack.process import ChildServer, came_up, last_lines, spawn
 from detector.errors import SplitbrainError
 
 # Package data: in a wheel as in a checkout (`scripts/build-kube-apiserver.sh` runs this one).
@@ -59,18 +56,15 @@ def build() -> int:
     return subprocess.run(["bash", str(BUILD_SCRIPT)], check=False).returncode
 
 
-class LocalKubeApiServer(Started):
+class LocalKubeApiServer(ChildServer):
     """kube-apiserver and its etcd: `.url`, `.kubeconfig` (a file with the token)."""
 
     def __init__(self, *, etcd: LocalEtcd | None = None, start_timeout: float = 120.0) -> None:
         """`etcd`: one the caller runs; by default the server starts and stops its own."""
-        self.start_timeout = start_timeout
-        self.port = free_port()
         self._binary = kube_apiserver_binary()
-        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-kube-"))
+        super().__init__("splitbrain-kube-", start_timeout)
         self._own_etcd = etcd is None
         self._etcd = LocalEtcd() if etcd is None else etcd
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -79,11 +73,6 @@ class LocalKubeApiServer(Started):
     @property
     def kubeconfig(self) -> Path:
         return self._root / "kubeconfig"
-
-    @property
-    def root(self) -> Path:
-        """The throwaway directory (data, log) that `close` removes."""
-        return self._root
 
     @property
     def log_path(self) -> Path:
@@ -147,19 +136,17 @@ class LocalKubeApiServer(Started):
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        stop_child(proc, 20.0)
+    def stop(self, timeout: float = 20.0) -> None:
+        super().stop(timeout)
         if self._own_etcd:
             self._etcd.stop()
 
     def close(self) -> None:
         try:
-            self.stop()
+            super().close()
         finally:
             if self._own_etcd:
                 self._etcd.close()
-            shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:
         return last_lines(self.log_path, lines, "(no kube-apiserver log yet)")

@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +23,7 @@ from typing import Any, Final
 import psutil
 from typing_extensions import TypeIs
 
+from detector.closing import Started
 from detector.devstack.errors import StackError
 
 _GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
@@ -173,6 +176,35 @@ def came_up(
             return False
         time.sleep(interval)
     return True
+
+
+class ChildServer(Started):
+    """A server this process runs as its child on a free loopback port (`port`), in a throwaway
+    directory (`root`: its data and log). `stop` ends it by PID; `close` also removes the
+    directory. A subclass finds its binary before `__init__`, so that a missing one leaves no
+    directory behind."""
+
+    def __init__(self, prefix: str, start_timeout: float) -> None:
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self._root = Path(tempfile.mkdtemp(prefix=prefix))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root(self) -> Path:
+        """The throwaway directory (data, log) that `close` removes."""
+        return self._root
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by PID, then SIGKILL if it is still there after `timeout`."""
+        proc, self._proc = self._proc, None
+        stop_child(proc, timeout)
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
 
 
 def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:

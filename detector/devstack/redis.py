@@ -14,12 +14,10 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Final
 
-from detector.closing import Started
-from detector.devstack.process import came_up, free_port, last_lines, spawn, stop_child
+from detector.devstack.process import ChildServer, came_up, last_lines, spawn
 from detector.errors import SplitbrainError
 
 _LOG_FILE: Final = "redis.log"
@@ -61,18 +59,15 @@ def redis_ready(port: int) -> bool:
         return False
 
 
-class LocalRedis(Started):
+class LocalRedis(ChildServer):
     """One throwaway Redis server: `start()` starts it and waits for PING, `close()` stops it by
     PID and deletes its directory. Also a context manager. `stop()` then `start()` restarts it
     on the same port (with `persist`, with its data)."""
 
     def __init__(self, *, start_timeout: float = 30.0, persist: bool = False) -> None:
-        self.start_timeout = start_timeout
-        self.persist = persist
-        self.port = free_port()
         self._program = redis_server()
-        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-redis-"))
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__("splitbrain-redis-", start_timeout)
+        self.persist = persist
 
     @property
     def url(self) -> str:
@@ -93,17 +88,6 @@ class LocalRedis(Started):
                 f"redis-server did not start on port {self.port} "
                 f"(exit {self._proc.poll()}):\n{self.log_tail()}"
             )
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM by PID, then SIGKILL if it is still there after `timeout`."""
-        proc, self._proc = self._proc, None
-        stop_child(proc, timeout)
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 20) -> str:
         return last_lines(self.log_path, lines, "(no server log yet)")
