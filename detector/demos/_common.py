@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,33 @@ def start_redis(stack: DemoStack) -> str:
     )
     stack.say(f"started redis         {url} (pid {redis.pids[0].pid})")
     return url
+
+
+def start_program(
+    stack: DemoStack,
+    name: str,
+    argv: list[str],
+    ready: str | None,
+    env: Mapping[str, str] | None = None,
+    **process: Any,
+) -> tuple[Path, int]:
+    """A program of the demo as a stack process (with the stack's environment unless `env`),
+    its output in `NAME.log`, ready once `ready` shows there (None: once it runs); `process`
+    is the rest of its `Process` settings. Returns its log and its PID, for the narration."""
+    from detector.devstack.components import Process  # noqa: PLC0415
+
+    log = stack.logs / f"{name}.log"
+    started = stack.add(
+        Process(
+            name,
+            log=log,
+            argv=argv,
+            env=dict(stack.env if env is None else env),
+            ready=None if ready is None else lambda: ready in log_text(log),
+            **process,
+        )
+    )
+    return log, started.pids[0].pid
 
 
 def log_text(path: Path) -> str:

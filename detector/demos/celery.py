@@ -9,7 +9,6 @@ email; then the first one sends it too.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import sys
 import uuid
@@ -18,7 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from detector.demos import DemoStack
-from detector.demos._common import LogTail, log_text, needs_package, needs_redis_server, start_redis
+from detector.demos._common import (
+    LogTail,
+    log_text,
+    needs_package,
+    needs_redis_server,
+    start_program,
+    start_redis,
+)
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -81,28 +87,15 @@ class CeleryDemo:
         from celery import Celery  # noqa: PLC0415
 
         from detector.demos.celery_app import TASK  # noqa: PLC0415
-        from detector.devstack.components import Process  # noqa: PLC0415
 
         self._say = stack.say
         url = start_redis(stack)
         env = {**stack.env, BROKER_ENV: url, FIRST_ENV: FIRST_S}
         for n in range(1, WORKERS + 1):
             name = f"celery-{n}"
-            log = stack.logs / f"{name}.log"
-            worker = stack.add(
-                Process(
-                    name,
-                    log=log,
-                    argv=worker_argv(n),
-                    env=env,
-                    ready=functools.partial(says, log, READY),
-                    stop_timeout=10.0,
-                )
-            )
+            log, pid = start_program(stack, name, worker_argv(n), READY, env, stop_timeout=10.0)
             self._logs[name] = LogTail(log)
-            stack.say(
-                f"started {name:<13} a Celery worker, prefork, 1 process (pid {worker.pids[0].pid})"
-            )
+            stack.say(f"started {name:<13} a Celery worker, prefork, 1 process (pid {pid})")
         self._client = Celery("splitbrain-demo", broker=url)
         task_id = str(uuid.uuid4())
         self._client.send_task(TASK, args=[ADDRESS], task_id=task_id)

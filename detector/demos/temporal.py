@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Final
 
 from detector.demos import DemoStack
-from detector.demos._common import LogTail, log_text, needs_package
+from detector.demos._common import LogTail, needs_package, start_program
 
 SAY: Final = "splitbrain-demo:"  # the workers' narration, in their log
 READY: Final = f"{SAY} workers polling"
@@ -63,22 +63,10 @@ class TemporalDemo:
             )
         )
         stack.say(f"started temporal      the test server, {target} (pid {server.pids[0].pid})")
-        log = stack.logs / "temporal-workers.log"
+        argv = [sys.executable, "-m", "detector.demos.temporal", "--target", target]
+        log, pid = start_program(stack, "temporal-workers", argv, READY, stop_timeout=10.0)
         self._log = LogTail(log)
-        workers = stack.add(
-            Process(
-                "temporal-workers",
-                log=log,
-                argv=[sys.executable, "-m", "detector.demos.temporal", "--target", target],
-                env=dict(stack.env),
-                ready=lambda: READY in log_text(log),
-                stop_timeout=10.0,
-            )
-        )
-        stack.say(
-            "started temporal-workers two workers with SplitbrainInterceptor "
-            f"(pid {workers.pids[0].pid})"
-        )
+        stack.say(f"started temporal-workers two workers with SplitbrainInterceptor (pid {pid})")
 
     def poll(self) -> None:
         if self._log is None:
