@@ -136,6 +136,7 @@ class _Fenced:
     name: Any
     timeout: Any
     local: Any
+    redis: Any
 
     @property
     def fence_key(self) -> str:
@@ -155,11 +156,34 @@ class _Fenced:
         held: _Held | None = getattr(self.local, "held", None)
         return None if held is None else held.ownership
 
-    def _timeout_ms(self) -> str:
-        return str(int(self.timeout * 1000)) if self.timeout else ""
+    def _register_fence_scripts(self) -> None:
+        """Register the acquire and fenced-write scripts once per class, beside redis-py's."""
+        cls: Any = type(self)
+        if cls.lua_acquire is None:
+            cls.lua_acquire = self.redis.register_script(ACQUIRE_SCRIPT)
+        if cls.lua_fenced_set is None:
+            cls.lua_fenced_set = self.redis.register_script(FENCED_SET_SCRIPT)
 
-    def _acquired(self, fence: int) -> None:
-        """The script gave `fence`: the acquisition event, and the effect calls' owner."""
+    def _acquire_keys_args(self, token: str | bytes) -> tuple[list[Any], list[Any]]:
+        """The acquire script's keys and arguments: the lock and its counter; the token and
+        the timeout in ms (empty: none)."""
+        timeout_ms = str(int(self.timeout * 1000)) if self.timeout else ""
+        return [self.name, self.fence_key], [token, timeout_ms]
+
+    def _fenced_keys_args(self, key: str, value: str | bytes) -> tuple[int, list[Any], list[Any]]:
+        """This holder's fence and the fenced-write script's keys and arguments; raises
+        ValueError when the lock is not held here."""
+        fence = self.fence
+        if fence is None:
+            raise ValueError(f"{_text(self.name)!r} is not held here: no fence to write with")
+        return fence, [key, key + FENCE_SUFFIX], [value, fence]
+
+    def _acquired(self, answer: Any) -> bool:
+        """The acquire script's answer: 0, the lock is taken by another; else the fence, for
+        the acquisition event and the effect calls' owner."""
+        fence = int(answer)
+        if not fence:
+            return False
         try:
             timeout = float(self.timeout) if self.timeout else None
             ownership = Ownership(
@@ -178,6 +202,7 @@ class _Fenced:
             self.local.held = _Held(ownership, enter(ownership))
         except Exception:  # the holder's lock is taken whatever happens to its event
             log.exception("redis-lock adapter: an acquisition could not be reported")
+        return True
 
     def _heartbeat(self) -> None:
         held: _Held | None = getattr(self.local, "held", None)
@@ -234,25 +259,12 @@ class FencedLock(_Fenced, _Lock):
 
     def register_scripts(self) -> None:
         super().register_scripts()
-        cls = type(self)
-        if cls.lua_acquire is None:
-            cls.lua_acquire = self.redis.register_script(ACQUIRE_SCRIPT)
-        if cls.lua_fenced_set is None:
-            cls.lua_fenced_set = self.redis.register_script(FENCED_SET_SCRIPT)
+        self._register_fence_scripts()
 
     def do_acquire(self, token: str | bytes) -> bool:
         assert self.lua_acquire is not None
-        fence = int(
-            self.lua_acquire(
-                keys=[self.name, self.fence_key],
-                args=[token, self._timeout_ms()],
-                client=self.redis,
-            )
-        )
-        if not fence:
-            return False
-        self._acquired(fence)
-        return True
+        keys, args = self._acquire_keys_args(token)
+        return self._acquired(self.lua_acquire(keys=keys, args=args, client=self.redis))
 
     def do_extend(self, additional_time: float, replace_ttl: bool) -> Literal[True]:
         try:
@@ -287,15 +299,9 @@ class FencedLock(_Fenced, _Lock):
         """Write `key` on this lock's Redis unless a higher fence than this holder's already
         wrote it (the highest kept at `key` + `:fence`); True when written. Either way the
         receipt is reported as the destination's (`effect_committed` or `effect_rejected`)."""
-        fence = self.fence
-        if fence is None:
-            raise ValueError(f"{_text(self.name)!r} is not held here: no fence to write with")
+        fence, keys, args = self._fenced_keys_args(key, value)
         assert self.lua_fenced_set is not None
-        applied = bool(
-            self.lua_fenced_set(
-                keys=[key, key + FENCE_SUFFIX], args=[value, fence], client=self.redis
-            )
-        )
+        applied = bool(self.lua_fenced_set(keys=keys, args=args, client=self.redis))
         self._write(applied, effect_key, fence)
         return applied
 
@@ -309,25 +315,12 @@ class AsyncFencedLock(_Fenced, _AsyncLock):
 
     def register_scripts(self) -> None:
         super().register_scripts()  # type: ignore[no-untyped-call]
-        cls = type(self)
-        if cls.lua_acquire is None:
-            cls.lua_acquire = self.redis.register_script(ACQUIRE_SCRIPT)
-        if cls.lua_fenced_set is None:
-            cls.lua_fenced_set = self.redis.register_script(FENCED_SET_SCRIPT)
+        self._register_fence_scripts()
 
     async def do_acquire(self, token: str | bytes) -> bool:
         assert self.lua_acquire is not None
-        fence = int(
-            await self.lua_acquire(
-                keys=[self.name, self.fence_key],
-                args=[token, self._timeout_ms()],
-                client=self.redis,
-            )
-        )
-        if not fence:
-            return False
-        self._acquired(fence)
-        return True
+        keys, args = self._acquire_keys_args(token)
+        return self._acquired(await self.lua_acquire(keys=keys, args=args, client=self.redis))
 
     async def do_extend(self, additional_time: float, replace_ttl: bool) -> Literal[True]:
         try:
@@ -360,15 +353,9 @@ class AsyncFencedLock(_Fenced, _AsyncLock):
 
     async def fenced_set(self, key: str, value: str | bytes, *, effect_key: str) -> bool:
         """`FencedLock.fenced_set`, awaited."""
-        fence = self.fence
-        if fence is None:
-            raise ValueError(f"{_text(self.name)!r} is not held here: no fence to write with")
+        fence, keys, args = self._fenced_keys_args(key, value)
         assert self.lua_fenced_set is not None
-        applied = bool(
-            await self.lua_fenced_set(
-                keys=[key, key + FENCE_SUFFIX], args=[value, fence], client=self.redis
-            )
-        )
+        applied = bool(await self.lua_fenced_set(keys=keys, args=args, client=self.redis))
         self._write(applied, effect_key, fence)
         return applied
 

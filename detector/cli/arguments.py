@@ -1,7 +1,8 @@
 """Argument types of the flags only the command line sets (`audit`'s caps, `dev up`'s ports,
 `replay`'s rate...), made from the setting types of `detector.settings`: such a flag is checked
 by the same rule and bounds as a setting, and a bad value exits 2 naming the flag and the form it
-expects (argparse names the flag)."""
+expects (argparse names the flag). Also `--format`, which every command that can print JSON
+declares alike."""
 
 from __future__ import annotations
 
@@ -45,3 +46,9 @@ positive_int: Final[Callable[[str], int]] = argument_type(PositiveInt)
 positive_seconds: Final[Callable[[str], float]] = argument_type(PositiveSeconds)
 positive_number: Final[Callable[[str], float]] = argument_type(PositiveNumber)
 port: Final[Callable[[str], int]] = argument_type(Port)
+
+
+def add_format(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--format text|json`, text by default, as every command that can print JSON takes it;
+    `what` is its help."""
+    parser.add_argument("--format", choices=("text", "json"), default="text", help=what)

@@ -10,7 +10,7 @@ from typing import Any, Final, NotRequired, TextIO
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from detector.cli.arguments import positive_int, positive_seconds
+from detector.cli.arguments import add_format, positive_int, positive_seconds
 from detector.cli.main import silence_stdout
 from detector.contracts.findings import Finding, Severity
 from detector.core import Config
@@ -371,12 +371,7 @@ def register(subparsers: Any) -> None:
         "2: the input cannot be used.",
     )
     p.add_argument("file", help="history file, one event per line; - for standard input")
-    p.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="text report (default) or the final revision of each finding as JSONL",
-    )
+    add_format(p, "text report (default) or the final revision of each finding as JSONL")
     p.add_argument(
         "--expect",
         metavar="EXPECTED.json",

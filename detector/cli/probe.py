@@ -39,7 +39,7 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import Field
 
-from detector.cli.arguments import argument_type
+from detector.cli.arguments import add_format, argument_type
 from detector.errors import ExitCode, SplitbrainError
 from detector.report import printable
 from detector.settings import Form
@@ -319,10 +319,5 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ID",
         help="the worker id sent (default: splitbrain-probe)",
     )
-    p.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help=f"a table (default) or one JSON document ({PROBE_SCHEMA})",
-    )
+    add_format(p, f"a table (default) or one JSON document ({PROBE_SCHEMA})")
     p.set_defaults(run=run_probe)

@@ -13,7 +13,7 @@ import math
 import sys
 import time
 
-from detector.cli.arguments import positive_seconds
+from detector.cli.arguments import add_format, positive_seconds
 from detector.contracts.topics import FINDINGS_TOPIC
 from detector.errors import ExitCode
 from detector.kafka.config import KafkaClientError, KafkaConnection, add_kafka_arguments
@@ -80,11 +80,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="start at the oldest retained finding, not at new ones",
     )
-    p.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default="text",
-        help="the report audit prints (default) or the latest revision of each finding as JSONL",
+    add_format(
+        p, "the report audit prints (default) or the latest revision of each finding as JSONL"
     )
     p.add_argument(
         "--idle-timeout",

@@ -21,17 +21,18 @@ the watcher's memory counts it, so a restart publishes it again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from prometheus_client import start_http_server
@@ -187,9 +188,44 @@ def _serve(followers: list[Follower], publisher: Publisher) -> int:
     return ExitCode.OK
 
 
-def _missing(exc: ImportError, extra: str) -> InputError:
-    """A store's client library is an extra of the package: say which to install."""
-    return InputError(f"{exc.name} is missing: pip install 'splitbrain-detector[{extra}]'")
+class _Resumable(Protocol):
+    """A watcher as `_watch` uses it: its state to save, and a saved one to resume from."""
+
+    def state(self) -> dict[str, Any]: ...
+
+    def restore(self, state: Mapping[str, Any]) -> None: ...
+
+
+@contextlib.contextmanager
+def _extra(name: str) -> Iterator[None]:
+    """Imports of a store's client library, an extra of the package: when one is missing, say
+    which extra to install."""
+    try:
+        yield
+    except ImportError as exc:
+        raise InputError(
+            f"{exc.name} is missing: pip install 'splitbrain-detector[{name}]'"
+        ) from None
+
+
+def _watch(
+    args: argparse.Namespace,
+    kafka: dict[str, Any],
+    system: str,
+    watcher: _Resumable,
+    followers: Callable[[Publisher], list[Follower]],
+    following: str,
+) -> int:
+    """What every watcher does around its loops: publish through one `Emitter`, resume from
+    the state file, serve /metrics if asked, say what it follows, and serve the `followers`
+    (made with the publisher) until SIGTERM or the first failure."""
+    with Emitter(kafka, topic=args.topic) as emitter:
+        publisher = Publisher(emitter, args.state_file, system, watcher.state)
+        watcher.restore(publisher.load())
+        if args.metrics_port:
+            start_http_server(args.metrics_port, addr="127.0.0.1")
+        print(f"splitbrain watch {system}: following {following}", file=sys.stderr, flush=True)
+        return _serve(followers(publisher), publisher)
 
 
 # ---- etcd ---------------------------------------------------------------------------------
@@ -209,12 +245,10 @@ def _etcd_client(endpoint: str) -> Any:
 
 def run_etcd(args: argparse.Namespace) -> int:
     kafka = KafkaConnection.from_args(args).client_config()
-    try:
+    with _extra("etcd"):
         from detector.adapters import _etcd_watch as gateway  # noqa: PLC0415
         from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
         from detector.adapters.etcd import LockWatcher  # noqa: PLC0415
-    except ImportError as exc:
-        raise _missing(exc, "etcd") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     clients = [_etcd_client(e) for e in args.endpoints]
     current = [0]
@@ -225,67 +259,55 @@ def run_etcd(args: argparse.Namespace) -> int:
     watcher = LockWatcher(
         args.prefix, lambda lease: gateway.lease_ttl(client(), lease), WatchMetrics("etcd")
     )
-    with Emitter(kafka, topic=args.topic) as emitter:
-        publisher = Publisher(emitter, args.state_file, "etcd", watcher.state)
-        watcher.restore(publisher.load())
 
-        def follow(prefix: str) -> Callable[[threading.Event], None]:
-            def loop(stop: threading.Event) -> None:
-                unit = watcher.units[prefix]
+    def follow(publisher: Publisher, prefix: str) -> Callable[[threading.Event], None]:
+        def loop(stop: threading.Event) -> None:
+            unit = watcher.units[prefix]
 
-                def publish(make: Callable[[], list[dict[str, Any]]]) -> None:
-                    before: dict[str, Any] = {}
+            def publish(make: Callable[[], list[dict[str, Any]]]) -> None:
+                before: dict[str, Any] = {}
 
-                    def made() -> list[dict[str, Any]]:
-                        # Under the publisher's lock, where every follower changes its memory:
-                        # the prefix as Kafka last acknowledged it, for a batch that fails.
-                        before[prefix] = watcher.state()[prefix]
-                        return make()
+                def made() -> list[dict[str, Any]]:
+                    # Under the publisher's lock, where every follower changes its memory: the
+                    # prefix as Kafka last acknowledged it, for a batch that fails.
+                    before[prefix] = watcher.state()[prefix]
+                    return make()
 
-                    publisher.publish(made, stop=stop, undo=lambda: watcher.restore(before))
+                publisher.publish(made, stop=stop, undo=lambda: watcher.restore(before))
 
-                try:
-                    if unit.revision == 0:
+            try:
+                if unit.revision == 0:
+                    revision, kvs, invalid = gateway.list_prefix(client(), prefix)
+                    publish(partial(watcher.relist, prefix, revision, kvs, invalid, reason="start"))
+                for response in gateway.watch_prefix(
+                    client(), prefix, unit.revision + 1, timeout=args.idle_timeout
+                ):
+                    if response.compact_revision:
+                        watcher.compacted(prefix, response)
                         revision, kvs, invalid = gateway.list_prefix(client(), prefix)
                         publish(
-                            partial(watcher.relist, prefix, revision, kvs, invalid, reason="start")
-                        )
-                    for response in gateway.watch_prefix(
-                        client(), prefix, unit.revision + 1, timeout=args.idle_timeout
-                    ):
-                        if response.compact_revision:
-                            watcher.compacted(prefix, response)
-                            revision, kvs, invalid = gateway.list_prefix(client(), prefix)
-                            publish(
-                                partial(
-                                    watcher.relist,
-                                    prefix,
-                                    revision,
-                                    kvs,
-                                    invalid,
-                                    reason="compacted",
-                                )
+                            partial(
+                                watcher.relist, prefix, revision, kvs, invalid, reason="compacted"
                             )
-                            return
-                        publish(partial(watcher.apply, prefix, response))
-                        if stop.is_set():
-                            return
-                except (OSError, ConnectionError):
-                    current[0] += 1  # the next endpoint, if there are several
-                    raise
+                        )
+                        return
+                    publish(partial(watcher.apply, prefix, response))
+                    if stop.is_set():
+                        return
+            except (OSError, ConnectionError):
+                current[0] += 1  # the next endpoint, if there are several
+                raise
 
-            return loop
+        return loop
 
-        if args.metrics_port:
-            start_http_server(args.metrics_port, addr="127.0.0.1")
-        followers = [Follower(f"etcd {p}", follow(p)) for p in args.prefix]
-        print(
-            f"splitbrain watch etcd: following {len(args.prefix)} prefix(es) on "
-            f"{', '.join(args.endpoints)}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return _serve(followers, publisher)
+    return _watch(
+        args,
+        kafka,
+        "etcd",
+        watcher,
+        lambda publisher: [Follower(f"etcd {p}", follow(publisher, p)) for p in args.prefix],
+        f"{len(args.prefix)} prefix(es) on {', '.join(args.endpoints)}",
+    )
 
 
 # ---- Kubernetes ---------------------------------------------------------------------------
@@ -293,15 +315,13 @@ def run_etcd(args: argparse.Namespace) -> int:
 
 def run_kubernetes(args: argparse.Namespace) -> int:
     kafka = KafkaConnection.from_args(args).client_config()
-    try:
-        from kubernetes import client as kube_client  # noqa: PLC0415  (the kubernetes extra)
+    with _extra("kubernetes"):
+        from kubernetes import client as kube_client  # noqa: PLC0415
         from kubernetes import config as kube_config  # noqa: PLC0415
 
         from detector.adapters import _kube_watch as api_server  # noqa: PLC0415
         from detector.adapters._watch import WatchMetrics  # noqa: PLC0415
         from detector.adapters.kubernetes import LeaseWatcher, feed, lease_key  # noqa: PLC0415
-    except ImportError as exc:
-        raise _missing(exc, "kubernetes") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         if args.kubeconfig is not None:
@@ -314,10 +334,8 @@ def run_kubernetes(args: argparse.Namespace) -> int:
     names = {lease_key(args.namespace, name) for name in args.lease or ()}
     watcher = LeaseWatcher(lambda key: not names or key in names, WatchMetrics("kubernetes"))
     record = args.record.open("a") if args.record is not None else None
-    with Emitter(kafka, topic=args.topic) as emitter:
-        publisher = Publisher(emitter, args.state_file, "kubernetes", watcher.state)
-        watcher.restore(publisher.load())
 
+    def follow(publisher: Publisher) -> list[Follower]:
         def loop(stop: threading.Event) -> None:
             if not watcher.resource_version or watcher.gone:
                 reason = "gone" if watcher.gone else "start"
@@ -340,18 +358,15 @@ def run_kubernetes(args: argparse.Namespace) -> int:
                 if watcher.gone or stop.is_set():
                     return
 
-        if args.metrics_port:
-            start_http_server(args.metrics_port, addr="127.0.0.1")
-        print(
-            f"splitbrain watch kubernetes: following leases in namespace {args.namespace}",
-            file=sys.stderr,
-            flush=True,
+        return [Follower(f"kubernetes {args.namespace}", loop)]
+
+    try:
+        return _watch(
+            args, kafka, "kubernetes", watcher, follow, f"leases in namespace {args.namespace}"
         )
-        try:
-            return _serve([Follower(f"kubernetes {args.namespace}", loop)], publisher)
-        finally:
-            if record is not None:
-                record.close()
+    finally:
+        if record is not None:
+            record.close()
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

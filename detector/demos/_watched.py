@@ -8,10 +8,10 @@ throwaway directory is recorded as the component's `root`, so stopping the stack
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detector.demos import DemoStack
+from detector.demos._common import start_program
 
 if TYPE_CHECKING:
     from detector.devstack.etcd import LocalEtcd
@@ -40,25 +40,7 @@ def start_etcd(stack: DemoStack) -> LocalEtcd:
 def start_watcher(stack: DemoStack, system: str, *args: str, shown: str) -> None:
     """`splitbrain watch SYSTEM ARGS...`, ready once it logs that it follows; narrated with
     `shown` (the arguments a reader needs)."""
-    from detector.devstack.components import Process  # noqa: PLC0415
-
     name = f"watch-{system}"
-    log = stack.logs / f"{name}.log"
-    watcher = stack.add(
-        Process(
-            name,
-            log=log,
-            argv=[sys.executable, "-m", "detector.cli", "watch", system, *args],
-            env=dict(stack.env),
-            ready=lambda: "following" in log_text(log),
-        )
-    )
-    stack.say(f"started {name:<13} splitbrain watch {system} {shown} (pid {watcher.pids[0].pid})")
-
-
-def log_text(path: Path) -> str:
-    """A process's log so far; empty before it exists."""
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
+    argv = [sys.executable, "-m", "detector.cli", "watch", system, *args]
+    _, pid = start_program(stack, name, argv, "following")
+    stack.say(f"started {name:<13} splitbrain watch {system} {shown} (pid {pid})")

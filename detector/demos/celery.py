@@ -9,9 +9,7 @@ email; then the first one sends it too.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import shutil
 import sys
 import uuid
 from collections.abc import Callable
@@ -19,6 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from detector.demos import DemoStack
+from detector.demos._common import (
+    LogTail,
+    log_text,
+    needs_package,
+    needs_redis_server,
+    start_program,
+    start_redis,
+)
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -67,67 +73,29 @@ class CeleryDemo:
     name = "celery"
 
     def __init__(self) -> None:
-        self._logs: dict[str, Path] = {}
-        self._read: dict[str, int] = {}
+        self._logs: dict[str, LogTail] = {}
         self._client: Any = None
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
         for module in ("celery", "redis"):
             if importlib.util.find_spec(module) is None:
-                return (
-                    f"the celery demo needs Python package {module!r}: "
-                    "pip install 'splitbrain-detector[celery]'"
-                )
-        if shutil.which("redis-server") is None:
-            return (
-                "the celery demo needs Debian's redis-server: "
-                "apt-get install --no-install-recommends redis-server"
-            )
-        return None
+                return needs_package(self.name, module, "celery")
+        return needs_redis_server(self.name)
 
     def start(self, stack: DemoStack) -> None:
         from celery import Celery  # noqa: PLC0415
 
         from detector.demos.celery_app import TASK  # noqa: PLC0415
-        from detector.devstack.components import Process  # noqa: PLC0415
-        from detector.devstack.process import free_port  # noqa: PLC0415
-        from detector.devstack.redis import redis_argv, redis_ready, redis_server  # noqa: PLC0415
 
         self._say = stack.say
-        port = free_port()
-        url = f"redis://127.0.0.1:{port}/0"
-        data = stack.logs.parent / "redis"
-        data.mkdir(exist_ok=True)
-        redis = stack.add(
-            Process(
-                "redis",
-                urls={"url": url},
-                log=stack.logs / "redis.log",
-                argv=redis_argv(redis_server(), port, data),
-                ready=lambda: redis_ready(port),
-            )
-        )
-        stack.say(f"started redis         {url} (pid {redis.pids[0].pid})")
+        url = start_redis(stack)
         env = {**stack.env, BROKER_ENV: url, FIRST_ENV: FIRST_S}
         for n in range(1, WORKERS + 1):
             name = f"celery-{n}"
-            log = stack.logs / f"{name}.log"
-            worker = stack.add(
-                Process(
-                    name,
-                    log=log,
-                    argv=worker_argv(n),
-                    env=env,
-                    ready=functools.partial(says, log, READY),
-                    stop_timeout=10.0,
-                )
-            )
-            self._logs[name] = log
-            self._read[name] = 0
-            stack.say(
-                f"started {name:<13} a Celery worker, prefork, 1 process (pid {worker.pids[0].pid})"
-            )
+            log, pid = start_program(stack, name, worker_argv(n), READY, env, stop_timeout=10.0)
+            self._logs[name] = LogTail(log)
+            stack.say(f"started {name:<13} a Celery worker, prefork, 1 process (pid {pid})")
         self._client = Celery("splitbrain-demo", broker=url)
         task_id = str(uuid.uuid4())
         self._client.send_task(TASK, args=[ADDRESS], task_id=task_id)
@@ -138,17 +106,7 @@ class CeleryDemo:
 
     def poll(self) -> None:
         for name, log in self._logs.items():
-            try:
-                with log.open("rb") as f:
-                    f.seek(self._read[name])
-                    chunk = f.read()
-            except OSError:
-                continue
-            complete = chunk.rpartition(b"\n")[0]
-            if not complete:
-                continue
-            self._read[name] += len(complete) + 1
-            for line in complete.decode(errors="replace").splitlines():
+            for line in log.lines():
                 if SAY in line:
                     self._say(f"{name}: {line.partition(SAY)[2].strip()}")
                 elif RECEIVED in line and line.rstrip().endswith("received"):
@@ -162,10 +120,7 @@ class CeleryDemo:
 
 def says(log: Path, text: str) -> bool:
     """`text` is in the log (False while there is no log)."""
-    try:
-        return text in log.read_text(errors="replace")
-    except OSError:
-        return False
+    return text in log_text(log)
 
 
 def source() -> CeleryDemo:

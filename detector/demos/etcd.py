@@ -11,13 +11,11 @@ A's write carries its revision: the detector orders them by etcd's own clock.
 from __future__ import annotations
 
 import importlib.util
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from detector.demos import DemoStack
+from detector.demos._common import ThreadedDemo, needs_package
 from detector.demos._watched import start_etcd, start_watcher
 
 UNIT: Final = "/locks/payments"
@@ -25,21 +23,12 @@ TTL_S: Final = 2
 PAUSE_S: Final = 4.5
 
 
-class EtcdDemo:
+class EtcdDemo(ThreadedDemo):
     name = "etcd"
-
-    def __init__(self) -> None:
-        self._said: deque[str] = deque()
-        self._thread: threading.Thread | None = None
-        self._sink: Any = None
-        self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("etcd3gw") is None:
-            return (
-                "the etcd demo needs Python package 'etcd3gw': "
-                "pip install 'splitbrain-detector[etcd]'"
-            )
+            return needs_package(self.name, "etcd3gw", "etcd")
         from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
 
         try:
@@ -49,7 +38,6 @@ class EtcdDemo:
         return None
 
     def start(self, stack: DemoStack) -> None:
-        self._say = stack.say
         etcd = start_etcd(stack)
         start_watcher(
             stack,
@@ -58,22 +46,15 @@ class EtcdDemo:
             *("--state-file", str(stack.logs.parent / "watch-etcd.json")),
             shown=f"--prefix {UNIT}",
         )
-        self._thread = threading.Thread(
-            target=self._zombie, args=(etcd.port, stack.bootstrap_servers), daemon=True
-        )
-        self._thread.start()
+        self._run(stack, self._zombie, etcd.port, stack.bootstrap_servers)
 
     def _zombie(self, port: int, bootstrap: str) -> None:
         from etcd3gw.client import Etcd3Client  # noqa: PLC0415
 
-        from detector.adapters import AdapterSink  # noqa: PLC0415
         from detector.adapters.etcd import LockOwner  # noqa: PLC0415
-        from detector.kafka.emit import Emitter  # noqa: PLC0415
 
         say = self._said.append
-        self._sink = sink = AdapterSink(
-            "etcd", publisher=lambda: Emitter({"bootstrap.servers": bootstrap})
-        )
+        sink = self._open_sink("etcd", bootstrap)
         client = Etcd3Client(host="127.0.0.1", port=port)
         a = client.lock("payments", ttl=TTL_S)
         if not a.acquire():
@@ -93,14 +74,6 @@ class EtcdDemo:
             holder.put("/ledger/charge-42", "A again", effect_key="charge/42", fenced=False)
             say("holder A woke up and charged charge/42 again, unfenced: etcd applied it")
         sink.flush(30)
-
-    def poll(self) -> None:
-        while self._said:
-            self._say(self._said.popleft())
-
-    def stop(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
 
 
 def source() -> EtcdDemo:

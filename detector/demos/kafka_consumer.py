@@ -10,48 +10,35 @@ again; only its offset commit fails.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import deque
-from collections.abc import Callable
 from typing import Any, Final
 
 from detector.demos import DemoStack
+from detector.demos._common import ThreadedDemo
 
 GROUP: Final = "payments"
 SLOW: Final = {"max.poll.interval.ms": 6000, "session.timeout.ms": 6000}
 
 
-class KafkaConsumerDemo:
+class KafkaConsumerDemo(ThreadedDemo):
     name = "kafka-consumer"
-
-    def __init__(self) -> None:
-        self._said: deque[str] = deque()
-        self._thread: threading.Thread | None = None
-        self._sink: Any = None
-        self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
         return None  # confluent-kafka is the detector's own, and the broker the demo's
 
     def start(self, stack: DemoStack) -> None:
-        self._say = stack.say
-        self._thread = threading.Thread(
-            target=self._zombie, args=(stack.bootstrap_servers,), daemon=True
-        )
-        self._thread.start()
+        self._run(stack, self._zombie, stack.bootstrap_servers)
 
     def _zombie(self, bootstrap: str) -> None:
         from confluent_kafka import Consumer, KafkaException, Producer  # noqa: PLC0415
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
 
-        from detector.adapters import AdapterSink, effect_committed  # noqa: PLC0415
+        from detector.adapters import effect_committed  # noqa: PLC0415
         from detector.adapters.kafka_consumer import ConsumerWatch, generation  # noqa: PLC0415
-        from detector.kafka.emit import Emitter  # noqa: PLC0415
 
         say = self._said.append
         client: dict[str, Any] = {"bootstrap.servers": bootstrap}
-        self._sink = sink = AdapterSink("kafka-consumer", publisher=lambda: Emitter(dict(client)))
+        sink = self._open_sink("kafka-consumer", bootstrap)
         topic = f"orders-{uuid.uuid4().hex[:6]}"
         group = f"{GROUP}-{uuid.uuid4().hex[:6]}"
         admin = AdminClient(client)  # held until its futures are done: they die with it
@@ -104,14 +91,6 @@ class KafkaConsumerDemo:
         a.close()
         watch_b.close()
         sink.flush(30)
-
-    def poll(self) -> None:
-        while self._said:
-            self._say(self._said.popleft())
-
-    def stop(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
 
 
 def source() -> KafkaConsumerDemo:

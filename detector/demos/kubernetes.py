@@ -23,7 +23,8 @@ from typing import Final
 
 from detector.contracts.topics import INPUT_TOPIC
 from detector.demos import DemoStack
-from detector.demos._watched import log_text, start_etcd, start_watcher
+from detector.demos._common import log_text, needs_package, start_program
+from detector.demos._watched import start_etcd, start_watcher
 
 NAMESPACE: Final = "default"
 LEASE: Final = "payments-leader"
@@ -45,10 +46,7 @@ class KubernetesDemo:
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("kubernetes") is None:
-            return (
-                "the kubernetes demo needs Python package 'kubernetes': "
-                "pip install 'splitbrain-detector[kubernetes]'"
-            )
+            return needs_package(self.name, "kubernetes", "kubernetes")
         from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
         from detector.devstack.kube_apiserver import (  # noqa: PLC0415
             LocalKubeApiServerError,
@@ -85,21 +83,13 @@ class KubernetesDemo:
         kube = ("--kubeconfig", str(server.kubeconfig), "--namespace", NAMESPACE)
         start_watcher(stack, "kubernetes", *kube, "--lease", LEASE, shown=f"--lease {LEASE}")
         for identity in CANDIDATES:
-            self._logs[identity] = stack.logs / f"{identity}.log"
-            candidate = stack.add(
-                Process(
-                    identity,
-                    log=self._logs[identity],
-                    argv=[
-                        *(sys.executable, "-m", "detector.demos.kube_candidate"),
-                        *kube,
-                        *("--lease", LEASE, "--identity", identity),
-                        *("--topic", INPUT_TOPIC),
-                    ],
-                    env=dict(stack.env),
-                )
-            )
-            self._pids[identity] = candidate.pids[0].pid
+            argv = [
+                *(sys.executable, "-m", "detector.demos.kube_candidate"),
+                *kube,
+                *("--lease", LEASE, "--identity", identity),
+                *("--topic", INPUT_TOPIC),
+            ]
+            self._logs[identity], self._pids[identity] = start_program(stack, identity, argv, None)
             stack.say(f"started {identity:<13} a Python LeaderElection candidate, lease 4s")
 
     def poll(self) -> None:

@@ -13,23 +13,14 @@ database and reports both writers' commits of it, under their two epochs.
 from __future__ import annotations
 
 import importlib.util
-import threading
 import uuid
-from collections import deque
-from collections.abc import Callable
-from typing import Any
 
 from detector.demos import DemoStack
+from detector.demos._common import ThreadedDemo
 
 
-class LangGraphDemo:
+class LangGraphDemo(ThreadedDemo):
     name = "langgraph"
-
-    def __init__(self) -> None:
-        self._said: deque[str] = deque()
-        self._thread: threading.Thread | None = None
-        self._sink: Any = None
-        self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
         try:
@@ -54,21 +45,13 @@ class LangGraphDemo:
 
         if stack.dsn is None:
             raise StackError("the langgraph demo needs the stack's PostgreSQL, which did not run")
-        self._say = stack.say
-        self._thread = threading.Thread(
-            target=self._zombie, args=(stack.dsn, stack.bootstrap_servers), daemon=True
-        )
-        self._thread.start()
+        self._run(stack, self._zombie, stack.dsn, stack.bootstrap_servers)
 
     def _zombie(self, dsn: str, bootstrap: str) -> None:
-        from detector.adapters import AdapterSink  # noqa: PLC0415
         from detector.demos.langgraph_graph import PODS, fork_on_postgres  # noqa: PLC0415
-        from detector.kafka.emit import Emitter  # noqa: PLC0415
 
         say = self._said.append
-        self._sink = sink = AdapterSink(
-            "langgraph", publisher=lambda: Emitter({"bootstrap.servers": bootstrap})
-        )
+        sink = self._open_sink("langgraph", bootstrap)
         thread_id = f"support-ticket-{uuid.uuid4().hex[:6]}"
         say(
             f"thread {thread_id}: the agent planned and stopped for approval "
@@ -87,14 +70,6 @@ class LangGraphDemo:
             "two children of the checkpoint they both read, and the other pod's work is gone"
         )
         sink.flush(30)
-
-    def poll(self) -> None:
-        while self._said:
-            self._say(self._said.popleft())
-
-    def stop(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
 
 
 def source() -> LangGraphDemo:

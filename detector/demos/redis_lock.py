@@ -11,79 +11,38 @@ stale commit and the duplicate charge. Only A's `extend` then tells it the lock 
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from detector.demos import DemoStack
+from detector.demos._common import ThreadedDemo, needs_package, needs_redis_server, start_redis
 
 NAME: Final = "payments"
 TIMEOUT_S: Final = 2.0
 PAUSE_S: Final = 3.5
 
 
-class RedisLockDemo:
+class RedisLockDemo(ThreadedDemo):
     name = "redis-lock"
-
-    def __init__(self) -> None:
-        self._said: deque[str] = deque()
-        self._thread: threading.Thread | None = None
-        self._sink: Any = None
-        self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("redis") is None:
-            return (
-                "the redis-lock demo needs Python package 'redis': "
-                "pip install 'splitbrain-detector[redis-lock]'"
-            )
-        if shutil.which("redis-server") is None:
-            return (
-                "the redis-lock demo needs Debian's redis-server: "
-                "apt-get install --no-install-recommends redis-server"
-            )
-        return None
+            return needs_package(self.name, "redis", "redis-lock")
+        return needs_redis_server(self.name)
 
     def start(self, stack: DemoStack) -> None:
-        from detector.devstack.components import Process  # noqa: PLC0415
-        from detector.devstack.process import free_port  # noqa: PLC0415
-        from detector.devstack.redis import redis_argv, redis_ready, redis_server  # noqa: PLC0415
-
-        self._say = stack.say
-        port = free_port()
-        url = f"redis://127.0.0.1:{port}/0"
-        data = stack.logs.parent / "redis"
-        data.mkdir(exist_ok=True)
-        redis = stack.add(
-            Process(
-                "redis",
-                urls={"url": url},
-                log=stack.logs / "redis.log",
-                argv=redis_argv(redis_server(), port, data),
-                ready=lambda: redis_ready(port),
-            )
-        )
-        stack.say(f"started redis         {url} (pid {redis.pids[0].pid})")
-        self._thread = threading.Thread(
-            target=self._zombie, args=(url, stack.bootstrap_servers), daemon=True
-        )
-        self._thread.start()
+        self._run(stack, self._zombie, start_redis(stack), stack.bootstrap_servers)
 
     def _zombie(self, url: str, bootstrap: str) -> None:
         import redis  # noqa: PLC0415
         from redis.exceptions import LockNotOwnedError  # noqa: PLC0415
 
-        from detector.adapters import AdapterSink, effect_committed  # noqa: PLC0415
+        from detector.adapters import effect_committed  # noqa: PLC0415
         from detector.adapters.redis_lock import fenced_lock_class  # noqa: PLC0415
-        from detector.kafka.emit import Emitter  # noqa: PLC0415
 
         say = self._said.append
-        self._sink = sink = AdapterSink(
-            "redis-lock", publisher=lambda: Emitter({"bootstrap.servers": bootstrap})
-        )
+        sink = self._open_sink("redis-lock", bootstrap)
         client = redis.Redis.from_url(url)
         a = client.lock(NAME, timeout=TIMEOUT_S, lock_class=fenced_lock_class(sink, worker_id="A"))
         b = client.lock(NAME, timeout=30, lock_class=fenced_lock_class(sink, worker_id="B"))
@@ -118,14 +77,6 @@ class RedisLockDemo:
             say("holder A's extend raised LockNotOwnedError: only now does it know")
         sink.flush(30)
         client.close()
-
-    def poll(self) -> None:
-        while self._said:
-            self._say(self._said.popleft())
-
-    def stop(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
 
 
 def source() -> RedisLockDemo:

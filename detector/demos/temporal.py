@@ -17,10 +17,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Final
 
 from detector.demos import DemoStack
+from detector.demos._common import LogTail, needs_package, start_program
 
 SAY: Final = "splitbrain-demo:"  # the workers' narration, in their log
 READY: Final = f"{SAY} workers polling"
@@ -31,16 +31,12 @@ class TemporalDemo:
     name = "temporal"
 
     def __init__(self) -> None:
-        self._log: Path | None = None
-        self._read = 0
+        self._log: LogTail | None = None
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("temporalio") is None:
-            return (
-                "the temporal demo needs Python package 'temporalio': "
-                "pip install 'splitbrain-detector[temporal]'"
-            )
+            return needs_package(self.name, "temporalio", "temporal")
         from detector.devstack.temporal import TemporalServerError, server_binary  # noqa: PLC0415
 
         try:
@@ -67,36 +63,15 @@ class TemporalDemo:
             )
         )
         stack.say(f"started temporal      the test server, {target} (pid {server.pids[0].pid})")
-        self._log = log = stack.logs / "temporal-workers.log"
-        workers = stack.add(
-            Process(
-                "temporal-workers",
-                log=log,
-                argv=[sys.executable, "-m", "detector.demos.temporal", "--target", target],
-                env=dict(stack.env),
-                ready=lambda: _says(log, READY),
-                stop_timeout=10.0,
-            )
-        )
-        stack.say(
-            "started temporal-workers two workers with SplitbrainInterceptor "
-            f"(pid {workers.pids[0].pid})"
-        )
+        argv = [sys.executable, "-m", "detector.demos.temporal", "--target", target]
+        log, pid = start_program(stack, "temporal-workers", argv, READY, stop_timeout=10.0)
+        self._log = LogTail(log)
+        stack.say(f"started temporal-workers two workers with SplitbrainInterceptor (pid {pid})")
 
     def poll(self) -> None:
         if self._log is None:
             return
-        try:
-            with self._log.open("rb") as f:
-                f.seek(self._read)
-                chunk = f.read()
-        except OSError:
-            return
-        complete = chunk.rpartition(b"\n")[0]
-        if not complete:
-            return
-        self._read += len(complete) + 1
-        for line in complete.decode(errors="replace").splitlines():
+        for line in self._log.lines():
             if SAY in line:
                 self._say(f"temporal: {line.partition(SAY)[2].strip()}")
             elif REJECTED in line:
@@ -104,13 +79,6 @@ class TemporalDemo:
 
     def stop(self) -> None:
         self._log = None
-
-
-def _says(log: Path, text: str) -> bool:
-    try:
-        return text in log.read_text(errors="replace")
-    except OSError:
-        return False
 
 
 def source() -> TemporalDemo:

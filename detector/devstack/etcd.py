@@ -8,16 +8,12 @@ throwaway data directory, client and peer URLs on free loopback ports; stopped b
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from detector.closing import Started
-from detector.devstack.process import free_port, stop_child
+from detector.devstack.process import ChildServer, came_up, free_port, last_lines, spawn
 from detector.errors import SplitbrainError
 
 
@@ -38,25 +34,17 @@ def etcd_binary() -> Path:
     return Path(found)
 
 
-class LocalEtcd(Started):
+class LocalEtcd(ChildServer):
     """One etcd member on 127.0.0.1: `.endpoint` (http://127.0.0.1:PORT), `.port`."""
 
     def __init__(self, *, start_timeout: float = 30.0) -> None:
-        self.start_timeout = start_timeout
-        self.port = free_port()
-        self._peer_port = free_port()
         self._binary = etcd_binary()
-        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-etcd-"))
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__("splitbrain-etcd-", start_timeout)
+        self._peer_port = free_port()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def root(self) -> Path:
-        """The throwaway directory (data, log) that `close` removes."""
-        return self._root
 
     @property
     def log_path(self) -> Path:
@@ -80,16 +68,10 @@ class LocalEtcd(Started):
         ]
 
     def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + self.start_timeout
-        while not self.healthy():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise LocalEtcdError(f"etcd did not start:\n{self.log_tail()}")
-            time.sleep(0.1)
+        self._proc = spawn(self.argv(), self.log_path)
+        if not came_up(self._proc, self.healthy, self.start_timeout, 0.1):
+            self.stop()
+            raise LocalEtcdError(f"etcd did not start:\n{self.log_tail()}")
 
     def healthy(self) -> bool:
         try:
@@ -98,18 +80,5 @@ class LocalEtcd(Started):
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        stop_child(proc)
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self._root, ignore_errors=True)
-
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no etcd log yet)"
+        return last_lines(self.log_path, lines, "(no etcd log yet)")

@@ -365,10 +365,7 @@ class LocalKafka:
     @property
     def ca_path(self) -> Path:
         """The PEM CA that signed the broker's certificate (SASL_SSL mode only)."""
-        ca = self._state.get("ca_cert")
-        if not self.sasl_ssl or ca is None:
-            raise DevKafkaError("this broker has no TLS listener (start it with sasl_ssl=True)")
-        return Path(ca)
+        return Path(self._secured("ca_cert", "TLS"))
 
     @property
     def sasl_username(self) -> str:
@@ -376,10 +373,16 @@ class LocalKafka:
 
     @property
     def sasl_password(self) -> str:
-        password = self._state.get("scram_password")
-        if not self.sasl_ssl or password is None:
-            raise DevKafkaError("this broker has no SASL listener (start it with sasl_ssl=True)")
-        return str(password)
+        return self._secured("scram_password", "SASL")
+
+    def _secured(self, key: str, listener: str) -> str:
+        """A SASL_SSL setting of the broker, from its state; an error if it has none."""
+        value = self._state.get(key)
+        if not self.sasl_ssl or value is None:
+            raise DevKafkaError(
+                f"this broker has no {listener} listener (start it with sasl_ssl=True)"
+            )
+        return str(value)
 
     def client_config(self, user: str | None = None) -> ClientConfig:
         """librdkafka settings that reach this broker, with the right credentials if secured:

@@ -11,19 +11,15 @@ makes the default account).
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Final
 
-from detector.closing import Started
 from detector.devstack.etcd import LocalEtcd
-from detector.devstack.process import free_port, stop_child
+from detector.devstack.process import ChildServer, came_up, last_lines, spawn
 from detector.errors import SplitbrainError
 
 # Package data: in a wheel as in a checkout (`scripts/build-kube-apiserver.sh` runs this one).
@@ -60,18 +56,15 @@ def build() -> int:
     return subprocess.run(["bash", str(BUILD_SCRIPT)], check=False).returncode
 
 
-class LocalKubeApiServer(Started):
+class LocalKubeApiServer(ChildServer):
     """kube-apiserver and its etcd: `.url`, `.kubeconfig` (a file with the token)."""
 
     def __init__(self, *, etcd: LocalEtcd | None = None, start_timeout: float = 120.0) -> None:
         """`etcd`: one the caller runs; by default the server starts and stops its own."""
-        self.start_timeout = start_timeout
-        self.port = free_port()
         self._binary = kube_apiserver_binary()
-        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-kube-"))
+        super().__init__("splitbrain-kube-", start_timeout)
         self._own_etcd = etcd is None
         self._etcd = LocalEtcd() if etcd is None else etcd
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -80,11 +73,6 @@ class LocalKubeApiServer(Started):
     @property
     def kubeconfig(self) -> Path:
         return self._root / "kubeconfig"
-
-    @property
-    def root(self) -> Path:
-        """The throwaway directory (data, log) that `close` removes."""
-        return self._root
 
     @property
     def log_path(self) -> Path:
@@ -130,16 +118,10 @@ class LocalKubeApiServer(Started):
     def start(self) -> None:
         if self._own_etcd:
             self._etcd.start()
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self.prepare(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + self.start_timeout
-        while not self.ready():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise LocalKubeApiServerError(f"kube-apiserver did not start:\n{self.log_tail()}")
-            time.sleep(0.5)
+        self._proc = spawn(self.prepare(), self.log_path)
+        if not came_up(self._proc, self.ready, self.start_timeout, 0.5):
+            self.stop()
+            raise LocalKubeApiServerError(f"kube-apiserver did not start:\n{self.log_tail()}")
 
     def ready(self) -> bool:
         context = ssl.create_default_context()
@@ -154,25 +136,20 @@ class LocalKubeApiServer(Started):
         except (urllib.error.URLError, OSError):
             return False
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        stop_child(proc, 20.0)
+    def stop(self, timeout: float = 20.0) -> None:
+        super().stop(timeout)
         if self._own_etcd:
             self._etcd.stop()
 
     def close(self) -> None:
         try:
-            self.stop()
+            super().close()
         finally:
             if self._own_etcd:
                 self._etcd.close()
-            shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no kube-apiserver log yet)"
+        return last_lines(self.log_path, lines, "(no kube-apiserver log yet)")
 
 
 if __name__ == "__main__":

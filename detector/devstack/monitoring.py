@@ -4,11 +4,10 @@ Alertmanager that holds what it is sent (no notification channel: the demo reads
 
 from __future__ import annotations
 
-import functools
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -42,22 +41,17 @@ def alertmanager(stack: Stack, program: str) -> None:
             "receivers": [{"name": "demo"}],
         },
     )
-    url = f"http://127.0.0.1:{port}"
-    comp = Process(
+    _start(
+        stack,
         "alertmanager",
-        urls={"url": url, "ui": f"{url}/#/alerts"},
-        log=stack.dir / "logs" / "alertmanager.log",
-        argv=[
-            program,
-            f"--config.file={config}",
-            f"--storage.path={home / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",  # no gossip port on every interface
-        ],
-        ready=lambda: http_ok(f"{url}/-/ready"),
+        program,
+        port,
+        config,
+        f"--storage.path={home / 'data'}",
+        "--cluster.listen-address=",  # no gossip port on every interface
+        pages={"ui": "/#/alerts"},
+        ready=lambda url: http_ok(f"{url}/-/ready"),
     )
-    stack.add(comp)
-    stack.say(f"started alertmanager  {url}{pid_note(comp)}")
 
 
 def prometheus(stack: Stack, program: str) -> None:
@@ -83,23 +77,50 @@ def prometheus(stack: Stack, program: str) -> None:
             "scrape_configs": [{"job_name": SCRAPE_JOB, "static_configs": [{"targets": targets}]}],
         },
     )
+    _start(
+        stack,
+        "prometheus",
+        program,
+        port,
+        config,
+        f"--storage.tsdb.path={home / 'tsdb'}",
+        pages={"alerts": "/alerts"},
+        # Ready once it has scraped every detector: a counter's first sample must be
+        # its 0, or increase() would not see the first critical finding.
+        ready=lambda url: _scraped(url, len(targets)),
+        note=f" (rules: {rules.name})",
+    )
+
+
+def _start(
+    stack: Stack,
+    name: str,
+    program: str,
+    port: int,
+    config: Path,
+    *flags: str,
+    pages: Mapping[str, str],
+    ready: Callable[[str], bool],
+    note: str = "",
+) -> None:
+    """Start `program` on loopback `port` with `config`: Prometheus and Alertmanager take the
+    same flags for these, and are logged, recorded and narrated alike. `pages` are paths under
+    its URL to record beside it; `ready` is asked with the URL."""
     url = f"http://127.0.0.1:{port}"
     comp = Process(
-        "prometheus",
-        urls={"url": url, "alerts": f"{url}/alerts"},
-        log=stack.dir / "logs" / "prometheus.log",
+        name,
+        urls={"url": url, **{page: f"{url}{path}" for page, path in pages.items()}},
+        log=stack.dir / "logs" / f"{name}.log",
         argv=[
             program,
             f"--config.file={config}",
-            f"--storage.tsdb.path={home / 'tsdb'}",
+            *flags,
             f"--web.listen-address=127.0.0.1:{port}",
         ],
-        # Ready once it has scraped every detector: a counter's first sample must be
-        # its 0, or increase() would not see the first critical finding.
-        ready=functools.partial(_scraped, url, len(targets)),
+        ready=lambda: ready(url),
     )
     stack.add(comp)
-    stack.say(f"started prometheus    {url} (rules: {rules.name}){pid_note(comp)}")
+    stack.say(f"started {name:<13} {url}{note}{pid_note(comp)}")
 
 
 def _scraped(url: str, targets: int) -> bool:

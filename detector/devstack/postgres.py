@@ -237,10 +237,7 @@ class LocalPostgres(Started):
             )
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log yet)"
+        return process.last_lines(self.log_path, lines, "(no server log yet)")
 
     def _alive(self, pid: int) -> bool:
         """Running (not a zombie) and a postgres on this data directory: a recycled PID is not."""

@@ -1,15 +1,18 @@
-"""Processes of the dev stack, done one way for every server starter: a free port, a PID told
-apart from a recycled one by its start time, signals by PID, a stop that ends in SIGKILL to the
-process group, and the tail of a log for an error message. psutil reads /proc."""
+"""Processes of the dev stack, done one way for every server starter: a free port, a child
+started into its log and waited for, a PID told apart from a recycled one by its start time,
+signals by PID, a stop that ends in SIGKILL to the process group, and the tail of a log for an
+error message. psutil reads /proc."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +23,7 @@ from typing import Any, Final
 import psutil
 from typing_extensions import TypeIs
 
+from detector.closing import Started
 from detector.devstack.errors import StackError
 
 _GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
@@ -152,6 +156,57 @@ def stop_pids(
         raise StackError(f"process(es) {left} survived SIGKILL")
 
 
+def spawn(argv: Sequence[str], log_path: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """A server as this process's child, in its own session (no terminal signals, killable
+    alone), its output appended to `log_path`."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **popen
+        )
+
+
+def came_up(
+    proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float, interval: float
+) -> bool:
+    """Wait until `ready()`, asking every `interval` s; False as soon as `proc` exits, or once
+    `timeout` s have passed."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+class ChildServer(Started):
+    """A server this process runs as its child on a free loopback port (`port`), in a throwaway
+    directory (`root`: its data and log). `stop` ends it by PID; `close` also removes the
+    directory. A subclass finds its binary before `__init__`, so that a missing one leaves no
+    directory behind."""
+
+    def __init__(self, prefix: str, start_timeout: float) -> None:
+        self.start_timeout = start_timeout
+        self.port = free_port()
+        self._root = Path(tempfile.mkdtemp(prefix=prefix))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root(self) -> Path:
+        """The throwaway directory (data, log) that `close` removes."""
+        return self._root
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM by PID, then SIGKILL if it is still there after `timeout`."""
+        proc, self._proc = self._proc, None
+        stop_child(proc, timeout)
+
+    def close(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
 def stop_child(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
     """Stop a server this process started: SIGTERM, then SIGKILL if it is still there after
     `timeout`; reaped either way (nothing is done for one that has exited)."""
@@ -236,6 +291,15 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 
 # -------------------------------------------------------------------------------------- logs
+
+
+def last_lines(path: Path, lines: int, missing: str) -> str:
+    """The last `lines` lines of a server's own log, for its starter's errors; `missing` when
+    there is no log to read."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return missing
 
 
 def log_tail(path: Path | None, lines: int = 8) -> str:

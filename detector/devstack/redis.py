@@ -14,13 +14,10 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 from typing import Final
 
-from detector.closing import Started
-from detector.devstack.process import free_port, stop_child
+from detector.devstack.process import ChildServer, came_up, last_lines, spawn
 from detector.errors import SplitbrainError
 
 _LOG_FILE: Final = "redis.log"
@@ -62,18 +59,15 @@ def redis_ready(port: int) -> bool:
         return False
 
 
-class LocalRedis(Started):
+class LocalRedis(ChildServer):
     """One throwaway Redis server: `start()` starts it and waits for PING, `close()` stops it by
     PID and deletes its directory. Also a context manager. `stop()` then `start()` restarts it
     on the same port (with `persist`, with its data)."""
 
     def __init__(self, *, start_timeout: float = 30.0, persist: bool = False) -> None:
-        self.start_timeout = start_timeout
-        self.persist = persist
-        self.port = free_port()
         self._program = redis_server()
-        self._root = Path(tempfile.mkdtemp(prefix="splitbrain-redis-"))
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__("splitbrain-redis-", start_timeout)
+        self.persist = persist
 
     @property
     def url(self) -> str:
@@ -84,36 +78,16 @@ class LocalRedis(Started):
         return self._root / _LOG_FILE
 
     def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                redis_argv(self._program, self.port, self._root, persist=self.persist),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+        self._proc = spawn(
+            redis_argv(self._program, self.port, self._root, persist=self.persist),
+            self.log_path,
+            stdin=subprocess.DEVNULL,
+        )
+        if not came_up(self._proc, lambda: redis_ready(self.port), self.start_timeout, 0.05):
+            raise LocalRedisError(
+                f"redis-server did not start on port {self.port} "
+                f"(exit {self._proc.poll()}):\n{self.log_tail()}"
             )
-        deadline = time.monotonic() + self.start_timeout
-        while not redis_ready(self.port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise LocalRedisError(
-                    f"redis-server did not start on port {self.port} "
-                    f"(exit {self._proc.poll()}):\n{self.log_tail()}"
-                )
-            time.sleep(0.05)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM by PID, then SIGKILL if it is still there after `timeout`."""
-        proc, self._proc = self._proc, None
-        stop_child(proc, timeout)
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self._root, ignore_errors=True)
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log yet)"
+        return last_lines(self.log_path, lines, "(no server log yet)")

