@@ -443,3 +443,35 @@ def test_a_write_whose_writer_died_before_recording_it_is_recovered_from_etcd(
     )
     assert recovered.owned and recovered.process == "w2" and recovered.at == 12.5
     assert recovered.workflow_key == "/locks/r/shard-2"
+
+
+def test_an_attempt_neither_makes_nor_hides_a_duplicate_a_kill_silenced(tmp_path: Path) -> None:
+    """etcd, seed 1, run 7 (no broker restart): w2 attempted and wrote a unit, displaced, and
+    was killed with the events; w0's attempt between them made the redo look heard, and the
+    redo's duplicate, which only the silenced write makes, was counted a miss."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=7)
+    kills = Kills(KafkaOutages())
+
+    def made(process: str, epoch: int, *, attempt: bool = False, owned: bool = True) -> None:
+        TruthLog(truth.path, 7, process).record(
+            workflow_key=WF,
+            effect_key="unit-0",
+            executor=f"lease-{epoch}",
+            epoch=epoch,
+            owned=owned,
+            evidence="",
+            attempt=attempt,
+        )
+
+    made("w2", 766, attempt=True)
+    made("w0", 774, attempt=True)
+    made("w2", 766, owned=False)
+    kills.note("w2", Step(0.0, Fault.CRASH_RESTART, 2, 3.0))
+    made("w0", 774)
+    kills.mark(truth)
+    assert [w.blind for w in truth.writes()] == [
+        KILLED_UNSENT,
+        None,
+        KILLED_UNSENT,
+        KILLED_UNSENT,  # the redo: a duplicate only of the silenced write
+    ]

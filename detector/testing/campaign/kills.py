@@ -79,10 +79,12 @@ class Kills:
             key = (w.workflow_key, w.effect_key)
             process = w.process or w.executor
             code = next((c for name, c, a, b in spans if process == name and a <= w.at <= b), None)
-            echo = earlier.get(key, _HEARD) if w.owned else _HEARD
+            # An attempt makes nothing: never a duplicate, nor what makes one.
+            echo = earlier.get(key, _HEARD) if w.owned and w.committed else _HEARD
             blind = code or (None if echo == _HEARD else echo)
             marked.append(w.model_copy(update={"blind": blind}) if blind and w.blind is None else w)
-            earlier[key] = _HEARD if code is None else earlier.get(key, code)
+            if w.committed:
+                earlier[key] = _HEARD if code is None else earlier.get(key, code)
         truth.path.write_text("".join(w.model_dump_json() + "\n" for w in marked))
 
     def _silenced(self, exit_: _Exit) -> _Span | None:
