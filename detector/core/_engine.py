@@ -64,6 +64,7 @@ from ._records import (
     later,
     mark,
     marks,
+    raw_acquisition,
     union,
 )
 from ._render import render, severity_of
@@ -72,6 +73,7 @@ from ._rules import (
     STALE_CONDITION,
     acquisition,
     add_fence,
+    after_takeover,
     appended,
     current_owner_before,
     displaced,
@@ -476,15 +478,7 @@ class Detector:
                 context_of(event.attrs, event.detail) if kind in _CONTEXT_KINDS else None,
             ),
         )
-        kept = st.evidence
-        if isinstance(kept, list):
-            kept.append(ev)
-        elif len(kept) + 1 < LIST_FROM:
-            kept = st.evidence = (*kept, ev)
-        else:
-            kept = st.evidence = [*kept, ev]
-        if len(kept) > self.config.max_evidence:
-            st.evidence = self._forget(st, kept)
+        self._retain(st, ev)
         if st.undisplaced is not None:
             _undisplaced(st, ev)
         if kind in _LEASE_KINDS:
@@ -524,6 +518,11 @@ class Detector:
         uncertain: bool,
     ) -> list[FindingUpdate]:
         touched = self._displace(st, acq, at, uncertain) if late else []
+        raw = raw_acquisition(acq)
+        if st.undisplaced is not None:
+            _undisplaced(st, raw)
+        if _heard_from(st, raw):
+            touched.extend(self._alive(st, raw, at))
         found = st.found
         if not found:
             return []
@@ -598,13 +597,7 @@ class Detector:
                 eff.verified = marks()
             if mark(eff.verified, ev.seq, ev.pos, ev.event_id):
                 touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
-        if (
-            kind not in STALE_CONDITION
-            and acqs
-            and ev.epoch < acqs[-1].epoch
-            and _signs_life(st, ev)
-            and displaced(st, ev.epoch, ev.seq, ev.pos)
-        ):
+        if _heard_from(st, ev):
             touched.extend(self._alive(st, ev, at))
         return touched
 
@@ -878,6 +871,18 @@ class Detector:
             st.ids = ids
         return st.ids
 
+    def _retain(self, st: WorkflowState, ev: EventRecord) -> None:
+        """Keep a raw event for a late acquisition to look back at; past the cap, forget."""
+        kept = st.evidence
+        if isinstance(kept, list):
+            kept.append(ev)
+        elif len(kept) + 1 < LIST_FROM:
+            kept = st.evidence = (*kept, ev)
+        else:
+            kept = st.evidence = [*kept, ev]
+        if len(kept) > self.config.max_evidence:
+            st.evidence = self._forget(st, kept)
+
     def _forget(self, st: WorkflowState, kept: Evidence) -> Evidence:
         """Over the cap, forget the oldest raw events, activity first: effects, fences and
         verifications live on in compact form. A quarter at once: one pass per cap/4 events."""
@@ -990,15 +995,10 @@ class Detector:
             i = bisect_left(listed, acq.epoch, key=ACQ_EPOCH)
             if i < len(listed) and listed[i].epoch == acq.epoch:
                 new_epoch = False
-                # Folded into the other acquisition of its epoch: the id of the one that goes
-                # must still be known when it comes again, however small the workflow is.
-                self._index_ids(st)[acq.event_id] = RETAINED
                 kept = listed[i]
-                if before(acq, kept):
-                    _pin(st, (kept,), acq_print)
+                gone = kept if before(acq, kept) else acq
+                if gone is kept:
                     listed[i] = acq
-                else:
-                    _pin(st, (acq,), acq_print)
                 if acq.seq is not None and kept.seq is not None and acq.pos != kept.pos:
                     # The epoch is acquired before whatever either acquisition is before: by seq
                     # the earlier one, by arrival the one that came first.
@@ -1008,6 +1008,10 @@ class Detector:
                     replaced(st, i, kept)
                     _changed(st)
                     self._resettle = True
+                # Folded into the other acquisition of its epoch, the one that goes stays a raw
+                # event: its id is known when it comes again, however small the workflow is,
+                # and after a takeover it is a sign of its owner's life.
+                self._retain(st, raw_acquisition(gone))
             else:
                 listed.insert(i, acq)
                 if listed is not acqs:
@@ -1357,11 +1361,14 @@ def _changed(st: WorkflowState) -> None:
 
 
 def _index_undisplaced(st: WorkflowState) -> None:
-    """The retained events with `seq` that the acquisitions known so far do not displace."""
+    """The retained events with `seq` that the acquisitions known so far do not displace, the
+    acquisitions themselves among them (`raw_acquisition`)."""
     st.undisplaced = {}
     st.undisplaced_reach = Reach()
     for ev in st.evidence:
         _undisplaced(st, ev)
+    for acq in st.acqs:
+        _undisplaced(st, raw_acquisition(acq))
 
 
 def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
@@ -1371,7 +1378,7 @@ def _undisplaced(st: WorkflowState, ev: EventRecord) -> None:
     if (
         ev.seq is None
         or (ev.kind not in STALE_CONDITION and not _signs_life(st, ev))
-        or displaced(st, ev.epoch, ev.seq, ev.pos)
+        or after_takeover(st, ev)
     ):
         return
     kept = und.get(ev.epoch)
@@ -1392,16 +1399,21 @@ def _heard(st: WorkflowState) -> dict[int, Latest]:
     heard as they came, and every retained one now that the history's owners are all known (a
     verification may come before the acquisition that names its epoch's worker)."""
     heard = dict(st.uncertain or {})
-    top = st.acqs[-1].epoch if st.acqs else -1
     for ev in st.evidence:
-        if (
-            ev.epoch < top
-            and ev.kind not in STALE_CONDITION
-            and _signs_life(st, ev)
-            and displaced(st, ev.epoch, ev.seq, ev.pos)
-        ):
+        if _heard_from(st, ev):
             heard[ev.epoch] = extend(heard.get(ev.epoch), ev)
     return heard
+
+
+def _heard_from(st: WorkflowState, ev: EventRecord) -> bool:
+    """Is the event, not itself evidence, a sign of life of a displaced owner after the
+    takeover (DESIGN §4 "Time and silence")?"""
+    return (
+        ev.kind not in STALE_CONDITION
+        and ev.epoch < st.top
+        and _signs_life(st, ev)
+        and after_takeover(st, ev)
+    )
 
 
 def _signs_life(st: WorkflowState, ev: EventRecord) -> bool:

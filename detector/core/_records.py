@@ -15,6 +15,7 @@ from operator import itemgetter
 from sys import intern
 from typing import Any, Final, NamedTuple, TypeVar
 
+from detector.contracts.events import Kind, Source
 from detector.contracts.findings import ConditionKind
 
 from ._context import Context, context_row
@@ -75,6 +76,19 @@ class ConditionRecord(NamedTuple):
 
 
 Ordered = EventRecord | AcquisitionRecord | ConditionRecord
+_ACQUIRED: Final = Kind.LEASE_ACQUIRED.value
+# Acquisitions do not keep their source: the coordinator's (DESIGN §3).
+_COORDINATOR: Final = Source.COORDINATOR.value
+
+
+def raw_acquisition(a: AcquisitionRecord) -> EventRecord:
+    """An acquisition as a raw event: after a takeover of its epoch, it is a sign of its
+    owner's life like any other event of the owner's (DESIGN §4 "Time and silence")."""
+    return EventRecord(
+        a.event_id, _ACQUIRED, a.epoch, a.seq, a.pos, _COORDINATOR, None, a.worker_id, a.obs
+    )
+
+
 OrderedT = TypeVar("OrderedT", EventRecord, AcquisitionRecord, ConditionRecord)
 
 
@@ -91,8 +105,9 @@ def before(a: Ordered, b: Ordered) -> bool:
 
 
 def tie(r: Ordered) -> tuple[bool, str]:
-    """Where a record stands among the events at its `seq`: acquisitions first, then by id."""
-    return (type(r) is not AcquisitionRecord, r.event_id)
+    """Where a record stands among the events at its `seq`: acquisitions first (one kept as a
+    raw event too, `raw_acquisition`), then by id."""
+    return (not isinstance(r, AcquisitionRecord) and r.kind != _ACQUIRED, r.event_id)
 
 
 def earlier(a: OrderedT, b: OrderedT) -> OrderedT:

@@ -37,6 +37,7 @@ EFFECT_OCCURRENCES: Final = frozenset(
     {Kind.EFFECT_ATTEMPTED.value, Kind.EFFECT_COMMITTED.value, Kind.EFFECT_REJECTED.value}
 )
 _NEVER: Final = 2**64  # above every seq and pos
+_ACQUIRED: Final = Kind.LEASE_ACQUIRED.value
 
 
 def _index(state: WorkflowState) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -130,6 +131,16 @@ def displaced(state: WorkflowState, epoch: int, seq: int | None, pos: int) -> bo
     if seq is not None:
         return min_seq[i] <= seq or min_unseq[i] < pos
     return min_pos[i] < pos
+
+
+def after_takeover(state: WorkflowState, ev: EventRecord) -> bool:
+    """Is some acquisition of a higher epoch before `ev`? An acquisition kept as a raw event is
+    one among the acquisitions at its seq, ordered by event id: the index cannot tell those."""
+    if not displaced(state, ev.epoch, ev.seq, ev.pos):
+        return False
+    if ev.kind != _ACQUIRED or ev.seq is None:
+        return True
+    return _earliest_above(state, ev.epoch, ev) is not None
 
 
 def _earliest_above(

@@ -1456,3 +1456,43 @@ def test_a_verification_the_displaced_owner_sends_ends_its_silence(sender: str) 
     r = worker([(0, events[0]), (1, events[1]), (10, events[2]), (500, events[3])])
     r.advance(BASE_TS + 700)  # 690 s after the stale heartbeat, 200 s after the verification
     assert status(one(r)) == ("open" if sender == "alpha" else "resolved")
+
+
+@pytest.mark.parametrize("granted_before", [True, False])
+def test_a_displaced_owner_granted_its_epoch_again_after_the_takeover_keeps_its_finding_open(
+    granted_before: bool,
+) -> None:
+    """The coordinator names alpha under 17 again at seq 9, after beta's takeover (seq 5) and
+    after beta's t=1000: alpha is alive, so the finding of its stale heartbeat (t=10) stays
+    open. Whether 17 was acquired before (its second acquisition is folded into the first) or
+    only then, and in every arrival order (the property campaign's shrunk example: the late
+    acquisition first, the earlier one folded into it)."""
+    events = [
+        *([acq("a17", 17, "alpha", 1, t=0)] if granted_before else []),
+        acq("a18", 18, "beta", 5, t=5),
+        act("h6", "heartbeat", 17, "alpha", 6, t=10),
+        act("b8", "heartbeat", 18, "beta", 8, t=1000),
+        acq("g9", 17, "alpha", 9),
+    ]
+    for arrival in itertools.permutations(events):
+        assert status(one(audit(arrival))) == "open", [e.event_id for e in arrival]
+    r = worker([(0, e) for e in events[:-3]] + [(10, events[-3]), (500, events[-1])])
+    r.advance(BASE_TS + 700)  # 690 s after the stale heartbeat, 200 s after the acquisition
+    assert status(one(r)) == "open"
+
+
+@pytest.mark.parametrize(("eid", "expected"), [("a", "resolved"), ("z", "open")])
+def test_a_grant_at_the_takeovers_own_seq_is_after_it_only_by_event_id(
+    eid: str, expected: str
+) -> None:
+    """Two acquisitions at one seq are ordered by event id: naming alpha under 17 again at seq
+    5, the takeover's own, is a sign of life only when its id sorts after the takeover's."""
+    events = [
+        acq("a17", 17, "alpha", 1, t=0),
+        acq("m18", 18, "beta", 5, t=5),
+        act("h6", "heartbeat", 17, "alpha", 6, t=10),
+        acq(eid, 17, "alpha", 5),
+    ]
+    r = worker([(0, events[0]), (1, events[1]), (10, events[2]), (500, events[3])])
+    r.advance(BASE_TS + 700)  # 690 s after the stale heartbeat, 200 s after the acquisition
+    assert status(one(r)) == expected
