@@ -1,5 +1,5 @@
-"""What the etcd and Kubernetes campaign tests share: a few seeded runs of a source through the
-campaign's driver on the test session's broker, and the verdict they must get."""
+"""What the etcd, Kubernetes and redis-lock campaign tests share: a few seeded runs of a source
+through the campaign's driver on the test session's broker, and the verdict they must get."""
 
 from __future__ import annotations
 

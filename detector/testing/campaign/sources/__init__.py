@@ -17,6 +17,7 @@ SOURCES: Final = {
     "langgraph": "langgraph",
     "etcd": "etcd",
     "kubernetes": "kubernetes",
+    "redis-lock": "redis_lock",
 }
 
 

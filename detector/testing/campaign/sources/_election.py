@@ -1,7 +1,8 @@
-"""What the etcd and Kubernetes sources share: a fleet of leader-election worker processes
-(`detector.testing.campaign.election`), each talking to the coordinator through a proxy of its
-own (the partition) on a wall clock of its own (the clock step), beside a `splitbrain watch`
-process that publishes the coordinator's holders; and the faults that fleet can suffer."""
+"""What the etcd, Kubernetes and redis-lock sources share: a fleet of leader-election worker
+processes (`detector.testing.campaign.election`), each talking to the coordinator through a proxy
+of its own (the partition) on a wall clock of its own (the clock step), beside a `splitbrain
+watch` process that publishes the coordinator's holders where the coordinator tells them (etcd,
+Kubernetes); and the faults that fleet can suffer."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from detector.testing.campaign.election import READY
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
@@ -119,6 +120,26 @@ class ElectionFleet:
             proxy.close()
 
 
+class Server(Protocol):
+    def stop(self) -> None: ...
+
+    def start(self) -> None: ...
+
+
+def restarter(server: Server) -> Callable[[float], None]:
+    """`fleet`'s coordinator restart: `server` stopped, then started again on its data
+    `down_s` later; two restarts in one run take turns."""
+    turns = threading.Lock()
+
+    def restart(down_s: float) -> None:
+        with turns:
+            server.stop()
+            time.sleep(down_s)
+            server.start()
+
+    return restart
+
+
 def python(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
@@ -131,23 +152,28 @@ def work_args(prefer: int, units: int) -> list[str]:
 def fleet(
     env: RunEnv,
     *,
-    watcher_argv: Sequence[str],
+    watcher_argv: Sequence[str] | None,
     worker_argv: Callable[[int, int], Sequence[str]],
     port: int,
     done: Callable[[], bool],
     restart_coordinator: Callable[[float], None],
 ) -> Iterator[ElectionFleet]:
-    """The run's watcher (ready once it follows) and `WORKERS` workers, worker `i` started as
-    `worker_argv(i, proxy_port)` through a proxy to the coordinator's `port`; all stopped on
-    leaving."""
-    watcher = Proc("watcher", watcher_argv, env.process_env(), env.workdir / "watcher.log")
+    """The run's watcher (ready once it follows; None where the workers' own adapter reports
+    every holder) and `WORKERS` workers, worker `i` started as `worker_argv(i, proxy_port)`
+    through a proxy to the coordinator's `port`; all stopped on leaving."""
+    watcher = (
+        None
+        if watcher_argv is None
+        else Proc("watcher", watcher_argv, env.process_env(), env.workdir / "watcher.log")
+    )
     proxies: list[TcpProxy] = []
     workers: list[Proc] = []
     clocks = [env.workdir / f"clock-w{i}" for i in range(WORKERS)]
     go = env.workdir / "go"
     try:
-        watcher.start()
-        _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
+        if watcher is not None:
+            watcher.start()
+            _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
         for i in range(WORKERS):
             proxies.append(TcpProxy("127.0.0.1", port))
             workers.append(
@@ -168,8 +194,9 @@ def fleet(
     finally:
         for proxy in proxies:
             proxy.close()
-        time.sleep(1.0)  # the watcher publishes the workers' last resignations
-        watcher.stop()
+        if watcher is not None:
+            time.sleep(1.0)  # the watcher publishes the workers' last resignations
+            watcher.stop()
 
 
 def _wait(ready: Callable[[], bool], procs: Sequence[Proc], what: str) -> None:
