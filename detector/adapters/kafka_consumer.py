@@ -18,8 +18,9 @@ Per partition (key: group/topic/partition) the epoch is the group generation at 
 member *acquired* it: a rebalance that leaves the partition with the same member keeps the epoch
 (a generation is per group, and grows with every rebalance). The broker assigns the generation,
 it only grows, and the broker refuses a stale member's offset commits: `system`. It is read from
-`consumer_group_metadata()` (librdkafka's serialised form, `CGMDv2:` and the generation as a
-big-endian int32; confluent-kafka does not bind the public getter).
+`consumer_group_metadata()` (librdkafka's serialised form, `CGMDv2:` and the generation as an
+int32 in the machine's own byte order, copied as it lies in memory; confluent-kafka does not
+bind the public getter).
 
 Events: `lease_acquired` from `on_assign`; `lease_released` when a revoked partition is not
 assigned back (the eager protocol revokes everything at each rebalance, so a revocation is
@@ -75,7 +76,7 @@ def generation(consumer: Consumer) -> int | None:
         return None
     if not isinstance(meta, bytes) or not meta.startswith(_MAGIC) or len(meta) < len(_MAGIC) + 4:
         return None
-    (value,) = struct.unpack_from(">i", meta, len(_MAGIC))
+    (value,) = struct.unpack_from("=i", meta, len(_MAGIC))
     return int(value) if value >= 0 else None
 
 
