@@ -12,7 +12,6 @@ import pytest
 
 from detector.devstack.kafka import LocalKafka
 from tests.integration.campaign_election import run_seeded
-from tests.tools import program
 
 pytest.importorskip("redis", reason="the redis-lock extra is not installed (.[redis-lock])")
 
@@ -23,5 +22,4 @@ RUNS = 2
 def test_redis_lock_zombies_are_found_and_ordinary_faults_raise_nothing(
     kafka_broker: LocalKafka, tmp_path: Path
 ) -> None:
-    program("redis-server", package="redis-server")
     run_seeded("redis-lock", SEED, RUNS, kafka_broker, tmp_path)

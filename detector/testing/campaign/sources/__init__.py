@@ -18,6 +18,7 @@ SOURCES: Final = {
     "etcd": "etcd",
     "kubernetes": "kubernetes",
     "redis-lock": "redis_lock",
+    "kafka-consumer": "kafka_consumer",
 }
 
 

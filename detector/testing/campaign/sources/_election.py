@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from detector.testing.campaign.election import READY
+from detector.testing.campaign.kills import Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
 from detector.testing.campaign.source import RunEnv
+from detector.testing.campaign.worker import executor
 from detector.testing.proxy import TcpProxy
 
 WORKERS: Final = 3
@@ -140,6 +142,24 @@ def restarter(server: Server) -> Callable[[float], None]:
     return restart
 
 
+@dataclass
+class Exits:
+    """A fleet whose workers' adapters hold their events in memory (no watcher reports for
+    them): each exit the nemesis causes is noted, for what it may have taken along (`kills`)."""
+
+    fleet: ElectionFleet
+    kills: Kills
+
+    def apply(self, step: Step) -> None:
+        proc = self.fleet.workers[step.target]
+        if proc.alive() and proc.popen is not None:
+            self.kills.note(executor(proc.popen.pid), step)
+        self.fleet.apply(step)
+
+    def drain(self, timeout_s: float) -> bool:
+        return self.fleet.drain(timeout_s)
+
+
 def python(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
@@ -184,7 +204,7 @@ def fleet(
                     env.workdir / f"w{i}.log",
                 ).start()
             )
-        _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
+        wait_ready(workers)
         go.touch()
         fleet = ElectionFleet(workers, proxies, clocks, done, restart_coordinator)
         try:
@@ -197,6 +217,12 @@ def fleet(
         if watcher is not None:
             time.sleep(1.0)  # the watcher publishes the workers' last resignations
             watcher.stop()
+
+
+def wait_ready(workers: Sequence[Proc]) -> None:
+    """Until every worker has logged `READY` (one that exits, or a minute: an error naming the
+    logs)."""
+    _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
 
 
 def _wait(ready: Callable[[], bool], procs: Sequence[Proc], what: str) -> None:

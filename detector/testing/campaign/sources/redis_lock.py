@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shutil
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -20,32 +19,13 @@ from typing import Final
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
-from detector.testing.campaign.nemesis import Step
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.campaign.sources import _election
-from detector.testing.campaign.sources._election import SHARDS, ElectionFleet, python, work_args
+from detector.testing.campaign.sources._election import SHARDS, python, work_args
 from detector.testing.campaign.sources.etcd import EtcdSource
 
 TTL_S: Final = 2.0  # the locks' timeout: a holder that stops extending loses it this soon
 UNITS: Final = 16  # per shard: about 10 s of work for its leader
-
-
-@dataclass
-class _Fleet:
-    """The election fleet, each exit of a worker noted for what its adapter had not sent."""
-
-    fleet: ElectionFleet
-    kills: Kills
-
-    def apply(self, step: Step) -> None:
-        proc = self.fleet.workers[step.target]
-        if proc.alive() and proc.popen is not None:
-            # The adapter's default worker id, host:pid, is the truth's executor.
-            self.kills.note(f"{socket.gethostname()}:{proc.popen.pid}", step)
-        self.fleet.apply(step)
-
-    def drain(self, timeout_s: float) -> bool:
-        return self.fleet.drain(timeout_s)
 
 
 @dataclass
@@ -54,7 +34,7 @@ class RedisLockSession:
     server: LocalRedis
 
     @contextlib.contextmanager
-    def run(self, env: RunEnv) -> Iterator[_Fleet]:
+    def run(self, env: RunEnv) -> Iterator[_election.Exits]:
         import redis  # noqa: PLC0415
 
         from detector.testing.campaign.redis_lock_worker import read_cursor  # noqa: PLC0415
@@ -82,7 +62,7 @@ class RedisLockSession:
                 done=done,
                 restart_coordinator=_election.restarter(self.server),
             ) as fleet:
-                yield _Fleet(fleet, kills)
+                yield _election.Exits(fleet, kills)
             kills.mark(env.truth)
         finally:
             client.close()
