@@ -55,6 +55,10 @@ ADAPTER: Final = "kafka-consumer"
 EPOCH_FROM: Final = "kafka.group_generation"
 _MAGIC: Final = b"CGMDv2:"
 MEMBER_CHECK_S: Final = 0.1  # how often processing asks librdkafka for the member id
+# How long a revocation, or leaving the group, waits for this member's events to reach Kafka. The
+# group hands its partitions on only once it has rejoined or left, so its last effects then
+# arrive before the next owner's acquisition (findings are ordered by arrival).
+HANDOVER_FLUSH_S: Final = 2.0
 # Commit errors that say the member no longer owns what it committed for.
 LOST_CODES: Final = frozenset(
     {
@@ -209,6 +213,7 @@ class ConsumerWatch:
         protocol = getattr(self.consumer, "rebalance_protocol", None)  # unbound in the stubs
         if protocol is not None and protocol() == "COOPERATIVE":
             self._settle_revoked()  # an incremental revocation is final
+        self.sink.flush(HANDOVER_FLUSH_S)
 
     def _settle_revoked(self) -> None:
         """Revoked and not assigned back: released."""
@@ -262,7 +267,9 @@ class ConsumerWatch:
             raise
 
     def close(self) -> None:
-        """`consumer.close()`: leaves the group, and what it held is released."""
+        """`consumer.close()`: leaves the group, and what it held is released. Its events are
+        flushed first (`HANDOVER_FLUSH_S`), so that they arrive before the next owner's."""
+        self.sink.flush(HANDOVER_FLUSH_S)
         self.consumer.close()
         self._guarded(self._release_all)
 
