@@ -18,8 +18,9 @@ Per partition (key: group/topic/partition) the epoch is the group generation at 
 member *acquired* it: a rebalance that leaves the partition with the same member keeps the epoch
 (a generation is per group, and grows with every rebalance). The broker assigns the generation,
 it only grows, and the broker refuses a stale member's offset commits: `system`. It is read from
-`consumer_group_metadata()` (librdkafka's serialised form, `CGMDv2:` and the generation as a
-big-endian int32; confluent-kafka does not bind the public getter).
+`consumer_group_metadata()` (librdkafka's serialised form, `CGMDv2:` and the generation as an
+int32 in the machine's own byte order, copied as it lies in memory; confluent-kafka does not
+bind the public getter).
 
 Events: `lease_acquired` from `on_assign`; `lease_released` when a revoked partition is not
 assigned back (the eager protocol revokes everything at each rebalance, so a revocation is
@@ -54,6 +55,10 @@ ADAPTER: Final = "kafka-consumer"
 EPOCH_FROM: Final = "kafka.group_generation"
 _MAGIC: Final = b"CGMDv2:"
 MEMBER_CHECK_S: Final = 0.1  # how often processing asks librdkafka for the member id
+# How long a revocation, or leaving the group, waits for this member's events to reach Kafka. The
+# group hands its partitions on only once it has rejoined or left, so its last effects then
+# arrive before the next owner's acquisition (findings are ordered by arrival).
+HANDOVER_FLUSH_S: Final = 2.0
 # Commit errors that say the member no longer owns what it committed for.
 LOST_CODES: Final = frozenset(
     {
@@ -75,7 +80,7 @@ def generation(consumer: Consumer) -> int | None:
         return None
     if not isinstance(meta, bytes) or not meta.startswith(_MAGIC) or len(meta) < len(_MAGIC) + 4:
         return None
-    (value,) = struct.unpack_from(">i", meta, len(_MAGIC))
+    (value,) = struct.unpack_from("=i", meta, len(_MAGIC))
     return int(value) if value >= 0 else None
 
 
@@ -208,6 +213,7 @@ class ConsumerWatch:
         protocol = getattr(self.consumer, "rebalance_protocol", None)  # unbound in the stubs
         if protocol is not None and protocol() == "COOPERATIVE":
             self._settle_revoked()  # an incremental revocation is final
+        self.sink.flush(HANDOVER_FLUSH_S)
 
     def _settle_revoked(self) -> None:
         """Revoked and not assigned back: released."""
@@ -261,7 +267,9 @@ class ConsumerWatch:
             raise
 
     def close(self) -> None:
-        """`consumer.close()`: leaves the group, and what it held is released."""
+        """`consumer.close()`: leaves the group, and what it held is released. Its events are
+        flushed first (`HANDOVER_FLUSH_S`), so that they arrive before the next owner's."""
+        self.sink.flush(HANDOVER_FLUSH_S)
         self.consumer.close()
         self._guarded(self._release_all)
 

@@ -1,9 +1,12 @@
-"""What the etcd and Kubernetes campaign tests share: a few seeded runs of a source through the
-campaign's driver on the test session's broker, and the verdict they must get."""
+"""What the etcd, Kubernetes, redis-lock and kafka-consumer campaign tests share: a few seeded
+runs of a source through the campaign's driver on the test session's broker, and the verdict
+they must get."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from detector.devstack.kafka import LocalKafka
 from detector.testing.campaign.driver import campaign
@@ -11,9 +14,13 @@ from detector.testing.campaign.sources import load
 
 
 def run_seeded(name: str, seed: int, runs: int, broker: LocalKafka, workdir: Path) -> None:
-    """Every stale write and duplicate the runs made is found, nothing is raised for the
-    ordinary faults, nothing is misgraded, and the seed made at least one zombie."""
+    """Skipped when the source cannot run here (a package or its server missing). Every stale
+    write and duplicate the runs made is found, nothing is raised for the ordinary faults,
+    nothing is misgraded, and the seed made at least one zombie."""
     source = load(name)
+    missing = source.missing()
+    if missing is not None:
+        pytest.skip(missing)
     outcome = campaign(
         source, runs=runs, seed=seed, workdir=workdir, bootstrap=broker.bootstrap, say=print
     )

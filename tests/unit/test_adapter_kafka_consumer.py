@@ -6,8 +6,9 @@ tests/integration/test_adapter_kafka_consumer.py."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from detector.adapters import AdapterSink, current, effect_committed
@@ -26,8 +27,11 @@ class Metadata:
 
 
 def test_the_generation_is_read_from_librdkafka_s_serialised_group_metadata() -> None:
-    assert generation(Metadata(b"CGMDv2:" + struct.pack(">i", 7) + b"payments")) == 7  # type: ignore[arg-type]
-    assert generation(Metadata(b"CGMDv2:" + struct.pack(">i", -1) + b"g")) is None  # type: ignore[arg-type]
+    # librdkafka copies the int32 as it lies in memory: the machine's own byte order (read
+    # big-endian on x86, the campaign saw generation 1 as 16777216, and 128 on would be None).
+    assert generation(Metadata(b"CGMDv2:" + struct.pack("=i", 7) + b"payments")) == 7  # type: ignore[arg-type]
+    assert generation(Metadata(b"CGMDv2:" + struct.pack("=i", 300) + b"payments")) == 300  # type: ignore[arg-type]
+    assert generation(Metadata(b"CGMDv2:" + struct.pack("=i", -1) + b"g")) is None  # type: ignore[arg-type]
     assert generation(Metadata(b"CGMDv9:junk")) is None  # type: ignore[arg-type]
     assert generation(Metadata(object())) is None  # type: ignore[arg-type]
 
@@ -56,3 +60,33 @@ def test_a_record_of_a_partition_not_owned_is_processed_as_no_one() -> None:
     finally:
         consumer.close()
         sink.close()
+
+
+def test_a_member_s_events_reach_kafka_before_it_hands_its_partitions_on() -> None:
+    """The group gives a revoked or left partition to another member only once this one has
+    rejoined or left, so its last effects, flushed first, arrive before the successor's
+    acquisition. Sent later, a clean handoff's last commit arrived after it and looked stale (a
+    false critical finding in the kafka-consumer campaign)."""
+    calls: list[str] = []
+
+    class Sink(AdapterSink):
+        def flush(self, timeout: float = 10.0) -> bool:
+            calls.append("flush")
+            return super().flush(timeout)
+
+    class Member:
+        def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+            self.on_revoke = callbacks["on_revoke"]
+
+        def close(self) -> None:
+            calls.append("close")
+
+    sink = Sink("kafka-consumer", publisher=Recorder, registry=CollectorRegistry())
+    member = Member()
+    watch = ConsumerWatch(member, "g", sink=sink, worker_id="w")  # type: ignore[arg-type]
+    watch.subscribe(["orders"])
+    member.on_revoke(member, [TopicPartition("orders", 3)])
+    assert calls == ["flush"]
+    watch.close()
+    assert calls == ["flush", "flush", "close"]
+    sink.close()

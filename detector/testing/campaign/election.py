@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Final, SupportsIndex, TypeVar
+from typing import Final, Protocol, SupportsIndex, TypeVar
+
+from detector.adapters import AdapterSink
 
 log = logging.getLogger(__name__)
 
@@ -170,3 +172,19 @@ def serve(orders: Orders, shards: int, go: Path, run_shard: Callable[[int], None
     # Every leader resigns; a candidate blocked in its election is left behind.
     while not orders.resigned() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+class Worker(Protocol):
+    orders: Orders
+    sink: AdapterSink
+
+    def run_shard(self, shard: int) -> None: ...
+
+
+def main(parser: argparse.ArgumentParser, worker: Callable[[argparse.Namespace], Worker]) -> None:
+    """A worker process: its flags parsed, its shards served until the stop order, then its
+    adapter's events flushed (5 s at most)."""
+    args = parser.parse_args()
+    made = worker(args)
+    serve(made.orders, args.shards, args.go, made.run_shard)
+    made.sink.close(5)

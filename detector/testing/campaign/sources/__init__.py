@@ -17,6 +17,8 @@ SOURCES: Final = {
     "langgraph": "langgraph",
     "etcd": "etcd",
     "kubernetes": "kubernetes",
+    "redis-lock": "redis_lock",
+    "kafka-consumer": "kafka_consumer",
 }
 
 

@@ -1,8 +1,9 @@
-"""What the etcd and Kubernetes sources share: a fleet of leader-election worker processes
-(`detector.testing.campaign.election`), each talking to the coordinator through a proxy of its
-own (the partition) on a wall clock of its own (the clock step), beside a `splitbrain watch`
-process that publishes the coordinator's holders; the faults that fleet can suffer, with the
-writes its workers' exits may have silenced (`kills`); and the coordinator's session."""
+"""What the etcd, Kubernetes and redis-lock sources share: a fleet of leader-election worker
+processes (`detector.testing.campaign.election`), each talking to the coordinator through a proxy
+of its own (the partition) on a wall clock of its own (the clock step), beside a `splitbrain
+watch` process that publishes the coordinator's holders where the coordinator tells them (etcd,
+Kubernetes); the faults that fleet can suffer, with the writes its workers' exits may have
+silenced (`kills`); and the coordinator's session."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ class ElectionSource:
 
 class Coordinator(Protocol):
     """The coordination system's server, as the devstack runs it (`LocalEtcd`,
-    `LocalKubeApiServer`): started and stopped again on the same data."""
+    `LocalKubeApiServer`, `LocalRedis`): started and stopped again on the same data."""
 
     port: int
 
@@ -90,21 +91,26 @@ class Coordinator(Protocol):
 S = TypeVar("S", bound=Coordinator)
 
 
+def restarter(server: Coordinator) -> Callable[[float], None]:
+    """`fleet`'s coordinator restart: `server` stopped, then started again on its data
+    `down_s` later; two restarts in one run take turns."""
+    turns = threading.Lock()
+
+    def restart(down_s: float) -> None:
+        with turns:
+            server.stop()
+            time.sleep(down_s)
+            server.start()
+
+    return restart
+
+
 @dataclass
 class ElectionSession(Generic[S]):
     """One campaign's coordinator; a source's `run` starts each run's fleet on it (`fleet`)."""
 
     server: S
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:6])  # the campaign's names
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def restart(self, down_s: float) -> None:
-        """The coordinator restart: the server stopped, then started again on its data (two
-        restarts take turns)."""
-        with self._lock:
-            self.server.stop()
-            time.sleep(down_s)
-            self.server.start()
 
     def fleet(
         self,
@@ -121,7 +127,7 @@ class ElectionSession(Generic[S]):
             worker_argv=worker_argv,
             port=self.server.port,
             done=done,
-            restart_coordinator=self.restart,
+            restart_coordinator=restarter(self.server),
             recover=recover,
         )
 
@@ -237,49 +243,66 @@ def worker(env: RunEnv, name: str, argv: Sequence[str], clock: Path) -> Proc:
 def fleet(
     env: RunEnv,
     *,
-    watcher_argv: Sequence[str],
+    watcher_argv: Sequence[str] | None,
     worker_argv: Callable[[int, int], Sequence[str]],
     port: int,
     done: Callable[[], bool],
     restart_coordinator: Callable[[float], None],
-    recover: Callable[[TruthLog], object],
+    recover: Callable[[TruthLog], object] = lambda truth: None,
 ) -> Iterator[ElectionFleet]:
-    """The run's watcher (ready once it follows) and `WORKERS` workers, worker `i` started as
-    `worker_argv(i, proxy_port)` through a proxy to the coordinator's `port`; all stopped on
-    leaving."""
-    # Resumed from its state file when it exits (a watcher that gave up on Kafka), as a
-    # supervisor would start it again.
+    """The run's watcher (ready once it follows; None where the workers' own adapter reports
+    every holder) and `WORKERS` workers, worker `i` started as `worker_argv(i, proxy_port)`
+    through a proxy to the coordinator's `port`; all stopped on leaving. The watcher resumes from
+    its state file when it exits (one that gave up on Kafka), as a supervisor would start it."""
     state = ["--state-file", str(env.workdir / "watcher-state.json")]
-    watcher = Proc(
-        "watcher", [*watcher_argv, *state], env.process_env(), env.workdir / "watcher.log"
+    watcher = (
+        None
+        if watcher_argv is None
+        else Proc(
+            "watcher", [*watcher_argv, *state], env.process_env(), env.workdir / "watcher.log"
+        )
     )
     proxies: list[TcpProxy] = []
     workers: list[Proc] = []
     clocks = [env.workdir / f"clock-w{i}" for i in range(WORKERS)]
     go = env.workdir / "go"
     try:
-        watcher.start()
-        _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
+        if watcher is not None:
+            watcher.start()
+            _wait(lambda: "following" in _text(watcher.log), [watcher], "the watcher")
         for i in range(WORKERS):
             proxies.append(TcpProxy("127.0.0.1", port))
             argv = [*worker_argv(i, proxies[i].port), "--go", str(go)]
             workers.append(worker(env, f"w{i}", argv, clocks[i]).start())
-        _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
+        wait_ready(workers)
         go.touch()
         kills = Kills(env.campaign.outages)
         fleet = ElectionFleet(
             workers, proxies, clocks, done, restart_coordinator, kills, env.truth, recover
         )
-        with env.campaign.supervised("watcher", watcher.alive, watcher.start):
+        supervised = (
+            contextlib.nullcontext()
+            if watcher is None
+            else env.campaign.supervised("watcher", watcher.alive, watcher.start)
+        )
+        with supervised:
             try:
                 yield fleet
             finally:
                 fleet.close()
-            time.sleep(1.0)  # the watcher publishes the workers' last resignations
+            if watcher is not None:
+                time.sleep(1.0)  # the watcher publishes the workers' last resignations
     finally:
         for proxy in proxies:
             proxy.close()
-        watcher.stop()
+        if watcher is not None:
+            watcher.stop()
+
+
+def wait_ready(workers: Sequence[Proc]) -> None:
+    """Until every worker has logged `READY` (one that exits, or a minute: an error naming the
+    logs)."""
+    _wait(lambda: all(READY in _text(w.log) for w in workers), workers, "the workers")
 
 
 def _wait(ready: Callable[[], bool], procs: Sequence[Proc], what: str) -> None:
