@@ -29,7 +29,7 @@ from typing import Any, Final
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from detector.adapters import current, effect_committed
+from detector.adapters import current
 from detector.adapters.kubernetes import LeaderElector, LeadershipLostError
 from detector.testing.campaign import election
 from detector.testing.campaign.truth import TruthLog, owner_of
@@ -166,9 +166,11 @@ class KubeWorker:
             ),
             "the write",
         )
-        # The API server's answer is the destination's receipt of the write.
-        effect_committed(key, destination="configmap", by_destination=True)
-        self.record(lease, key, int(written.metadata.resource_version), won_at)
+        # The API server's answer is the destination's receipt of the write, at the write's
+        # resourceVersion: the ConfigMap is stored beside the Lease, in the same order.
+        rv = int(written.metadata.resource_version)
+        elector.committed(key, rv, destination="configmap")
+        self.record(lease, key, rv, won_at)
         election.retrying(lambda: self.advance(lease, index), "the cursor")
 
     def record(

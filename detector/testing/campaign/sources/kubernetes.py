@@ -76,9 +76,10 @@ class KubeSession(_election.ElectionSession[LocalKubeApiServer]):
 class KubernetesSource(_election.ElectionSource):
     name = "kubernetes"
     holds: Mapping[Fault, tuple[float, float]] = _election.holds(LEASE_S + RETRY_S)
-    # The watcher's holders carry the Lease's resourceVersion, the work's effects none (the
-    # adapter's `effect_committed` takes no seq): the two are ordered by arrival. A write's
-    # effect is reported from the API server's answer, the destination's receipt.
+    # The watcher's holders carry the Lease's resourceVersion, and so do the work's effects:
+    # an attempt the Lease's as it read it, a write its own from the API server's answer (the
+    # destination's receipt, `LeaderElector.committed`). An attempt whose read failed has none
+    # and is ordered by arrival.
     grade = Grade(ordering="per_condition", destination_confirms=True)
     blind = _election.blind(
         no_holder="a write while the Lease had no holder (its holder resigned, or its "
