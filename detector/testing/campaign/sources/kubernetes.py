@@ -21,6 +21,7 @@ from detector.testing.campaign.nemesis import Fault
 from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv
 from detector.testing.campaign.sources import _election
 from detector.testing.campaign.sources._election import SHARDS, python, work_args
+from detector.testing.campaign.truth import TruthLog
 
 NAMESPACE: Final = "default"
 UNITS: Final = 16  # per shard: about 10 s of work for its leader
@@ -40,7 +41,11 @@ class KubeSession(_election.ElectionSession[LocalKubeApiServer]):
     def run(self, env: RunEnv) -> Iterator[Fleet]:
         from kubernetes import client, config  # noqa: PLC0415
 
-        from detector.testing.campaign.kube_worker import read_cursor, shard_name  # noqa: PLC0415
+        from detector.testing.campaign.kube_worker import (  # noqa: PLC0415
+            read_cursor,
+            recover,
+            shard_name,
+        )
 
         name = f"c{self.nonce}-r{env.run}"
         config.load_kube_config(config_file=str(self.server.kubeconfig))  # type: ignore[no-untyped-call]
@@ -69,7 +74,13 @@ class KubeSession(_election.ElectionSession[LocalKubeApiServer]):
             *("--namespace", NAMESPACE, *(a for n in names for a in ("--lease", n))),
             *("--topic", env.campaign.input_topic),
         )
-        with self.fleet(env, watcher, worker, done) as fleet:
+        leases = client.CoordinationV1Api()
+
+        def recovered(truth: TruthLog) -> int:
+            """The writes whose workers were killed before recording them (`recover`)."""
+            return recover(leases, NAMESPACE, truth)
+
+        with self.fleet(env, watcher, worker, done, recovered) as fleet:
             yield fleet
 
 
