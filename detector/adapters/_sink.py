@@ -290,6 +290,7 @@ class AdapterSink:
         self._queue: deque[_Queued] = deque()
         self._handoff = Handoff()
         self._closed = False
+        self._close_by = 0.0  # time.monotonic() a `close` waits for Kafka until
         self._closed_reason = DropReason.CLOSED  # what an event sent once closed counts as
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -354,13 +355,19 @@ class AdapterSink:
         return self._handoff.idle.wait(max(deadline - time.monotonic(), 0.0))
 
     def close(self, timeout: float = 5.0) -> None:
-        """Publish what is queued within `timeout`, then stop; the rest counts as dropped."""
+        """Publish what is queued and wait for Kafka's acknowledgements within `timeout` (at
+        least `_FINAL_SETTLE_S` after the queue is handed over), then stop; the rest counts as
+        dropped. The wait is the whole bound: a sender's wait under way when the close comes
+        (Kafka still down) ends before it, and what it left unacknowledged is waited for again
+        until the bound, not for one last second."""
+        close_by = time.monotonic() + timeout
         self.flush(timeout)
+        self._close_by = close_by
         self._closed = True
         self._handoff.wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout + _FINAL_SETTLE_S)
+            thread.join(max(close_by - time.monotonic(), 0.0) + _FINAL_SETTLE_S)
         left = self._take_all()
         if left:
             self._dropped[DropReason.CLOSED].inc(left)
@@ -499,8 +506,13 @@ class AdapterSink:
             unsettled = True
         left = 0
         if publisher is not None:
-            # At exit, the rest of the exit's bound; at close, after `flush` already waited.
-            timeout = _FINAL_SETTLE_S if self._deadline is None else self._bounded(math.inf)
+            # At exit, the rest of the exit's bound; at close, the rest of the close's (at
+            # least a last wait, after `flush` handed the queue over).
+            timeout = (
+                max(self._close_by - time.monotonic(), _FINAL_SETTLE_S)
+                if self._deadline is None
+                else self._bounded(math.inf)
+            )
             left = self._settle(publisher, timeout)
         self._account(left)
         if publisher is not None:

@@ -15,7 +15,9 @@ watcher then takes the resourceVersion for that Lease from there on, so its epoc
 
 `LeaderElector` wraps the Python client's `LeaderElection`, which calls "stopped leading" and
 lets the work go on: this one stops the work (an exception raised in its thread, and an event it
-can wait on) and gives the work's effect calls the Lease's key and epoch.
+can wait on) and gives the work's effect calls the Lease's key and epoch. Its `attempt` and
+`committed` place the work's effects in the API server's order (the Lease's, and the write's,
+resourceVersion as `seq`), as the watcher's holders are.
 """
 
 from __future__ import annotations
@@ -524,6 +526,37 @@ class LeaderElector:
                 detail=detail,
             )
         return held
+
+    def committed(
+        self,
+        effect_key: str,
+        resource_version: int | str | None,
+        *,
+        destination: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """`effect_committed` of a write the API server made: its answer's `resourceVersion` is
+        the event's `seq`, the destination's receipt (as etcd's revision is for `LockOwner.put`).
+
+        The watcher's takeovers carry the Lease's resourceVersion, which the same API server
+        assigns from the same etcd revision: a write made after a takeover is stale by the API
+        server's order even when its event arrives before the watcher's (a watcher relisting
+        after the API server's restart), and one made before stays before it however late its
+        event arrives. For a destination stored beside the Lease (a ConfigMap, any built-in
+        resource of the cluster); anything else reports with `effect_committed`, by arrival.
+        False when not leading under an epoch (nothing is sent)."""
+        if self.ownership is None:
+            return False
+        seq = None if resource_version is None else int(resource_version)
+        self.ownership.emit(
+            Kind.EFFECT_COMMITTED,
+            effect_key=effect_key,
+            destination=destination,
+            source=Source.DESTINATION,
+            seq=seq,
+            detail=detail,
+        )
+        return True
 
     def _started(self) -> None:
         self._leading = True

@@ -408,3 +408,49 @@ def test_an_attempt_after_the_takeover_is_stale_by_the_api_server_s_order() -> N
     (finding,) = findings_of([acquired, *takeover, attempt])
     assert [c.kind for c in finding.conditions] == ["stale_effect_attempt"]
     assert finding.ordering == "authoritative_seq"
+
+
+def committed_at(rv: int) -> list[dict[str, Any]]:
+    """Pod A's acquisition (transition 1 at rv 70) and its work's write the API server answered
+    at resourceVersion `rv`, reported with `LeaderElector.committed`, as the audit input."""
+    recorder = Recorder()
+    sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
+    sent: list[bool] = []
+    elector = LeaderElector(
+        "payments-leader",
+        "default",
+        "pod-a",
+        lambda stop: sent.append(elector.committed("pay/1", str(rv), destination="configmap")),
+        sink,
+    )
+    elector.lock.acquired = V1Lease(
+        metadata=V1ObjectMeta(resource_version="70"), spec=V1LeaseSpec(lease_transitions=1)
+    )
+    elector._started()
+    assert sent == [True]
+    assert sink.flush(10)
+    sink.close()
+    a = lease(70, "pod-a", transitions=1)
+    acquired = feed(watcher()[0], [{"type": "ADDED", "object": a}])
+    events = [json.loads(e.model_dump_json(exclude_none=True)) for e in recorder.events]
+    return [*acquired, *events]
+
+
+def test_a_write_after_the_takeover_arriving_before_it_is_stale_by_the_api_server_s_order() -> None:
+    """The campaign's miss (kubernetes, seed 1, run 2): the API server restarted, the watcher
+    relisted late, and a displaced holder's write at resourceVersion 439 arrived before the
+    takeover at 437 it followed. By arrival it was no one's stale write; by the write's
+    resourceVersion it is."""
+    acquired, commit = committed_at(439)
+    assert commit["kind"] == "effect_committed" and commit["seq"] == 439
+    assert commit["source"] == "destination"
+    takeover = feed(watcher()[0], [{"type": "ADDED", "object": lease(437, "pod-b", transitions=2)}])
+    (finding,) = findings_of([acquired, commit, *takeover])
+    assert [c.kind for c in finding.conditions] == ["stale_effect_committed"]
+    assert finding.ordering == "authoritative_seq"
+
+
+def test_a_write_before_the_takeover_arriving_after_it_raises_nothing() -> None:
+    acquired, commit = committed_at(74)
+    takeover = feed(watcher()[0], [{"type": "ADDED", "object": lease(80, "pod-b", transitions=2)}])
+    assert findings_of([acquired, *takeover, commit]) == []

@@ -8,6 +8,8 @@ import json as jsonlib
 import random
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -475,3 +477,69 @@ def test_an_attempt_neither_makes_nor_hides_a_duplicate_a_kill_silenced(tmp_path
         KILLED_UNSENT,
         KILLED_UNSENT,  # the redo: a duplicate only of the silenced write
     ]
+
+
+class LeasesAt:
+    """The API server's Lease list at an exact resourceVersion: holder and acquireTime by it."""
+
+    def __init__(self, held: dict[str, tuple[str, str]]) -> None:
+        self.held = held
+        self.asked: list[str] = []
+
+    def list_namespaced_lease(self, namespace: str, **kw: Any) -> Any:
+        assert kw["resource_version_match"] == "Exact"
+        self.asked.append(kw["resource_version"])
+        holder, since = self.held[kw["resource_version"]]
+        spec = SimpleNamespace(holder_identity=holder, acquire_time=since)
+        return SimpleNamespace(items=[SimpleNamespace(spec=spec)])
+
+
+def test_a_kubernetes_write_whose_writer_died_before_recording_it_is_recovered(
+    tmp_path: Path,
+) -> None:
+    """kubernetes, seed 1, run 2: w0's write of shard-0/unit-2 was answered, then its record's
+    Lease read waited out the API server's restart and the nemesis killed w0; the detector's
+    right duplicate (w2 redid the unit) counted as a false alarm."""
+    pytest.importorskip("kubernetes")
+    from detector.testing.campaign.kube_worker import made_path, recover  # noqa: PLC0415
+
+    truth = TruthLog(tmp_path / "truth.jsonl", run=2)
+    key = "default/c-r2-shard-0"
+    truth.record(
+        workflow_key=key,
+        effect_key="shard-0/unit-1",
+        executor="w0-1",
+        epoch=0,
+        owned=True,
+        evidence="",
+    )
+    won = "2026-12-05T07:32:32.803409+00:00"
+
+    def made(unit: int, rv: int) -> str:
+        return jsonlib.dumps(
+            {
+                "workflow_key": key,
+                "executor": "w0-1",
+                "epoch": 0,
+                "lease": "c-r2-shard-0",
+                "effect_key": f"shard-0/unit-{unit}",
+                "rv": rv,
+                "won_at": won,
+                "at": 12.5,
+                "process": "w0",
+            }
+        )
+
+    made_path(truth.path).write_text(f"{made(1, 416)}\n{made(2, 421)}\n{made(3, 460)[:20]}")
+    leases = LeasesAt({"421": ("w0-1", won)})
+    assert recover(leases, "default", truth) == 1
+    assert leases.asked == ["421"]  # the recorded write is not judged again
+    recovered = list(truth.writes())[-1]
+    assert (recovered.effect_key, recovered.executor, recovered.epoch) == (
+        "shard-0/unit-2",
+        "w0-1",
+        0,
+    )
+    assert recovered.owned and recovered.process == "w0" and recovered.at == 12.5
+    assert "resourceVersion 421" in recovered.evidence
+    assert recover(leases, "default", truth) == 0

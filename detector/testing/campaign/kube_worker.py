@@ -19,20 +19,22 @@ resourceVersion.
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import os
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from detector.adapters import current, effect_committed
+from detector.adapters import current
 from detector.adapters.kubernetes import LeaderElector, LeadershipLostError
 from detector.testing.campaign import election
-from detector.testing.campaign.truth import TruthLog, owner_of
+from detector.testing.campaign.truth import TruthLog, campaign_time, owner_of
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger("campaign.kubernetes")
@@ -64,6 +66,81 @@ def _time(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def made_path(truth: Path) -> Path:
+    """Where the workers note each write the API server answered, before judging it: a worker
+    killed between the two leaves the write out of the truth, and `recover` judges it from
+    here at the run's end."""
+    return truth.with_name(f"{truth.stem}.made.jsonl")
+
+
+def judged(
+    leases: Any, namespace: str, lease: str, rv: int | None, identity: str, won_at: datetime | None
+) -> tuple[bool, str, str | None]:
+    """(owned, evidence, blind) of a write (or an attempt) of `identity` at `rv`: the Lease as
+    the API server held it then (a list at that resourceVersion, `Exact`)."""
+    if rv is None:  # only an attempt: a write's answer always carries one
+        return False, f"Lease {lease} could not be read at the attempt", UNREAD
+    at = str(rv)
+    found: Any = election.retrying(
+        lambda: leases.list_namespaced_lease(
+            namespace,
+            field_selector=f"metadata.name={lease}",
+            resource_version=at,
+            resource_version_match="Exact",
+        ),
+        "reading the Lease",
+    )
+    spec = found.items[0].spec if found.items else None
+    holder = spec.holder_identity if spec is not None else None
+    since = _time(spec.acquire_time) if spec is not None else None
+    evidence = (
+        f"Lease {lease} at resourceVersion {rv}: holderIdentity {holder}, "
+        f"acquireTime {since.isoformat() if since else None}"
+    )
+    owned = holder == identity and since == won_at
+    return owned, evidence, NO_HOLDER if holder is None else None
+
+
+def recover(leases: Any, namespace: str, truth: TruthLog) -> int:
+    """Record the writes the API server made whose writer died before it recorded them (a
+    SIGKILL between the write's answer and its record); how many. Each is judged as its writer
+    would have: the Lease at the write's resourceVersion."""
+    try:
+        lines = made_path(truth.path).read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    recorded = {(w.effect_key, w.executor) for w in truth.writes() if w.committed}
+    found = 0
+    for line in lines:
+        try:
+            made = json.loads(line)
+        except ValueError:  # the last line of a writer killed while noting it
+            continue
+        if (made["effect_key"], made["executor"]) in recorded:
+            continue
+        owned, evidence, blind = judged(
+            leases,
+            namespace,
+            made["lease"],
+            made["rv"],
+            made["executor"],
+            _time(made["won_at"]),
+        )
+        TruthLog(truth.path, truth.run, made["process"]).record(
+            workflow_key=made["workflow_key"],
+            effect_key=made["effect_key"],
+            executor=made["executor"],
+            epoch=made["epoch"],
+            owned=owned,
+            evidence=f"{evidence} (recovered: its writer died before recording it)",
+            at=made["at"],
+            blind=blind,
+        )
+        recorded.add((made["effect_key"], made["executor"]))
+        found += 1
+    return found
 
 
 class KubeWorker:
@@ -166,10 +243,32 @@ class KubeWorker:
             ),
             "the write",
         )
-        # The API server's answer is the destination's receipt of the write.
-        effect_committed(key, destination="configmap", by_destination=True)
-        self.record(lease, key, int(written.metadata.resource_version), won_at)
+        # The API server's answer is the destination's receipt of the write, at the write's
+        # resourceVersion: the ConfigMap is stored beside the Lease, in the same order.
+        rv = int(written.metadata.resource_version)
+        self.made(lease, key, rv, won_at)
+        elector.committed(key, rv, destination="configmap")
+        self.record(lease, key, rv, won_at)
         election.retrying(lambda: self.advance(lease, index), "the cursor")
+
+    def made(self, lease: str, key: str, rv: int, won_at: datetime | None) -> None:
+        """Note a write the API server answered at `rv`, before judging it (`recover`)."""
+        ownership = current()
+        if self.truth is None or ownership is None:
+            return
+        line = json.dumps(
+            {
+                **owner_of(ownership),
+                "lease": lease,
+                "effect_key": key,
+                "rv": rv,
+                "won_at": won_at.isoformat() if won_at is not None else None,
+                "at": campaign_time(),
+                "process": self.truth.process,
+            }
+        )
+        with made_path(self.truth.path).open("a") as f:
+            f.write(line + "\n")
 
     def record(
         self,
@@ -184,29 +283,9 @@ class KubeWorker:
         ownership = current()
         if self.truth is None or ownership is None:
             return
-        owned = False
-        blind: str | None = UNREAD
-        evidence = f"Lease {lease} could not be read at the attempt"
-        if rv is not None:  # always, for a write: the API server's answer carries it
-            at = str(rv)
-            found: Any = election.retrying(
-                lambda: self.leases.list_namespaced_lease(
-                    self.namespace,
-                    field_selector=f"metadata.name={lease}",
-                    resource_version=at,
-                    resource_version_match="Exact",
-                ),
-                "reading the Lease",
-            )
-            spec = found.items[0].spec if found.items else None
-            holder = spec.holder_identity if spec is not None else None
-            since = _time(spec.acquire_time) if spec is not None else None
-            owned = holder == self.identity and since == won_at
-            evidence = (
-                f"Lease {lease} at resourceVersion {rv}: holderIdentity {holder}, "
-                f"acquireTime {since.isoformat() if since else None}"
-            )
-            blind = NO_HOLDER if holder is None else None
+        owned, evidence, blind = judged(
+            self.leases, self.namespace, lease, rv, self.identity, won_at
+        )
         self.truth.record(
             **owner_of(ownership),
             effect_key=key,

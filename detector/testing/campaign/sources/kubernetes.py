@@ -21,6 +21,7 @@ from detector.testing.campaign.nemesis import Fault
 from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv
 from detector.testing.campaign.sources import _election
 from detector.testing.campaign.sources._election import SHARDS, python, work_args
+from detector.testing.campaign.truth import TruthLog
 
 NAMESPACE: Final = "default"
 UNITS: Final = 16  # per shard: about 10 s of work for its leader
@@ -40,7 +41,11 @@ class KubeSession(_election.ElectionSession[LocalKubeApiServer]):
     def run(self, env: RunEnv) -> Iterator[Fleet]:
         from kubernetes import client, config  # noqa: PLC0415
 
-        from detector.testing.campaign.kube_worker import read_cursor, shard_name  # noqa: PLC0415
+        from detector.testing.campaign.kube_worker import (  # noqa: PLC0415
+            read_cursor,
+            recover,
+            shard_name,
+        )
 
         name = f"c{self.nonce}-r{env.run}"
         config.load_kube_config(config_file=str(self.server.kubeconfig))  # type: ignore[no-untyped-call]
@@ -69,16 +74,23 @@ class KubeSession(_election.ElectionSession[LocalKubeApiServer]):
             *("--namespace", NAMESPACE, *(a for n in names for a in ("--lease", n))),
             *("--topic", env.campaign.input_topic),
         )
-        with self.fleet(env, watcher, worker, done) as fleet:
+        leases = client.CoordinationV1Api()
+
+        def recovered(truth: TruthLog) -> int:
+            """The writes whose workers were killed before recording them (`recover`)."""
+            return recover(leases, NAMESPACE, truth)
+
+        with self.fleet(env, watcher, worker, done, recovered) as fleet:
             yield fleet
 
 
 class KubernetesSource(_election.ElectionSource):
     name = "kubernetes"
     holds: Mapping[Fault, tuple[float, float]] = _election.holds(LEASE_S + RETRY_S)
-    # The watcher's holders carry the Lease's resourceVersion, the work's effects none (the
-    # adapter's `effect_committed` takes no seq): the two are ordered by arrival. A write's
-    # effect is reported from the API server's answer, the destination's receipt.
+    # The watcher's holders carry the Lease's resourceVersion, and so do the work's effects:
+    # an attempt the Lease's as it read it, a write its own from the API server's answer (the
+    # destination's receipt, `LeaderElector.committed`). An attempt whose read failed has none
+    # and is ordered by arrival.
     grade = Grade(ordering="per_condition", destination_confirms=True)
     blind = _election.blind(
         no_holder="a write while the Lease had no holder (its holder resigned, or its "
