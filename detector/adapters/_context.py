@@ -105,6 +105,26 @@ class Ownership:
         sink's sender, off the caller's thread); never raises into the caller."""
         self.sink.send_owned(self._fields, kind, self._worded(fields))
 
+    def effect(
+        self,
+        kind: Kind,
+        effect_key: str,
+        source: Source,
+        seq: int | None,
+        destination: str | None,
+        detail: Mapping[str, Any] | None,
+    ) -> None:
+        """An effect of this owner placed in the coordinator's order at `seq` (an adapter's
+        read or write there; None: by arrival)."""
+        self.emit(
+            kind,
+            effect_key=effect_key,
+            destination=destination,
+            source=source,
+            seq=seq,
+            detail=detail,
+        )
+
     def checked(self, kind: Kind, **fields: Any) -> None:
         """Send one event of this owner with fields from the user's code, validated in full."""
         fields = self._worded(fields)

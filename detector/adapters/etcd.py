@@ -400,13 +400,8 @@ class LockOwner(AbstractContextManager["LockOwner"]):
             )
         self.attempt_revision = seq
         if self.ownership is not None:
-            self.ownership.emit(
-                Kind.EFFECT_ATTEMPTED,
-                effect_key=effect_key,
-                destination=destination,
-                source=Source.WORKER,
-                seq=seq,
-                detail=detail,
+            self.ownership.effect(
+                Kind.EFFECT_ATTEMPTED, effect_key, Source.WORKER, seq, destination, detail
             )
         return held
 

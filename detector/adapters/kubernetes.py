@@ -517,13 +517,8 @@ class LeaderElector:
                 held = by_rv or now.transitions == ours.owner_epoch
         self.attempt_resource_version = seq
         if self.ownership is not None:
-            self.ownership.emit(
-                Kind.EFFECT_ATTEMPTED,
-                effect_key=effect_key,
-                destination=destination,
-                source=Source.WORKER,
-                seq=seq,
-                detail=detail,
+            self.ownership.effect(
+                Kind.EFFECT_ATTEMPTED, effect_key, Source.WORKER, seq, destination, detail
             )
         return held
 
@@ -548,13 +543,8 @@ class LeaderElector:
         if self.ownership is None:
             return False
         seq = None if resource_version is None else int(resource_version)
-        self.ownership.emit(
-            Kind.EFFECT_COMMITTED,
-            effect_key=effect_key,
-            destination=destination,
-            source=Source.DESTINATION,
-            seq=seq,
-            detail=detail,
+        self.ownership.effect(
+            Kind.EFFECT_COMMITTED, effect_key, Source.DESTINATION, seq, destination, detail
         )
         return True
 
