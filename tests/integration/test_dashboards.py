@@ -52,8 +52,8 @@ SCRAPE_S = 1
 _NO_RELAY = "no lease store relay runs here: test_lease_gauges.py reads its gauges"
 ALLOWED_EMPTY: dict[str, str] = {
     "Relay lag: oldest unrelayed outbox row, and time since each relay's last step": _NO_RELAY,
-    "Expired leases not yet reclaimed, by job class": _NO_RELAY,
-    "Oldest heartbeat and least lease left, by job class": _NO_RELAY,
+    "Expired leases not yet reclaimed, by job class and its labels": _NO_RELAY,
+    "Oldest heartbeat and least lease left, by job class and its labels": _NO_RELAY,
     "Open jobs and outbox backlog": _NO_RELAY,
 }
 
