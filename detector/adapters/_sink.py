@@ -370,7 +370,17 @@ class AdapterSink:
             thread.join(max(close_by - time.monotonic(), 0.0) + _FINAL_SETTLE_S)
         left = self._take_all()
         if left:
-            self._dropped[DropReason.CLOSED].inc(left)
+            self._dropped_at_close(left, "never handed to Kafka")
+
+    def _dropped_at_close(self, count: int, why: str) -> None:
+        """Counted and said: a close that lets events go must not do it silently."""
+        self._dropped[DropReason.CLOSED].inc(count)
+        log.warning(
+            "adapter %s: %d event(s) %s at close, counted as dropped (reason closed)",
+            self.adapter,
+            count,
+            why,
+        )
 
     @property
     def queued(self) -> int:
@@ -534,7 +544,7 @@ class AdapterSink:
             if self._deadline is not None:
                 self._unsent = left
             elif left:
-                self._dropped[DropReason.CLOSED].inc(left)
+                self._dropped_at_close(left, "not acknowledged by Kafka")
             self._accounted = True
 
     def _connect(self) -> Publisher | None:

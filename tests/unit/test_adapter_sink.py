@@ -3,6 +3,7 @@ of ours, and what cannot be published is counted by reason."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -185,8 +186,11 @@ def test_a_stalled_broker_fills_the_queue_then_drops_without_blocking_the_host(
         sink.close()
 
 
-def test_an_unreachable_kafka_buffers_and_the_host_goes_on(registry: CollectorRegistry) -> None:
-    """The real emitter against a port where nothing listens: events wait in its buffer."""
+def test_an_unreachable_kafka_buffers_and_the_host_goes_on(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real emitter against a port where nothing listens: events wait in its buffer, and
+    what the close lets go is counted and said."""
     sink = AdapterSink(
         "test",
         publisher=lambda: Emitter({"bootstrap.servers": "127.0.0.1:9"}),
@@ -196,10 +200,13 @@ def test_an_unreachable_kafka_buffers_and_the_host_goes_on(registry: CollectorRe
     own = owner(sink)
     for _ in range(1000):
         own.emit(Kind.HEARTBEAT)
-    sink.close(timeout=10.0)
+    with caplog.at_level(logging.WARNING):
+        sink.close(timeout=10.0)
     # Nothing reached Kafka, and every event is counted: queue full, or discarded at close.
     assert sum(dropped(registry, r) for r in DropReason) == 1000
     assert dropped(registry, DropReason.QUEUE_FULL) > 0
+    said = [r.getMessage() for r in caplog.records if "at close" in r.getMessage()]
+    assert said and all("counted as dropped (reason closed)" in line for line in said), said
     own.emit(Kind.HEARTBEAT)
     assert dropped(registry, DropReason.CLOSED) > 0
 
