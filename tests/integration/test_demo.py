@@ -461,8 +461,8 @@ def test_a_source_this_machine_cannot_run_fails_in_one_line(tmp_path: Path) -> N
 
 # In the slow job: in a full CI run of 2026-12-05 (one of four since `dev up` waits until every
 # broker knows every topic of topics.yaml) a detector worker still exited at start with "Unknown
-# topic or partition" from the three-broker cluster it had just joined. Which topic, and why the worker
-# takes it as fatal at start, is not known yet.
+# topic or partition" from the three-broker cluster it had just joined. Which topic, and why
+# the worker takes it as fatal at start, is not known yet.
 @pytest.mark.slow
 def test_dev_up_on_three_brokers_pages_a_replayed_finding_and_down_stops_it_all(
     tmp_path: Path,
