@@ -19,6 +19,10 @@ SEED = 1  # run 0: a partition and two pauses past the lock's timeout, inside wo
 RUNS = 2
 
 
+# In the slow job: in a full CI run of 2026-12-05 its second run raised a false critical; its
+# events carry no seq, and a holder paused between a write and its event's send is heard after
+# the next holder (a blind spot named in docs/campaign.md). Not yet traced to that cause.
+@pytest.mark.slow
 def test_redis_lock_zombies_are_found_and_ordinary_faults_raise_nothing(
     kafka_broker: LocalKafka, tmp_path: Path
 ) -> None:
