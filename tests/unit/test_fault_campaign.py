@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from detector.contracts.events import OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.driver import SourceResult
@@ -22,17 +23,20 @@ from detector.testing.campaign.report import percentile, summary, table
 from detector.testing.campaign.source import CampaignEnv, KafkaOutages, RunEnv
 from detector.testing.campaign.sources import _election, load
 from detector.testing.campaign.truth import (
+    HEARD_LATE,
     KILLED_UNSENT,
     PROCESS_ENV,
     SHUTDOWN_UNSENT,
     TruthLog,
     Write,
+    heard_late,
 )
 
 from .histories import acq, commit, ev, run
 
 WF = "orders/o-1"
 SEQ_DESTINATION = Grade("authoritative_seq", destination_confirms=True)
+ARRIVAL = Grade("arrival", destination_confirms=True)
 FAULTS = frozenset(Fault) - {Fault.BROKER_RESTART}
 
 
@@ -153,6 +157,50 @@ def test_a_finding_graded_below_what_the_source_can_show_is_misgraded() -> None:
     assert (
         check(truth, seen(zombie_findings(seq=False), 102.0), Grade("arrival", True)).misgraded == 0
     )
+
+
+def late_commit_findings(*after: OwnershipEvent) -> list[Finding]:
+    """Without seq: w1 (epoch 1) commits `charge`, but w2's acquisition (epoch 2) arrives
+    before that commit does; then `after`."""
+    late = commit("c1", 1, "w1", None, key="charge", wf=WF)
+    r = run([acq("a1", 1, "w1", None, WF), acq("a2", 2, "w2", None, WF), late, *after])
+    return [u.finding for u in r.updates]
+
+
+def test_an_owned_write_heard_after_the_next_takeover_is_blind_never_a_false_alarm() -> None:
+    """The redis-lock campaign's false critical (seed 1): a holder paused (or shut down) right
+    after a write, its commit still in its sink, was heard after the next holder's acquisition,
+    so arrival rightly made it stale (DESIGN §4: critical, arrival, medium). The truth marks it
+    heard late: counted blind, the finding graded as what it heard, and never a miss excused."""
+    late = write("charge", "w1", 1, owned=True, at=100.0, blind=HEARD_LATE)
+    v = check([late], seen(late_commit_findings(), 103.0), ARRIVAL, blind=[HEARD_LATE])
+    assert (v.false_positives, v.blind, v.misgraded, v.notes) == (0, 1, 0, [])
+    unmarked = late.model_copy(update={"blind": None})
+    assert check([unmarked], seen(late_commit_findings(), 103.0), ARRIVAL).false_positives == 1
+    # Woken, the holder's fenced write is refused: a real stale write (a warning), in a finding
+    # the late commit rightly makes critical.
+    refused = ev("r1", "effect_rejected", WF, 1, "w1", key="refund", source="destination")
+    stale = write("refund", "w1", 1, owned=False, at=104.0, committed=False)
+    v = check([late, stale], seen(late_commit_findings(refused), 104.5), ARRIVAL, [HEARD_LATE])
+    assert (v.true_positives, v.false_positives, v.misgraded, v.blind) == (1, 0, 0, 1), v.notes
+    redone = write("charge", "w2", 2, owned=True, at=105.0, blind=HEARD_LATE)
+    assert check([late, redone], [], ARRIVAL, [HEARD_LATE]).false_negatives == 1
+
+
+def test_an_owned_write_an_acquisition_of_a_higher_epoch_soon_followed_is_marked_heard_late(
+    tmp_path: Path,
+) -> None:
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [
+        write("a", "w1", 1, owned=True, at=90.0),  # 4 s before w2's acquisition: sent by then
+        write("b", "w1", 1, owned=True, at=92.5),  # 1.5 s before it: maybe still unsent
+        write("c", "w1", 1, owned=True, at=93.0, blind=KILLED_UNSENT),  # never heard at all
+        write("d", "w1", 1, owned=False, at=95.0),  # stale: a positive, not late
+        write("e", "w2", 2, owned=True, at=95.0),  # nobody took it from w2
+    ]
+    truth.rewrite(writes)
+    heard_late(truth, [(WF, 1, 80.0), (WF, 2, 94.0), ("other", 3, 95.0)], within_s=3.0)
+    assert [w.blind for w in truth.writes()] == [None, HEARD_LATE, KILLED_UNSENT, None, None]
 
 
 def test_a_key_written_again_is_a_duplicate_critical_across_epochs_a_warning_within_one() -> None:

@@ -11,19 +11,23 @@ What the truth says should be found (a *positive*):
 
 A warning or critical finding no positive accounts for is a false positive; an `info` finding (a
 displaced owner that only heartbeated) never is. A positive the adapter cannot show by design
-(`Write.blind`) is counted apart, never as a miss. A found positive's finding is *misgraded* when
-its severity, ordering or confidence is not what DESIGN gives for what the source can show.
+(`Write.blind`) is counted apart, never as a miss. So is an owned write a finding calls stale
+when the truth marks it heard late (`HEARD_LATE`: without `seq`, arrival put its events after a
+takeover that followed it): that finding is then no false positive, and is graded as DESIGN
+grades what it heard. An explained finding is *misgraded* when its severity, ordering or
+confidence is not what DESIGN gives for what the source can show.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from detector.contracts.findings import ConditionKind, Finding, Severity
-from detector.testing.campaign.truth import UNSENT, Write
+from detector.testing.campaign.truth import HEARD_LATE, UNSENT, Write
 
 # `per_condition`: the source's own events carry seq, some effect calls do not (LangGraph's
 # user calls, an etcd attempt made while etcd could not be read), so a finding is ordered by seq
@@ -82,15 +86,22 @@ class Positive:
                 c.kind is ConditionKind.DUPLICATE_EFFECT and c.effect_key == w.effect_key
                 for c in finding.conditions
             )
-        displaced = finding.displaced
-        if displaced is None or displaced.owner_epoch != w.epoch:
-            return False
-        return (
-            any(
-                c.kind in _STALE_EFFECT and c.effect_key == w.effect_key for c in finding.conditions
-            )
-            or w.effect_key in finding.effect_keys
-        )
+        return _calls_stale(w, finding)
+
+
+def _calls_stale(w: Write, finding: Finding) -> bool:
+    """`finding` displaces `w`'s epoch in its workflow and names its key."""
+    displaced = finding.displaced
+    if (
+        finding.workflow_key != w.workflow_key
+        or displaced is None
+        or displaced.owner_epoch != w.epoch
+    ):
+        return False
+    return (
+        any(c.kind in _STALE_EFFECT and c.effect_key == w.effect_key for c in finding.conditions)
+        or w.effect_key in finding.effect_keys
+    )
 
 
 def positives(writes: Iterable[Write]) -> list[Positive]:
@@ -192,6 +203,38 @@ class Verdict:
             self.after_outage_s.append(max(found - back, 0.0))
 
 
+@dataclass
+class _Accounts:
+    """The findings seen, per workflow, and what the truth accounts for among them."""
+
+    by_workflow: dict[str, list[Seen]]
+    declared: Collection[str]  # the source's blind spots
+    verdict: Verdict = field(default_factory=Verdict)
+    # The findings explained so far, each with whether DESIGN makes it critical.
+    critical: dict[str, bool] = field(default_factory=dict)
+
+    def naming(self, w: Write, names: Callable[[Finding], bool]) -> list[Seen]:
+        """The warning and critical revisions of `w`'s workflow that `names` accepts, in the
+        order they were seen."""
+        return [
+            s
+            for s in self.by_workflow.get(w.workflow_key, ())
+            if s.finding.severity is not Severity.INFO and names(s.finding)
+        ]
+
+    def explain(self, seen: Iterable[Seen], critical: bool) -> None:
+        """Each of `seen` is accounted for, and critical if `critical` (DESIGN's grade)."""
+        for s in seen:
+            fid = s.finding.finding_id
+            self.critical[fid] = self.critical.get(fid, False) or critical
+
+    def blind(self, w: Write) -> None:
+        """`w` counted apart, under a code its source must declare."""
+        self.verdict.blind += 1
+        if w.blind not in self.declared:
+            self.verdict.notes.append(f"blind spot {w.blind!r} not declared by the source")
+
+
 def check(
     writes: Sequence[Write],
     seen: Sequence[Seen],
@@ -210,51 +253,38 @@ def check(
         prior = latest.get(s.finding.finding_id)
         if prior is None or s.finding.revision > prior.finding.revision:
             latest[s.finding.finding_id] = s
-    verdict = Verdict()
-    explained: set[str] = set()
-    severity_due: dict[str, bool] = {}
-    expected_blind = set(blind)
+    accounts = _Accounts(by_workflow, frozenset(blind))
+    verdict = accounts.verdict
     for p in positives(writes):
         w = p.write
         if not p.duplicate and p.episodes:
-            for s in by_workflow.get(w.workflow_key, ()):
-                again = p.as_duplicate()
-                if s.finding.severity is not Severity.INFO and again.found_by(s.finding):
-                    fid = s.finding.finding_id
-                    explained.add(fid)
-                    severity_due[fid] = severity_due.get(fid, False) or again.critical
-        first = next(
-            (
-                s
-                for s in by_workflow.get(w.workflow_key, ())
-                if s.finding.severity is not Severity.INFO and p.found_by(s.finding)
-            ),
-            None,
-        )
-        if first is None:
-            if w.blind is not None:
-                verdict.blind += 1
-                if w.blind not in expected_blind:
-                    verdict.notes.append(f"blind spot {w.blind!r} not declared by the source")
+            again = p.as_duplicate()
+            accounts.explain(accounts.naming(w, again.found_by), again.critical)
+        found = accounts.naming(w, p.found_by)
+        if not found:
+            if w.blind is not None and w.blind != HEARD_LATE:
+                accounts.blind(w)
                 continue
             verdict.false_negatives += 1
             verdict.notes.append(f"missed: {_describe(p)}")
             continue
         verdict.true_positives += 1
-        verdict.timed(w.at, first.at, outages, quiet=w.run not in restarted_runs)
+        verdict.timed(w.at, found[0].at, outages, quiet=w.run not in restarted_runs)
         # Every finding naming it is explained by it, not only the first: one key written
         # again after two displaced epochs is a duplicate of each (a finding per epoch).
-        for s in by_workflow[w.workflow_key]:
-            if s.finding.severity is not Severity.INFO and p.found_by(s.finding):
-                fid = s.finding.finding_id
-                explained.add(fid)
-                severity_due[fid] = severity_due.get(fid, False) or p.critical
+        accounts.explain(found, p.critical)
+    # Heard after the takeover that followed them: the findings calling them stale are what
+    # DESIGN gives for arrival (critical for a commit), neither hits nor false alarms.
+    for w in (w for w in writes if w.blind == HEARD_LATE and w.owned):
+        if late := accounts.naming(w, partial(_calls_stale, w)):
+            accounts.blind(w)
+            accounts.explain(late, w.committed)
     for fid, s in latest.items():
         f = s.finding
         if f.severity is Severity.INFO:
             verdict.info_only += 1
             continue
-        if fid not in explained:
+        if fid not in accounts.critical:
             verdict.false_positives += 1
             verdict.notes.append(
                 f"false alarm: {f.severity} {f.workflow_key} displaced "
@@ -262,7 +292,7 @@ def check(
                 f"({', '.join(sorted({c.kind.value for c in f.conditions}))})"
             )
             continue
-        wrong = _misgrading(f, severity_due[fid], grade)
+        wrong = _misgrading(f, accounts.critical[fid], grade)
         if wrong:
             verdict.misgraded += 1
             verdict.notes.append(f"misgraded {f.workflow_key}: {wrong}")

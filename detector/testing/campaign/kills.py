@@ -85,7 +85,7 @@ class Kills:
             marked.append(w.model_copy(update={"blind": blind}) if blind and w.blind is None else w)
             if w.committed:
                 earlier[key] = _HEARD if code is None else earlier.get(key, code)
-        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in marked))
+        truth.rewrite(marked)
 
     def _silenced(self, exit_: _Exit) -> _Span | None:
         """(process, code, from, to) of the writes whose events this exit may have lost."""

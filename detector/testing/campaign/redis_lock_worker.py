@@ -14,6 +14,10 @@ took since is owned so (Kleppmann's storage would still take the fence), and a s
 of the unit is the duplicate. Every third unit is written through the fence: the ledger refuses a
 fence below the highest it has taken (`effect_rejected`, the destination's receipt); the others
 are plain writes that Redis confirms (`effect_committed`, also its receipt).
+
+Each acquisition is noted too, on Redis's clock, right after it (`acquisitions`): the events carry
+no `seq`, so a write just before the next acquisition of its lock may be heard after it
+(`truth.heard_late`).
 """
 
 from __future__ import annotations
@@ -71,6 +75,13 @@ return 1
 """
 
 
+# KEYS: the lock's acquisitions (a hash: fence -> server seconds). ARGV: the fence.
+_ACQUIRED: Final = """
+local now = redis.call('TIME')
+redis.call('HSETNX', KEYS[1], ARGV[1], now[1] + now[2] / 1e6)
+"""
+
+
 def lock_name(root: str, shard: int) -> str:
     return f"{root}:shard-{shard}"
 
@@ -86,6 +97,19 @@ def connect(url: str) -> redis.Redis:
 
 def read_cursor(client: redis.Redis, root: str, shard: int) -> int:
     return int(client.get(cursor_key(root, shard)) or 0)
+
+
+def acquired_key(root: str, shard: int) -> str:
+    return f"{lock_name(root, shard)}:acquired"
+
+
+def acquisitions(client: redis.Redis, root: str, shards: int) -> list[tuple[str, int, float]]:
+    """Every acquisition of the run's locks: workflow key (the lock's name), fence, when."""
+    return [
+        (lock_name(root, k), int(fence), float(at))
+        for k in range(shards)
+        for fence, at in client.hgetall(acquired_key(root, k)).items()
+    ]
 
 
 @dataclass
@@ -104,6 +128,7 @@ class RedisLockWorker:
         self.lock_class = fenced_lock_class(self.sink)
         self._write = self.client.register_script(_WRITE)
         self._advance = self.client.register_script(_ADVANCE)
+        self._acquired = self.client.register_script(_ACQUIRED)
 
     def run_shard(self, shard: int) -> None:
         preferred = shard == self.prefer
@@ -129,8 +154,12 @@ class RedisLockWorker:
 
     def lead(self, lock: FencedLock, token: str, shard: int) -> None:
         since = self.orders.began()
-        log.info("leading shard %d (fence %s)", shard, lock.fence)
+        fence = lock.fence
+        assert fence is not None
+        log.info("leading shard %d (fence %s)", shard, fence)
         try:
+            noted = [acquired_key(self.root, shard)]
+            election.retrying(lambda: self._acquired(keys=noted, args=[fence]), "the note")
             while self.orders.leading(since) and self.unit(lock, token, shard):
                 pass
             election.retrying(lock.release, "the release", fatal=(LockNotOwnedError,))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Self, TypedDict
 
@@ -28,6 +28,10 @@ PROCESS_ENV: Final = "SPLITBRAIN_CAMPAIGN_PROCESS"  # the fleet's name of a work
 KILLED_UNSENT: Final = "killed_unsent"
 SHUTDOWN_UNSENT: Final = "shutdown_unsent"
 UNSENT: Final = frozenset({KILLED_UNSENT, SHUTDOWN_UNSENT})
+# The blind spot of an owned write whose events may reach the detector after a takeover that
+# followed it (`heard_late`): a source without `seq` is ordered by arrival (DESIGN §4), so a
+# finding may rightly call it stale. Never a positive; it excuses no miss.
+HEARD_LATE: Final = "heard_late"
 
 
 class Write(BaseModel):
@@ -50,7 +54,8 @@ class Write(BaseModel):
     # duplicate. The worker may still make the effect afterwards, or fail first.
     attempt: bool = False
     # Set when the adapter cannot show this write by design: the code of the blind spot
-    # (`Source.blind` says why), counted apart from misses.
+    # (`Source.blind` says why), counted apart from misses; `HEARD_LATE` when it cannot show
+    # its order, on an owned write.
     blind: str | None = None
     # The fleet's name of the process that made it, where the executor is not the process but
     # what each of its starts takes anew (an etcd lease, a pod's identity): what a kill of that
@@ -147,6 +152,11 @@ class TruthLog:
             os.close(fd)
         return write
 
+    def rewrite(self, writes: Iterable[Write]) -> None:
+        """Replace the record with `writes`: for marks set once every worker of the run is
+        stopped."""
+        self.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+
     def writes(self) -> Iterator[Write]:
         """Every write recorded so far."""
         try:
@@ -156,3 +166,29 @@ class TruthLog:
         for line in text.splitlines():
             if line:
                 yield Write.model_validate_json(line)
+
+
+def heard_late(
+    truth: TruthLog, acquired: Iterable[tuple[str, int, float]], within_s: float
+) -> None:
+    """Mark `HEARD_LATE` each owned write, not marked yet, that an acquisition of a higher epoch
+    of its work followed within `within_s` (`acquired`: workflow key, epoch, time on the writes'
+    clock): its worker's sink may still hold its events then (a pause, a reply a partition held
+    back, a loaded machine), and arrival puts them after the acquisition."""
+    takeovers: dict[str, list[tuple[int, float]]] = {}
+    for workflow_key, epoch, at in acquired:
+        takeovers.setdefault(workflow_key, []).append((epoch, at))
+
+    def late(w: Write) -> bool:
+        return (
+            w.owned
+            and w.blind is None
+            and any(
+                epoch > w.epoch and w.at <= at <= w.at + within_s
+                for epoch, at in takeovers.get(w.workflow_key, ())
+            )
+        )
+
+    truth.rewrite(
+        w.model_copy(update={"blind": HEARD_LATE}) if late(w) else w for w in list(truth.writes())
+    )

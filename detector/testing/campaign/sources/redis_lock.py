@@ -5,7 +5,9 @@ per shard with the adapter's `FencedLock` and writing their units to a ledger in
 
 No watcher: Redis tells nobody of a lapsed lock, so every event is the holders' own adapter's,
 held in memory until Kafka takes it, and a worker's exit can take some along (the fleet notes
-them for `kills`).
+them for `kills`). Nor any `seq`: a holder's write just before its lock's next acquisition may
+be heard after it (`HEARD_LATE`), its events held by a pause, by a partition that held back the
+write's reply, or by a loaded machine.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ from typing import Final
 
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
-from detector.testing.campaign.kills import WHY
+from detector.testing.campaign.election import OTHER_TRY_S
 from detector.testing.campaign.source import CampaignEnv, RunEnv
 from detector.testing.campaign.sources import _election
 from detector.testing.campaign.sources._election import SHARDS, python, work_args
 from detector.testing.campaign.sources.etcd import EtcdSource
+from detector.testing.campaign.truth import HEARD_LATE, heard_late
 
 TTL_S: Final = 2.0  # the locks' timeout: a holder that stops extending loses it this soon
 UNITS: Final = 16  # per shard: about 10 s of work for its leader
+# How long after a write its holder's events may still be unsent when its lock is next acquired:
+# the lock lapses the timeout after the holder's last extend (before the write, or just after
+# it), another worker tries it within a second, and a loaded machine can add a second.
+HEARD_LATE_S: Final = TTL_S + OTHER_TRY_S + 1.0
 
 
 @dataclass
@@ -38,7 +45,10 @@ class RedisLockSession:
     def run(self, env: RunEnv) -> Iterator[_election.ElectionFleet]:
         import redis  # noqa: PLC0415
 
-        from detector.testing.campaign.redis_lock_worker import read_cursor  # noqa: PLC0415
+        from detector.testing.campaign.redis_lock_worker import (  # noqa: PLC0415
+            acquisitions,
+            read_cursor,
+        )
 
         root = f"campaign:r{env.run}"
         client = redis.Redis.from_url(self.server.url, socket_timeout=5.0)
@@ -63,6 +73,8 @@ class RedisLockSession:
                 restart_coordinator=_election.restarter(self.server),
             ) as fleet:
                 yield fleet
+            # Once every worker has stopped, and the exits' unsent writes are marked.
+            heard_late(env.truth, acquisitions(client, root, SHARDS), HEARD_LATE_S)
         finally:
             client.close()
 
@@ -71,7 +83,14 @@ class RedisLockSource:
     name = "redis-lock"
     # No `seq` (Redis gives no order a worker can read); every write is Redis's own receipt.
     grade = Grade(ordering="arrival", destination_confirms=True)
-    blind = WHY
+    blind = _election.blind(
+        **{
+            HEARD_LATE: "a write less than the lock's timeout and a try before the lock's next "
+            "acquisition: the events carry no seq, so one its holder's sink still held (a pause, "
+            "a partition that held back the write's reply, a loaded machine) is heard after the "
+            "acquisition and rightly called stale (DESIGN: ordered by arrival)"
+        }
+    )
     # The election fleet's faults, and the same lapse as etcd's locks (a 2 s lease), so the same
     # schedule: a pause or a partition past it, or not.
     faults = _election.FAULTS
