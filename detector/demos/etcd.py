@@ -10,13 +10,13 @@ A's write carries its revision: the detector orders them by etcd's own clock.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from typing import Final
 
 from detector.demos import DemoStack
-from detector.demos._common import ThreadedDemo, needs_package
+from detector.demos._common import ThreadedDemo, lacks
 from detector.demos._watched import start_etcd, start_watcher
+from detector.devstack.needs import missing_package
 
 UNIT: Final = "/locks/payments"
 TTL_S: Final = 2
@@ -27,8 +27,8 @@ class EtcdDemo(ThreadedDemo):
     name = "etcd"
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("etcd3gw") is None:
-            return needs_package(self.name, "etcd3gw", "etcd")
+        if lacking := missing_package("etcd", "etcd3gw"):
+            return lacks(self.name, lacking)
         from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
 
         try:

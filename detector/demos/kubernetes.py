@@ -11,7 +11,6 @@ works on until its elector notices, when `LeaderElector` stops its work.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
@@ -23,8 +22,9 @@ from typing import Final
 
 from detector.contracts.topics import INPUT_TOPIC
 from detector.demos import DemoStack
-from detector.demos._common import log_text, needs_package, start_program
+from detector.demos._common import lacks, log_text, start_program
 from detector.demos._watched import start_etcd, start_watcher
+from detector.devstack.needs import missing_package
 
 NAMESPACE: Final = "default"
 LEASE: Final = "payments-leader"
@@ -45,8 +45,8 @@ class KubernetesDemo:
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("kubernetes") is None:
-            return needs_package(self.name, "kubernetes", "kubernetes")
+        if lacking := missing_package("kubernetes", "kubernetes"):
+            return lacks(self.name, lacking)
         from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
         from detector.devstack.kube_apiserver import (  # noqa: PLC0415
             LocalKubeApiServerError,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+from detector.devstack.needs import missing_package
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
@@ -83,8 +83,8 @@ class TemporalSource:
     steps: int = 3
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("temporalio") is None:
-            return "needs Python package 'temporalio': pip install 'splitbrain-detector[temporal]'"
+        if lacking := missing_package("temporal", "temporalio"):
+            return lacking
         from detector.devstack.temporal import TemporalServerError, server_binary  # noqa: PLC0415
 
         try:
