@@ -24,7 +24,7 @@ from detector.contracts.topics import INPUT_TOPIC
 from detector.demos import DemoStack
 from detector.demos._common import lacks, log_text, start_program
 from detector.demos._watched import start_etcd, start_watcher
-from detector.devstack.needs import missing_package
+from detector.devstack.needs import missing_package, missing_program
 
 NAMESPACE: Final = "default"
 LEASE: Final = "payments-leader"
@@ -45,19 +45,15 @@ class KubernetesDemo:
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
-        if lacking := missing_package("kubernetes", "kubernetes"):
-            return lacks(self.name, lacking)
-        from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
-        from detector.devstack.kube_apiserver import (  # noqa: PLC0415
-            LocalKubeApiServerError,
-            kube_apiserver_binary,
-        )
+        from detector.devstack.etcd import etcd_binary  # noqa: PLC0415
+        from detector.devstack.kube_apiserver import kube_apiserver_binary  # noqa: PLC0415
 
-        try:
-            etcd_binary()
-            kube_apiserver_binary()
-        except (LocalEtcdError, LocalKubeApiServerError) as exc:
-            return str(exc)
+        if lacking := (
+            missing_package("kubernetes", "kubernetes")
+            or missing_program("etcd", etcd_binary)
+            or missing_program("kube-apiserver", kube_apiserver_binary)
+        ):
+            return lacks(self.name, lacking)
         if shutil.which("openssl") is None:
             return "the kubernetes demo needs openssl (apt-get install openssl)"
         return None
