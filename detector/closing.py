@@ -11,6 +11,10 @@ class Closing:
     def close(self) -> None:
         raise NotImplementedError
 
+    def finish(self, exc: BaseException | None) -> None:
+        """What a `with` block does before `close`, knowing how it ended (`exc` None: normally),
+        such as delivering what it accepted; nothing by default."""
+
     def __enter__(self) -> Self:
         return self
 
@@ -20,7 +24,10 @@ class Closing:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        try:
+            self.finish(exc)
+        finally:
+            self.close()
 
 
 class Started(Closing):

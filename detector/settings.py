@@ -41,6 +41,7 @@ from typing import (
     get_origin,
     get_type_hints,
 )
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -120,6 +121,24 @@ LogLevel = Annotated[
 ]
 Directory = Annotated[Path, Form("a directory path", "DIR")]
 Text = Annotated[str | None, Form("a non-empty value", "VALUE")]
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http(s) URL")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in a URL would show in ps and in logs")
+    return value
+
+
+HttpUrl = Annotated[
+    str | None,
+    AfterValidator(_http_url),
+    Form("an http:// or https:// URL without credentials", "URL"),
+]
 Secret = Annotated[SecretStr | None, Form("a non-empty secret", "PATH")]
 
 

@@ -2,7 +2,7 @@
 `replay`'s rate...), made from the setting types of `detector.settings`: such a flag is checked
 by the same rule and bounds as a setting, and a bad value exits 2 naming the flag and the form it
 expects (argparse names the flag). Also `--format`, which every command that can print JSON
-declares alike."""
+declares alike, and the stack's ports, which `demo` and `dev up` declare alike."""
 
 from __future__ import annotations
 
@@ -46,6 +46,19 @@ positive_int: Final[Callable[[str], int]] = argument_type(PositiveInt)
 positive_seconds: Final[Callable[[str], float]] = argument_type(PositiveSeconds)
 positive_number: Final[Callable[[str], float]] = argument_type(PositiveNumber)
 port: Final[Callable[[str], int]] = argument_type(Port)
+
+
+def add_stack_ports(parser: argparse.ArgumentParser) -> None:
+    """The ports of the stack's servers (`detector.devstack.preflight.Options`), which `demo`
+    and `dev up` take alike."""
+    for name in ("prometheus", "alertmanager", "destination"):
+        parser.add_argument(
+            f"--{name}-port",
+            type=port,
+            default=0,
+            metavar="PORT",
+            help=f"{name}'s port on 127.0.0.1 (default 0: a free one)",
+        )
 
 
 def add_format(parser: argparse.ArgumentParser, what: str) -> None:

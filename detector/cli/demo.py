@@ -11,7 +11,12 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from detector.cli.arguments import port, positive_int, positive_number, positive_seconds
+from detector.cli.arguments import (
+    add_stack_ports,
+    positive_int,
+    positive_number,
+    positive_seconds,
+)
 from detector.demos import LEASES, SOURCES
 
 DEFAULT_STATE_DIR: Final = Path("var") / "demo"
@@ -74,14 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "splitbrain's adapter; exit 2 with one line when this machine cannot run one "
         f"(default: {LEASES})",
     )
-    for name in ("prometheus", "alertmanager", "destination"):
-        p.add_argument(
-            f"--{name}-port",
-            type=port,
-            default=0,
-            metavar="PORT",
-            help=f"{name}'s port on 127.0.0.1 (default 0: a free one)",
-        )
+    add_stack_ports(p)
     p.set_defaults(run=run)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator
 
-from detector.cli.arguments import argument_type, port, positive_seconds
+from detector.cli.arguments import add_stack_ports, argument_type, positive_seconds
 from detector.errors import ExitCode, InputError, Interrupted
 from detector.settings import Form
 
@@ -216,14 +216,7 @@ def _register_stack(group: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "cannot run here (no Java, a busy port, a stack already up); 130: interrupted.",
     )
     _stack_dir_arg(up)
-    for name in ("prometheus", "alertmanager", "destination"):
-        up.add_argument(
-            f"--{name}-port",
-            type=port,
-            default=0,
-            metavar="PORT",
-            help=f"{name}'s port on 127.0.0.1 (default 0: a free one)",
-        )
+    add_stack_ports(up)
     up.add_argument(
         "--fenced", action="store_true", help="the example destination enforces the fence"
     )

@@ -245,24 +245,24 @@ def run_destination(args: argparse.Namespace) -> int:
         first = enqueue("first")
         store.fail(claim(first), {"reason": "to take the next token"}, retryable=True)
         leases = (claim(first), claim(enqueue("second")))
-    server = DestinationServer(
-        dsn, args.name, fenced=not args.unfenced, host=args.host, port=args.port
-    ).start()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     mode = "UNFENCED: a displaced owner's effect lands" if args.unfenced else "fenced"
-    print(f"listening on {server.url} ({mode}, destination {printable(args.name)})")
     one, two = leases
-    print(
-        f"probe it: splitbrain probe {server.url} --job {one.job_id} --fence {one.fencing_token}"
-        f" --second-job {two.job_id} --second-fence {two.fencing_token}",
-        flush=True,
-    )
     try:
-        stop.wait()
+        with DestinationServer(
+            dsn, args.name, fenced=not args.unfenced, host=args.host, port=args.port
+        ) as server:
+            print(f"listening on {server.url} ({mode}, destination {printable(args.name)})")
+            print(
+                f"probe it: splitbrain probe {server.url} --job {one.job_id} "
+                f"--fence {one.fencing_token} --second-job {two.job_id} "
+                f"--second-fence {two.fencing_token}",
+                flush=True,
+            )
+            stop.wait()
     finally:
-        server.stop()
         with LeaseStore(dsn, [probe]) as store:
             for lease in leases:
                 store.cancel(lease.job_id, by="splitbrain-probe")

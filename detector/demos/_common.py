@@ -1,10 +1,9 @@
 """What several demos share, written once so that their narration and checks cannot drift apart:
-the line that names a missing package or `redis-server`, Redis as a stack process, a log read as
+the demo named on the line that says what is missing, Redis as a stack process, a log read as
 it grows, and a zombie run on a thread of this process with its own adapter sink."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -17,22 +16,10 @@ if TYPE_CHECKING:
     from detector.adapters import AdapterSink
 
 
-def needs_package(demo: str, package: str, extra: str) -> str:
-    """What `missing()` says when Python package `package` is not installed."""
-    return (
-        f"the {demo} demo needs Python package {package!r}: "
-        f"pip install 'splitbrain-detector[{extra}]'"
-    )
-
-
-def needs_redis_server(demo: str) -> str | None:
-    """What `missing()` says when Debian's `redis-server` is not on the PATH; else None."""
-    if shutil.which("redis-server") is None:
-        return (
-            f"the {demo} demo needs Debian's redis-server: "
-            "apt-get install --no-install-recommends redis-server"
-        )
-    return None
+def lacks(demo: str, missing: str | None) -> str | None:
+    """What `missing()` says: a line of `detector.devstack.needs` said of the demo; None for
+    None."""
+    return None if missing is None else f"the {demo} demo {missing}"
 
 
 def start_redis(stack: DemoStack) -> str:

@@ -9,7 +9,6 @@ email; then the first one sends it too.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import uuid
 from collections.abc import Callable
@@ -19,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Final
 from detector.demos import DemoStack
 from detector.demos._common import (
     LogTail,
+    lacks,
     log_text,
-    needs_package,
-    needs_redis_server,
     start_program,
     start_redis,
 )
+from detector.devstack.needs import missing_package, missing_redis_server
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -78,10 +77,9 @@ class CeleryDemo:
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
-        for module in ("celery", "redis"):
-            if importlib.util.find_spec(module) is None:
-                return needs_package(self.name, module, "celery")
-        return needs_redis_server(self.name)
+        return lacks(
+            self.name, missing_package("celery", "celery", "redis") or missing_redis_server()
+        )
 
     def start(self, stack: DemoStack) -> None:
         from celery import Celery  # noqa: PLC0415

@@ -10,13 +10,13 @@ A's write carries its revision: the detector orders them by etcd's own clock.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from typing import Final
 
 from detector.demos import DemoStack
-from detector.demos._common import ThreadedDemo, needs_package
+from detector.demos._common import ThreadedDemo, lacks
 from detector.demos._watched import start_etcd, start_watcher
+from detector.devstack.needs import missing_package, missing_program
 
 UNIT: Final = "/locks/payments"
 TTL_S: Final = 2
@@ -27,15 +27,12 @@ class EtcdDemo(ThreadedDemo):
     name = "etcd"
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("etcd3gw") is None:
-            return needs_package(self.name, "etcd3gw", "etcd")
-        from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
+        from detector.devstack.etcd import etcd_binary  # noqa: PLC0415
 
-        try:
-            etcd_binary()
-        except LocalEtcdError as exc:
-            return f"the etcd demo needs the etcd server: {exc}"
-        return None
+        return lacks(
+            self.name,
+            missing_package("etcd", "etcd3gw") or missing_program("the etcd server", etcd_binary),
+        )
 
     def start(self, stack: DemoStack) -> None:
         etcd = start_etcd(stack)

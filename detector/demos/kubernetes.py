@@ -11,7 +11,6 @@ works on until its elector notices, when `LeaderElector` stops its work.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
@@ -23,8 +22,9 @@ from typing import Final
 
 from detector.contracts.topics import INPUT_TOPIC
 from detector.demos import DemoStack
-from detector.demos._common import log_text, needs_package, start_program
+from detector.demos._common import lacks, log_text, start_program
 from detector.demos._watched import start_etcd, start_watcher
+from detector.devstack.needs import missing_package, missing_program
 
 NAMESPACE: Final = "default"
 LEASE: Final = "payments-leader"
@@ -45,19 +45,15 @@ class KubernetesDemo:
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("kubernetes") is None:
-            return needs_package(self.name, "kubernetes", "kubernetes")
-        from detector.devstack.etcd import LocalEtcdError, etcd_binary  # noqa: PLC0415
-        from detector.devstack.kube_apiserver import (  # noqa: PLC0415
-            LocalKubeApiServerError,
-            kube_apiserver_binary,
-        )
+        from detector.devstack.etcd import etcd_binary  # noqa: PLC0415
+        from detector.devstack.kube_apiserver import kube_apiserver_binary  # noqa: PLC0415
 
-        try:
-            etcd_binary()
-            kube_apiserver_binary()
-        except (LocalEtcdError, LocalKubeApiServerError) as exc:
-            return str(exc)
+        if lacking := (
+            missing_package("kubernetes", "kubernetes")
+            or missing_program("etcd", etcd_binary)
+            or missing_program("kube-apiserver", kube_apiserver_binary)
+        ):
+            return lacks(self.name, lacking)
         if shutil.which("openssl") is None:
             return "the kubernetes demo needs openssl (apt-get install openssl)"
         return None

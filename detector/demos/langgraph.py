@@ -16,7 +16,8 @@ import importlib.util
 import uuid
 
 from detector.demos import DemoStack
-from detector.demos._common import ThreadedDemo
+from detector.demos._common import ThreadedDemo, lacks
+from detector.devstack.needs import missing_program
 
 
 class LangGraphDemo(ThreadedDemo):
@@ -32,13 +33,11 @@ class LangGraphDemo(ThreadedDemo):
                 "the langgraph demo needs Python packages 'langgraph' and "
                 "'langgraph-checkpoint-postgres': pip install 'splitbrain-detector[langgraph]'"
             )
-        from detector.devstack.postgres import LocalPostgresError, postgres_binaries  # noqa: PLC0415
+        from detector.devstack.postgres import postgres_binaries  # noqa: PLC0415
 
-        try:
-            postgres_binaries()
-        except LocalPostgresError as exc:
-            return f"the langgraph demo needs PostgreSQL for its checkpoints: {exc}"
-        return None
+        return lacks(
+            self.name, missing_program("PostgreSQL for its checkpoints", postgres_binaries)
+        )
 
     def start(self, stack: DemoStack) -> None:
         from detector.devstack.errors import StackError  # noqa: PLC0415

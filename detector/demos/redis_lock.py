@@ -10,13 +10,13 @@ stale commit and the duplicate charge. Only A's `extend` then tells it the lock 
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from typing import Final
 
 from detector.demos import DemoStack
-from detector.demos._common import ThreadedDemo, needs_package, needs_redis_server, start_redis
+from detector.demos._common import ThreadedDemo, lacks, start_redis
+from detector.devstack.needs import missing_package, missing_redis_server
 
 NAME: Final = "payments"
 TIMEOUT_S: Final = 2.0
@@ -27,9 +27,7 @@ class RedisLockDemo(ThreadedDemo):
     name = "redis-lock"
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("redis") is None:
-            return needs_package(self.name, "redis", "redis-lock")
-        return needs_redis_server(self.name)
+        return lacks(self.name, missing_package("redis-lock", "redis") or missing_redis_server())
 
     def start(self, stack: DemoStack) -> None:
         self._run(stack, self._zombie, start_redis(stack), stack.bootstrap_servers)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import signal
 import sys
@@ -20,7 +19,8 @@ from collections.abc import Callable
 from typing import Final
 
 from detector.demos import DemoStack
-from detector.demos._common import LogTail, needs_package, start_program
+from detector.demos._common import LogTail, lacks, start_program
+from detector.devstack.needs import missing_package, missing_program
 
 SAY: Final = "splitbrain-demo:"  # the workers' narration, in their log
 READY: Final = f"{SAY} workers polling"
@@ -35,15 +35,13 @@ class TemporalDemo:
         self._say: Callable[[str], None] = print
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("temporalio") is None:
-            return needs_package(self.name, "temporalio", "temporal")
-        from detector.devstack.temporal import TemporalServerError, server_binary  # noqa: PLC0415
+        from detector.devstack.temporal import server_binary  # noqa: PLC0415
 
-        try:
-            server_binary()
-        except TemporalServerError as exc:
-            return str(exc)
-        return None
+        return lacks(
+            self.name,
+            missing_package("temporal", "temporalio")
+            or missing_program("the Temporal test server", server_binary),
+        )
 
     def start(self, stack: DemoStack) -> None:
         from detector.devstack.components import Process  # noqa: PLC0415

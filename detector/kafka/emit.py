@@ -13,13 +13,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any, Final, NotRequired, Self, TypedDict, Unpack
 from uuid import uuid4
 
 from confluent_kafka import KafkaError, Message, Producer
 from opentelemetry import propagate, trace
 
+from detector.closing import Closing
 from detector.contracts.events import Kind, OwnershipEvent, Source, parse_event_strict
 from detector.contracts.topics import INPUT_TOPIC
 from detector.errors import SplitbrainError
@@ -68,7 +68,7 @@ class DeliveryError(SplitbrainError, RuntimeError):
         self.pending = pending  # still unacknowledged when the wait ended
 
 
-class Emitter:
+class Emitter(Closing):
     """Validates events and publishes them keyed by workflow, with the caller's trace context.
 
     Use as a context manager (or call `flush`, then `close`): leaving the block waits for every
@@ -95,24 +95,13 @@ class Emitter:
             )
         return cls(connection.client_config(), topic=topic)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if exc_type is None:
-                self.flush()
-            elif not issubclass(exc_type, KafkaClientError):
-                # Deliver what was accepted, but do not hide the error already on its way out.
-                # (After a KafkaClientError, such as a wrong password, nothing can be delivered.)
-                self._drain(DEFAULT_FLUSH_TIMEOUT)
-        finally:
-            self.close()
+    def finish(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.flush()
+        elif not isinstance(exc, KafkaClientError):
+            # Deliver what was accepted, but do not hide the error already on its way out.
+            # (After a KafkaClientError, such as a wrong password, nothing can be delivered.)
+            self._drain(DEFAULT_FLUSH_TIMEOUT)
 
     def close(self) -> None:
         """Release the producer's threads and connections; `flush` first.

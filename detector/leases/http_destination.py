@@ -28,12 +28,12 @@ import threading
 from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from pydantic import ValidationError
 
+from detector.closing import Started
 from detector.leases.db import one_line
 from detector.leases.destination import (
     EffectRequest,
@@ -280,10 +280,10 @@ def _error(error: str, field: str | None, reason: str) -> dict[str, Any]:
     return {"error": error, "field": field, "reason": reason}
 
 
-class DestinationServer:
+class DestinationServer(Started):
     """The service on `host:port` (port 0: a free one, then `port` says which), serving on a
-    thread of its own between `start()` and `stop()`. `connections` bounds the database
-    connections it opens (one per request in flight)."""
+    thread of its own for the `with` block. `connections` bounds the database connections it
+    opens (one per request in flight)."""
 
     def __init__(
         self,
@@ -302,16 +302,15 @@ class DestinationServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> Self:
+    def start(self) -> None:
         self._server = _Server(self._address, self._pool, self._max_body_bytes)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fenced-destination", daemon=True
         )
         self._thread.start()
         log.info("listening on %s", self.url)
-        return self
 
-    def stop(self) -> None:
+    def close(self) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -319,17 +318,6 @@ class DestinationServer:
             self._thread.join()
         self._server = self._thread = None
         self._pool.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def port(self) -> int:

@@ -54,6 +54,7 @@ from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
 from detector.paging.alertmanager import AlertmanagerSink
 from detector.paging.delivery import Answer, Backoff, DeliveryOutcome, Request, origin, post, redact
 from detector.paging.metrics import PageMetrics
+from detector.paging.settings import PageSettings
 from detector.paging.state import Delivery, PageState, SinkPolicy
 from detector.paging.store import StateTopic
 from detector.report import printable
@@ -86,23 +87,27 @@ class Sink(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BridgeSettings:
-    """Every value is given: `splitbrain page`'s settings (`PageCommandSettings`) declare the
-    defaults, flags and variables once, and build this."""
+    """What the bridge runs with: the declared settings, and what `splitbrain page` builds from
+    them and from the Kafka connection."""
 
+    page: PageSettings
     # librdkafka connection settings (`detector.kafka.config`), with any password: not in repr
     kafka: Mapping[str, Any] = field(repr=False)
-    findings_topic: str
-    state_topic: str
-    group_id: str
     sinks: Mapping[SinkName, Sink]
     policies: Mapping[SinkName, SinkPolicy]
-    resend_interval_s: float
-    http_timeout_s: float
-    backoff: Backoff
-    resolved_retention_s: float
-    shutdown_timeout_s: float
-    # Never logged, even when a sink echoes one back.
-    secrets: tuple[str, ...] = field(repr=False)
+
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.page.retry_initial_s, self.page.retry_max_s)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The values never logged, even when a sink echoes one back."""
+        return tuple(
+            s.get_secret_value()
+            for s in (self.page.pagerduty_routing_key, self.page.webhook_secret)
+            if s is not None
+        )
 
 
 @dataclass(slots=True)
@@ -123,21 +128,22 @@ class Bridge:
         rng: random.Random | None = None,
     ) -> None:
         self.s = settings
+        self.page = settings.page
         self.metrics = metrics
         self.clock = clock
         self.rng = rng or random.Random()
         self.state = PageState(settings.policies)
-        self.store = StateTopic(settings.kafka, settings.state_topic)
+        self.store = StateTopic(settings.kafka, settings.page.state_topic)
         self.restore = StateRestore(
             settings.kafka,
-            settings.state_topic,
-            group_id=f"{settings.group_id}-restore",
+            settings.page.state_topic,
+            group_id=f"{settings.page.group_id}-restore",
             timeout_s=_RESTORE_TIMEOUT_S,
         )
         self.consumer = Consumer(
             {
                 **settings.kafka,
-                "group.id": settings.group_id,
+                "group.id": settings.page.group_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
@@ -165,7 +171,7 @@ class Bridge:
         self.next_lag = 0.0
         # A retention shorter than the usual period is looked at as often as it lasts (a second
         # at least), so that what it lets go is tombstoned about when it expires.
-        self.expire_every = max(1.0, min(_EXPIRE_EVERY_S, settings.resolved_retention_s))
+        self.expire_every = max(1.0, min(_EXPIRE_EVERY_S, settings.page.resolved_retention_s))
         self.next_expire = time.monotonic() + self.expire_every
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -179,19 +185,19 @@ class Bridge:
             # admin event nobody waits for any more is noise in the bridge's log.
             admin = AdminClient({**self.s.kafka, "log_level": 5})
             ensure_state_topic(
-                admin, self.s.findings_topic, "findings", self.s.state_topic, _STATE_CONFIG
+                admin, self.page.findings_topic, "findings", self.page.state_topic, _STATE_CONFIG
             )
         except TopologyError as exc:
             log.error("cannot start the bridge: %s", exc)
             return ExitCode.UNUSABLE
-        subscribe(self.consumer, self.s.findings_topic, self)
+        subscribe(self.consumer, self.page.findings_topic, self)
         sinks = ", ".join(f"{name} {origin(sink.url)}" for name, sink in self.s.sinks.items())
         log.info(
             "bridge started: group %s, %s -> %s; state in %s",
-            self.s.group_id,
-            self.s.findings_topic,
+            self.page.group_id,
+            self.page.findings_topic,
             sinks,
-            self.s.state_topic,
+            self.page.state_topic,
         )
         try:
             while not self.stopping:
@@ -213,7 +219,7 @@ class Bridge:
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         if not self.stopping:
             self.stopping = True
-            self.stop_by = time.monotonic() + self.s.shutdown_timeout_s
+            self.stop_by = time.monotonic() + self.page.shutdown_timeout_s
 
     def _drain(self) -> None:
         """Stopping: the deliveries in flight get until `stop_by` to be taken."""
@@ -259,7 +265,7 @@ class Bridge:
             elif err.fatal():
                 raise KafkaClientError(f"Kafka: {err.str()}")
             else:
-                log.warning("reading %s: %s", self.s.findings_topic, err.str())
+                log.warning("reading %s: %s", self.page.findings_topic, err.str())
             return
         topic, offset = msg.topic(), msg.offset()
         assert topic is not None and partition is not None and offset is not None
@@ -304,7 +310,7 @@ class Bridge:
             if a.due > now or (self.stopping and now >= self.stop_by):
                 still.append(a)
                 continue
-            answer = post(a.request, self.s.http_timeout_s)
+            answer = post(a.request, self.page.http_timeout_s)
             if not self._answered(a, answer):
                 still.append(a)
         self.pending = still
@@ -376,9 +382,9 @@ class Bridge:
         otherwise count as lag forever."""
         if not self.assigned:
             return []
-        asked = [TopicPartition(self.s.findings_topic, p) for p in sorted(self.assigned)]
+        asked = [TopicPartition(self.page.findings_topic, p) for p in sorted(self.assigned)]
         return [
-            TopicPartition(self.s.findings_topic, tp.partition, tp.offset)
+            TopicPartition(self.page.findings_topic, tp.partition, tp.offset)
             for tp in self.consumer.position(asked)
             if tp.offset >= 0 and tp.offset > self.committed.get(tp.partition, -1)
         ]
@@ -431,7 +437,7 @@ class Bridge:
             and not self.catching_up
             and now >= self.next_resend
         ):
-            self.next_resend = now + self.s.resend_interval_s
+            self.next_resend = now + self.page.alertmanager_resend_interval_s
             self._resend()
         if (
             not self.pending
@@ -440,7 +446,7 @@ class Bridge:
             and now >= (self.next_expire)
         ):
             self.next_expire = now + self.expire_every
-            retention = timedelta(seconds=self.s.resolved_retention_s)
+            retention = timedelta(seconds=self.page.resolved_retention_s)
             if self.state.expire(utc(self.clock()), retention):
                 self._persist()
 
@@ -451,7 +457,7 @@ class Bridge:
         entries = self.state.resend(SinkName.ALERTMANAGER)
         for i in range(0, len(entries), _RESEND_CHUNK):
             chunk = entries[i : i + _RESEND_CHUNK]
-            answer = post(sink.resend(chunk), self.s.http_timeout_s)
+            answer = post(sink.resend(chunk), self.page.http_timeout_s)
             self.metrics.answered(SinkName.ALERTMANAGER, answer.outcome)
             if answer.outcome is not DeliveryOutcome.ACCEPTED:
                 log.warning(
@@ -460,13 +466,13 @@ class Bridge:
                     len(chunk),
                     answer.status if answer.status is not None else "none",
                     printable(redact(answer.detail, self.s.secrets)),
-                    self.s.resend_interval_s,
+                    self.page.alertmanager_resend_interval_s,
                 )
                 return
 
     def _report_lag(self) -> None:
         for p in sorted(self.assigned):
-            tp = TopicPartition(self.s.findings_topic, p)
+            tp = TopicPartition(self.page.findings_topic, p)
             try:
                 low, high = self.consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
             except KafkaException:
@@ -483,7 +489,7 @@ class Bridge:
     def partitions_assigned(self, partitions: list[int]) -> None:
         started = time.monotonic()
         ps = sorted(partitions)
-        asked = [TopicPartition(self.s.findings_topic, p) for p in ps]
+        asked = [TopicPartition(self.page.findings_topic, p) for p in ps]
         for tp in self.consumer.committed(asked, timeout=30):
             self.committed[tp.partition] = tp.offset
         before = len(self.state.entries)
@@ -498,7 +504,7 @@ class Bridge:
                 first = exc.errors(include_url=False)[0]
                 log.warning(
                     "skipped %s[%d]@%d: not a valid state record: %s",
-                    self.s.state_topic,
+                    self.page.state_topic,
                     p,
                     offset,
                     printable(f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"),
@@ -511,10 +517,10 @@ class Bridge:
         self.next_resend = 0.0  # once caught up: whatever Alertmanager lost meanwhile
         log.info(
             "assigned %s[%s]: %d finding(s) restored from %s in %.1f s",
-            self.s.findings_topic,
+            self.page.findings_topic,
             ",".join(map(str, ps)),
             len(self.state.entries) - before,
-            self.s.state_topic,
+            self.page.state_topic,
             time.monotonic() - started,
         )
 

@@ -117,8 +117,8 @@ class Backoff:
     """`detector.backoff.equal_jitter`: the n-th retry waits between half and all of
     `initial * 2^(n-1)`, at most `maximum`, or longer where the sink's `Retry-After` says so."""
 
-    initial: float = 0.5
-    maximum: float = 60.0
+    initial: float
+    maximum: float
 
     def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
         wait = equal_jitter(attempt, self.initial, self.maximum, rng.random())

@@ -1,11 +1,13 @@
 """What one transaction carries, the same in both runtimes.
 
 As quixstreams' `Checkpoint` does: the consumed offsets, the records produced (finding revisions
-and dead letters), and the state writes that record them, kept in one object that a commit or an
-abort ends as one. The processing step (`detector.runtime.processor`) decides what to write; the
-checkpoint turns that into `Record`s, the bytes each topic takes; a runtime only moves them,
-into the transaction of the input partition they came from: the confluent-kafka loop through
-`detector.runtime.output`, faust through its transactional producer.
+and dead letters), the state writes that record them and the work the metrics count, kept in one
+object that a commit or an abort ends as one: the counts of a committed transaction are observed,
+those of an aborted one dropped (its work is done again, and counted then). The processing step
+(`detector.runtime.processor`) decides what to write; the checkpoint turns that into `Record`s,
+the bytes each topic takes; a runtime only moves them, into the transaction of the input
+partition they came from: the confluent-kafka loop through `detector.runtime.output`, faust
+through its transactional producer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Final, NamedTuple, Protocol
 
 from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
+from detector.telemetry.metrics import WorkerMetrics
 
 
 class Record(NamedTuple):
@@ -48,8 +51,9 @@ class _Changed:
 
 @dataclass(slots=True)
 class Checkpoint:
-    """The open transaction of a worker: `offsets` to commit, `events` consumed into it, and
-    the workflows whose state it must write.
+    """The open transaction of a worker: `offsets` to commit, `events` consumed into it, the
+    workflows whose state it must write, and what its processors counted in `metrics` (which
+    holds the counts until `committed` or `aborted` says what became of them).
 
     `offsets` outlive a commit: the next offset to consume of each input partition the worker
     processed since it got it (its lag, and faust's guard against redelivered records), until
@@ -64,11 +68,15 @@ class Checkpoint:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     events: int = 0
     opened_at: float | None = None  # monotonic; None: no transaction open
+    # The worker's; a checkpoint built without them (a test's) counts into its own.
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics, repr=False)
     _changed: dict[int, _Changed] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
-    def of(cls, settings: WorkerSettings) -> Checkpoint:
-        return cls(settings.findings_topic, settings.dlq_topic, settings.changelog_topic)
+    def of(cls, settings: WorkerSettings, metrics: WorkerMetrics) -> Checkpoint:
+        return cls(
+            settings.findings_topic, settings.dlq_topic, settings.changelog_topic, metrics=metrics
+        )
 
     def begin(self) -> None:
         """A transaction opens (the confluent-kafka loop opens its own)."""
@@ -124,8 +132,25 @@ class Checkpoint:
         self._changed.clear()
         return records
 
+    def committed(self, seconds: float, partitions: Iterable[int] | None = None) -> None:
+        """The transaction committed in `seconds` the work of input `partitions` (None: every
+        one): what they counted is observed, and the next transaction starts empty."""
+        self.metrics.committed(seconds, self.events, partitions)
+        self.end()
+
+    def aborted(self) -> None:
+        """The transaction aborted (or Kafka aborts it): what it counted is dropped, and the
+        next one starts empty."""
+        self.metrics.aborted()
+        self.end()
+
+    def revoked(self, partitions: Iterable[int]) -> None:
+        """Input partitions left with work of the open transaction: their next owner does it
+        again, and counts it then."""
+        self.metrics.revoked(partitions)
+
     def end(self) -> None:
-        """The transaction committed or aborted: the next one starts empty."""
+        """The transaction is over, whatever became of it: the next one starts empty."""
         self.opened_at = None
         self.events = 0
         self._changed.clear()

@@ -91,7 +91,7 @@ class KafkaLoopWorker:
         self.tracing = tracing or WorkerTracing.off()
         self.partitions: dict[int, PartitionState] = {}
         self.stopping = False
-        self.checkpoint = Checkpoint.of(settings)
+        self.checkpoint = Checkpoint.of(settings, metrics)
         self.admin = AdminClient(settings.kafka)
         self.stall = StallWatch(
             give_up_s=settings.commit_give_up_s, give_up=_exit_stuck, serving=self._serving
@@ -271,11 +271,9 @@ class KafkaLoopWorker:
         finally:
             self.stall.committing(False)
         self.stall.progressed()
-        events = checkpoint.events
-        checkpoint.end()
+        checkpoint.committed(delivering + time.monotonic() - started)
         for ps in self.partitions.values():
             ps.store.committed()
-        self.metrics.committed(delivering + time.monotonic() - started, events)
 
     # ---- failure and rebalance ----------------------------------------------------------------
 
@@ -285,15 +283,15 @@ class KafkaLoopWorker:
             self._renew_producer(exc, fenced=True)
         log.warning("transaction failed, aborting and rebuilding: %s", exc)
         self.stall.kafka_error(exc)
-        self.metrics.aborted()
-        if self.checkpoint.opened_at is not None:
+        opened = self.checkpoint.opened_at is not None
+        self.checkpoint.aborted()
+        if opened:
             try:
                 self.output.abort()
             except KafkaException as abort_exc:
                 # Fenced, or the coordinator unreachable, or a commit that timed out still in
                 # progress (librdkafka then refuses the abort: only that commit can resume).
                 self._renew_producer(abort_exc, fenced=_fatal(abort_exc))
-            self.checkpoint.end()
         self._restore(list(self.partitions), rewind=True)
 
     def _renew_producer(self, exc: KafkaException, *, fenced: bool) -> None:
@@ -353,8 +351,7 @@ class KafkaLoopWorker:
             self.output.abort()
         except KafkaException as exc:
             log.warning("abort during rebalance failed: %s", exc)
-        self.checkpoint.end()
-        self.metrics.aborted()
+        self.checkpoint.aborted()
 
     def _restore(self, partitions: list[int], *, rewind: bool) -> None:
         """Read each partition's changelog to its end (read_committed) before processing it."""

@@ -379,7 +379,8 @@ class WorkerMetrics:
         self._seen: dict[int, Counters] = {}
         # Work of open transactions, by input partition: counted when its transaction commits,
         # dropped when it aborts, so the counters agree with what read_committed readers see
-        # (an aborted batch is processed again, and would otherwise be counted twice).
+        # (an aborted batch is processed again, and would otherwise be counted twice). A
+        # runtime's `Checkpoint` (detector.runtime.checkpoint) says which, as it ends.
         self._pending: dict[int, dict[tuple[Counter, tuple[str, ...]], int]] = {}
         # The trace id of the latest finding span behind each pending finding count, added to
         # it as an OpenMetrics exemplar `{trace_id="…"}` when it is counted.

@@ -84,3 +84,26 @@ def test_the_offsets_outlive_a_commit_and_go_with_their_partition() -> None:
     assert checkpoint.offsets == {(TOPIC, 3): 42, (TOPIC, 4): 10}
     checkpoint.forget([(TOPIC, 4)])
     assert checkpoint.offsets == {(TOPIC, 3): 42}
+
+
+def test_what_its_steps_counted_is_observed_when_it_commits_and_dropped_when_it_aborts() -> None:
+    metrics = WorkerMetrics(CollectorRegistry())
+    p = PartitionProcessor(3, Detector(Config()), metrics)
+    checkpoint, local = Checkpoint("findings", "dlq", "changelog", metrics=metrics), Local()
+
+    def step(offset: int) -> None:
+        checkpoint.take(p, local, p.process(b"wf", BAD, TOPIC, offset, now=1.0))
+        checkpoint.consumed(TOPIC, 3, offset)
+
+    def sample(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
+
+    step(0)
+    step(1)
+    checkpoint.aborted()  # done again in the next transaction, and counted there
+    assert sample("splitbrain_dlq_messages_total", reason="invalid") == 0
+    assert sample("splitbrain_transactions_total", outcome="aborted") == 1
+    step(0)
+    checkpoint.committed(0.01)
+    assert sample("splitbrain_dlq_messages_total", reason="invalid") == 1
+    assert sample("splitbrain_transaction_events_sum") == 1

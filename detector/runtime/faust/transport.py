@@ -79,13 +79,11 @@ class EosTransactionManager(TransactionManager):
             )
         except BaseException as exc:
             app.barrier.fail(exc)
-            app.metrics.aborted()  # Kafka aborts what this worker can no longer commit
+            app.barrier.checkpoint.aborted()  # Kafka aborts what this worker can no longer commit
             raise
-        checkpoint = app.barrier.checkpoint
-        app.metrics.committed(
-            time.monotonic() - started, checkpoint.events, {tp.partition for tp in offsets}
+        app.barrier.checkpoint.committed(
+            time.monotonic() - started, {tp.partition for tp in offsets}
         )
-        checkpoint.end()
         return True
 
 
@@ -268,7 +266,7 @@ class EosConsumer(faust_aiokafka.Consumer):
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         # Not `Checkpoint.forget`: a partition that stays keeps its open transaction, and with it
         # what the agent finished (`FaustWorker._on_assignment` forgets the ones that moved).
-        cast(SplitbrainApp, self.app).metrics.revoked(tp.partition for tp in revoked)
+        commit_barrier(self.app).checkpoint.revoked(tp.partition for tp in revoked)
         await super().on_partitions_revoked(revoked)
 
 

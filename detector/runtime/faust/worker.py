@@ -102,7 +102,7 @@ class FaustWorker:
             stream_publish_on_commit=False,
             TableManager=EosTableManager,
         )
-        app.barrier = CommitBarrier(Checkpoint.of(settings))
+        app.barrier = CommitBarrier(Checkpoint.of(settings, metrics))
         app.kafka_config = dict(settings.kafka)
         app.metrics = metrics
         app.input_topic = settings.input_topic

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+from detector.devstack.needs import missing_package, missing_program
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
@@ -83,15 +83,11 @@ class TemporalSource:
     steps: int = 3
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("temporalio") is None:
-            return "needs Python package 'temporalio': pip install 'splitbrain-detector[temporal]'"
-        from detector.devstack.temporal import TemporalServerError, server_binary  # noqa: PLC0415
+        from detector.devstack.temporal import server_binary  # noqa: PLC0415
 
-        try:
-            server_binary()
-        except TemporalServerError as exc:
-            return str(exc)
-        return None
+        return missing_package("temporal", "temporalio") or missing_program(
+            "the Temporal test server", server_binary
+        )
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[_Session]:

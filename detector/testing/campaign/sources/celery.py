@@ -11,9 +11,7 @@ the run's units from the campaign's process, straight to Redis.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
-import shutil
 import socket
 import threading
 import time
@@ -24,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from detector.demos.celery import READY, says, worker_argv
+from detector.devstack.needs import missing_package, missing_redis_server
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
@@ -276,14 +275,7 @@ class CelerySource:
     )
 
     def missing(self) -> str | None:
-        for module in ("celery", "redis"):
-            if importlib.util.find_spec(module) is None:
-                return f"needs Python package {module!r}: pip install 'splitbrain-detector[celery]'"
-        if shutil.which("redis-server") is None:
-            return (
-                "needs Debian's redis-server: apt-get install --no-install-recommends redis-server"
-            )
-        return None
+        return missing_package("celery", "celery", "redis") or missing_redis_server()
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[_Session]:

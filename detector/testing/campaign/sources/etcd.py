@@ -5,11 +5,11 @@ their units' effects to etcd through `LockOwner` (see `etcd_worker` for the grou
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Iterator, Mapping
 from typing import Final
 
-from detector.devstack.etcd import LocalEtcd, LocalEtcdError, etcd_binary
+from detector.devstack.etcd import LocalEtcd, etcd_binary
+from detector.devstack.needs import missing_package, missing_program
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault
 from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv
@@ -70,13 +70,7 @@ class EtcdSource(_election.ElectionSource):
     )
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("etcd3gw") is None:
-            return "the etcd source needs etcd3gw: pip install 'splitbrain-detector[etcd]'"
-        try:
-            etcd_binary()
-        except LocalEtcdError as exc:
-            return str(exc)
-        return None
+        return missing_package("etcd", "etcd3gw") or missing_program("the etcd server", etcd_binary)
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[EtcdSession]:

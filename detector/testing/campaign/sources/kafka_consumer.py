@@ -11,8 +11,6 @@ again; the paused one wakes, finishes its record and writes it too, and only its
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+from detector.devstack.needs import missing_package, missing_redis_server
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
@@ -157,11 +156,8 @@ class KafkaConsumerSource:
     steps = 3
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("redis") is None:
-            return "its ledger needs Python package 'redis': pip install redis"
-        if shutil.which("redis-server") is not None:
-            return None
-        return "its ledger needs Debian's redis-server: apt-get install redis-server"
+        lacking = missing_package("redis-lock", "redis") or missing_redis_server()
+        return None if lacking is None else f"its ledger {lacking}"
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[KafkaConsumerSession]:

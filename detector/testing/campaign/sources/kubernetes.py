@@ -6,16 +6,15 @@ writing their units' effects to ConfigMaps (see `kube_worker` for the ground tru
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import shutil
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from detector.devstack.kube_apiserver import (
     LocalKubeApiServer,
-    LocalKubeApiServerError,
     kube_apiserver_binary,
 )
+from detector.devstack.needs import missing_package, missing_program
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.nemesis import Fault
 from detector.testing.campaign.source import CampaignEnv, Fleet, RunEnv
@@ -103,12 +102,10 @@ class KubernetesSource(_election.ElectionSource):
     )
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("kubernetes") is None:
-            return "the kubernetes source needs: pip install 'splitbrain-detector[kubernetes]'"
-        try:
-            kube_apiserver_binary()
-        except LocalKubeApiServerError as exc:
-            return str(exc)
+        if lacking := missing_package("kubernetes", "kubernetes") or missing_program(
+            "kube-apiserver", kube_apiserver_binary
+        ):
+            return lacking
         if shutil.which("openssl") is None:
             return "the kubernetes source needs openssl (apt-get install openssl)"
         return None

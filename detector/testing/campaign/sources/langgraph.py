@@ -22,7 +22,8 @@ from typing import Final
 
 import psycopg
 
-from detector.devstack.postgres import LocalPostgres, LocalPostgresError, postgres_binaries
+from detector.devstack.needs import missing_program
+from detector.devstack.postgres import LocalPostgres, postgres_binaries
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
@@ -84,11 +85,7 @@ class LangGraphSource:
         for module in ("langgraph.checkpoint.postgres", "psycopg_pool"):
             if importlib.util.find_spec(module.split(".")[0]) is None:
                 return f"{module} is not installed (pip install '.[langgraph]')"
-        try:
-            postgres_binaries()
-        except LocalPostgresError as exc:
-            return str(exc)
-        return None
+        return missing_program("PostgreSQL", postgres_binaries)
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[Session]:

@@ -35,7 +35,8 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import DictRow
 
-from detector.devstack.postgres import LocalPostgres, LocalPostgresError, postgres_binaries
+from detector.devstack.needs import missing_program
+from detector.devstack.postgres import LocalPostgres, postgres_binaries
 from detector.leases import JobClass, Labels, LeaseStore, StoreUnavailableError, migrate
 from detector.leases.db import connect, one_line
 from detector.testing.campaign.checker import Grade
@@ -133,10 +134,8 @@ class LeasesSource:
     }
 
     def missing(self) -> str | None:
-        try:
-            postgres_binaries()
-        except LocalPostgresError as exc:
-            return str(exc)
+        if lacking := missing_program("PostgreSQL", postgres_binaries):
+            return lacking
         if faketime_library() is None:
             return "libfaketime is missing: install Debian's faketime package"
         return None

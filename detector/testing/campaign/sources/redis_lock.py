@@ -13,12 +13,11 @@ write's reply, or by a loaded machine.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from detector.devstack.needs import missing_package, missing_redis_server
 from detector.devstack.redis import LocalRedis
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.election import OTHER_TRY_S
@@ -100,11 +99,7 @@ class RedisLockSource:
     steps = EtcdSource.steps
 
     def missing(self) -> str | None:
-        if importlib.util.find_spec("redis") is None:
-            return "needs Python package 'redis': pip install 'splitbrain-detector[redis-lock]'"
-        if shutil.which("redis-server") is not None:
-            return None
-        return "needs Debian's redis-server: apt-get install --no-install-recommends redis-server"
+        return missing_package("redis-lock", "redis") or missing_redis_server()
 
     @contextlib.contextmanager
     def session(self, env: CampaignEnv) -> Iterator[RedisLockSession]:
