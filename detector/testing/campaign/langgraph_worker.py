@@ -16,8 +16,8 @@ the job after it has written a child of the base: two children of one checkpoint
 claim's written while this run still works. A child of an earlier claim is no displacement (this
 run is the newer owner; redoing the effect is a duplicate, which the checker counts apart).
 
-Run as `python -m detector.testing.campaign.langgraph_worker NAME DSN READY` (READY: a file it
-creates once it can claim) with the campaign's
+Run as `python -m detector.testing.campaign.langgraph_worker NAME DSN READY AIM` (READY: a file
+it creates once it can claim; AIM: its aim file, `aim.hold_here`) with the campaign's
 environment (`RunEnv.process_env`). SIGTERM: finish the job at hand, flush, exit; SIGUSR1: the
 next `work` node raises before its effect (the worker resumes the same checkpoint again).
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -49,8 +50,9 @@ from detector.adapters.langgraph import (
     fork_effect_key,
 )
 from detector.demos.langgraph_graph import Graph, build
+from detector.testing.campaign.aim import Inside, hold_here
 from detector.testing.campaign.nemesis import sleep_on_stepped_clock
-from detector.testing.campaign.truth import TruthLog
+from detector.testing.campaign.truth import TruthLog, owner_of
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger(__name__)
@@ -155,9 +157,10 @@ def owned_at(conn: psycopg.Connection[DictRow], job: Job) -> tuple[bool, str]:
 class Pod:
     """One worker process: its connections, its checkpointer, its graph."""
 
-    def __init__(self, name: str, dsn: str) -> None:
+    def __init__(self, name: str, dsn: str, aim: Path) -> None:
         self.name = name
         self.dsn = dsn
+        self.aim = aim
         self.truth = TruthLog.from_env()
         self.sink = sink("langgraph")
         self.ledger = PostgresThreads(dsn)
@@ -282,15 +285,19 @@ class Pod:
 
     def work(self, config: RunnableConfig) -> None:
         """The `work` node: think, then the effect, attempted and written in the transaction
-        that reads LangGraph's record."""
+        that reads LangGraph's record. An aimed pause lands before the think, while the run
+        holds its claim (a run the ledger did not watch is no owner to displace)."""
         meta = config.get("metadata") or {}
         job = Job(0, config["configurable"]["thread_id"], meta["base"], 0.0, meta["claim"])
         if self.fail_next.is_set():
             self.fail_next.clear()
             raise RuntimeError("injected failure before the effect")
+        key = f"reply/{job.thread_id}"
+        owner = current()
+        if owner is not None:
+            hold_here(self.aim, Inside(**owner_of(owner), effect_key=key, pid=os.getpid()))
         think = self._job.think_s if self._job is not None else 0.3
         time.sleep(think)
-        key = f"reply/{job.thread_id}"
         db = self.db()
         with db.transaction():
             owned, evidence = owned_at(db, job)
@@ -321,9 +328,9 @@ class Pod:
 
 def main(argv: list[str] | None = None) -> int:
     sleep_on_stepped_clock()
-    name, dsn, ready = (argv or sys.argv[1:])[:3]
+    name, dsn, ready, aim = (argv or sys.argv[1:])[:4]
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(name)s %(message)s")
-    pod = Pod(name, dsn)
+    pod = Pod(name, dsn, Path(aim))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         pod.stopping.set()
