@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,7 @@ CREATE TABLE IF NOT EXISTS campaign_effects (
     effect_key text NOT NULL,
     claim      integer NOT NULL,
     worker     text NOT NULL,
+    epoch      bigint,  -- the run's, as the adapter gave it (none: a run it did not watch)
     owned      boolean NOT NULL,
     written_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
@@ -122,6 +124,21 @@ SELECT checkpoint_id, (metadata ->> 'claim')::integer AS claim
  WHERE thread_id = %(thread)s AND checkpoint_ns = '' AND parent_checkpoint_id = %(base)s
    AND (metadata ->> 'claim')::integer > %(claim)s
  ORDER BY claim
+"""
+# What PostgreSQL made in a run, for `recover`: each job's first child of its base as the
+# adapter's ledger keeps it (its epoch and writer), and each effect row.
+_FIRST_CHILDREN: Final = """
+SELECT c.thread_id, c.parent_id, c.worker_id, c.epoch, extract(epoch FROM c.created_at) AS at
+  FROM campaign_jobs AS j
+  JOIN langgraph_children AS c
+    ON c.thread_id = j.thread_id AND c.checkpoint_ns = '' AND c.parent_id = j.base
+ WHERE j.run = %s
+"""
+_EFFECTS: Final = """
+SELECT e.thread_id, e.effect_key, e.worker, e.epoch, e.owned,
+       extract(epoch FROM e.written_at) AS at
+  FROM campaign_effects AS e JOIN campaign_jobs AS j USING (thread_id)
+ WHERE j.run = %s
 """
 
 
@@ -303,9 +320,16 @@ class Pod:
             owned, evidence = owned_at(db, job)
             effect_attempted(key, destination=DESTINATION)
             db.execute(
-                "INSERT INTO campaign_effects (thread_id, effect_key, claim, worker, owned)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (job.thread_id, key, job.claim, self.name, owned),
+                "INSERT INTO campaign_effects (thread_id, effect_key, claim, worker, epoch, owned)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                (
+                    job.thread_id,
+                    key,
+                    job.claim,
+                    self.name,
+                    owner.owner_epoch if owner else None,
+                    owned,
+                ),
             )
         effect_committed(key, destination=DESTINATION, by_destination=True)
         self._record(job, key, owned, evidence)
@@ -324,6 +348,48 @@ class Pod:
             # The ledger could not be reached when the run began: the adapter ran it unwatched.
             blind="unwatched_run" if owner is None else None,
         )
+
+
+def recover(dsn: str, truth: TruthLog) -> int:
+    """Record the writes PostgreSQL made whose pod died before recording them (a SIGKILL between
+    the write and its record); how many. A reply is read back from its row, judged in its own
+    transaction. A child of a base is read back from the adapter's ledger, which keeps each
+    base's first child with its epoch and writer: owned, no child having preceded it. (A later
+    child is not kept there: its writer's death before its record leaves it out still.)"""
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        children = conn.execute(_FIRST_CHILDREN, (truth.run,)).fetchall()
+        effects = conn.execute(_EFFECTS, (truth.run,)).fetchall()
+    made = [
+        {
+            **r,
+            "effect_key": fork_effect_key(r["parent_id"]),
+            "worker": r["worker_id"],
+            "owned": True,
+        }
+        for r in children
+    ] + effects
+    recorded = Counter(
+        (w.workflow_key, w.effect_key, w.executor, w.epoch) for w in truth.writes() if w.committed
+    )
+    found = 0
+    for row in made:
+        epoch = row["epoch"] or 0  # none: a run the adapter did not watch, recorded under 0
+        key = (row["thread_id"], row["effect_key"], row["worker"], epoch)
+        if recorded[key]:
+            recorded[key] -= 1
+            continue
+        truth.record(
+            workflow_key=row["thread_id"],
+            effect_key=row["effect_key"],
+            executor=row["worker"],
+            epoch=epoch,
+            owned=row["owned"],
+            evidence="recovered from PostgreSQL: its pod died before recording it",
+            at=float(row["at"]),
+            blind="unwatched_run" if row["epoch"] is None else None,
+        )
+        found += 1
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -300,11 +300,16 @@ class Fleet:
             thread.join(60)
         for proc in self.procs:
             proc.stop()
-        self.kills.mark(self.env.truth)
         for proxy in self.proxies:
             proxy.close()
         if self.session.server.pid() is None:
             self.session.server.start()
+        from detector.testing.campaign.langgraph_worker import recover  # noqa: PLC0415
+
+        recovered = recover(self.session.dsn, self.env.truth)
+        if recovered:
+            self.env.campaign.say(f"run {self.env.run}: {recovered} write(s) recovered")
+        self.kills.mark(self.env.truth)
 
 
 def source() -> LangGraphSource:
