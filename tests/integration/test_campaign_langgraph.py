@@ -29,10 +29,6 @@ from detector.testing.campaign.sources.langgraph import setup, source
 SEED = 6
 
 
-# In the slow job: in two of the last four full CI runs (two xdist workers beside it) the seed
-# made no zombie: a pause lands wherever its pod is, and the next pod must take the claim and
-# write before it resumes (docs/campaign.md).
-@pytest.mark.slow
 def test_the_findings_match_langgraphs_checkpoints_under_pauses_crashes_and_retries(
     kafka_broker: LocalKafka, tmp_path: Path
 ) -> None:
