@@ -66,6 +66,10 @@ class Kills:
             held = since if since <= now < until else now
             self._exits.append((process, step.fault, held, now))
 
+    def resumed(self, process: str) -> None:
+        """`process`'s pause ended before its hold ran out (an aimed pause, `aim`)."""
+        self._paused.pop(process, None)
+
     def mark(self, truth: TruthLog) -> None:
         """Mark the silenced writes, and the duplicates that only they make duplicates, once
         every worker of the run is stopped."""

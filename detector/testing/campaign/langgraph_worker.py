@@ -16,8 +16,8 @@ the job after it has written a child of the base: two children of one checkpoint
 claim's written while this run still works. A child of an earlier claim is no displacement (this
 run is the newer owner; redoing the effect is a duplicate, which the checker counts apart).
 
-Run as `python -m detector.testing.campaign.langgraph_worker NAME DSN READY` (READY: a file it
-creates once it can claim) with the campaign's
+Run as `python -m detector.testing.campaign.langgraph_worker NAME DSN READY AIM` (READY: a file
+it creates once it can claim; AIM: its aim file, `aim.hold_here`) with the campaign's
 environment (`RunEnv.process_env`). SIGTERM: finish the job at hand, flush, exit; SIGUSR1: the
 next `work` node raises before its effect (the worker resumes the same checkpoint again).
 """
@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +51,9 @@ from detector.adapters.langgraph import (
     fork_effect_key,
 )
 from detector.demos.langgraph_graph import Graph, build
+from detector.testing.campaign.aim import Inside, hold_here
 from detector.testing.campaign.nemesis import sleep_on_stepped_clock
-from detector.testing.campaign.truth import TruthLog
+from detector.testing.campaign.truth import TruthLog, owner_of
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,7 @@ CREATE TABLE IF NOT EXISTS campaign_effects (
     effect_key text NOT NULL,
     claim      integer NOT NULL,
     worker     text NOT NULL,
+    epoch      bigint,  -- the run's, as the adapter gave it (none: a run it did not watch)
     owned      boolean NOT NULL,
     written_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
@@ -121,6 +125,21 @@ SELECT checkpoint_id, (metadata ->> 'claim')::integer AS claim
    AND (metadata ->> 'claim')::integer > %(claim)s
  ORDER BY claim
 """
+# What PostgreSQL made in a run, for `recover`: each job's first child of its base as the
+# adapter's ledger keeps it (its epoch and writer), and each effect row.
+_FIRST_CHILDREN: Final = """
+SELECT c.thread_id, c.parent_id, c.worker_id, c.epoch, extract(epoch FROM c.created_at) AS at
+  FROM campaign_jobs AS j
+  JOIN langgraph_children AS c
+    ON c.thread_id = j.thread_id AND c.checkpoint_ns = '' AND c.parent_id = j.base
+ WHERE j.run = %s
+"""
+_EFFECTS: Final = """
+SELECT e.thread_id, e.effect_key, e.worker, e.epoch, e.owned,
+       extract(epoch FROM e.written_at) AS at
+  FROM campaign_effects AS e JOIN campaign_jobs AS j USING (thread_id)
+ WHERE j.run = %s
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +174,10 @@ def owned_at(conn: psycopg.Connection[DictRow], job: Job) -> tuple[bool, str]:
 class Pod:
     """One worker process: its connections, its checkpointer, its graph."""
 
-    def __init__(self, name: str, dsn: str) -> None:
+    def __init__(self, name: str, dsn: str, aim: Path) -> None:
         self.name = name
         self.dsn = dsn
+        self.aim = aim
         self.truth = TruthLog.from_env()
         self.sink = sink("langgraph")
         self.ledger = PostgresThreads(dsn)
@@ -282,23 +302,34 @@ class Pod:
 
     def work(self, config: RunnableConfig) -> None:
         """The `work` node: think, then the effect, attempted and written in the transaction
-        that reads LangGraph's record."""
+        that reads LangGraph's record. An aimed pause lands before the think, while the run
+        holds its claim (a run the ledger did not watch is no owner to displace)."""
         meta = config.get("metadata") or {}
         job = Job(0, config["configurable"]["thread_id"], meta["base"], 0.0, meta["claim"])
         if self.fail_next.is_set():
             self.fail_next.clear()
             raise RuntimeError("injected failure before the effect")
+        key = f"reply/{job.thread_id}"
+        owner = current()
+        if owner is not None:
+            hold_here(self.aim, Inside(**owner_of(owner), effect_key=key, pid=os.getpid()))
         think = self._job.think_s if self._job is not None else 0.3
         time.sleep(think)
-        key = f"reply/{job.thread_id}"
         db = self.db()
         with db.transaction():
             owned, evidence = owned_at(db, job)
             effect_attempted(key, destination=DESTINATION)
             db.execute(
-                "INSERT INTO campaign_effects (thread_id, effect_key, claim, worker, owned)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (job.thread_id, key, job.claim, self.name, owned),
+                "INSERT INTO campaign_effects (thread_id, effect_key, claim, worker, epoch, owned)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                (
+                    job.thread_id,
+                    key,
+                    job.claim,
+                    self.name,
+                    owner.owner_epoch if owner else None,
+                    owned,
+                ),
             )
         effect_committed(key, destination=DESTINATION, by_destination=True)
         self._record(job, key, owned, evidence)
@@ -319,11 +350,53 @@ class Pod:
         )
 
 
+def recover(dsn: str, truth: TruthLog) -> int:
+    """Record the writes PostgreSQL made whose pod died before recording them (a SIGKILL between
+    the write and its record); how many. A reply is read back from its row, judged in its own
+    transaction. A child of a base is read back from the adapter's ledger, which keeps each
+    base's first child with its epoch and writer: owned, no child having preceded it. (A later
+    child is not kept there: its writer's death before its record leaves it out still.)"""
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        children = conn.execute(_FIRST_CHILDREN, (truth.run,)).fetchall()
+        effects = conn.execute(_EFFECTS, (truth.run,)).fetchall()
+    made = [
+        {
+            **r,
+            "effect_key": fork_effect_key(r["parent_id"]),
+            "worker": r["worker_id"],
+            "owned": True,
+        }
+        for r in children
+    ] + effects
+    recorded = Counter(
+        (w.workflow_key, w.effect_key, w.executor, w.epoch) for w in truth.writes() if w.committed
+    )
+    found = 0
+    for row in made:
+        epoch = row["epoch"] or 0  # none: a run the adapter did not watch, recorded under 0
+        key = (row["thread_id"], row["effect_key"], row["worker"], epoch)
+        if recorded[key]:
+            recorded[key] -= 1
+            continue
+        truth.record(
+            workflow_key=row["thread_id"],
+            effect_key=row["effect_key"],
+            executor=row["worker"],
+            epoch=epoch,
+            owned=row["owned"],
+            evidence="recovered from PostgreSQL: its pod died before recording it",
+            at=float(row["at"]),
+            blind="unwatched_run" if row["epoch"] is None else None,
+        )
+        found += 1
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     sleep_on_stepped_clock()
-    name, dsn, ready = (argv or sys.argv[1:])[:3]
+    name, dsn, ready, aim = (argv or sys.argv[1:])[:4]
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(name)s %(message)s")
-    pod = Pod(name, dsn)
+    pod = Pod(name, dsn, Path(aim))
 
     def stop(signum: int, frame: FrameType | None) -> None:
         pod.stopping.set()

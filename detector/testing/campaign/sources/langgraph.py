@@ -6,11 +6,17 @@ checkpoint, and the two runs write two children of one checkpoint.
 The ground truth is LangGraph's checkpoint table, read at each write (`langgraph_worker`); the
 adapter's ledger, the scheduler's table and the recording destination share its database, as a
 service would have them.
+
+With `aimed`, each pause is aimed (`aim`): it lands inside a pod's work node and lasts until a
+later claim's run wrote the same reply, so that each makes a zombie; the CI test's seed relies
+on it. The campaign's own runs leave it off: there a pause lands wherever its pod is, as a real
+stall does, and the published results keep their schedule.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import signal
 import sys
@@ -24,6 +30,7 @@ import psycopg
 
 from detector.devstack.needs import missing_program
 from detector.devstack.postgres import LocalPostgres, postgres_binaries
+from detector.testing.campaign.aim import Aim
 from detector.testing.campaign.checker import Grade
 from detector.testing.campaign.kills import WHY, Kills
 from detector.testing.campaign.nemesis import Fault, Proc, Step, clock_env, step_clock
@@ -80,6 +87,7 @@ class LangGraphSource:
     # is PostgreSQL's: the forks' by the adapter, the node's effect by its transaction.
     grade: Grade = GRADE
     blind: Mapping[str, str] = field(default_factory=lambda: BLIND)
+    aimed: bool = False  # every pause aimed (`aim`), for a test whose seed must make zombies
 
     def missing(self) -> str | None:
         for module in ("langgraph.checkpoint.postgres", "psycopg_pool"):
@@ -92,7 +100,7 @@ class LangGraphSource:
         with LocalPostgres() as server:
             dsn = server.create_database(DATABASE)
             setup(dsn)
-            yield Session(server, dsn, self.threads)
+            yield Session(server, dsn, self.threads, self.aimed)
 
 
 def setup(dsn: str) -> None:
@@ -118,6 +126,7 @@ class Session:
     server: LocalPostgres
     dsn: str
     threads: int
+    aimed: bool
 
     @contextlib.contextmanager
     def run(self, env: RunEnv) -> Iterator[Fleet]:
@@ -138,8 +147,11 @@ class Fleet:
         self.proxies: list[TcpProxy] = []
         self.procs: list[Proc] = []
         self.clocks = [env.workdir / f"clock-{i}" for i in range(3)]
+        self.aims = [Aim(env.workdir / f"pod-{i}.aim") for i in range(3)]
+        self._aiming = [threading.Lock() for _ in range(3)]  # one aim at a time per pod
         self.think = [round(env.rng.uniform(*THINK_S), 3) for _ in range(session.threads)]
         self._threads: list[threading.Thread] = []
+        self._aimed: list[threading.Thread] = []  # the aimed pauses, among `_threads`
         self._timers: list[threading.Timer] = []
         self._restarting = threading.Lock()
         self.kills = Kills(env.campaign.outages)
@@ -155,7 +167,8 @@ class Fleet:
             dsn = psycopg.conninfo.make_conninfo(self.session.dsn, port=proxy.port)
             name = f"pod-{i}"
             ready.append(self.env.workdir / f"{name}.ready")
-            argv = [sys.executable, "-m", WORKER, name, dsn, str(ready[-1])]
+            aim = str(self.aims[i].path)
+            argv = [sys.executable, "-m", WORKER, name, dsn, str(ready[-1]), aim]
             env = self.env.process_env(**clock_env(control))
             self.procs.append(Proc(name, argv, env, self.env.workdir / f"{name}.log").start())
         self._plan()
@@ -166,10 +179,11 @@ class Fleet:
             time.sleep(0.1)
         self._release()
 
-    def _spawn(self, target: object, name: str) -> None:
+    def _spawn(self, target: object, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
         thread.start()
         self._threads.append(thread)
+        return thread
 
     def _plan(self) -> None:
         """Each thread planned up to its interrupt (as the API that takes a request does), its
@@ -216,10 +230,22 @@ class Fleet:
                 self._spawn(lambda: self._restart(step.hold_s), "campaign-postgres-restart")
             case Fault.CLOCK_STEP:
                 step_clock(self.clocks[step.target], step.hold_s)
+            case Fault.PAUSE_PAST_LEASE if self.session.aimed:
+                aim = functools.partial(self._aimed_pause, step)
+                self._aimed.append(self._spawn(aim, "campaign-aimed-pause"))
             case _:
                 self.kills.note(proc.name, step)  # the pod's name is its worker id
                 if not proc.apply(step):
                     raise ValueError(f"langgraph: no means for {step.fault}")
+
+    def _aimed_pause(self, step: Step) -> None:
+        """The pause, aimed (`aim`); the schedule does not wait for it, a second aim at the same
+        pod waits for the first."""
+        with self._aiming[step.target]:
+            proc = self.procs[step.target]
+            aim = self.aims[step.target]
+            said = aim.pause(proc, self.env.truth, self.kills, step, self._idle)
+            self.env.campaign.say(f"run {self.env.run}: aimed pause: {said}")
 
     def _later(self, seconds: float, action: object) -> None:
         timer = threading.Timer(seconds, action)  # type: ignore[arg-type]
@@ -236,15 +262,23 @@ class Fleet:
 
     def drain(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
+        for thread in self._aimed:  # an aimed pause ends when its zombie is made, not here
+            thread.join(max(0.0, deadline - time.monotonic()))
         for proxy in self.proxies:
             proxy.restore()
         for proc in self.procs:
             proc.resume()
         while time.monotonic() < deadline:
-            with contextlib.suppress(psycopg.Error):
-                if self._open() == 0:
-                    return True
+            if self._idle():
+                return True
             time.sleep(0.5)
+        return False
+
+    def _idle(self) -> bool:
+        """Every job of the run done or given up (unknown while the database is out of reach:
+        not idle)."""
+        with contextlib.suppress(psycopg.Error):
+            return self._open() == 0
         return False
 
     def _open(self) -> int:
@@ -263,11 +297,16 @@ class Fleet:
             thread.join(60)
         for proc in self.procs:
             proc.stop()
-        self.kills.mark(self.env.truth)
         for proxy in self.proxies:
             proxy.close()
         if self.session.server.pid() is None:
             self.session.server.start()
+        from detector.testing.campaign.langgraph_worker import recover  # noqa: PLC0415
+
+        recovered = recover(self.session.dsn, self.env.truth)
+        if recovered:
+            self.env.campaign.say(f"run {self.env.run}: {recovered} write(s) recovered")
+        self.kills.mark(self.env.truth)
 
 
 def source() -> LangGraphSource:
