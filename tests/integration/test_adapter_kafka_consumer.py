@@ -2,7 +2,8 @@
 a rebalance that leaves a partition with its owner is no takeover, and a member past
 `max.poll.interval.ms` that finishes its batch after another member took the partition is the
 critical finding `audit` gives. Both run under KIP-848's protocol too, on a Kafka 4.x broker (the
-project's 3.9 does not serve it), in the slow job."""
+project's 3.9 does not serve it), in the slow job, with KIP-848's incremental handover of a
+partition to a joining member."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ from detector.histories.audit import audit_lines
 from tests.unit.test_adapter_sink import Recorder
 
 
-def topics(broker: LocalKafka, *names: str) -> None:
+def topics(broker: LocalKafka, *names: str, partitions: int = 1) -> None:
     admin = AdminClient(dict(broker.client_config()))
-    for future in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
         future.result(30)
 
 
@@ -232,3 +233,48 @@ def test_a_member_past_max_poll_finishing_its_batch_after_the_takeover_is_critic
     assert {"stale_effect_committed", "duplicate_effect"} <= kinds, kinds
     assert finding["effect_keys"] == [f"{topic}/0/0"]
     assert finding["ordering"] == "arrival"
+
+
+@pytest.mark.slow
+def test_under_kip848_a_partition_moved_to_a_joining_member_is_released_before_it_is_acquired(
+    kafka4_broker: LocalKafka, recorded: tuple[AdapterSink, Recorder]
+) -> None:
+    """KIP-848 revokes incrementally, and librdkafka then calls `on_assign` with no partition:
+    that settles the revocation, so the owner's release reaches Kafka before the new owner's
+    acquisition (the watch cannot ask confluent-kafka which protocol runs)."""
+    sink, recorder = recorded
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"orders-{run}", f"payments-{run}"
+    topics(kafka4_broker, topic, partitions=2)
+    a = Member(kafka4_broker, group, sink, "member-a", **CONSUMER.settings)
+    b = Member(kafka4_broker, group, sink, "member-b", **CONSUMER.settings)
+    try:
+        a.watch.subscribe([topic])
+
+        def owns_both() -> bool:
+            a.poll()
+            return len(a.watch.owned) == 2
+
+        until(owns_both, "A to own both partitions")
+        b.watch.subscribe([topic])
+
+        def moved() -> bool:
+            a.poll()
+            b.poll()
+            return len(a.watch.owned) == 1 and len(b.watch.owned) == 1
+
+        until(moved, "the group to move one partition to B")
+        ((_, partition),) = b.watch.owned
+    finally:
+        a.watch.close()
+        b.watch.close()
+    assert sink.flush(10)
+    moved_key = f"{group}/{topic}/{partition}"
+    of_moved = [(e.worker_id, e.kind) for e in recorder.events if e.workflow_key == moved_key]
+    assert of_moved == [
+        ("member-a", Kind.LEASE_ACQUIRED),
+        ("member-a", Kind.LEASE_RELEASED),
+        ("member-b", Kind.LEASE_ACQUIRED),
+        ("member-b", Kind.LEASE_RELEASED),
+    ], of_moved
+    assert audit_lines(iter(lines(recorder.events))).findings == {}
