@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 PYTEST_ARGS ?=
 
-.PHONY: demo audit-examples test slow campaign lint typecheck docs unit kafka-jars schemas bundle reference dist bench clean
+.PHONY: demo audit-examples test slow campaign lint typecheck docs unit kafka-jars kafka4-jars schemas bundle reference dist bench clean
 
 # constraints.txt: the exact versions the suite runs with (pyproject.toml has them as lower bounds).
 $(STAMP): pyproject.toml constraints.txt
@@ -52,16 +52,22 @@ unit: $(STAMP)
 kafka-jars: $(STAMP)
 	$(BIN)/python -c 'from detector.devstack.kafka import ensure_jars; print(ensure_jars())'
 
+# The slow job's Kafka 4.x broker (detector/devstack/pom-kafka4.xml: KIP-848's group protocol),
+# resolved and cached the same way, beside the 3.9 jars.
+kafka4-jars: $(STAMP)
+	$(BIN)/python -c 'from detector.devstack.kafka import KAFKA4_POM, ensure_jars; print(ensure_jars(KAFKA4_POM))'
+
 # Every test but the slow job's: lint, types, the docs site, then pytest.
 test: lint typecheck docs kafka-jars $(STAMP)
 	$(BIN)/pytest -q -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The slow job's tests (.ci/slow, which also builds kube-apiserver): the three-broker torture run
 # of both runtimes, the Kubernetes adapter's and the manifests' server-side dry run against the
-# built server (skipped without it, failed in CI); then the property tests again under the long,
-# random `slow` hypothesis profile (tests/conftest.py).
+# built server (skipped without it, failed in CI), the Kafka consumer adapter under KIP-848 on a
+# Kafka 4.x broker; then the property tests again under the long, random `slow` hypothesis
+# profile (tests/conftest.py).
 PROPERTY_TESTS := tests/unit/test_properties.py tests/unit/test_campaign.py
-slow: kafka-jars $(STAMP)
+slow: kafka-jars kafka4-jars $(STAMP)
 	SPLITBRAIN_TORTURE_CLUSTER=1 $(BIN)/pytest -q -m slow
 	SPLITBRAIN_HYPOTHESIS_PROFILE=slow $(BIN)/pytest -q $(PROPERTY_TESTS)
 	$(MAKE) campaign

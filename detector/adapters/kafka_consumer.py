@@ -1,5 +1,7 @@
 """Kafka consumer groups: a partition's owner, and the zombie that finishes its batch after a
-rebalance gave the partition to another member (confluent-kafka, the classic protocol).
+rebalance gave the partition to another member (confluent-kafka; the classic protocol, and
+KIP-848's, where librdkafka keeps the member epoch where the generation was and the same reading
+gives it).
 
 `ConsumerWatch` wraps a `confluent_kafka.Consumer` the user already made; nothing else in the
 consumer loop changes but three calls:

@@ -7,6 +7,10 @@ wheel, so `splitbrain dev kafka` works from an install too), in a background JVM
 starts, watches and stops by PID. Everything a broker owns (config, logs, data, TLS
 material, pid and state files) lives in one data directory, so a broker can be killed and
 restarted on the same data and ports for fault tests.
+
+`pom.xml` pins the project's broker. `pom-kafka4.xml` pins a Kafka 4.x one for what only 4.x
+serves (the consumer group protocol of KIP-848); `LocalKafka(pom=KAFKA4_POM)` runs it the same
+way, from its own cache, with the log4j 2 configuration that Kafka 4 reads.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 
@@ -37,6 +41,7 @@ from detector.devstack import process
 from detector.errors import SplitbrainError
 
 POM_PATH = Path(__file__).resolve().with_name("pom.xml")
+KAFKA4_POM = POM_PATH.with_name("pom-kafka4.xml")
 JARS_ENV = "SPLITBRAIN_KAFKA_JARS"
 JARS_MARKER = ".complete"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -83,30 +88,33 @@ def kafka_version(pom: Path = POM_PATH) -> str:
     raise DevKafkaError(f"{pom}: no org.apache.kafka:kafka_2.13 dependency with a version")
 
 
-def jars_dir() -> Path:
+def jars_dir(pom: Path = POM_PATH) -> Path:
     """Where the broker's jars are cached: `$SPLITBRAIN_KAFKA_JARS`, else in the user's cache
-    (`$XDG_CACHE_HOME`, by default `~/.cache`), shared by every checkout and install."""
+    (`$XDG_CACHE_HOME`, by default `~/.cache`), shared by every checkout and install, one
+    directory a version. The override names the pinned broker's jars only: another pom's on the
+    same classpath would mix two Kafkas."""
     override = os.environ.get(JARS_ENV)
-    if override:
+    if override and pom == POM_PATH:
         return Path(override).expanduser().resolve()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "splitbrain" / "kafka-jars" / kafka_version()
+    return cache / "splitbrain" / "kafka-jars" / kafka_version(pom)
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
+def uses_log4j2(pom: Path = POM_PATH) -> bool:
+    """Kafka 4 logs through log4j 2 (KIP-653); 3.x through log4j 1's API (reload4j here)."""
+    return int(kafka_version(pom).split(".", 1)[0]) >= 4
 
 
-def ensure_jars() -> Path:
+def ensure_jars(pom: Path = POM_PATH) -> Path:
     """Resolve the broker's jars with Maven unless a complete cache for this pom already exists.
 
     Idempotent and safe to race: a file lock serialises concurrent callers, and the marker file
     (holding the pom's digest) is written only after Maven succeeded, so a half-filled cache or
     one from an edited pom is refilled rather than trusted.
     """
-    dest = jars_dir()
+    dest = jars_dir(pom)
     marker = dest / JARS_MARKER
-    digest = _pom_digest()
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
     if _marker_ok(marker, digest):
         return dest
     mvn = shutil.which("mvn")
@@ -122,7 +130,7 @@ def ensure_jars() -> Path:
             "-q",
             "-B",
             "-f",
-            str(POM_PATH),
+            str(pom),
             "dependency:copy-dependencies",
             f"-DoutputDirectory={dest}",
         ]
@@ -308,6 +316,7 @@ class LocalKafka:
         jars: Path | None = None,
         extra_jvm_args: Sequence[str] = (),
         seat: Seat | None = None,
+        pom: Path = POM_PATH,
     ) -> None:
         """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain".
 
@@ -321,12 +330,17 @@ class LocalKafka:
 
         `seat` makes this broker one node of a cluster (PLAINTEXT only); without it the broker
         is its own single-node cluster. Like the mode, it is fixed when the directory is set up.
+
+        `pom` says which Kafka runs: the pinned one, or `KAFKA4_POM`'s 4.x. A data directory
+        stays with the version that formatted it.
         """
         self.data_dir = Path(data_dir).resolve()
         self.heap_mb = heap_mb
         self.extra_jvm_args = tuple(extra_jvm_args)
         self.start_timeout = start_timeout
         self._jars = jars
+        self._pom = pom
+        self._log4j2 = uses_log4j2(pom)
         self._proc: subprocess.Popen[bytes] | None = None
         self._state: dict[str, Any] = self._load_state()
         saved_mode = self._state.get("sasl_ssl")
@@ -424,7 +438,7 @@ class LocalKafka:
     def kafka_acls_argv(self) -> list[str]:
         """What `kafka-acls.sh` runs, from the same jars as the broker: append its arguments."""
         log4j = self._write_tool_log4j()
-        return [*self._java(ensure_jars(), heap_mb=256, log4j=log4j), _ACL_TOOL_MAIN]
+        return [*self._java(ensure_jars(self._pom), heap_mb=256, log4j=log4j), _ACL_TOOL_MAIN]
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -438,7 +452,7 @@ class LocalKafka:
         """
         if self.pid() is not None:
             raise DevKafkaError(f"a broker already runs on {self.data_dir} (pid {self.pid()})")
-        jars = self._jars or ensure_jars()
+        jars = self._jars or ensure_jars(self._pom)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self._state.get("formatted"):
             self._provision(jars)
@@ -562,7 +576,7 @@ class LocalKafka:
             ports.add(process.free_port())
         broker_port, controller_port, internal_port = sorted(ports)
         state: dict[str, Any] = {
-            "kafka_version": kafka_version(),
+            "kafka_version": kafka_version(self._pom),
             "sasl_ssl": self.sasl_ssl,
             "broker_port": broker_port,
             "controller_port": controller_port,
@@ -635,6 +649,14 @@ class LocalKafka:
             "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
+            # KIP-848's groups (Kafka 4): the broker, not the client, sets their heartbeat (by
+            # default 5 s) and session (45 s, the least it allows): a partition would move 45 s
+            # after a member past max.poll.interval.ms stopped. A session of 6 s, as the classic
+            # protocol's tests ask for theirs.
+            "group.consumer.heartbeat.interval.ms": "500",
+            "group.consumer.min.heartbeat.interval.ms": "500",
+            "group.consumer.session.timeout.ms": "6000",
+            "group.consumer.min.session.timeout.ms": "6000",
             "auto.create.topics.enable": "false",
             "log.retention.check.interval.ms": "60000",
             # After kill -9 the controller refuses the restarted broker until the dead
@@ -696,34 +718,31 @@ class LocalKafka:
         client = self.data_dir / _CLIENT_PROPERTIES
         client.write_text("".join(f"{k}={v}\n" for k, v in self.client_config().items()))
         client.chmod(0o600)
-        self._write_broker_log4j()
 
     def _write_broker_log4j(self) -> Path:
         logs = self.data_dir / "logs"
         logs.mkdir(exist_ok=True)
-        path = self.data_dir / "log4j.properties"
-        path.write_text(
-            "log4j.rootLogger=INFO, file\n"
-            "log4j.appender.file=org.apache.log4j.RollingFileAppender\n"
-            f"log4j.appender.file.File={_escape(str(self.log_path))}\n"
-            "log4j.appender.file.MaxFileSize=20MB\n"
-            "log4j.appender.file.MaxBackupIndex=2\n"
-            "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
-            "log4j.logger.kafka.request.logger=WARN\n"
-            "log4j.logger.org.apache.kafka.clients.NetworkClient=WARN\n"
+        return self._write_log4j(
+            "log4j",
+            "INFO",
+            self.log_path,
+            "kafka.request.logger",
+            "org.apache.kafka.clients.NetworkClient",
         )
-        return path
 
     def _write_tool_log4j(self) -> Path:
-        path = self.data_dir / "tools-log4j.properties"
-        path.write_text(
-            "log4j.rootLogger=WARN, stderr\n"
-            "log4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
-            "log4j.appender.stderr.Target=System.err\n"
-            "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
-        )
+        return self._write_log4j("tools-log4j", "WARN", None)
+
+    def _write_log4j(self, name: str, level: str, file: Path | None, *quiet: str) -> Path:
+        """A log configuration in the syntax this Kafka reads: to `file` (rolled at 20 MB, two
+        kept), else to stderr, at `level`, and the `quiet` loggers at WARN."""
+        if self._log4j2:
+            path = self.data_dir / f"{name}2.properties"
+            text = _log4j2_properties(level, file, quiet)
+        else:
+            path = self.data_dir / f"{name}.properties"
+            text = _log4j1_properties(level, file, quiet)
+        path.write_text(text)
         return path
 
     def _java(self, jars: Path, *, heap_mb: int, log4j: Path) -> list[str]:
@@ -737,7 +756,11 @@ class LocalKafka:
             f"-Xmx{heap_mb}m",
             *_JVM_FLAGS,
             *self.extra_jvm_args,
-            f"-Dlog4j.configuration=file:{log4j}",
+            (
+                f"-Dlog4j2.configurationFile={log4j}"
+                if self._log4j2
+                else f"-Dlog4j.configuration=file:{log4j}"
+            ),
             f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
             "-cp",
             f"{jars}/*",
@@ -745,7 +768,7 @@ class LocalKafka:
 
     def _spawn(self, jars: Path) -> None:
         cmd = [
-            *self._java(jars, heap_mb=self.heap_mb, log4j=self.data_dir / "log4j.properties"),
+            *self._java(jars, heap_mb=self.heap_mb, log4j=self._write_broker_log4j()),
             _BROKER_MAIN,
             str(self.data_dir / _SERVER_PROPERTIES),
         ]
@@ -840,6 +863,63 @@ class LocalKafka:
         tmp.write_text(json.dumps(self._state, indent=2, sort_keys=True) + "\n")
         tmp.chmod(0o600)  # holds the SCRAM password in the secure mode
         tmp.replace(path)
+
+
+_LAYOUT: Final = "[%d] %p %m (%c)%n"
+
+
+def _log4j1_properties(level: str, file: Path | None, quiet: Sequence[str]) -> str:
+    """log4j 1's properties (Kafka 3.x)."""
+    if file is None:
+        lines = [
+            f"log4j.rootLogger={level}, stderr",
+            "log4j.appender.stderr=org.apache.log4j.ConsoleAppender",
+            "log4j.appender.stderr.Target=System.err",
+            "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout",
+            f"log4j.appender.stderr.layout.ConversionPattern={_LAYOUT}",
+        ]
+    else:
+        lines = [
+            f"log4j.rootLogger={level}, file",
+            "log4j.appender.file=org.apache.log4j.RollingFileAppender",
+            f"log4j.appender.file.File={_escape(str(file))}",
+            "log4j.appender.file.MaxFileSize=20MB",
+            "log4j.appender.file.MaxBackupIndex=2",
+            "log4j.appender.file.layout=org.apache.log4j.PatternLayout",
+            f"log4j.appender.file.layout.ConversionPattern={_LAYOUT}",
+        ]
+    lines += [f"log4j.logger.{name}=WARN" for name in quiet]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _log4j2_properties(level: str, file: Path | None, quiet: Sequence[str]) -> str:
+    """log4j 2's properties (Kafka 4.x): the same appenders and levels as log4j 1's."""
+    if file is None:
+        lines = [
+            "appender.out.type=Console",
+            "appender.out.target=SYSTEM_ERR",
+        ]
+    else:
+        lines = [
+            "appender.out.type=RollingFile",
+            f"appender.out.fileName={_escape(str(file))}",
+            f"appender.out.filePattern={_escape(str(file))}.%i",
+            "appender.out.policies.type=Policies",
+            "appender.out.policies.size.type=SizeBasedTriggeringPolicy",
+            "appender.out.policies.size.size=20MB",
+            "appender.out.strategy.type=DefaultRolloverStrategy",
+            "appender.out.strategy.max=2",
+        ]
+    lines += [
+        "appender.out.name=out",
+        "appender.out.layout.type=PatternLayout",
+        f"appender.out.layout.pattern={_LAYOUT}",
+        f"rootLogger.level={level}",
+        "rootLogger.appenderRef.out.ref=out",
+    ]
+    for i, name in enumerate(quiet):
+        lines += [f"logger.quiet{i}.name={name}", f"logger.quiet{i}.level=WARN"]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _escape(value: str) -> str:
