@@ -4,8 +4,10 @@ and the checker counts what the truth says against real findings of the engine."
 from __future__ import annotations
 
 import base64
+import contextlib
 import json as jsonlib
 import random
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -591,3 +593,120 @@ def test_a_kubernetes_write_whose_writer_died_before_recording_it_is_recovered(
     assert recovered.owned and recovered.process == "w0" and recovered.at == 12.5
     assert "resourceVersion 421" in recovered.evidence
     assert recover(leases, "default", truth) == 0
+
+
+class ShardConfigMap:
+    """A shard's ConfigMap (its cursor and its units' keys), and a Lease another holds."""
+
+    def __init__(self) -> None:
+        self.data = {"cursor": "0"}
+        self.rv = 5298
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
+        return SimpleNamespace(data=dict(self.data))
+
+    def patch_namespaced_config_map(self, name: str, namespace: str, body: Any) -> Any:
+        self.data.update(body["data"])
+        self.rv += 1
+        return SimpleNamespace(metadata=SimpleNamespace(resource_version=str(self.rv)))
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: Any) -> None:
+        self.data = dict(body.data)
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> Any:
+        return SimpleNamespace(spec=SimpleNamespace(holder_identity="w1-2"))
+
+
+def test_a_kubernetes_worker_s_leadership_ends_after_the_unit_it_began_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kubernetes, seed 1, run 26 (50b6f43): w0 lost its Lease with a unit under way, and its
+    elector returned at once. Under a stop order the worker counted the leadership ended, closed
+    its sink and exited, and the unit's stale write, made a second later, was dropped unsent."""
+    pytest.importorskip("kubernetes")
+    from detector.adapters.kubernetes import LeadershipLostError, _raise_in  # noqa: PLC0415
+    from detector.testing.campaign import kube_worker  # noqa: PLC0415
+
+    class Elector:
+        """Leads at once. With the work's first unit under way, the stop order comes and the
+        lease is lost: it raises in the work's thread and returns without waiting for it, as
+        `LeaderElector` does."""
+
+        def __init__(self, name: str, namespace: str, identity: str, work: Any, *a: Any, **kw: Any):
+            self.work = work
+            self.lock = SimpleNamespace(acquired=None)
+            self.ownership = object()
+            self.attempt_resource_version: int | None = 5116
+            self.began = threading.Event()
+            self.reported: list[tuple[str, int]] = []
+            made.append(self)
+
+        def attempt(self, key: str, **kw: Any) -> bool:
+            self.began.set()
+            return True
+
+        def committed(self, key: str, rv: int, **kw: Any) -> bool:
+            self.reported.append((key, rv))
+            return True
+
+        def run(self) -> None:
+            def lead() -> None:
+                with contextlib.suppress(LeadershipLostError):
+                    self.work(threading.Event())
+
+            leading = threading.Thread(target=lead, daemon=True)
+            leading.start()
+            assert self.began.wait(5)
+            assert leading.ident is not None
+            worker.orders.stopping.set()  # the run's end: the worker exits once all resigned
+            _raise_in(leading.ident, LeadershipLostError)
+
+    made: list[Elector] = []
+    monkeypatch.delenv("SPLITBRAIN_CAMPAIGN_TRUTH", raising=False)
+    monkeypatch.setattr(kube_worker, "LeaderElector", Elector)
+    worker = kube_worker.KubeWorker("default", "c-r26", "w0-1", units=16, prefer=0)
+    worker.work_s = 0.3
+    shard = ShardConfigMap()
+    monkeypatch.setattr(worker, "core", shard)
+    monkeypatch.setattr(worker, "leases", shard)
+    worker.elect("c-r26-shard-0", 0)
+    assert worker.orders.resigned()
+    assert made[0].reported == [("shard-0/unit-0", 5299)]
+
+
+def test_a_worker_s_sink_made_to_connect_now_sends_with_the_producer_made_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The producer exists before the nemesis can step the worker's clock (a producer made
+    after a backward libfaketime step froze its worker for 60 s), and is the one that sends."""
+    from detector.kafka.emit import Emitter  # noqa: PLC0415
+    from detector.testing.campaign import worker  # noqa: PLC0415
+
+    class Producer:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def publish_json(self, workflow_key: str, value: bytes) -> None:
+            self.sent.append(workflow_key)
+
+        def publish(self, event: Any, value: bytes) -> None:
+            raise AssertionError("publish_json is used")
+
+        def flush(self, timeout: float = 0.0) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    made: list[Producer] = []
+
+    def from_env(*, topic: str) -> Producer:
+        made.append(Producer())
+        return made[-1]
+
+    monkeypatch.setattr(Emitter, "from_env", from_env)
+    sink = worker.sink("kubernetes", connect_now=True)
+    assert len(made) == 1  # before any event
+    sink.send("heartbeat", workflow_key=WF, owner_epoch=1, worker_id="w0", source="coordinator")
+    sink.close(5)
+    assert len(made) == 1 and made[0].sent == [WF]
