@@ -19,21 +19,20 @@ def sink(adapter: str) -> AdapterSink:
     on the broker the `SPLITBRAIN_*` variables name.
 
     Its Kafka producer is made now, at the worker's start, not at its first event: the nemesis
-    steps a worker's clock only once the worker is ready, and a librdkafka producer made in a
-    process whose clock libfaketime has stepped back holds the whole process, the GIL included,
-    for 60 s in most tries (`nemesis._backward`). A worker frozen so loses its work to the
-    system, acts on it when it thaws, and is killed at the run's end with that zombie's events
-    unsent: the Temporal campaign's misses under load. A later producer (after a failed one, or
-    in a forked child, which cannot use its parent's) is made when the sink asks for it."""
+    steps a worker's clock once the worker is ready, and a librdkafka producer made in a process
+    whose clock libfaketime has stepped back holds the whole process, the GIL included, for 60 s
+    in most tries (`nemesis._backward`). A worker frozen so loses its work to the system, acts
+    on it when it thaws, and may be killed at the run's end with that zombie's events unsent:
+    the likely cause of the Temporal tests' misses under load. A worker restarted while its
+    clock is stepped still makes its producer under the step. A later producer (after a failed
+    one, or in a forked child, which cannot use its parent's) is made when the sink asks."""
     topic = os.environ.get(TOPIC_ENV, INPUT_TOPIC)
-    first = Emitter.from_env(topic=topic)
+    made = [Emitter.from_env(topic=topic)]
     maker = os.getpid()
-    handed: list[Emitter] = []
 
     def publisher() -> Emitter:
-        if not handed and os.getpid() == maker:
-            handed.append(first)
-            return first
+        if made and os.getpid() == maker:
+            return made.pop()
         return Emitter.from_env(topic=topic)
 
     return AdapterSink(adapter, publisher=publisher)
