@@ -15,10 +15,6 @@ from tests.integration.campaign_temporal import run_seeded
 pytest.importorskip("temporalio", reason="the temporal extra is not installed (.[temporal])")
 
 
-# In the slow job: in a full CI run (two xdist workers beside it) its second run once missed a
-# zombie's stale charge made after the activity had completed, which the same seed alone finds
-# (docs/campaign.md).
-@pytest.mark.slow
 def test_temporal_activity_zombies_are_found_and_ordinary_faults_raise_nothing(
     kafka_broker: LocalKafka, tmp_path: Path
 ) -> None:

@@ -127,7 +127,7 @@ class EtcdWorker:
         self.ttl = ttl
         self.work_s = work_s
         self.orders = election.Orders()
-        self.sink = sink("etcd", connect_now=True)
+        self.sink = sink("etcd")
         self.truth = TruthLog.from_env()
         self.process = os.environ.get(PROCESS_ENV)
 

@@ -153,7 +153,7 @@ class KubeWorker:
         self.prefer = prefer
         self.work_s = 0.5
         self.orders = election.Orders()
-        self.sink = sink("kubernetes", connect_now=True)
+        self.sink = sink("kubernetes")
         self.truth = TruthLog.from_env()
         self.core = client.CoreV1Api()
         self.leases = client.CoordinationV1Api()

@@ -85,8 +85,10 @@ def _backward(fault: Fault, hold_s: float) -> float:
     """A clock step goes backward only. Under libfaketime 0.9.10 a forward step freezes
     librdkafka's timed waits (their monotonic deadlines get the wall clock's offset): a producer's
     `poll(0.2)` never returned after a +30 min step, so the stepped worker sent nothing again (a
-    langgraph miss, 2026-12-05). A real NTP step leaves those waits alone; backward steps run
-    clean here."""
+    langgraph miss, 2026-12-05). A real NTP step leaves those waits alone. Backward steps run
+    clean for a producer made before them; one made after a backward step held its whole
+    process, the GIL included, for 60 s in most tries on a loaded machine, so the campaign's
+    workers make theirs at their start (`worker.sink`)."""
     return -abs(hold_s) if fault is Fault.CLOCK_STEP else hold_s
 
 
