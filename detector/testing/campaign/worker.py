@@ -25,9 +25,10 @@ def sink(adapter: str) -> AdapterSink:
     in most tries (`nemesis._backward`). A worker frozen so loses its work to the system, acts
     on it when it thaws, and may be killed at the run's end with that zombie's events unsent:
     the likely cause of the Temporal tests' misses under load, and the cause of kubernetes run
-    26's miss in the 50b6f43 campaign (a frozen holder lost its Lease mid-unit). A worker restarted while its
-    clock is stepped still makes its producer under the step. A later producer (after a failed
-    one, or in a forked child, which cannot use its parent's) is made when the sink asks."""
+    26's miss in the 50b6f43 campaign (a frozen holder lost its Lease mid-unit). A worker
+    restarted while its clock is stepped still makes its producer under the step. A later
+    producer (after a failed one, or in a forked child, which cannot use its parent's) is made
+    when the sink asks."""
     topic = os.environ.get(TOPIC_ENV, INPUT_TOPIC)
     made: list[Emitter] = []
     # No broker configured: the sink says so at its first event.
