@@ -231,6 +231,7 @@ def test_a_positive_found_later_than_the_target_is_listed_with_its_runs_faults_n
             "executor": "w1",
             "process": None,
             "epoch": 1,
+            "blind": None,
             "at_s": 17.0,
             "latency_s": 3.5,
             "faults": [
