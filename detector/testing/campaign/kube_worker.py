@@ -283,6 +283,9 @@ class KubeWorker:
         ownership = current()
         if self.truth is None or ownership is None:
             return
+        # The write's time is its answer's, not the judging read's (up to 1.3 s later under
+        # load): the latency to its finding runs from the write.
+        at = campaign_time()
         owned, evidence, blind = judged(
             self.leases, self.namespace, lease, rv, self.identity, won_at
         )
@@ -293,6 +296,7 @@ class KubeWorker:
             evidence=evidence,
             attempt=attempt,
             blind=blind,
+            at=at,
         )
 
     def advance(self, lease: str, index: int) -> None:
