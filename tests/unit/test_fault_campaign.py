@@ -257,6 +257,44 @@ def test_the_table_and_json_carry_the_counts_and_latency_percentiles() -> None:
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0 and percentile([], 0.95) is None
 
 
+def test_a_positive_found_later_than_the_target_is_listed_with_its_runs_faults_near_it() -> None:
+    """The p95 says how slow, the list says which: each slow positive with its run's faults from
+    ten seconds before it to its finding (an earlier one left out), slowest first."""
+    truth = [
+        write("charge", "w2", 2, owned=True, at=100.0),
+        write("charge", "w1", 1, owned=False, at=101.0),
+    ]
+    steps = (
+        Step(1.0, Fault.CRASH_RESTART, 0, 1.0),  # ended 15 s before the write: not near
+        Step(12.0, Fault.PAUSE_PAST_LEASE, 1, 5.0),
+        Step(19.0, Fault.CLOCK_STEP, 2, -2.0),  # a step's hold is its hours
+        Step(30.0, Fault.PARTITION, 2, 1.0),  # after the finding
+    )
+    slow = check(truth, seen(zombie_findings(), 104.5), SEQ_DESTINATION)
+    row = summary(SourceResult("leases", 1, 1, slow, 2, schedules={0: (84.0, steps)}))
+    assert row["slow"] == [
+        {
+            "run": 0,
+            "workflow_key": WF,
+            "effect_key": "charge",
+            "kind": "stale",
+            "executor": "w1",
+            "process": None,
+            "epoch": 1,
+            "blind": None,
+            "at_s": 17.0,
+            "latency_s": 3.5,
+            "faults": [
+                "12.0s pause_past_lease worker 1 (5s)",
+                "19.0s clock_step worker 2 (-2s)",
+            ],
+        }
+    ]
+    assert f"  run 0 {WF} stale charge epoch 1 at 17 s: 3.50 s; faults: 12.0s" in table([row])
+    fast = check(truth, seen(zombie_findings(), 102.0), SEQ_DESTINATION)
+    assert summary(SourceResult("leases", 1, 1, fast, 2))["slow"] == []
+
+
 def test_a_key_committed_by_each_owner_in_turn_is_explained_by_each_owners_finding() -> None:
     """Epochs 1, 2 and 3 commit one key in turn (the lease store: a crash after the effect, then
     a restart of the store): two failover duplicates, each a finding of the owner just before

@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Final, Literal
 
 from detector.contracts.findings import ConditionKind, Finding, Severity
 from detector.testing.campaign.truth import HEARD_LATE, UNSENT, Write
@@ -42,6 +42,10 @@ _STALE_EFFECT = frozenset(
     }
 )
 
+
+# Issue 34's target for the time from a stale effect to its finding: a found positive slower than
+# this is listed (`Verdict.slow`), so that what bounds a p95 above it can be traced.
+TARGET_S: Final = 2.0
 
 _CONFIRMED = frozenset(
     {
@@ -71,6 +75,10 @@ class Positive:
     # a failover duplicate too, found in that finding as well: its `episodes` are explained by
     # it, without counting twice.
     episodes: frozenset[int | None] = frozenset()
+
+    @property
+    def kind(self) -> str:
+        return "duplicate" if self.duplicate else "attempt" if self.write.attempt else "stale"
 
     def as_duplicate(self) -> Positive:
         across = any(e is not None for e in self.episodes)  # under another epoch: critical
@@ -171,6 +179,14 @@ class Grade:
         return ("low", "medium", "high")[both]
 
 
+@dataclass(frozen=True, slots=True)
+class Slow:
+    """A found positive slower than `TARGET_S`."""
+
+    positive: Positive
+    latency_s: float
+
+
 @dataclass
 class Verdict:
     """The checker's answer for one source's runs."""
@@ -190,6 +206,7 @@ class Verdict:
     quiet_runs_s: list[float] = field(default_factory=list)
     # One line each, for the report: what was missed, raised for nothing, or misgraded.
     notes: list[str] = field(default_factory=list)
+    slow: list[Slow] = field(default_factory=list)
 
     def timed(
         self, wrote: float, found: float, outages: Sequence[tuple[float, float]], *, quiet: bool
@@ -270,6 +287,8 @@ def check(
             continue
         verdict.true_positives += 1
         verdict.timed(w.at, found[0].at, outages, quiet=w.run not in restarted_runs)
+        if found[0].at - w.at > TARGET_S:
+            verdict.slow.append(Slow(p, found[0].at - w.at))
         # Every finding naming it is explained by it, not only the first: one key written
         # again after two displaced epochs is a duplicate of each (a finding per epoch).
         accounts.explain(found, p.critical)

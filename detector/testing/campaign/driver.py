@@ -60,6 +60,9 @@ class SourceResult:
     # Each broker restart: when it went down and when it served again (wall clock).
     outages: Sequence[tuple[float, float]] = ()
     restarted_runs: set[int] = field(default_factory=set)  # the runs with a broker restart
+    # Each run's schedule and when it began (wall clock): what the report puts beside a slow
+    # finding.
+    schedules: dict[int, tuple[float, tuple[Step, ...]]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -181,6 +184,7 @@ def campaign(
                 if any(s.fault is Fault.BROKER_RESTART for s in steps):
                     result.restarted_runs.add(n)
                 with session.run(run) as fleet:
+                    result.schedules[n] = (time.time(), steps)
                     _play(steps, fleet, broker, env.outages, result)
                     if not fleet.drain(DRAIN_S):
                         result.undrained_runs.append(n)

@@ -242,6 +242,9 @@ class EtcdWorker:
         ownership = current()
         if self.truth is None or ownership is None:
             return
+        # The write's time is its answer's, not the judging read's (up to 1.3 s later under
+        # load): the latency to its finding runs from the write.
+        at = campaign_time()
         owned, evidence, blind = judged(client, lock_key, revision, ownership.owner_epoch)
         self.truth.record(
             **owner_of(ownership),
@@ -251,6 +254,7 @@ class EtcdWorker:
             committed=applied,
             attempt=attempt,
             blind=blind,
+            at=at,
         )
 
     def advance(self, client: Etcd3Client, lock_key: str, shard: int, index: int) -> bool:

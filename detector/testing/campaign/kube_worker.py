@@ -249,7 +249,9 @@ class KubeWorker:
     ) -> None:
         key = election.effect_key(shard, index)
         elector.attempt(key, destination="configmap")
-        self.record(lease, key, elector.attempt_resource_version, won_at, attempt=True)
+        self.record(
+            lease, key, elector.attempt_resource_version, won_at, campaign_time(), attempt=True
+        )
         if self.orders.take_failure():
             log.info("%s failed before its effect; retrying it", key)
             return
@@ -263,12 +265,13 @@ class KubeWorker:
         # The API server's answer is the destination's receipt of the write, at the write's
         # resourceVersion: the ConfigMap is stored beside the Lease, in the same order.
         rv = int(written.metadata.resource_version)
-        self.made(lease, key, rv, won_at)
+        at = campaign_time()  # at the answer: a pause may land before the record
+        self.made(lease, key, rv, won_at, at)
         elector.committed(key, rv, destination="configmap")
-        self.record(lease, key, rv, won_at)
+        self.record(lease, key, rv, won_at, at)
         election.retrying(lambda: self.advance(lease, index), "the cursor")
 
-    def made(self, lease: str, key: str, rv: int, won_at: datetime | None) -> None:
+    def made(self, lease: str, key: str, rv: int, won_at: datetime | None, at: float) -> None:
         """Note a write the API server answered at `rv`, before judging it (`recover`)."""
         ownership = current()
         if self.truth is None or ownership is None:
@@ -280,7 +283,7 @@ class KubeWorker:
                 "effect_key": key,
                 "rv": rv,
                 "won_at": won_at.isoformat() if won_at is not None else None,
-                "at": campaign_time(),
+                "at": at,
                 "process": self.truth.process,
             }
         )
@@ -293,10 +296,13 @@ class KubeWorker:
         key: str,
         rv: int | None,
         won_at: datetime | None,
+        at: float,
         *,
         attempt: bool = False,
     ) -> None:
-        """The truth of a write (or an attempt) at `rv`: the Lease as the API server held it."""
+        """The truth of a write (or an attempt) at `rv`, made at `at` (`campaign_time`, at the
+        API server's answer: the judging read below, or a pause, can come seconds later): the
+        Lease as the API server held it."""
         ownership = current()
         if self.truth is None or ownership is None:
             return
@@ -310,6 +316,7 @@ class KubeWorker:
             evidence=evidence,
             attempt=attempt,
             blind=blind,
+            at=at,
         )
 
     def advance(self, lease: str, index: int) -> None:

@@ -9,11 +9,17 @@ import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from detector.testing.campaign.checker import TARGET_S, Slow
 from detector.testing.campaign.driver import SourceResult
+from detector.testing.campaign.nemesis import Fault, Step
 
 _QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99, "max": 1.0}
+# A fault that ended this long before a slow write is still shown beside it: a restarted worker
+# or coordinator takes seconds to be back at work.
+NEAR_S: Final = 10.0
+SLOW_SHOWN: Final = 5  # the slowest positives the printed table lists per source; the JSON has all
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -56,7 +62,39 @@ def summary(result: SourceResult) -> dict[str, Any]:
         "watcher_restarts": result.restarts["watcher"],
         "seconds": round(result.seconds, 1),
         "notes": v.notes,
+        "slow": [
+            _slow(s, result.schedules)
+            for s in sorted(v.slow, key=lambda s: s.latency_s, reverse=True)
+        ],
     }
+
+
+def _slow(slow: Slow, schedules: dict[int, tuple[float, tuple[Step, ...]]]) -> dict[str, Any]:
+    """A positive found later than the target, with its run's faults near it: where to look."""
+    w = slow.positive.write
+    began, steps = schedules.get(w.run, (None, ()))
+    at = None if began is None else w.at - began
+    return {
+        "run": w.run,
+        "workflow_key": w.workflow_key,
+        "effect_key": w.effect_key,
+        "kind": slow.positive.kind,
+        "executor": w.executor,
+        "process": w.process,
+        "epoch": w.epoch,
+        # A blind spot's code: the adapter could not show it, and a later event found it (a
+        # successor's redo of the key, a duplicate), so the latency is that event's.
+        "blind": w.blind,
+        "at_s": None if at is None else round(at, 2),  # from the start of the run's schedule
+        "latency_s": round(slow.latency_s, 2),
+        "faults": [] if at is None else [s.describe().strip() for s in steps if _near(s, at, slow)],
+    }
+
+
+def _near(step: Step, at: float, slow: Slow) -> bool:
+    """Whether `step` was under way between `NEAR_S` before the write and its finding."""
+    held = 0.0 if step.fault is Fault.CLOCK_STEP else step.hold_s  # a step's hold is its hours
+    return step.at_s <= at + slow.latency_s and step.at_s + held >= at - NEAR_S
 
 
 def machine() -> str:
@@ -81,6 +119,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     lines.append("p95 q: in the runs without a broker restart")
     for r in rows:
         lines += [f"{r['source']}: {note}" for note in r["notes"]]
+        if slow := r["slow"]:
+            lines.append(f"{r['source']}: {len(slow)} found later than {TARGET_S:g} s; slowest:")
+            lines += [f"  {_slow_line(x)}" for x in slow[:SLOW_SHOWN]]
         for role in ("detector", "watcher"):
             if restarts := r.get(f"{role}_restarts"):
                 lines.append(f"{r['source']}: the {role} exited, started again {restarts} time(s)")
@@ -93,6 +134,16 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
                 "(max) after it served again"
             )
     return "\n".join(lines)
+
+
+def _slow_line(x: dict[str, Any]) -> str:
+    at = "?" if x["at_s"] is None else f"{x['at_s']:g}"
+    blind = "" if x["blind"] is None else f" ({x['blind']})"
+    faults = "; ".join(x["faults"]) or "none near"
+    return (
+        f"run {x['run']} {x['workflow_key']} {x['kind']} {x['effect_key']} epoch {x['epoch']}"
+        f"{blind} at {at} s: {x['latency_s']:.2f} s; faults: {faults}"
+    )
 
 
 def _s(value: float | None) -> str:
