@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from detector.contracts.findings import Finding
 from detector.histories.audit import audit_lines
 from detector.testing.campaign.checker import Grade, Seen, check, positives
@@ -168,3 +170,64 @@ def test_a_commit_its_worker_s_exit_silenced_does_not_decide_the_next_duplicate_
     assert [p.episodes for p in positives(writes)][-1] == frozenset({1})
     verdict = check(writes, [Seen(_finding(1, 3), 3.1)], Grade("authoritative_seq", True))
     assert (verdict.false_negatives, verdict.false_positives) == (0, 0), verdict.notes
+
+
+def _ticket(n: int, kind: str, worker: str, epoch: int) -> dict[str, Any]:
+    """A LangGraph adapter's event: a claim carries its ledger's seq, a reply (a user call) is
+    confirmed by its destination without one."""
+    e: dict[str, Any] = {
+        "workflow_key": "ticket-0",
+        "owner_epoch": epoch,
+        "worker_id": worker,
+        "kind": kind,
+        "event_id": f"e{n}",
+        "observed_at": f"2026-12-05T00:00:{n:02d}Z",
+    }
+    if kind == "lease_acquired":
+        return e | {"seq": n}
+    return e | {"source": "destination", "effect_key": "reply/ticket-0"}
+
+
+@pytest.mark.parametrize(
+    ("worker", "epoch", "owned"),
+    [("pod-2", 1, False), ("pod-0", 2, True)],
+    ids=["displaced-owner-again", "current-owner-again"],
+)
+def test_a_key_committed_again_by_an_epoch_that_had_is_a_retry_s_warning(
+    worker: str, epoch: int, owned: bool
+) -> None:
+    """The langgraph campaign's misgrading (50b6f43, seed 1, run 17): pod-2 replied, lost its
+    claim in a partition, and its retried attempt replied again after pod-0's takeover and
+    reply. DESIGN §4 makes that reply a stale commit in epoch 1's finding (critical) and a retry
+    of epoch 1's own, a finding of its own (a warning); the checker wanted both critical. So it
+    did when the current owner replies twice."""
+    history = [
+        _ticket(1, "lease_acquired", "pod-2", 1),
+        _ticket(2, "effect_committed", "pod-2", 1),
+        _ticket(3, "lease_acquired", "pod-0", 2),
+        _ticket(4, "effect_committed", "pod-0", 2),
+        _ticket(5, "effect_committed", worker, epoch),
+    ]
+    findings = audit_lines([json.dumps(e).encode() for e in history]).findings.values()
+    assert sorted((f.displaced is None, str(f.severity)) for f in findings) == [
+        (False, "critical"),
+        (True, "warning"),
+    ]
+    truth = [
+        Write(
+            run=0,
+            workflow_key="ticket-0",
+            effect_key="reply/ticket-0",
+            executor=e["worker_id"],
+            epoch=e["owner_epoch"],
+            owned=owned or n < len(history),  # the last reply is the case's
+            evidence="the checkpoint's children",
+            at=float(n),
+        )
+        for n, e in enumerate(history, start=1)
+        if e["kind"] == "effect_committed"
+    ]
+    verdict = check(truth, [Seen(f, 6.0) for f in findings], Grade("per_condition", True))
+    assert (verdict.false_positives, verdict.false_negatives, verdict.misgraded) == (0, 0, 0), (
+        verdict.notes
+    )

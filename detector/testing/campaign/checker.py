@@ -69,7 +69,8 @@ class Positive:
     write: Write
     duplicate: bool  # False: a stale write
     # What DESIGN grades it: a committed stale effect, or a key committed under two epochs, is
-    # critical; a refused stale write, or a key committed twice under one epoch, a warning.
+    # critical; a refused stale write, or a key committed twice under one epoch, a warning. A
+    # write can be both, each in its own finding (`critical_in`).
     critical: bool
     # The findings a duplicate joins (`_episodes`). A stale commit of a key committed before is
     # a failover duplicate too, found in that finding as well: its `episodes` are explained by
@@ -95,6 +96,12 @@ class Positive:
                 for c in finding.conditions
             )
         return _calls_stale(w, finding)
+
+    def critical_in(self, finding: Finding) -> bool:
+        """What DESIGN grades `finding`, which found this positive: a duplicate is critical in a
+        failover's episode but a warning in a retry's (`displaced: null`), also when it is a
+        stale commit of a key its own epoch had committed before the takeover."""
+        return self.critical and not (self.duplicate and finding.displaced is None)
 
 
 def _calls_stale(w: Write, finding: Finding) -> bool:
@@ -239,11 +246,12 @@ class _Accounts:
             if s.finding.severity is not Severity.INFO and names(s.finding)
         ]
 
-    def explain(self, seen: Iterable[Seen], critical: bool) -> None:
-        """Each of `seen` is accounted for, and critical if `critical` (DESIGN's grade)."""
+    def explain(self, seen: Iterable[Seen], critical: Callable[[Finding], bool]) -> None:
+        """Each of `seen` is accounted for, and critical if `critical` says so of it (DESIGN's
+        grade)."""
         for s in seen:
             fid = s.finding.finding_id
-            self.critical[fid] = self.critical.get(fid, False) or critical
+            self.critical[fid] = self.critical.get(fid, False) or critical(s.finding)
 
     def blind(self, w: Write) -> None:
         """`w` counted apart, under a code its source must declare."""
@@ -276,7 +284,7 @@ def check(
         w = p.write
         if not p.duplicate and p.episodes:
             again = p.as_duplicate()
-            accounts.explain(accounts.naming(w, again.found_by), again.critical)
+            accounts.explain(accounts.naming(w, again.found_by), again.critical_in)
         found = accounts.naming(w, p.found_by)
         if not found:
             if w.blind is not None and w.blind != HEARD_LATE:
@@ -291,13 +299,13 @@ def check(
             verdict.slow.append(Slow(p, found[0].at - w.at))
         # Every finding naming it is explained by it, not only the first: one key written
         # again after two displaced epochs is a duplicate of each (a finding per epoch).
-        accounts.explain(found, p.critical)
+        accounts.explain(found, p.critical_in)
     # Heard after the takeover that followed them: the findings calling them stale are what
     # DESIGN gives for arrival (critical for a commit), neither hits nor false alarms.
     for w in (w for w in writes if w.blind == HEARD_LATE and w.owned):
         if late := accounts.naming(w, partial(_calls_stale, w)):
             accounts.blind(w)
-            accounts.explain(late, w.committed)
+            accounts.explain(late, Positive(w, duplicate=False, critical=w.committed).critical_in)
     for fid, s in latest.items():
         f = s.finding
         if f.severity is Severity.INFO:
