@@ -17,7 +17,9 @@ At the process's exit (`atexit`: a script, a job, a pod that resumes one interru
 sinks of the process send what they hold and wait for Kafka's acknowledgements, all together
 within one bound (`SPLITBRAIN_ADAPTER_EXIT_FLUSH_S`, 5 s); whatever is still unsent then is
 counted (`reason="exit"`) and logged in one line per sink. The exit never waits longer, and
-nothing raises into it.
+nothing raises into it. An event sent once a sink is closed (work that outlived its sink) is
+counted and logged too: the first at once, later ones summed into a line at most every
+`_LATE_LOG_EVERY_S` and at exit.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ _SETTLE_S: Final = 5.0  # a wait for Kafka's acknowledgements, between bursts of
 _FINAL_SETTLE_S: Final = 1.0  # at close, after `flush` already waited
 _RETRY_S: Final = 1.0  # after the emitter could not be made or failed: try again this late
 DEFAULT_EXIT_FLUSH_S: Final = 5.0
+_LATE_LOG_EVERY_S: Final = 60.0  # events sent to a closed sink: one summed line this often
 # Where the docs say how to configure the producer, for a log line that cannot name a variable.
 _CONFIGURATION: Final = (
     f"the producer is configured by {env_var('bootstrap_servers')} and the other SPLITBRAIN_* "
@@ -182,6 +185,53 @@ def _unavailable(exc: Exception, *, from_env: bool) -> str:
     return reason
 
 
+class _LateDrops:
+    """Events sent to a closed sink, said without flooding the host's log (work that keeps
+    sending once its sink closed would write a line per event): the first at once, later ones
+    summed into a line at most every `_LATE_LOG_EVERY_S`, and what is left at exit
+    (`_flush_at_exit`). Counts only: never an event's contents."""
+
+    def __init__(self, adapter: str) -> None:
+        self._adapter = adapter
+        self._lock = threading.Lock()
+        self._unsaid: dict[DropReason, int] = {}
+        self._said_at: float | None = None
+
+    def add(self, reason: DropReason) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._unsaid[reason] = self._unsaid.get(reason, 0) + 1
+            if self._said_at is not None and now - self._said_at < _LATE_LOG_EVERY_S:
+                return
+            first = self._said_at is None
+            self._said_at = now
+            unsaid, self._unsaid = self._unsaid, {}
+        if first:
+            _hook_exit()  # a sink closed before it ever sent has no hook yet
+        self._say(unsaid, first=first)
+
+    def report(self) -> None:
+        """At exit: what was summed since the last line."""
+        with self._lock:
+            unsaid, self._unsaid = self._unsaid, {}
+        self._say(unsaid, first=False)
+
+    def _say(self, unsaid: Mapping[DropReason, int], *, first: bool) -> None:
+        for reason, count in unsaid.items():
+            log.warning(
+                "adapter %s: %d event(s) sent after %s, dropped (counted, reason %s)%s",
+                self._adapter,
+                count,
+                "the process's exit began"
+                if reason is DropReason.EXIT
+                else "its sink was closed: the work outlived the sink's close",
+                reason.value,
+                f"; later ones are summed here every {_LATE_LOG_EVERY_S:g}s and at exit"
+                if first
+                else "",
+            )
+
+
 _sinks: weakref.WeakSet[AdapterSink] = weakref.WeakSet()
 _exit_hook = threading.Lock()
 _exit_hooked = False
@@ -212,6 +262,8 @@ def _flush_at_exit(of: Iterable[AdapterSink] | None = None) -> None:
             sink._begin_exit(start + sink.exit_flush_s)
         for sink in sinks:
             sink._finish_exit()
+        for sink in list(_sinks if of is None else of):
+            sink._late.report()
     except Exception:  # the host's exit must never see our failure
         log.exception("adapter sink: flushing at exit failed")
 
@@ -292,6 +344,7 @@ class AdapterSink:
         self._closed = False
         self._close_by = 0.0  # time.monotonic() a `close` waits for Kafka until
         self._closed_reason = DropReason.CLOSED  # what an event sent once closed counts as
+        self._late = _LateDrops(adapter)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -333,7 +386,9 @@ class AdapterSink:
 
     def _put(self, item: _Queued) -> None:
         if self._closed:
-            self._dropped[self._closed_reason].inc()
+            reason = self._closed_reason
+            self._dropped[reason].inc()
+            self._late.add(reason)
             return
         if len(self._queue) >= self._capacity:
             self._dropped[DropReason.QUEUE_FULL].inc()
@@ -489,6 +544,7 @@ class AdapterSink:
         self._thread = None
         self._lock = threading.Lock()
         self._handoff = Handoff()
+        self._late = _LateDrops(self.adapter)  # the parent's are the parent's to say
         self._reset_exit()
 
     def _run(self) -> None:

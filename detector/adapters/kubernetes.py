@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -433,8 +434,11 @@ class LeaderElector:
 
     `work(stop)` runs while leading, under the Lease's key and epoch (`effect_committed` inside
     it carries them); on "stopped leading" `stop` is set, `LeadershipLostError` is raised in its
-    thread, a `lease_lost` is sent, and `on_stopped` is called. `kubernetes.config` must be
-    loaded first, as for `LeaseLock`.
+    thread, a `lease_lost` is sent, and `on_stopped` is called. `run` then waits for the work's
+    thread to end, at most `stop_timeout` seconds (default: `lease_duration`), so a process that
+    exits (or closes its sink) once `run` returns keeps the last write's events; past the bound
+    it logs that the work still runs and returns. `kubernetes.config` must be loaded first, as
+    for `LeaseLock`.
     """
 
     def __init__(
@@ -449,7 +453,11 @@ class LeaderElector:
         renew_deadline: int = 10,
         retry_period: int = 2,
         on_stopped: Callable[[], None] | None = None,
+        stop_timeout: float | None = None,
     ) -> None:
+        if stop_timeout is not None and not 0 <= stop_timeout < math.inf:
+            raise ValueError(f"stop_timeout must be 0 or more seconds, not {stop_timeout}")
+        self.stop_timeout = float(lease_duration if stop_timeout is None else stop_timeout)
         self.lock = _RecordingLeaseLock(name, namespace, identity)
         self.stop = threading.Event()
         self.ownership: Ownership | None = None
@@ -460,6 +468,7 @@ class LeaderElector:
         self._sink = sink
         self._on_stopped = on_stopped
         self._thread_id: int | None = None
+        self._work_thread: threading.Thread | None = None  # the client's, running `_started`
         self._leading = False
         self._election = leaderelection.LeaderElection(
             electionconfig.Config(
@@ -476,13 +485,31 @@ class LeaderElector:
         """The election. The Python client raises out of it when the API server cannot be
         reached (only an API error is retried) and never calls "stopped leading": a leader's
         work would go on unrenewed, so it is stopped here as a lost leadership is, then the
-        error raised."""
+        error raised. Either way it returns (or raises) once the work's thread ended, or
+        `stop_timeout` passed: the client returns at once, its work still writing."""
         try:
             self._election.run()
         except BaseException:
             if self._leading and not self.stop.is_set():
                 self._stopped()
             raise
+        finally:
+            self._await_work()
+
+    def _await_work(self) -> None:
+        """Wait for the work the election started, within `stop_timeout`; say it if it runs on
+        (a blocking call that ignores the stop): its later effects are the host's to await."""
+        thread = self._work_thread
+        if thread is None or thread is threading.current_thread():
+            return
+        thread.join(self.stop_timeout)
+        if thread.is_alive():
+            log.warning(
+                "kubernetes: %s's work still runs %gs after leadership ended (stop_timeout): "
+                "run() returns without it; effects it sends once its sink is closed are dropped",
+                self.lock.identity,
+                self.stop_timeout,
+            )
 
     def attempt(
         self,
@@ -549,6 +576,7 @@ class LeaderElector:
         return True
 
     def _started(self) -> None:
+        self._work_thread = threading.current_thread()
         self._leading = True
         lease = self.lock.acquired
         if lease is None:  # the elector led without a write of ours: cannot name the epoch

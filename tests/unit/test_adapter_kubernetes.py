@@ -326,6 +326,75 @@ def test_an_election_that_raises_while_leading_stops_the_work() -> None:
     sink.close()
 
 
+def stepping_down(elector: LeaderElector, working: threading.Event) -> None:
+    """In place of `LeaderElection.run`: the work started in a thread of its own, then
+    leadership lost and "stopped leading" called, and the client returns at once."""
+
+    def run() -> None:
+        threading.Thread(target=elector._started, daemon=True).start()
+        assert working.wait(10)
+        elector._stopped()
+
+    elector._election.run = run  # type: ignore[method-assign]
+    elector.lock.acquired = V1Lease(
+        metadata=V1ObjectMeta(name="payments-leader", resource_version="77"), spec=V1LeaseSpec()
+    )
+
+
+def test_run_returns_after_the_work_s_last_write() -> None:
+    """A host that exits (closing its sink) once `run` returns must still report the write the
+    work had in flight when leadership ended."""
+    recorder = Recorder()
+    sink = AdapterSink("kubernetes", publisher=lambda: recorder, registry=CollectorRegistry())
+    working = threading.Event()
+    reported: list[float] = []
+
+    def work(stop: threading.Event) -> None:
+        try:
+            while True:  # ended by the `LeadershipLostError` raised in its thread
+                working.set()
+                time.sleep(0.01)
+        finally:  # the write in flight when leadership ended
+            time.sleep(0.2)
+            effect_committed("report/last")
+            reported.append(time.monotonic())
+
+    elector = LeaderElector("payments-leader", "default", "pod-a", work, sink)
+    stepping_down(elector, working)
+    elector.run()
+    returned = time.monotonic()
+    assert reported and reported[0] <= returned
+    sink.close()
+    assert [e.kind.value for e in recorder.events] == ["lease_lost", "effect_committed"]
+
+
+def test_run_waits_for_the_work_no_longer_than_its_stop_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Work stuck in a blocking call never sees the stop: `run` returns at the bound and says
+    so, naming the setting."""
+    sink = AdapterSink("kubernetes", publisher=Recorder, registry=CollectorRegistry())
+    working = threading.Event()
+    release = threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        working.set()
+        release.wait(10)  # a C call: the raised stop waits for it
+
+    elector = LeaderElector("payments-leader", "default", "pod-a", work, sink, stop_timeout=0.1)
+    stepping_down(elector, working)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        elector.run()
+    assert time.monotonic() - started < 5
+    (line,) = [r.getMessage() for r in caplog.records if "stop_timeout" in r.getMessage()]
+    assert line.startswith("kubernetes: pod-a's work still runs 0.1s after leadership ended")
+    release.set()
+    sink.close()
+    with pytest.raises(ValueError, match="stop_timeout"):
+        LeaderElector("l", "default", "pod-a", work, sink, stop_timeout=-1)
+
+
 def test_the_elector_keeps_lease_transitions_as_client_go_so_a_relist_knows_its_epoch() -> None:
     """0 at creation, one more when the holder changes, none on a renewal; a Lease another
     elector wrote without transitions is left so (its epoch stays its resourceVersion). A

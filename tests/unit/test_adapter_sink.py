@@ -18,6 +18,7 @@ from detector.adapters import (
     Authority,
     DropReason,
     Ownership,
+    _sink,
     current,
     effect_committed,
     effect_rejected,
@@ -209,6 +210,42 @@ def test_an_unreachable_kafka_buffers_and_the_host_goes_on(
     assert said and all("counted as dropped (reason closed)" in line for line in said), said
     own.emit(Kind.HEARTBEAT)
     assert dropped(registry, DropReason.CLOSED) > 0
+
+
+def late_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "after its sink was closed" in r.getMessage()]
+
+
+def test_events_sent_to_a_closed_sink_are_said_without_flooding(
+    registry: CollectorRegistry,
+    recorder: Recorder,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Work that outlived its sink (a stale write's `effect_committed`) must show in the log,
+    not only in the metric: the first drop at once, later ones summed, the rest at exit."""
+    sink = AdapterSink("test", publisher=lambda: recorder, registry=registry)
+    own = owner(sink)
+    own.emit(Kind.HEARTBEAT)
+    sink.close()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            own.effect(Kind.EFFECT_COMMITTED, "charge/42", Source.DESTINATION, None, None, None)
+        assert dropped(registry, DropReason.CLOSED) == 3
+        (first,) = late_lines(caplog)
+        assert first.startswith("adapter test: 1 event(s) sent after its sink was closed")
+        assert "reason closed" in first and "charge/42" not in first
+        monkeypatch.setattr(_sink, "_LATE_LOG_EVERY_S", 0.0)
+        own.emit(Kind.HEARTBEAT)  # the interval passed: the two unsaid and this one
+        assert late_lines(caplog)[1].startswith("adapter test: 3 event(s)")
+        monkeypatch.setattr(_sink, "_LATE_LOG_EVERY_S", 60.0)
+        own.emit(Kind.HEARTBEAT)
+        assert len(late_lines(caplog)) == 2
+        _flush_at_exit([sink])
+        assert late_lines(caplog)[2].startswith("adapter test: 1 event(s)")
+        _flush_at_exit([sink])  # nothing new: nothing said
+    assert len(late_lines(caplog)) == 3
+    assert dropped(registry, DropReason.CLOSED) == 5
 
 
 def test_adapter_built_events_are_valid_by_the_contract_as_sent(
