@@ -60,6 +60,9 @@ def test_an_aimed_pause_holds_the_worker_until_a_later_owner_wrote_its_key(
         before = _lines(out)
         for epoch, key in ((3, "reply/t-1"), (4, "fork/t-1"), (4, "reply/t-1")):
             time.sleep(0.3)  # the nemesis reads the log meanwhile: only the last write ends it
+            if key == "reply/t-1" and epoch == 4:
+                # Looked at before the write that ends the pause: after it, the resume races.
+                seen.append((_stopped(proc.popen.pid), before, _lines(out)))
             truth.record(
                 workflow_key="t-1",
                 effect_key=key,
@@ -68,7 +71,6 @@ def test_an_aimed_pause_holds_the_worker_until_a_later_owner_wrote_its_key(
                 owned=True,
                 evidence="",
             )
-        seen.append((_stopped(proc.popen.pid), before, _lines(out)))
 
     try:
         while _lines(out) < 3:  # working, unarmed
