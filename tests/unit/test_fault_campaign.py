@@ -399,6 +399,16 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
     assert all(w.blind is None for w in truth.writes())
 
 
+def shut_down(
+    kills: Kills, monkeypatch: pytest.MonkeyPatch, *, at: float, gone: float, target: str = "w1"
+) -> None:
+    """A graceful shutdown signalled at `at` whose process has exited at `gone`."""
+    clock = iter((at, gone))
+    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: next(clock))
+    with kills.exiting(target, Step(0.0, Fault.GRACEFUL_SHUTDOWN, 0, 1.0)):
+        pass
+
+
 def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_its_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,13 +416,42 @@ def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_it
     adapter held is counted as dropped and lost; when Kafka is back sooner, nothing is."""
     truth = TruthLog(tmp_path / "truth.jsonl", run=0)
     writes = [write("b", "w1", 1, owned=False, at=95.0)]
-    monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
-    for outage, blind in (((92.0, 110.0), SHUTDOWN_UNSENT), ((92.0, 103.0), None)):
+    for outage, gone, blind in (
+        ((92.0, 110.0), 105.1, SHUTDOWN_UNSENT),
+        ((92.0, 103.0), 103.2, None),
+    ):
         truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
         kills = Kills(KafkaOutages(spans=[outage]))
-        kills.note("w1", Step(0.0, Fault.GRACEFUL_SHUTDOWN, 0, 1.0))
+        shut_down(kills, monkeypatch, at=100.0, gone=gone)
         kills.mark(truth)
         assert [w.blind for w in truth.writes()] == [blind]
+
+
+def test_a_shutdown_whose_exit_flush_meets_the_next_outage_silences_its_last_task_and_duplicate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Celery run 16 of 50b6f43: SIGTERM 5 s into an outage that ended 0.4 s later; the worker
+    finished its task (its write after the signal), and its exit flush met the next broker
+    restart, 0.25 s after the first, so the 15 events it held since the first outage were
+    dropped at exit (logged).
+    The task's redelivery to another worker is then a duplicate no event can show."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    writes = [
+        write("a", "w1", 1, owned=True, at=95.0),  # before the first outage: sent
+        write("b", "w1", 1, owned=True, at=97.17),  # held since the first outage
+        write("c", "w1", 1, owned=True, at=101.85),  # the task finished after the signal
+        write("c", "w2", 2, owned=True, at=106.68),  # its redelivery
+    ]
+    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    kills = Kills(KafkaOutages(spans=[(96.25, 101.84), (102.09, 107.74)]))
+    shut_down(kills, monkeypatch, at=101.4, gone=107.4)
+    kills.mark(truth)
+    assert [(w.effect_key, w.executor, w.blind) for w in truth.writes()] == [
+        ("a", "w1", None),
+        ("b", "w1", SHUTDOWN_UNSENT),
+        ("c", "w1", SHUTDOWN_UNSENT),
+        ("c", "w2", SHUTDOWN_UNSENT),
+    ]
 
 
 def test_a_kill_silences_the_writes_its_process_made_whatever_executor_ids_it_took(

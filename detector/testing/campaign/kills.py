@@ -16,7 +16,9 @@ their executor across restarts).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -43,7 +45,8 @@ WHY: Final = {
 }
 
 
-_Exit = tuple[str, Fault, float, float]  # process, kill or shutdown, held since, at
+# process, kill or shutdown, held since, signalled at, gone at
+_Exit = tuple[str, Fault, float, float, float]
 _Span = tuple[str, str, float, float]  # process, blind code, from, to
 
 
@@ -57,14 +60,25 @@ class Kills:
 
     def note(self, process: str, step: Step) -> None:
         """Before `step` is applied to `process`: a pause holds its unsent events (from the
-        pause's start), a kill or a shutdown ends it."""
+        pause's start), a kill or a shutdown ends it (`exiting`, which knows when it is gone)."""
         now = time.time()
         if step.fault is Fault.PAUSE_PAST_LEASE:
             self._paused[process] = (now, now + step.hold_s)
         elif step.fault in (Fault.CRASH_RESTART, Fault.GRACEFUL_SHUTDOWN):
             since, until = self._paused.get(process, (now, now))
             held = since if since <= now < until else now
-            self._exits.append((process, step.fault, held, now))
+            self._exits.append((process, step.fault, held, now, now))
+
+    @contextlib.contextmanager
+    def exiting(self, process: str, step: Step) -> Iterator[None]:
+        """Around applying `step` to `process`, which returns once a kill or a shutdown has
+        ended it: a graceful shutdown first finishes its running task (whose write comes after
+        the signal) and then flushes, so what it lost depends on when it was gone."""
+        before = len(self._exits)
+        self.note(process, step)
+        yield
+        if len(self._exits) > before:
+            self._exits[before] = (*self._exits[before][:4], time.time())
 
     def resumed(self, process: str) -> None:
         """`process`'s pause ended before its hold ran out (an aimed pause, `aim`)."""
@@ -92,14 +106,21 @@ class Kills:
         truth.rewrite(marked)
 
     def _silenced(self, exit_: _Exit) -> _Span | None:
-        """(process, code, from, to) of the writes whose events this exit may have lost."""
-        process, fault, held, at = exit_
-        outage = next((o for o in self._spans() if o[0] <= at <= o[1]), None)
+        """(process, code, from, to) of the writes whose events this exit may have lost.
+
+        A shutdown's exit flush ran out when the exit took at least its bound and Kafka was down
+        at some moment of the bound's last span. That outage may have begun after the signal,
+        and the events may have been held since an earlier one: the writes from the first
+        outage met between the signal and the exit are lost (celery run 16 of 50b6f43)."""
+        process, fault, held, at, gone = exit_
+        outages = [o for o in self._spans() if o[0] <= gone and o[1] >= at]
         if fault is Fault.CRASH_RESTART:
+            outage = next((o for o in outages if o[0] <= at <= o[1]), None)
             start = held if outage is None else min(held, outage[0])
             return process, KILLED_UNSENT, start - UNSENT_S, at
-        if outage is not None and outage[1] > at + DEFAULT_EXIT_FLUSH_S:
-            return process, SHUTDOWN_UNSENT, outage[0] - UNSENT_S, at
+        flush = gone - DEFAULT_EXIT_FLUSH_S
+        if flush >= at and any(o[1] >= flush for o in outages):
+            return process, SHUTDOWN_UNSENT, min(o[0] for o in outages) - UNSENT_S, gone
         return None
 
     def _spans(self) -> list[tuple[float, float]]:

@@ -155,8 +155,9 @@ class ElectionFleet:
     def apply(self, step: Step) -> None:
         self._healed_by = max(self._healed_by, time.monotonic() + step.hold_s)
         worker = self.workers[step.target]
-        self.kills.note(worker.name, step)
-        if worker.apply(step):
+        with self.kills.exiting(worker.name, step):
+            applied = worker.apply(step)
+        if applied:
             return
         match step.fault:
             case Fault.PARTITION:

@@ -232,8 +232,9 @@ class _Fleet:
             case Fault.CLOCK_STEP:
                 step_clock(w.clock, step.hold_s)
             case _:
-                self.kills.note(w.proc.name, step)
-                if not w.proc.apply(step):
+                with self.kills.exiting(w.proc.name, step):
+                    applied = w.proc.apply(step)
+                if not applied:
                     raise ValueError(f"{self.source.name} cannot cause {step.fault}")
 
     def _later(self, seconds: float, action: Callable[[], object]) -> None:

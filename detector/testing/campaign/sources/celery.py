@@ -93,9 +93,9 @@ class _Fleet:
                 self._signal(step)
 
     def _signal(self, step: Step) -> None:
-        """A fault to a worker's process (pause, kill, shutdown), noted for what a kill drops."""
-        self.kills.note(executor(step.target), step)
-        self.procs[step.target].apply(step)
+        """A fault to a worker's process (pause, kill, shutdown), noted for what an exit drops."""
+        with self.kills.exiting(executor(step.target), step):
+            self.procs[step.target].apply(step)
 
     def _inside_work(self, target: int) -> None:
         """Wait (a unit's work at most) for `target` to be inside a task: a pause of an idle

@@ -234,8 +234,9 @@ class Fleet:
                 aim = functools.partial(self._aimed_pause, step)
                 self._aimed.append(self._spawn(aim, "campaign-aimed-pause"))
             case _:
-                self.kills.note(proc.name, step)  # the pod's name is its worker id
-                if not proc.apply(step):
+                with self.kills.exiting(proc.name, step):  # the pod's name is its worker id
+                    applied = proc.apply(step)
+                if not applied:
                     raise ValueError(f"langgraph: no means for {step.fault}")
 
     def _aimed_pause(self, step: Step) -> None:
