@@ -3,7 +3,9 @@ session, through the campaign's driver: the seed's pauses and partition outlive 
 timeout inside work, so displaced holders write after a successor took the lock (the fence
 counter, read in the write's own script, says so); each is found, with nothing raised for the
 ordinary faults and nothing misgraded. A holder's write heard after the next acquisition (no
-seq: its holder paused, or stopped, just after it) is counted blind (`heard_late`)."""
+seq: its holder paused, or stopped, just after it) is counted blind (`heard_late`), and so is a
+displaced holder's write that may be heard before the takeover (`heard_early`) when no finding
+names it."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from detector.contracts.events import OwnershipEvent
-from detector.contracts.findings import Finding
+from detector.contracts.findings import Finding, Severity
 from detector.testing.campaign.checker import Grade, Seen, check, positives
 from detector.testing.campaign.driver import SourceResult
 from detector.testing.campaign.kills import Kills
@@ -25,12 +25,14 @@ from detector.testing.campaign.report import percentile, summary, table
 from detector.testing.campaign.source import CampaignEnv, KafkaOutages, RunEnv
 from detector.testing.campaign.sources import _election, load
 from detector.testing.campaign.truth import (
+    HEARD_EARLY,
     HEARD_LATE,
     KILLED_UNSENT,
     PROCESS_ENV,
     SHUTDOWN_UNSENT,
     TruthLog,
     Write,
+    heard_early,
     heard_late,
 )
 
@@ -203,6 +205,62 @@ def test_an_owned_write_an_acquisition_of_a_higher_epoch_soon_followed_is_marked
     truth.rewrite(writes)
     heard_late(truth, [(WF, 1, 80.0), (WF, 2, 94.0), ("other", 3, 95.0)], within_s=3.0)
     assert [w.blind for w in truth.writes()] == [None, HEARD_LATE, KILLED_UNSENT, None, None]
+
+
+def refused_before_takeover_findings(*, takeover_first: bool) -> list[Finding]:
+    """Without seq: w1 (epoch 1) is displaced by w2 (epoch 2), then its fenced write of `charge`
+    is refused; the refusal arrives before w2's acquisition unless `takeover_first`."""
+    takeover = acq("a2", 2, "w2", None, WF)
+    refused = ev("r1", "effect_rejected", WF, 1, "w1", key="charge", source="destination")
+    heard = [takeover, refused] if takeover_first else [refused, takeover]
+    r = run([acq("a1", 1, "w1", None, WF), *heard])
+    return [u.finding for u in r.updates]
+
+
+def test_a_stale_write_heard_before_its_takeover_is_blind_unless_a_finding_names_it() -> None:
+    """The redis-lock campaign's miss (b59b63a, seed 1, run 22): a broker restart held both the
+    successor's `lease_acquired` and the displaced holder's refused write in their sinks, and on
+    the broker's return the refusal went first. Ordered by arrival it is inside the holder's own
+    tenure, so no finding can call it stale: counted blind (`HEARD_EARLY`), never a miss; found
+    when heard in order."""
+    stale = write("charge", "w1", 1, owned=False, at=101.0, committed=False, blind=HEARD_EARLY)
+    redis_lock = load("redis-lock").blind
+    early = seen(refused_before_takeover_findings(takeover_first=False), 103.0)
+    assert not [s for s in early if s.finding.severity is not Severity.INFO]
+    v = check([stale], early, ARRIVAL, redis_lock)
+    assert (v.true_positives, v.false_negatives, v.blind, v.notes) == (0, 0, 1, [])
+    unmarked = stale.model_copy(update={"blind": None})
+    assert check([unmarked], early, ARRIVAL, redis_lock).false_negatives == 1
+    in_order = seen(refused_before_takeover_findings(takeover_first=True), 101.5)
+    v = check([stale], in_order, ARRIVAL, redis_lock)
+    assert (v.true_positives, v.blind, v.false_positives, v.misgraded) == (1, 0, 0, 0), v.notes
+
+
+def test_a_stale_write_soon_after_its_takeover_or_inside_an_outage_is_marked_heard_early(
+    tmp_path: Path,
+) -> None:
+    """Run 22's times: Kafka down from 4.3 to 14.1 s, shard 0 acquired with fence 2 at 6.2 s
+    while it was down, the displaced holder's write refused at 9.0 s."""
+    truth = TruthLog(tmp_path / "truth.jsonl", run=0)
+    truth.rewrite(
+        [
+            write("a", "w1", 1, owned=False, at=9.0, committed=False),  # run 22's
+            write("b", "w1", 1, owned=False, at=14.5),  # just after the broker's return
+            write("c", "w1", 1, owned=False, at=16.0),  # 1.9 s after it: w2's event was sent
+            write("d", "w1", 1, owned=True, at=5.0),  # owned: never heard early
+            write("e", "w3", 3, owned=False, at=25.5),  # 0.5 s after its takeover (epoch 4)
+            write("f", "w1", 1, owned=False, at=25.5),  # epoch 3 took over at 20 s: heard by then
+            write("g", "w1", 1, owned=False, at=9.5, blind=KILLED_UNSENT),  # never heard
+        ]
+    )
+    acquired = [(WF, 1, 0.0), (WF, 2, 6.2), (WF, 3, 20.0), (WF, 4, 25.0), ("other", 5, 9.0)]
+    heard_early(truth, acquired, within_s=1.0, outages=[(4.3, 14.1)])
+    early = [w.effect_key for w in truth.writes() if w.blind == HEARD_EARLY]
+    assert early == ["a", "b", "e"]
+    quiet = TruthLog(tmp_path / "quiet.jsonl", run=0)
+    quiet.rewrite([write("a", "w1", 1, owned=False, at=9.0)])
+    heard_early(quiet, acquired, within_s=1.0)  # no outage: w2's acquisition was sent at once
+    assert [w.blind for w in quiet.writes()] == [None]
 
 
 def test_a_key_written_again_is_a_duplicate_critical_across_epochs_a_warning_within_one() -> None:

@@ -14,8 +14,10 @@ displaced owner that only heartbeated) never is. A positive the adapter cannot s
 (`Write.blind`) is counted apart, never as a miss. So is an owned write a finding calls stale
 when the truth marks it heard late (`HEARD_LATE`: without `seq`, arrival put its events after a
 takeover that followed it): that finding is then no false positive, and is graded as DESIGN
-grades what it heard. An explained finding is *misgraded* when its severity, ordering or
-confidence is not what DESIGN gives for what the source can show.
+grades what it heard. Its mirror, a stale write heard before the takeover that displaced it
+(`HEARD_EARLY`), is a positive like any blind one: found, a hit; else counted apart. An
+explained finding is *misgraded* when its severity, ordering or confidence is not what DESIGN
+gives for what the source can show.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Self, TypedDict
 
@@ -32,6 +32,10 @@ UNSENT: Final = frozenset({KILLED_UNSENT, SHUTDOWN_UNSENT})
 # followed it (`heard_late`): a source without `seq` is ordered by arrival (DESIGN §4), so a
 # finding may rightly call it stale. Never a positive; it excuses no miss.
 HEARD_LATE: Final = "heard_late"
+# Its mirror, on a stale write whose events may reach the detector before the acquisition that
+# displaced it (`heard_early`): arrival then puts the write inside its executor's own tenure, so
+# no finding can call it stale. A positive all the same, counted blind when no finding names it.
+HEARD_EARLY: Final = "heard_early"
 
 
 class Write(BaseModel):
@@ -55,7 +59,7 @@ class Write(BaseModel):
     attempt: bool = False
     # Set when the adapter cannot show this write by design: the code of the blind spot
     # (`Source.blind` says why), counted apart from misses; `HEARD_LATE` when it cannot show
-    # its order, on an owned write.
+    # its order, on an owned write (`HEARD_EARLY` on a stale one).
     blind: str | None = None
     # The fleet's name of the process that made it, where the executor is not the process but
     # what each of its starts takes anew (an etcd lease, a pod's identity): what a kill of that
@@ -168,27 +172,65 @@ class TruthLog:
                 yield Write.model_validate_json(line)
 
 
-def heard_late(
-    truth: TruthLog, acquired: Iterable[tuple[str, int, float]], within_s: float
-) -> None:
+Acquired = Iterable[tuple[str, int, float]]  # workflow key, epoch, time on the writes' clock
+
+
+def _takeovers(acquired: Acquired) -> dict[str, list[tuple[int, float]]]:
+    """Each workflow's acquisitions: (epoch, time)."""
+    takeovers: dict[str, list[tuple[int, float]]] = {}
+    for workflow_key, epoch, at in acquired:
+        takeovers.setdefault(workflow_key, []).append((epoch, at))
+    return takeovers
+
+
+def _mark(truth: TruthLog, code: str, marked: Callable[[Write], bool]) -> None:
+    """Give `code` to each write not marked yet that `marked` accepts."""
+    truth.rewrite(
+        w.model_copy(update={"blind": code}) if w.blind is None and marked(w) else w
+        for w in list(truth.writes())
+    )
+
+
+def heard_late(truth: TruthLog, acquired: Acquired, within_s: float) -> None:
     """Mark `HEARD_LATE` each owned write, not marked yet, that an acquisition of a higher epoch
     of its work followed within `within_s` (`acquired`: workflow key, epoch, time on the writes'
     clock): its worker's sink may still hold its events then (a pause, a reply a partition held
     back, a loaded machine), and arrival puts them after the acquisition."""
-    takeovers: dict[str, list[tuple[int, float]]] = {}
-    for workflow_key, epoch, at in acquired:
-        takeovers.setdefault(workflow_key, []).append((epoch, at))
+    takeovers = _takeovers(acquired)
 
     def late(w: Write) -> bool:
-        return (
-            w.owned
-            and w.blind is None
-            and any(
-                epoch > w.epoch and w.at <= at <= w.at + within_s
-                for epoch, at in takeovers.get(w.workflow_key, ())
-            )
+        return w.owned and any(
+            epoch > w.epoch and w.at <= at <= w.at + within_s
+            for epoch, at in takeovers.get(w.workflow_key, ())
         )
 
-    truth.rewrite(
-        w.model_copy(update={"blind": HEARD_LATE}) if late(w) else w for w in list(truth.writes())
-    )
+    _mark(truth, HEARD_LATE, late)
+
+
+def heard_early(
+    truth: TruthLog,
+    acquired: Acquired,
+    within_s: float,
+    outages: Iterable[tuple[float, float]] = (),
+) -> None:
+    """Mark `HEARD_EARLY` each stale write, not marked yet, that every acquisition displacing it
+    (a higher epoch of its work, acquired before it) may have reached the detector after it:
+    made less than `within_s` before the write (the acquirer's sink sends in batches, late on a
+    loaded machine), or while Kafka was down (`outages`: down, back; wall clock), the write
+    coming before `within_s` after the broker's return. An outage holds both in their workers'
+    sinks, and on the broker's return nothing orders the two producers."""
+    takeovers = _takeovers(acquired)
+    spans = list(outages)
+
+    def held(acquired_at: float, w: Write) -> bool:
+        return w.at - acquired_at <= within_s or any(
+            down <= acquired_at <= up and w.at <= up + within_s for down, up in spans
+        )
+
+    def early(w: Write) -> bool:
+        displacing = [
+            at for epoch, at in takeovers.get(w.workflow_key, ()) if epoch > w.epoch and at <= w.at
+        ]
+        return not w.owned and bool(displacing) and all(held(at, w) for at in displacing)
+
+    _mark(truth, HEARD_EARLY, early)
