@@ -439,7 +439,7 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
         write("b", "w2", 2, owned=True, at=97.0),  # a duplicate only the killed write makes
         write("c", "w3", 1, owned=False, at=95.0),  # another worker, never killed
     ]
-    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    truth.rewrite(writes)
     kills = Kills(KafkaOutages(spans=[(92.0, 130.0)]))
     monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
     kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
@@ -451,7 +451,7 @@ def test_a_kill_during_a_kafka_outage_silences_every_write_since_the_outage_bega
         ("b", "w2", KILLED_UNSENT),
     ]
     in_service = Kills(KafkaOutages())
-    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    truth.rewrite(writes)
     in_service.note("w1", Step(0.0, Fault.CRASH_RESTART, 0, 1.0))
     in_service.mark(truth)
     assert all(w.blind is None for w in truth.writes())
@@ -478,7 +478,7 @@ def test_a_shutdown_during_a_kafka_outage_longer_than_the_exit_flush_silences_it
         ((92.0, 110.0), 105.1, SHUTDOWN_UNSENT),
         ((92.0, 103.0), 103.2, None),
     ):
-        truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+        truth.rewrite(writes)
         kills = Kills(KafkaOutages(spans=[outage]))
         shut_down(kills, monkeypatch, at=100.0, gone=gone)
         kills.mark(truth)
@@ -500,7 +500,7 @@ def test_a_shutdown_whose_exit_flush_meets_the_next_outage_silences_its_last_tas
         write("c", "w1", 1, owned=True, at=101.85),  # the task finished after the signal
         write("c", "w2", 2, owned=True, at=106.68),  # its redelivery
     ]
-    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    truth.rewrite(writes)
     kills = Kills(KafkaOutages(spans=[(96.25, 101.84), (102.09, 107.74)]))
     shut_down(kills, monkeypatch, at=101.4, gone=107.4)
     kills.mark(truth)
@@ -523,7 +523,7 @@ def test_a_kill_silences_the_writes_its_process_made_whatever_executor_ids_it_to
         write("b", "lease-2b", 2, owned=True, at=96.0, process="w1"),  # its next lock
         write("c", "lease-3c", 3, owned=False, at=95.0, process="w2"),  # never killed
     ]
-    truth.path.write_text("".join(w.model_dump_json() + "\n" for w in writes))
+    truth.rewrite(writes)
     kills = Kills(KafkaOutages(spans=[(92.0, 130.0)]))
     monkeypatch.setattr("detector.testing.campaign.kills.time.time", lambda: 100.0)
     kills.note("w1", Step(0.0, Fault.CRASH_RESTART, 1, 1.0))
