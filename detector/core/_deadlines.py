@@ -43,23 +43,27 @@ class Deadlines:
                 keys.append(key)
         return keys
 
-    def schedule(self, key: str, st: WorkflowState, now: float | None) -> None:
+    def schedule(self, key: str, workflow: WorkflowState, now: float | None) -> None:
         """When `advance` must look at the workflow again: its first open episode to go quiet,
         or, once none is open, the end of its release's quiet period. Time changes nothing
         else: every other change comes with an event, and is settled then."""
         if now is None:
             return  # no clock (`audit`): `finish` settles what time would
-        q = self.quiet_period_s
+        quiet_period = self.quiet_period_s
         due: float | None = None
         settled = True
-        for ep in st.episodes.values():
-            if ep.status is Status.OPEN:
+        for episode in workflow.episodes.values():
+            if episode.status is Status.OPEN:
                 settled = False
-                heard = ep.last_stale_at
-                if heard is not None and heard + q > now and (due is None or heard + q < due):
-                    due = heard + q
-        if settled and st.released_at is not None:
-            due = st.released_at + q
+                heard = episode.last_stale_at
+                if (
+                    heard is not None
+                    and heard + quiet_period > now
+                    and (due is None or heard + quiet_period < due)
+                ):
+                    due = heard + quiet_period
+        if settled and workflow.released_at is not None:
+            due = workflow.released_at + quiet_period
         if due is None:
             return
         was = self._due_at.get(key)

@@ -70,15 +70,20 @@ class Detector:
     _intake: Intake = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        cfg = self.config
+        config = self.config
         self.lease_health = LeaseHealth(
-            cfg.missed_heartbeats, cfg.jitter_reserve_s, LabelBounds(cfg.max_label_values)
+            config.missed_heartbeats, config.jitter_reserve_s, LabelBounds(config.max_label_values)
         )
-        self._deadlines = Deadlines(cfg.quiet_period_s, cfg.idle_sweep_s)
+        self._deadlines = Deadlines(config.quiet_period_s, config.idle_sweep_s)
         self._settler = Settler(self.counters, self.finding_stats, self._deadlines)
-        self._retention = Retention(cfg, self.counters)
+        self._retention = Retention(config, self.counters)
         self._intake = Intake(
-            cfg, self.counters, self.lease_health, self._retention, self._settler, self._deadlines
+            config,
+            self.counters,
+            self.lease_health,
+            self._retention,
+            self._settler,
+            self._deadlines,
         )
 
     def observe(self, event: OwnershipEvent, at: float | None = None) -> list[FindingUpdate]:
@@ -89,10 +94,10 @@ class Detector:
         """
         self.counters.events += 1
         key = event.workflow_key
-        st = self.states.get(key)
-        if st is None:
-            st = self.states[key] = WorkflowState()
-        updates = self._intake.take(key, st, event, at)
+        workflow = self.states.get(key)
+        if workflow is None:
+            workflow = self.states[key] = WorkflowState()
+        updates = self._intake.take(key, workflow, event, at)
         if self._retention.resettle:
             updates.extend(self._resettled(key, at))
         return updates
@@ -100,10 +105,10 @@ class Detector:
     def _resettled(self, key: str, at: float | None) -> list[FindingUpdate]:
         """What `Retention.resettle` asks for: every finding of the workflow settled again."""
         self._retention.resettle = False
-        st = self.states.get(key)
-        if st is None or not st.found:
+        workflow = self.states.get(key)
+        if workflow is None or not workflow.found:
             return []
-        return self._settler.settle_all(key, st, at, list(st.episodes.values()))
+        return self._settler.settle_all(key, workflow, at, list(workflow.episodes.values()))
 
     def failed(self, workflow_key: str) -> None:
         """An event of `workflow_key` made `observe` raise, and the caller goes on without it (a
@@ -117,10 +122,10 @@ class Detector:
         raise too, that event goes the same way: the workflow degrades, its partition does not.
         Nothing is rendered here (rendering may be what raised): each finding carries the mark
         from its next revision on, and none is published twice since none is published here."""
-        st = self.states.get(workflow_key)
-        if st is None:
-            st = self.states[workflow_key] = WorkflowState()
-        self._retention.cut(st, Cut.ENGINE_ERROR)
+        workflow = self.states.get(workflow_key)
+        if workflow is None:
+            workflow = self.states[workflow_key] = WorkflowState()
+        self._retention.cut(workflow, Cut.ENGINE_ERROR)
 
     def advance(
         self, now: float, on_error: Callable[[str, Exception], None] | None = None
@@ -159,55 +164,63 @@ class Detector:
     def _advance_one(
         self, key: str, now: float, sweep: bool, updates: list[FindingUpdate], changed: set[str]
     ) -> None:
-        cfg = self.config
-        st = self.states.get(key)
-        if st is None:
+        config = self.config
+        workflow = self.states.get(key)
+        if workflow is None:
             self._settler.watched.discard(key)
             return
-        open_eps = [ep for ep in st.episodes.values() if ep.status is Status.OPEN]
+        open_eps = [
+            episode for episode in workflow.episodes.values() if episode.status is Status.OPEN
+        ]
         if open_eps:
-            resolved = self._settler.settle_all(key, st, now, open_eps)
+            resolved = self._settler.settle_all(key, workflow, now, open_eps)
             if resolved:
                 updates.extend(resolved)
                 changed.add(key)
-        if st.remnant_only:
-            if st.last_at is None:
+        if workflow.remnant_only:
+            if workflow.last_at is None:
                 # A remnant of a version that did not stamp it: its time starts now.
-                st.last_at = now
+                workflow.last_at = now
                 changed.add(key)
             # Expired: no reader can see its findings' revisions any more (`remnant_ttl_s`).
-            idle = sweep and now - st.last_at >= cfg.remnant_ttl_s
+            idle = sweep and now - workflow.last_at >= config.remnant_ttl_s
         else:
-            idle = sweep and st.last_at is not None and now - st.last_at >= cfg.idle_ttl_s
-        settled = all(ep.status is Status.RESOLVED for ep in st.episodes.values())
+            idle = (
+                sweep
+                and workflow.last_at is not None
+                and now - workflow.last_at >= config.idle_ttl_s
+            )
+        settled = all(episode.status is Status.RESOLVED for episode in workflow.episodes.values())
         released = (
-            st.released_at is not None and now - st.released_at >= cfg.quiet_period_s and settled
+            workflow.released_at is not None
+            and now - workflow.released_at >= config.quiet_period_s
+            and settled
         )
         if not (released or idle):
-            self._settler.watch(key, st)
-            self._deadlines.schedule(key, st, now)
+            self._settler.watch(key, workflow)
+            self._deadlines.schedule(key, workflow, now)
             return
-        if not st.episodes and (st.past is None or idle):
+        if not workflow.episodes and (workflow.past is None or idle):
             del self.states[key]
         elif idle and settled:
             # Forgotten, but its findings must not restart their revisions while a reader can
             # still see them: what their later revisions need is kept (`WorkflowState.remnant`).
-            self.states[key] = st.remnant(now)
-        elif st.evidence or st.ids:
+            self.states[key] = workflow.remnant(now)
+        elif workflow.evidence or workflow.ids:
             # Compacted: acquisitions, fences, effects and episodes stay; raw events go.
-            self._retention.remember(st, st.evidence)
-            st.evidence = ()
-            st.undisplaced = None
-            forget_packed(st)
-            st.ids = None
-            st.cut |= int(Cut.EVIDENCE) | IDS_CUT
-            st.released_at = None
+            self._retention.remember(workflow, workflow.evidence)
+            workflow.evidence = ()
+            workflow.undisplaced = None
+            forget_packed(workflow)
+            workflow.ids = None
+            workflow.cut |= int(Cut.EVIDENCE) | IDS_CUT
+            workflow.released_at = None
         else:
-            self._settler.watch(key, st)
+            self._settler.watch(key, workflow)
             return
         self._settler.watch(key, self.states.get(key))
         changed.add(key)
-        if idle and st.remnant_only:
+        if idle and workflow.remnant_only:
             self.counters.evicted_expired += 1
         elif idle:
             self.counters.evicted_idle += 1
@@ -219,36 +232,44 @@ class Detector:
         that are watched or idle, without decoding the rest (`SweptStates`)."""
         states = self.states
         if isinstance(states, SweptStates):
-            cfg = self.config
-            return states.sweep_keys(now - cfg.idle_ttl_s, now - cfg.remnant_ttl_s)
+            config = self.config
+            return states.sweep_keys(now - config.idle_ttl_s, now - config.remnant_ttl_s)
         return list(states)
 
     def finish(self) -> list[FindingUpdate]:
         """The end of a recorded history (`audit`): silence measured per workflow on its own
         believed times, never on another workflow's clock nor on the absence of events."""
         updates: list[FindingUpdate] = []
-        q = self.config.quiet_period_s
-        for key, st in self.states.items():
-            if not st.clock:
-                if st.found:
+        quiet_period = self.config.quiet_period_s
+        for key, workflow in self.states.items():
+            if not workflow.clock:
+                if workflow.found:
                     updates.extend(
-                        self._settler.settle_all(key, st, None, list(st.episodes.values()))
+                        self._settler.settle_all(
+                            key, workflow, None, list(workflow.episodes.values())
+                        )
                     )
                 continue
-            believed = believe(st.clock, self.config.clock_skew_s)
+            believed = believe(workflow.clock, self.config.clock_skew_s)
             self.counters.times_disbelieved += believed.disbelieved
-            if not st.found:
+            if not workflow.found:
                 continue
             now = believed.now
-            alive = signs_of_life(st)
-            for ep in st.episodes.values():
+            alive = signs_of_life(workflow)
+            for episode in workflow.episodes.values():
                 # Silence is measured from the displaced epoch's last sign of life.
-                heard = None if ep.stale is None else union(ep.stale, alive.get(ep.displaced_epoch))
+                heard = (
+                    None
+                    if episode.stale is None
+                    else union(episode.stale, alive.get(episode.displaced_epoch))
+                )
                 then = None if heard is None else believed.at(heard.latest)
-                quiet = now is not None and then is not None and now - then >= q
-                if (st.cut & Cut.CLOCK or believed.cut) and hinges_on_silence(st, ep):
-                    ep.truncated = True  # the times it is measured on were partly forgotten
-                update = self._settler.settle(key, st, ep, quiet, None)
+                quiet = now is not None and then is not None and now - then >= quiet_period
+                if (workflow.cut & Cut.CLOCK or believed.cut) and hinges_on_silence(
+                    workflow, episode
+                ):
+                    episode.truncated = True  # the times it is measured on were partly forgotten
+                update = self._settler.settle(key, workflow, episode, quiet, None)
                 if update is not None:
                     updates.append(update)
         return updates
@@ -256,22 +277,22 @@ class Detector:
     def findings(self) -> list[Finding]:
         """The latest revision of every finding still held (for reports and tests)."""
         return [
-            render(key, st, ep, ep.revision)
-            for key, st in self.states.items()
-            for ep in st.episodes.values()
-            if ep.revision
+            render(key, workflow, episode, episode.revision)
+            for key, workflow in self.states.items()
+            for episode in workflow.episodes.values()
+            if episode.revision
         ]
 
     def truncated_workflows(self) -> list[str]:
         """Workflows whose evidence a cap cut: their verdicts may be incomplete."""
-        return sorted(key for key, st in self.states.items() if st.cut)
+        return sorted(key for key, workflow in self.states.items() if workflow.cut)
 
     def open_findings(self) -> dict[Severity, int]:
         """Published findings still open, by severity. Exact once `advance` has run: its first
         pass finds every open finding, and it watches them from then on."""
         counts = dict.fromkeys(Severity, 0)
-        for ep in self._open_published():
-            counts[ep.severity] += 1
+        for episode in self._open_published():
+            counts[episode.severity] += 1
         return counts
 
     def oldest_open_findings(self) -> dict[Severity, float]:
@@ -279,17 +300,17 @@ class Detector:
         the caller passed as `at`. A severity is left out when no finding of it is open, or
         none whose opening time is known (see `FindingStats`). As exact as `open_findings`."""
         oldest: dict[Severity, float] = {}
-        for ep in self._open_published():
-            at = ep.opened_at
+        for episode in self._open_published():
+            at = episode.opened_at
             if at is not None:
-                then = oldest.get(ep.severity)
+                then = oldest.get(episode.severity)
                 if then is None or at < then:
-                    oldest[ep.severity] = at
+                    oldest[episode.severity] = at
         return oldest
 
     def _open_published(self) -> Iterator[Episode]:
         for key in self._settler.watched:
-            st = self.states.get(key)
-            for ep in () if st is None else st.episodes.values():
-                if ep.revision and ep.status is Status.OPEN:
-                    yield ep
+            workflow = self.states.get(key)
+            for episode in () if workflow is None else workflow.episodes.values():
+                if episode.revision and episode.status is Status.OPEN:
+                    yield episode

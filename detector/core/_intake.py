@@ -95,7 +95,7 @@ class Intake:
     _unnamed: list[Episode] = field(default_factory=list)
 
     def take(
-        self, key: str, st: WorkflowState, event: OwnershipEvent, at: float | None
+        self, key: str, workflow: WorkflowState, event: OwnershipEvent, at: float | None
     ) -> list[FindingUpdate]:
         """Account for one event of the workflow `key`; the finding revisions it causes."""
         observed = event.observed_at
@@ -105,25 +105,25 @@ class Intake:
         seq = event.seq
         worker = intern(event.worker_id)
         effect_key = event.effect_key
-        if self.retention.seen(st, event.event_id, kind, epoch, seq, worker, effect_key):
+        if self.retention.seen(workflow, event.event_id, kind, epoch, seq, worker, effect_key):
             return []
-        late = seq is not None and seq <= st.max_seq  # at one seq an acquisition is first
+        late = seq is not None and seq <= workflow.max_seq  # at one seq an acquisition is first
         # An unknown id may be a forgotten one, unless its seq is past every seq seen.
-        uncertain = bool(st.cut & IDS_CUT) and (seq is None or seq <= st.max_seq)
-        if seq is not None and seq > st.max_seq:
-            st.max_seq = seq
-        pos = st.pos = st.pos + 1
+        uncertain = bool(workflow.cut & IDS_CUT) and (seq is None or seq <= workflow.max_seq)
+        if seq is not None and seq > workflow.max_seq:
+            workflow.max_seq = seq
+        pos = workflow.pos = workflow.pos + 1
         source = _VALUE[event.source]
         if at is not None:
-            st.last_at = at
+            workflow.last_at = at
         else:
             if obs is not None:
-                st.last_at = obs if st.last_at is None else max(st.last_at, obs)
+                workflow.last_at = obs if workflow.last_at is None else max(workflow.last_at, obs)
             tie = ("0" if kind == _ACQUIRED_VALUE else "1") + event.event_id  # acquisitions first
-            self.retention.clock(st, seq, pos, obs, worker, source, tie)
+            self.retention.clock(workflow, seq, pos, obs, worker, source, tie)
         if kind == _ACQUIRED_VALUE:
             # What a finding's `context` shows of it (DESIGN §5) is kept with its record.
-            acq = new_record(
+            acquisition = new_record(
                 AcquisitionRecord,
                 (
                     epoch,
@@ -135,8 +135,8 @@ class Intake:
                     context_of(event.attrs, event.detail),
                 ),
             )
-            self._acquire(st, acq, event, late)
-            return self._acquired(key, st, acq, late, at, uncertain)
+            self._acquire(workflow, acquisition, event, late)
+            return self._acquired(key, workflow, acquisition, late, at, uncertain)
         trace = event.trace_id
         ev = new_record(
             EventRecord,
@@ -154,162 +154,184 @@ class Intake:
                 context_of(event.attrs, event.detail) if kind in _CONTEXT_KINDS else None,
             ),
         )
-        self.retention.retain(st, ev)
-        if st.undisplaced is not None:
-            keep_undisplaced(st, ev)
+        self.retention.retain(workflow, ev)
+        if workflow.undisplaced is not None:
+            keep_undisplaced(workflow, ev)
         if kind in _LEASE_KINDS:
             if kind == _HEARTBEAT:
-                self.lease_health.heartbeat(st, epoch, obs, event)
+                self.lease_health.heartbeat(workflow, epoch, obs, event)
             else:
-                self._lease_event(key, st, kind, epoch, event, at)
-        if kind not in _COMPACT_KINDS and not (st.acqs and epoch < st.acqs[-1].epoch):
+                self._lease_event(key, workflow, kind, epoch, event, at)
+        if kind not in _COMPACT_KINDS and not (workflow.acqs and epoch < workflow.acqs[-1].epoch):
             return []  # the usual case: the current owner's activity or attempt
-        touched = self.ingest(st, ev, at, uncertain)
-        return self.settler.settle_all(key, st, at, touched) if touched else []
+        touched = self.ingest(workflow, ev, at, uncertain)
+        return self.settler.settle_all(key, workflow, at, touched) if touched else []
 
     def _acquired(
         self,
         key: str,
-        st: WorkflowState,
-        acq: AcquisitionRecord,
+        workflow: WorkflowState,
+        acquisition: AcquisitionRecord,
         late: bool,
         at: float | None,
         uncertain: bool,
     ) -> list[FindingUpdate]:
-        touched = displace(st, acq, at, uncertain, self.config.max_effect_keys) if late else []
-        raw = raw_acquisition(acq)
-        if st.undisplaced is not None:
-            keep_undisplaced(st, raw)
-        if heard_from(st, raw):
-            touched.extend(restart_silence(st, raw, at))
-        found = st.found
+        """After an acquisition is kept: what it displaces when late, the sign of life it is
+        after a takeover of its epoch, and the findings it may rename, settled."""
+        touched = (
+            displace(workflow, acquisition, at, uncertain, self.config.max_effect_keys)
+            if late
+            else []
+        )
+        raw = raw_acquisition(acquisition)
+        if workflow.undisplaced is not None:
+            keep_undisplaced(workflow, raw)
+        if heard_from(workflow, raw):
+            touched.extend(restart_silence(workflow, raw, at))
+        found = workflow.found
         if not found:
             return []
         # The findings whose owners or transition it may rename (`renamed`), and those that
         # named an acquisition it pushed out at the cap (`_keep`). Only these are rendered again.
-        moved = renamed(st, acq, acq.seq if late and acq.seq is not None else ALWAYS)
-        for ep in moved:
-            ep.changes += 1
+        moved = renamed(
+            workflow,
+            acquisition,
+            acquisition.seq if late and acquisition.seq is not None else ALWAYS,
+        )
+        for episode in moved:
+            episode.changes += 1
         unnamed, self._unnamed = self._unnamed, []
-        return self.settler.settle_all(key, st, at, [*touched, *moved, *unnamed])
+        return self.settler.settle_all(key, workflow, at, [*touched, *moved, *unnamed])
 
     def ingest(
-        self, st: WorkflowState, ev: EventRecord, at: float | None, uncertain: bool
+        self, workflow: WorkflowState, ev: EventRecord, at: float | None, uncertain: bool
     ) -> list[Episode]:
         """What one event adds to the compact state; the episodes it touched."""
         touched: list[Episode] = []
         kind = ev.kind
-        acqs = st.acqs
+        acqs = workflow.acqs
         if (
             acqs
             and ev.epoch < acqs[-1].epoch
             and kind in STALE_CONDITION
-            and displaced(st, ev.epoch, ev.seq, ev.pos)
+            and displaced(workflow, ev.epoch, ev.seq, ev.pos)
         ):
-            touched.append(add_stale(st, ev, at, uncertain, self.config.max_effect_keys))
+            touched.append(add_stale(workflow, ev, at, uncertain, self.config.max_effect_keys))
         key = ev.effect_key
         if kind == _COMMITTED and key is not None:
-            eff = self.retention.effect(st, key)
-            keep_last(eff, ev)
-            touched.extend(add_commit(st, eff, ev, uncertain, self.config.max_effect_keys))
+            effect = self.retention.effect(workflow, key)
+            keep_last(effect, ev)
+            touched.extend(add_commit(workflow, effect, ev, uncertain, self.config.max_effect_keys))
         if kind in _FENCES or (kind == _REJECTED and ev.source == _DESTINATION):
-            if st.fences is None:
-                st.fences = {}
-            points = st.fences.setdefault(ev.epoch, [])
+            if workflow.fences is None:
+                workflow.fences = {}
+            points = workflow.fences.setdefault(ev.epoch, [])
             added = add_fence(points, ev.seq, ev.event_id, ev.pos)
             if added:
-                ep = st.episodes.get((ev.epoch, False))
+                episode = workflow.episodes.get((ev.epoch, False))
                 if added > 1:  # fences were dropped: a status may hinge on one of them
-                    ep = st.episode((ev.epoch, False))
-                    ep.truncated = True
-                if ep is not None:
-                    touched.append(ep)
+                    episode = workflow.episode((ev.epoch, False))
+                    episode.truncated = True
+                if episode is not None:
+                    touched.append(episode)
         elif kind == _VERIFIED and ev.source == _VERIFIER and key is not None:
-            eff = self.retention.effect(st, key)
-            if eff.verified is None:
-                eff.verified = marks()
-            if mark(eff.verified, ev.seq, ev.pos, ev.event_id):
-                touched.extend(ep for ep in st.episodes.values() if verify(ep, key, eff.verified))
-        if heard_from(st, ev):
-            touched.extend(restart_silence(st, ev, at))
+            effect = self.retention.effect(workflow, key)
+            if effect.verified is None:
+                effect.verified = marks()
+            if mark(effect.verified, ev.seq, ev.pos, ev.event_id):
+                touched.extend(
+                    episode
+                    for episode in workflow.episodes.values()
+                    if verify(episode, key, effect.verified)
+                )
+        if heard_from(workflow, ev):
+            touched.extend(restart_silence(workflow, ev, at))
         return touched
 
     def _acquire(
-        self, st: WorkflowState, acq: AcquisitionRecord, event: OwnershipEvent, late: bool
+        self,
+        workflow: WorkflowState,
+        acquisition: AcquisitionRecord,
+        event: OwnershipEvent,
+        late: bool,
     ) -> None:
         """Keep the acquisition; then its lease health (`LeaseHealth.acquired`)."""
-        top = st.top
-        if late and st.undisplaced is None:
-            index_undisplaced(st)  # from what the acquisitions known so far displace
-        new_epoch = self._keep(st, acq)
-        if acq.epoch >= st.top:
-            st.released_at = None  # the current epoch holds the lease again
-        self.lease_health.acquired(st, acq, event, top, new_epoch)
+        top = workflow.top
+        if late and workflow.undisplaced is None:
+            index_undisplaced(workflow)  # from what the acquisitions known so far displace
+        new_epoch = self._keep(workflow, acquisition)
+        if acquisition.epoch >= workflow.top:
+            workflow.released_at = None  # the current epoch holds the lease again
+        self.lease_health.acquired(workflow, acquisition, event, top, new_epoch)
 
-    def _keep(self, st: WorkflowState, acq: AcquisitionRecord) -> bool:
+    def _keep(self, workflow: WorkflowState, acquisition: AcquisitionRecord) -> bool:
         """Keep the acquisition in epoch order; is its epoch new? One forgotten at the cap
         changes no published finding by itself: the next revision of each says its evidence
         was cut. A new highest epoch is appended, and the staleness index extended, in
         constant time; a late one is inserted in place (`_rules.inserted`), a step or two when
         late acquisitions come newest first."""
-        acqs = st.acqs
+        acqs = workflow.acqs
         top = acqs[-1].epoch if acqs else -1
         new_epoch = True
-        if acq.epoch > top:  # the usual case: a takeover by a new, higher epoch
+        if acquisition.epoch > top:  # the usual case: a takeover by a new, higher epoch
             if isinstance(acqs, list):
-                acqs.append(acq)
+                acqs.append(acquisition)
             else:
-                acqs = st.acqs = acquisitions_of((*acqs, acq))
-            appended(st)
+                acqs = workflow.acqs = acquisitions_of((*acqs, acquisition))
+            appended(workflow)
         else:
             listed = acqs if isinstance(acqs, list) else list(acqs)
-            i = bisect_left(listed, acq.epoch, key=ACQ_EPOCH)
-            if i < len(listed) and listed[i].epoch == acq.epoch:
+            i = bisect_left(listed, acquisition.epoch, key=ACQ_EPOCH)
+            if i < len(listed) and listed[i].epoch == acquisition.epoch:
                 new_epoch = False
                 kept = listed[i]
-                gone = kept if before(acq, kept) else acq
+                gone = kept if before(acquisition, kept) else acquisition
                 if gone is kept:
-                    listed[i] = acq
-                if acq.seq is not None and kept.seq is not None and acq.pos != kept.pos:
+                    listed[i] = acquisition
+                if (
+                    acquisition.seq is not None
+                    and kept.seq is not None
+                    and acquisition.pos != kept.pos
+                ):
                     # The epoch is acquired before whatever either acquisition is before: by seq
                     # the earlier one, by arrival the one that came first.
-                    listed[i] = listed[i]._replace(pos=min(acq.pos, kept.pos))
+                    listed[i] = listed[i]._replace(pos=min(acquisition.pos, kept.pos))
                 if listed[i] != kept:  # a finding may name it (its transition, its owners)
-                    acqs = st.acqs = acquisitions_of(listed)
-                    replaced(st, i, kept)
-                    self.retention.changed(st)
+                    acqs = workflow.acqs = acquisitions_of(listed)
+                    replaced(workflow, i, kept)
+                    self.retention.changed(workflow)
                 # Folded into the other acquisition of its epoch, the one that goes stays a raw
                 # event: its id is known when it comes again, however small the workflow is,
                 # and after a takeover it is a sign of its owner's life.
-                self.retention.retain(st, raw_acquisition(gone))
+                self.retention.retain(workflow, raw_acquisition(gone))
             else:
-                listed.insert(i, acq)
+                listed.insert(i, acquisition)
                 if listed is not acqs:
-                    acqs = st.acqs = acquisitions_of(listed)
-                inserted(st, i)
+                    acqs = workflow.acqs = acquisitions_of(listed)
+                inserted(workflow, i)
         if len(acqs) > self.config.max_acquisitions:
             gone = acqs[0]
-            self.retention.index_ids(st)
-            pin(st, acqs[:1], acq_print)
+            self.retention.index_ids(workflow)
+            pin(workflow, acqs[:1], acq_print)
             if isinstance(acqs, list) and len(acqs) > LIST_FROM:
                 del acqs[0]  # a list stays a list: the shape `acquisitions_of` gives
             else:
-                st.acqs = acquisitions_of(acqs[1:])
-            dropped_first(st, 1)
+                workflow.acqs = acquisitions_of(acqs[1:])
+            dropped_first(workflow, 1)
             self.counters.acquisitions_dropped += 1
-            self.retention.cut(st, Cut.ACQUISITIONS)
+            self.retention.cut(workflow, Cut.ACQUISITIONS)
             # The findings that may have named what went (its owner, a transition, a current
             # owner) are those it could rename: each is published again if its document changed.
             threshold = ALWAYS if gone.seq is None else gone.seq
-            for ep in renamed(st, gone, threshold):
-                ep.changes += 1
-                self._unnamed.append(ep)
+            for episode in renamed(workflow, gone, threshold):
+                episode.changes += 1
+                self._unnamed.append(episode)
         return new_epoch
 
     def _lease_event(
         self,
         key: str,
-        st: WorkflowState,
+        workflow: WorkflowState,
         kind: str,
         epoch: int,
         event: OwnershipEvent,
@@ -320,11 +342,11 @@ class Intake:
         health, which decides no verdict."""
         health = self.lease_health
         if kind == _RELEASED:
-            if epoch >= st.top:
-                st.released_at = st.last_at
-                health.released(st)
-                self.deadlines.schedule(key, st, at)
+            if epoch >= workflow.top:
+                workflow.released_at = workflow.last_at
+                health.released(workflow)
+                self.deadlines.schedule(key, workflow, at)
         elif kind == _LOST:
-            health.lost(st, event.attrs)
+            health.lost(workflow, event.attrs)
         else:
-            health.uncertain(st, event.attrs)
+            health.uncertain(workflow, event.attrs)

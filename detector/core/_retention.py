@@ -49,16 +49,16 @@ class Retention:
     # per kind and workflow.
     resettle: bool = False
 
-    def changed(self, st: WorkflowState) -> None:
+    def changed(self, workflow: WorkflowState) -> None:
         """Something every finding of the workflow is rendered from changed (`Episode.changes`):
         each is settled again after this event."""
-        for ep in st.episodes.values():
-            ep.changes += 1
+        for episode in workflow.episodes.values():
+            episode.changes += 1
         self.resettle = True
 
     def seen(
         self,
-        st: WorkflowState,
+        workflow: WorkflowState,
         event_id: str,
         kind: str,
         epoch: int,
@@ -67,15 +67,17 @@ class Retention:
         key: str | None,
     ) -> bool:
         """Has this id been seen? A repeated id changes nothing, whatever it carries."""
-        ids = st.ids
+        ids = workflow.ids
         if ids is None:
             old: int | None = None
             # Scans at C speed: the usual answer is "not seen", over a handful of records.
-            if event_id in map(EVENT_ID, st.evidence) or event_id in map(ACQ_ID, st.acqs):
+            if event_id in map(EVENT_ID, workflow.evidence) or event_id in map(
+                ACQ_ID, workflow.acqs
+            ):
                 old = RETAINED
             else:
-                if len(st.evidence) + len(st.acqs) + 1 >= _IDS_FROM:
-                    ids = self.index_ids(st)
+                if len(workflow.evidence) + len(workflow.acqs) + 1 >= _IDS_FROM:
+                    ids = self.index_ids(workflow)
                     ids[event_id] = RETAINED
                 return False
         else:
@@ -91,41 +93,41 @@ class Retention:
                     for k in gone:
                         del ids[k]
                     if gone:
-                        st.cut |= IDS_CUT
+                        workflow.cut |= IDS_CUT
                         self.counters.ids_dropped += len(gone)
                 return False
         if old == RETAINED:
-            old = _retained_print(st, event_id)
+            old = _retained_print(workflow, event_id)
         if old == fingerprint(kind, epoch, seq, worker, key):
             self.counters.redelivered += 1
         else:
             self.counters.id_conflicts += 1
         return True
 
-    def index_ids(self, st: WorkflowState) -> dict[str, int]:
+    def index_ids(self, workflow: WorkflowState) -> dict[str, int]:
         """From a scan of the few records to a dict, before any of them can be forgotten."""
-        if st.ids is None:
-            ids = dict.fromkeys(map(ACQ_ID, st.acqs), RETAINED)
-            ids.update(dict.fromkeys(map(EVENT_ID, st.evidence), RETAINED))
-            st.ids = ids
-        return st.ids
+        if workflow.ids is None:
+            ids = dict.fromkeys(map(ACQ_ID, workflow.acqs), RETAINED)
+            ids.update(dict.fromkeys(map(EVENT_ID, workflow.evidence), RETAINED))
+            workflow.ids = ids
+        return workflow.ids
 
-    def retain(self, st: WorkflowState, ev: EventRecord) -> None:
+    def retain(self, workflow: WorkflowState, ev: EventRecord) -> None:
         """Keep a raw event for a late acquisition to look back at; past the cap, forget."""
-        kept = st.evidence
+        kept = workflow.evidence
         if isinstance(kept, list):
             kept.append(ev)
         elif len(kept) + 1 < LIST_FROM:
-            kept = st.evidence = (*kept, ev)
+            kept = workflow.evidence = (*kept, ev)
         else:
-            kept = st.evidence = [*kept, ev]
+            kept = workflow.evidence = [*kept, ev]
         if len(kept) > self.config.max_evidence:
-            st.evidence = self._forget(st, kept)
+            workflow.evidence = self._forget(workflow, kept)
 
-    def _forget(self, st: WorkflowState, kept: Evidence) -> Evidence:
+    def _forget(self, workflow: WorkflowState, kept: Evidence) -> Evidence:
         """Over the cap, forget the oldest raw events, activity first: effects, fences and
         verifications live on in compact form. A quarter at once: one pass per cap/4 events."""
-        self.index_ids(st)
+        self.index_ids(workflow)
         cap = self.config.max_evidence
         excess = len(kept) - (cap - cap // 4)
         activity = 0
@@ -137,45 +139,45 @@ class Retention:
                 keep.append(e)
         self.counters.activity_dropped += activity
         self.counters.events_dropped += excess - activity
-        self.cut(st, Cut.EVIDENCE)
+        self.cut(workflow, Cut.EVIDENCE)
         gone = [e for e in kept if e.kind in _ACTIVITY_KINDS][:activity] + keep[: excess - activity]
-        pin(st, gone, ev_print)
-        self.remember(st, gone)
-        forget_packed(st)
-        st.undisplaced = None
+        pin(workflow, gone, ev_print)
+        self.remember(workflow, gone)
+        forget_packed(workflow)
+        workflow.undisplaced = None
         return evidence_of(keep[excess - activity :])
 
-    def remember(self, st: WorkflowState, gone: Iterable[EventRecord]) -> None:
+    def remember(self, workflow: WorkflowState, gone: Iterable[EventRecord]) -> None:
         """What forgetting raw events leaves: where they were (a late acquisition before any of
         them is blind), and the latest attempt, commit and rejection per key and epoch."""
-        if st.forgotten is None:
-            st.forgotten = marks()
+        if workflow.forgotten is None:
+            workflow.forgotten = marks()
         for e in gone:
-            mark(st.forgotten, e.seq, e.pos, e.event_id)
+            mark(workflow.forgotten, e.seq, e.pos, e.event_id)
             if e.effect_key is not None and e.kind in EFFECT_OCCURRENCES:
-                keep_last(self.effect(st, e.effect_key), e)
+                keep_last(self.effect(workflow, e.effect_key), e)
 
-    def effect(self, st: WorkflowState, key: str) -> Effect:
+    def effect(self, workflow: WorkflowState, key: str) -> Effect:
         """The key's effect, to change: its packed row is dropped (`Effect.packed`)."""
-        effects = st.effects
+        effects = workflow.effects
         if effects is None:
-            effects = st.effects = {}
-        eff = effects.get(key)
-        if eff is not None:
-            eff.packed = None
+            effects = workflow.effects = {}
+        effect = effects.get(key)
+        if effect is not None:
+            effect.packed = None
         else:
-            eff = effects[key] = Effect()
+            effect = effects[key] = Effect()
             if len(effects) > self.config.max_effect_keys:
                 excess = max(len(effects) // 4, 1)
                 for gone in list(islice(effects, excess)):
                     del effects[gone]
                 self.counters.effects_dropped += excess
-                self.cut(st, Cut.EFFECT_KEYS)
-        return eff
+                self.cut(workflow, Cut.EFFECT_KEYS)
+        return effect
 
     def clock(
         self,
-        st: WorkflowState,
+        workflow: WorkflowState,
         seq: int | None,
         pos: int,
         obs: float | None,
@@ -184,43 +186,43 @@ class Retention:
         at_seq: str,
     ) -> None:
         """Audit: every event's place and time, for silence measured at `finish`."""
-        clock = st.clock
+        clock = workflow.clock
         if clock is None:
-            clock = st.clock = []
+            clock = workflow.clock = []
         clock.append((seq, pos, obs, worker, source, at_seq))
         if len(clock) > self.config.max_evidence:
             gone = len(clock) // 4
             if any(entry[2] is not None for entry in clock[:gone]):
-                self.cut(st, Cut.CLOCK)  # an entry without a time says nothing of silence
+                self.cut(workflow, Cut.CLOCK)  # an entry without a time says nothing of silence
             del clock[:gone]
 
-    def cut(self, st: WorkflowState, what: Cut) -> None:
-        if what & _HIDING and not st.cut & _HIDING:
+    def cut(self, workflow: WorkflowState, what: Cut) -> None:
+        if what & _HIDING and not workflow.cut & _HIDING:
             self.counters.workflows_truncated += 1
-        if int(what) & ~st.cut:
-            self.changed(st)
-        st.cut |= int(what)
+        if int(what) & ~workflow.cut:
+            self.changed(workflow)
+        workflow.cut |= int(what)
 
 
 def pin(
-    st: WorkflowState,
+    workflow: WorkflowState,
     leaving: Iterable[EventRecord] | Iterable[AcquisitionRecord],
     print_of: Callable[[Any], int],
 ) -> None:
     """Records that stop being retained: their ids keep their fingerprints, taken now."""
-    ids = st.ids
+    ids = workflow.ids
     if ids is not None:
         for record in leaving:
             if ids.get(record.event_id) == RETAINED:
                 ids[record.event_id] = print_of(record)
 
 
-def _retained_print(st: WorkflowState, event_id: str) -> int:
+def _retained_print(workflow: WorkflowState, event_id: str) -> int:
     """The fingerprint of a retained record's id (an id is `RETAINED` only while it is)."""
-    for e in st.evidence:
+    for e in workflow.evidence:
         if e.event_id == event_id:
             return ev_print(e)
-    for a in st.acqs:
+    for a in workflow.acqs:
         if a.event_id == event_id:
             return acq_print(a)
     raise AssertionError(f"id {event_id!r} is marked retained but no record holds it")

@@ -41,78 +41,87 @@ class Settler:
     # `advance` of a detector sweeps everything and finds them again.
     watched: set[str] = field(default_factory=set)
 
-    def watch(self, key: str, st: WorkflowState | None) -> None:
+    def watch(self, key: str, workflow: WorkflowState | None) -> None:
         """Keep `watched` to the workflows with an open finding."""
-        if st is not None and any(ep.status is Status.OPEN for ep in st.episodes.values()):
+        if workflow is not None and any(
+            episode.status is Status.OPEN for episode in workflow.episodes.values()
+        ):
             self.watched.add(key)
         else:
             self.watched.discard(key)
 
     def settle_all(
-        self, key: str, st: WorkflowState, at: float | None, episodes: list[Episode]
+        self, key: str, workflow: WorkflowState, at: float | None, episodes: list[Episode]
     ) -> list[FindingUpdate]:
+        """Settle each episode once, in order; then watch and schedule the workflow anew (what a
+        late acquisition must be to rename a finding is kept with it: `_takeover.place`)."""
         updates: list[FindingUpdate] = []
-        q = self.deadlines.quiet_period_s
-        reach = st.reach
-        for ep in {id(ep): ep for ep in episodes}.values():  # once each, in order
-            quiet = at is not None and ep.last_stale_at is not None and at - ep.last_stale_at >= q
-            update = self.settle(key, st, ep, quiet, at)
+        quiet_period = self.deadlines.quiet_period_s
+        reach = workflow.reach
+        once_each = {id(episode): episode for episode in episodes}  # in order
+        for episode in once_each.values():
+            quiet = (
+                at is not None
+                and episode.last_stale_at is not None
+                and at - episode.last_stale_at >= quiet_period
+            )
+            update = self.settle(key, workflow, episode, quiet, at)
             if update is not None:
                 updates.append(update)
             if reach is not None:
-                place(st, reach, ep)
+                place(workflow, reach, episode)
         if updates:  # an episode opens only with a revision
-            self.watch(key, st)
-        self.deadlines.schedule(key, st, at)
+            self.watch(key, workflow)
+        self.deadlines.schedule(key, workflow, at)
         return updates
 
     def settle(
-        self, key: str, st: WorkflowState, ep: Episode, quiet: bool, at: float | None
+        self, key: str, workflow: WorkflowState, episode: Episode, quiet: bool, at: float | None
     ) -> FindingUpdate | None:
         """Recompute status and severity; publish a revision only when the document changed.
         `at` is the caller's clock, for `FindingStats` only."""
-        if not ep.total and not ep.keys_over:
+        if not episode.total and not episode.keys_over:
             return None
-        published = ep.severity if ep.revision else None
-        was = ep.status if ep.revision else None  # the published status
+        published = episode.severity if episode.revision else None
+        was = episode.status if episode.revision else None  # the published status
         worst = max(
-            (severity_of(c) for c in ep.listed.values()),
+            (severity_of(c) for c in episode.listed.values()),
             key=lambda s: s.rank,
             default=Severity.WARNING,
         )
-        if worst.rank > ep.severity.rank:
-            ep.severity = worst
-        ep.status = Status.RESOLVED if resolved(st, ep, quiet) else Status.OPEN
-        inputs = (ep.changes, ep.status, ep.severity, ep.truncated)
-        if inputs == ep.rendered:
+        if worst.rank > episode.severity.rank:
+            episode.severity = worst
+        episode.status = Status.RESOLVED if resolved(workflow, episode, quiet) else Status.OPEN
+        inputs = (episode.changes, episode.status, episode.severity, episode.truncated)
+        if inputs == episode.rendered:
             return None  # nothing the document is made of changed since it was last made
-        ep.rendered = inputs
-        finding = render(key, st, ep, ep.revision + 1)
+        episode.rendered = inputs
+        finding = render(key, workflow, episode, episode.revision + 1)
         digest = _digest(finding)
-        if digest == ep.digest:
+        if digest == episode.digest:
             return None
-        if ep.revision == 0:
+        if episode.revision == 0:
             self.counters.findings_opened += 1
-        ep.digest = digest
-        ep.revision += 1
+        episode.digest = digest
+        episode.revision += 1
         self.counters.revisions += 1
-        if ep.status is not was:
-            self._status_changed(ep, finding, at)
-        escalated = published is None or ep.severity.rank > published.rank
+        if episode.status is not was:
+            self._status_changed(episode, finding, at)
+        escalated = published is None or episode.severity.rank > published.rank
         return FindingUpdate(finding, escalated)
 
-    def _status_changed(self, ep: Episode, finding: Finding, at: float | None) -> None:
+    def _status_changed(self, episode: Episode, finding: Finding, at: float | None) -> None:
         """A revision that opens, reopens or resolves a finding: what `FindingStats` and the age
         of open findings need. Once per change of status, never per event."""
-        if ep.status is Status.OPEN:
-            ep.opened_at = at
+        if episode.status is Status.OPEN:
+            episode.opened_at = at
             return
         stats = self.finding_stats
-        severity = ep.severity
-        opened = ep.opened_at
+        severity = episode.severity
+        opened = episode.opened_at
         if opened is not None and at is not None:
             stats.resolution[severity].add(max(at - opened, 0.0))
-        ep.opened_at = None  # while resolved: one float less in the state
+        episode.opened_at = None  # while resolved: one float less in the state
         lag = finding.evidence_lag
         if lag is not None:
             if lag.seconds is not None:
@@ -121,22 +130,24 @@ class Settler:
                 stats.zombie_seq[severity].add(lag.seq)
 
 
-def resolved(st: WorkflowState, ep: Episode, quiet: bool) -> bool:
+def resolved(workflow: WorkflowState, episode: Episode, quiet: bool) -> bool:
     """Known fenced (or quiet) and every affected effect key verified after its latest
     condition; never by retrying."""
-    if ep.pending or ep.dup_pending or ep.keys_over:
+    if episode.pending or episode.dup_pending or episode.keys_over:
         return False
-    stale = ep.stale
-    return ep.retry or stale is None or quiet or fenced(st, ep.displaced_epoch, stale)
-
-
-def hinges_on_silence(st: WorkflowState, ep: Episode) -> bool:
-    """Does the status depend on the quiet period alone (verified, not otherwise fenced)?"""
-    stale = ep.stale
+    stale = episode.stale
     return (
-        not (ep.pending or ep.dup_pending or ep.keys_over or ep.retry)
+        episode.retry or stale is None or quiet or fenced(workflow, episode.displaced_epoch, stale)
+    )
+
+
+def hinges_on_silence(workflow: WorkflowState, episode: Episode) -> bool:
+    """Does the status depend on the quiet period alone (verified, not otherwise fenced)?"""
+    stale = episode.stale
+    return (
+        not (episode.pending or episode.dup_pending or episode.keys_over or episode.retry)
         and stale is not None
-        and not fenced(st, ep.displaced_epoch, stale)
+        and not fenced(workflow, episode.displaced_epoch, stale)
     )
 
 
