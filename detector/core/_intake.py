@@ -20,7 +20,7 @@ each lives, and the benchmark line that shows it (`bench/bench_engine.py` "detec
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from sys import intern
 from typing import Final
@@ -91,8 +91,6 @@ class Intake:
     retention: Retention
     settler: Settler
     deadlines: Deadlines
-    # The findings that named an acquisition `_keep` pushed out at the cap, for `_acquired`.
-    _unnamed: list[Episode] = field(default_factory=list)
 
     def take(
         self, key: str, workflow: WorkflowState, event: OwnershipEvent, at: float | None
@@ -135,8 +133,8 @@ class Intake:
                     context_of(event.attrs, event.detail),
                 ),
             )
-            self._acquire(workflow, acquisition, event, late)
-            return self._acquired(key, workflow, acquisition, late, at, uncertain)
+            unnamed = self._acquire(workflow, acquisition, event, late)
+            return self._acquired(key, workflow, acquisition, late, at, uncertain, unnamed)
         trace = event.trace_id
         ev = new_record(
             EventRecord,
@@ -175,9 +173,11 @@ class Intake:
         late: bool,
         at: float | None,
         uncertain: bool,
+        unnamed: list[Episode],
     ) -> list[FindingUpdate]:
         """After an acquisition is kept: what it displaces when late, the sign of life it is
-        after a takeover of its epoch, and the findings it may rename, settled."""
+        after a takeover of its epoch, and the findings it may rename, settled with those that
+        named an acquisition keeping it pushed out (`unnamed`)."""
         touched = (
             displace(workflow, acquisition, at, uncertain, self.config.max_effect_keys)
             if late
@@ -200,7 +200,6 @@ class Intake:
         )
         for episode in moved:
             episode.changes += 1
-        unnamed, self._unnamed = self._unnamed, []
         return self.settler.settle_all(key, workflow, at, [*touched, *moved, *unnamed])
 
     def ingest(
@@ -254,25 +253,30 @@ class Intake:
         acquisition: AcquisitionRecord,
         event: OwnershipEvent,
         late: bool,
-    ) -> None:
-        """Keep the acquisition; then its lease health (`LeaseHealth.acquired`)."""
+    ) -> list[Episode]:
+        """Keep the acquisition; then its lease health (`LeaseHealth.acquired`). Returns the
+        findings that named an acquisition it pushed out at the cap."""
         top = workflow.top
         if late and workflow.undisplaced is None:
             index_undisplaced(workflow)  # from what the acquisitions known so far displace
-        new_epoch = self._keep(workflow, acquisition)
+        new_epoch, unnamed = self._keep(workflow, acquisition)
         if acquisition.epoch >= workflow.top:
             workflow.released_at = None  # the current epoch holds the lease again
         self.lease_health.acquired(workflow, acquisition, event, top, new_epoch)
+        return unnamed
 
-    def _keep(self, workflow: WorkflowState, acquisition: AcquisitionRecord) -> bool:
-        """Keep the acquisition in epoch order; is its epoch new? One forgotten at the cap
-        changes no published finding by itself: the next revision of each says its evidence
-        was cut. A new highest epoch is appended, and the staleness index extended, in
-        constant time; a late one is inserted in place (`_rules.inserted`), a step or two when
-        late acquisitions come newest first."""
+    def _keep(
+        self, workflow: WorkflowState, acquisition: AcquisitionRecord
+    ) -> tuple[bool, list[Episode]]:
+        """Keep the acquisition in epoch order; is its epoch new, and which findings named the
+        one forgotten at the cap? That changes no published finding by itself: the next
+        revision of each says its evidence was cut. A new highest epoch is appended, and the
+        staleness index extended, in constant time; a late one is inserted in place
+        (`_rules.inserted`), a step or two when late acquisitions come newest first."""
         acqs = workflow.acqs
         top = acqs[-1].epoch if acqs else -1
         new_epoch = True
+        unnamed: list[Episode] = []
         if acquisition.epoch > top:  # the usual case: a takeover by a new, higher epoch
             if isinstance(acqs, list):
                 acqs.append(acquisition)
@@ -325,8 +329,8 @@ class Intake:
             threshold = ALWAYS if gone.seq is None else gone.seq
             for episode in renamed(workflow, gone, threshold):
                 episode.changes += 1
-                self._unnamed.append(episode)
-        return new_epoch
+                unnamed.append(episode)
+        return new_epoch, unnamed
 
     def _lease_event(
         self,
