@@ -127,7 +127,7 @@ def replace_duplicate(
     another (an epoch between the two committed the key, and arrived late: DESIGN §4): what the
     former pair added is replaced, as if it had never been added. Its listed witness, its
     confirmation and its occurrences awaiting a verifier are the key's alone, rebuilt here in
-    constant time; the episode's `latest` is its caller's (`Detector._repartner`). A key beyond
+    constant time; the episode's `latest` is its caller's (`_conditions._repartner`). A key beyond
     the episode's cap was only counted: the new pair is counted as well."""
     ep.changes += 1
     key = cond.effect_key

@@ -76,6 +76,9 @@ class ConditionRecord(NamedTuple):
 
 
 Ordered = EventRecord | AcquisitionRecord | ConditionRecord
+# NamedTuple's generated __new__ runs Python code; building from a tuple is twice as fast
+# (`new_record(EventRecord, values) == EventRecord(*values)`, pinned by a test).
+new_record: Final = tuple.__new__
 _ACQUIRED: Final = Kind.LEASE_ACQUIRED.value
 # Acquisitions do not keep their source: the coordinator's (DESIGN §3).
 _COORDINATOR: Final = Source.COORDINATOR.value

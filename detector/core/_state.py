@@ -90,11 +90,11 @@ class Effect:
     verified: Marks | None = None  # verifications of the key
     # Not persisted: this key's row as `encode_state` last wrote it. A workflow's state is written
     # at every transaction that touched it, its effects far more rarely change: the engine drops
-    # the row whenever it takes the effect to change it (`Detector._effect`), and every row of
+    # the row whenever it takes the effect to change it (`Retention.effect`), and every row of
     # the workflow when raw events are forgotten (the row refers to them by their index).
     packed: msgspec.Raw | None = field(default=None, compare=False, repr=False)
     # Not persisted: the epochs of `firsts`, sorted, for the epochs next to a commit's
-    # (`Detector._commit`); built from `firsts` at its first use.
+    # (`_conditions.add_commit`); built from `firsts` at its first use.
     order: list[int] | None = field(default=None, compare=False, repr=False)
 
 
@@ -240,7 +240,7 @@ class WorkflowState:
         default=None, compare=False, repr=False
     )
     # Not persisted, both `_reach.Reach`es, for the late acquisitions: `undisplaced`'s epochs by
-    # their latest seq (built with it), and the findings each could change (`Detector._reach`).
+    # their latest seq (built with it), and the findings each could change (`_takeover.reach_of`).
     undisplaced_reach: Reach[int] | None = field(default=None, compare=False, repr=False)
     reach: Reach[tuple[int, bool]] | None = field(default=None, compare=False, repr=False)
 

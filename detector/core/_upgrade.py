@@ -14,7 +14,8 @@ import msgspec
 
 from detector.contracts.findings import Severity, Status
 
-from ._engine import Config, Detector
+from ._config import Config
+from ._engine import Detector
 from ._episode import add_condition
 from ._records import AcquisitionRecord, EventRecord
 from ._state import (
@@ -81,7 +82,7 @@ def _replay(fields: list[Any]) -> WorkflowState:
     st.evidence = evidence_of(records)
     # Every acquisition is in place first: staleness compares positions, not arrival.
     for ev in records:
-        engine._ingest(st, ev, None, False)
+        engine._intake.ingest(st, ev, None, False)
     for row in episodes:
         ep = st.episode((row[0], row[1]))
         for c in row[5]:

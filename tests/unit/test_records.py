@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from detector.contracts.findings import ConditionKind
-from detector.core._engine import new_record
-from detector.core._records import AcquisitionRecord, ConditionRecord, EventRecord
+from detector.core._records import AcquisitionRecord, ConditionRecord, EventRecord, new_record
 
 
 def test_the_fast_constructor_builds_the_same_records() -> None:

@@ -11,8 +11,8 @@ import pytest
 from detector.contracts.events import OwnershipEvent
 from detector.contracts.findings import Finding
 from detector.core import Config, Detector
-from detector.core._engine import _SCAN_FINDINGS
 from detector.core._render import render
+from detector.core._takeover import SCAN_FINDINGS
 
 from ..histories import W, acq, commit, ev
 
@@ -29,7 +29,7 @@ def _renders(
         return render(*args)
 
     with monkeypatch.context() as patched:
-        patched.setattr("detector.core._engine.render", counted)
+        patched.setattr("detector.core._settling.render", counted)
         d = Detector(config or Config.for_audit())
         revisions = sum(len(d.observe(e)) for e in events)
         revisions += len(d.finish())
@@ -104,8 +104,8 @@ def test_late_acquisitions_newest_first_render_each_finding_a_bounded_number_of_
     renders, revisions = _renders(monkeypatch, late_newest_first(n))
     assert revisions == n - 1  # one finding per zombie, published once
     # its opening and the acquisition that names its owner; and while a workflow has few
-    # findings, an acquisition looks at each of them (`_SCAN_FINDINGS`)
-    assert renders <= 2 * n + _SCAN_FINDINGS**2
+    # findings, an acquisition looks at each of them (`SCAN_FINDINGS`)
+    assert renders <= 2 * n + SCAN_FINDINGS**2
 
 
 @pytest.mark.parametrize("seed", range(20))
