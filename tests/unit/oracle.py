@@ -342,13 +342,18 @@ class Workflow:
             return top[0]
         return max((x for x in members if x.seq is not None), key=lambda e: (e.seq, tie(e)))
 
+    def transitions_of(self, f: OracleFinding, e: E) -> list[E]:
+        """The candidates for `e`'s transition: the acquisition of an epoch above the displaced
+        one before `e` that no other such acquisition precedes, or, when they make a cycle and
+        none is earliest, all of them (the transition is then undefined)."""
+        cands = [a for a in self.acqs if a.epoch > f.epoch and before(a, e)]
+        first = [a for a in cands if not any(before(b, a) for b in cands)]
+        return first or cands
+
     def transition_of(self, f: OracleFinding, e: E) -> E | None:
         """The earliest acquisition of an epoch above the displaced one before `e`."""
-        found: E | None = None
-        for a in self.acqs:
-            if a.epoch > f.epoch and before(a, e) and (found is None or before(a, found)):
-                found = a
-        return found
+        found = self.transitions_of(f, e)
+        return found[0] if len(found) == 1 else None
 
     def placed_by_seq(self, f: OracleFinding, ck: CondKey, e: E) -> bool:
         if e.seq is None:
@@ -366,7 +371,14 @@ class Workflow:
                 k: self.placed_by_seq(f, k, self.earliest(ts)) for k, ts in f.triggers.items()
             }
             placed = list(f.placed.values())
-        else:  # no witness: defined when every trigger agrees
+        else:  # no witness: defined when every trigger, and every transition it may have, agrees
+            if f.tag != "retry" and any(
+                e.seq is not None
+                and len({a.seq is not None for a in self.transitions_of(f, e)}) > 1
+                for ts in f.triggers.values()
+                for e in ts
+            ):
+                return None
             placed = [self.placed_by_seq(f, k, e) for k, ts in f.triggers.items() for e in ts]
         if self.order is None and len(set(placed)) > 1:
             return None
