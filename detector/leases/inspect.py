@@ -14,7 +14,7 @@ Only technical ids are read: never a payload, a result or an error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Final
 from uuid import UUID
@@ -50,7 +50,7 @@ SELECT job_class,
 # Ordered by lease_until: the expired leases come first (the longest expired first), then the
 # running ones by least lease remaining; the id breaks ties so that the order is stable.
 _RUNNING: Final = f"""
-SELECT id, job_class, owner_id, fencing_token, attempt, tool_class,
+SELECT id AS job_id, job_class, owner_id, fencing_token, attempt, tool_class,
        extract(epoch FROM lease_until - now())::float8 AS lease_remaining_s,
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age_s,
        lease_until <= now() AS expired
@@ -80,6 +80,10 @@ class RunningJob:
     heartbeat_age_s: float | None  # since the claim or the last extend
     expired: bool  # lease_until <= now(): the owner may no longer write
     tool_class: str | None
+
+
+# the columns of _RUNNING a RunningJob holds, under its field names
+_RUNNING_JOB: Final = tuple(f.name for f in fields(RunningJob))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,30 +139,10 @@ def inspect_leases(
     assert now is not None
     running: dict[str, list[RunningJob]] = {}
     for row in rows:
-        running.setdefault(row["job_class"], []).append(
-            RunningJob(
-                job_id=row["id"],
-                owner_id=row["owner_id"],
-                fencing_token=row["fencing_token"],
-                attempt=row["attempt"],
-                lease_remaining_s=row["lease_remaining_s"],
-                heartbeat_age_s=row["heartbeat_age_s"],
-                expired=row["expired"],
-                tool_class=row["tool_class"],
-            )
-        )
+        job = RunningJob(**{name: row[name] for name in _RUNNING_JOB})
+        running.setdefault(row["job_class"], []).append(job)
     classes = [
-        ClassView(
-            job_class=row["job_class"],
-            queued=row["queued"],
-            running=row["running"],
-            expired=row["expired"],
-            succeeded=row["succeeded"],
-            failed=row["failed"],
-            oldest_queued_age_s=row["oldest_queued_age_s"],
-            running_jobs=tuple(running.get(row["job_class"], ())),
-        )
-        for row in summaries
+        ClassView(**row, running_jobs=tuple(running.get(row["job_class"], ()))) for row in summaries
     ]
     if job_class is not None and not classes:
         classes.append(ClassView(job_class, 0, 0, 0, 0, 0, None, ()))

@@ -19,8 +19,7 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import redis
 from celery import Celery, Task
@@ -39,13 +38,13 @@ from detector.testing.campaign.sources.celery import (
     RETRY,
     TASK,
     WORKER_ENV,
+    redis_retried,
 )
 from detector.testing.campaign.truth import TruthLog
 from detector.testing.campaign.worker import sink
 
 EFFECTS_KEY: Final = "campaign:effects"  # effect key -> how many times it was made
 RETRY_COUNTDOWN_S: Final = 0.3
-CALL_DEADLINE_S: Final = 60.0  # a partition or a server restart outlasting this fails the task
 
 # A delivery starts: its number among the task's deliveries (once per token, however often the
 # call is repeated); its worker is inside work for the next ARGV[2] ms.
@@ -70,8 +69,6 @@ local now = redis.call('TIME')
 return {tonumber(latest), now[1], now[2]}
 """
 
-_T = TypeVar("_T")
-
 
 class Destination:
     """The broker's Redis as the recording destination. Each call is retried through a
@@ -82,37 +79,27 @@ class Destination:
         self._start = self._client.register_script(_START)
         self._charge = self._client.register_script(_CHARGE)
 
-    def _retried(self, call: Callable[[], _T]) -> _T:
-        deadline = time.monotonic() + CALL_DEADLINE_S
-        while True:
-            try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
     def start(self, task_id: str, worker: str, work_s: float) -> int:
         """Record a delivery of `task_id` beginning, on `worker` for `work_s`; its number
         (1, 2, …) in starting order."""
         keys = [_started(task_id), BUSY_KEY + worker]
         args: list[str | int] = [uuid.uuid4().hex, max(int(work_s * 1000), 1)]
-        return int(self._retried(lambda: self._start(keys=keys, args=args)))
+        return int(redis_retried(lambda: self._start(keys=keys, args=args)))
 
     def charge(self, task_id: str, effect_key: str) -> tuple[int, float]:
         """Make the effect; the latest delivery of `task_id` started at that moment, and the
         server's time of it."""
         token = uuid.uuid4().hex
         keys = [_started(task_id), EFFECTS_KEY, f"campaign:charged:{task_id}"]
-        latest, sec, usec = self._retried(lambda: self._charge(keys=keys, args=[token, effect_key]))
+        latest, sec, usec = redis_retried(lambda: self._charge(keys=keys, args=[token, effect_key]))
         return int(latest), int(sec) + int(usec) / 1e6
 
     def fault(self, worker: str) -> str | None:
-        value: Any = self._retried(lambda: self._client.get(FAULT_KEY + worker))
+        value: Any = redis_retried(lambda: self._client.get(FAULT_KEY + worker))
         return None if value is None else bytes(value).decode()
 
     def done(self, task_id: str) -> None:
-        self._retried(lambda: self._client.sadd(DONE_KEY, task_id))
+        redis_retried(lambda: self._client.sadd(DONE_KEY, task_id))
 
 
 def _started(task_id: str) -> str:

@@ -206,6 +206,11 @@ class Proc:
         self.later(seconds, "start")
 
     def shut_down_for(self, seconds: float, grace_s: float = 20.0) -> None:
+        self._shut_down(grace_s)
+        self.later(seconds, "start")
+
+    def _shut_down(self, grace_s: float) -> None:
+        """SIGTERM, then SIGKILL after `grace_s`."""
         self.terminate()
         if self.popen is not None:
             try:
@@ -213,7 +218,6 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.signal(signal.SIGKILL)
                 self.popen.wait(30)
-        self.later(seconds, "start")
 
     def stop(self, grace_s: float = 20.0) -> None:
         """The end of the run: pending restarts cancelled, the process stopped (SIGTERM, then
@@ -221,13 +225,7 @@ class Proc:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        self.terminate()
-        if self.popen is not None:
-            try:
-                self.popen.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-                self.popen.wait(30)
+        self._shut_down(grace_s)
 
     def apply(self, step: Step) -> bool:
         """Cause a process fault; False if `step` is not one."""

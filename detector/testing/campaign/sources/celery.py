@@ -16,10 +16,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from detector.demos.celery import READY, says, worker_argv
 from detector.devstack.needs import missing_package, missing_redis_server
@@ -59,6 +59,24 @@ def executor(n: int) -> str:
     return f"worker{n}@{socket.gethostname()}"
 
 
+_T = TypeVar("_T")
+
+
+def redis_retried(call: Callable[[], _T], deadline_s: float = 60.0) -> _T:
+    """A call to Redis from the campaign or its workers, waiting out a restart the nemesis made:
+    a partition or a restart outlasting `deadline_s` fails it."""
+    import redis  # noqa: PLC0415
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @dataclass
 class _Fleet:
     """One run's workers, their proxies and the stream of units."""
@@ -82,7 +100,7 @@ class _Fleet:
             case Fault.EXCEPTION_RETRY | Fault.HANDOFF:
                 mode = RETRY if step.fault is Fault.EXCEPTION_RETRY else HANDOFF
                 ms = int(step.hold_s * 1000)
-                self._call(lambda: self.client.set(f"{FAULT_KEY}{step.target}", mode, px=ms))
+                redis_retried(lambda: self.client.set(f"{FAULT_KEY}{step.target}", mode, px=ms))
             case Fault.PAUSE_PAST_LEASE:
                 self._inside_work(step.target)
                 self._signal(step)
@@ -101,7 +119,7 @@ class _Fleet:
         """Wait (a unit's work at most) for `target` to be inside a task: a pause of an idle
         worker makes no zombie, only a late fetch."""
         deadline = time.monotonic() + WORK_S[1]
-        while time.monotonic() < deadline and not self._call(
+        while time.monotonic() < deadline and not redis_retried(
             lambda: self.client.exists(f"{BUSY_KEY}{target}")
         ):
             time.sleep(0.02)
@@ -111,19 +129,6 @@ class _Fleet:
         timer.daemon = True
         timer.start()
         self._threads.append(timer)
-
-    def _call(self, call: Any) -> Any:
-        """A call to Redis from the campaign, waiting out a restart the nemesis made."""
-        import redis  # noqa: PLC0415
-
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
 
     def drain(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -148,7 +153,7 @@ class _Fleet:
 
         idle_since: float | None = None
         while time.monotonic() < deadline:
-            done, idle = self._call(state)
+            done, idle = redis_retried(state)
             if done == UNITS:
                 return True
             # Nothing left anywhere, and still units not charged: messages the transport lost
