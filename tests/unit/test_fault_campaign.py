@@ -764,8 +764,8 @@ def test_a_kubernetes_worker_s_leadership_ends_after_the_unit_it_began_is_report
 
     class Elector:
         """Leads at once. With the work's first unit under way, the stop order comes and the
-        lease is lost: it raises in the work's thread and returns without waiting for it, as
-        `LeaderElector` does."""
+        lease is lost: it raises in the work's thread and waits for that thread, as
+        `LeaderElector` does (`stop_timeout`), not for the unit thread the work began."""
 
         def __init__(self, name: str, namespace: str, identity: str, work: Any, *a: Any, **kw: Any):
             self.work = work
@@ -795,6 +795,7 @@ def test_a_kubernetes_worker_s_leadership_ends_after_the_unit_it_began_is_report
             assert leading.ident is not None
             worker.orders.stopping.set()  # the run's end: the worker exits once all resigned
             _raise_in(leading.ident, LeadershipLostError)
+            leading.join(5)
 
     made: list[Elector] = []
     monkeypatch.delenv("SPLITBRAIN_CAMPAIGN_TRUTH", raising=False)

@@ -188,10 +188,11 @@ class KubeWorker:
             log.info("%s: election interrupted (%s)", lease, type(exc).__name__)
             self.orders.stopping.wait(1.0)
         if led:
-            # The elector returns once it stopped leading, while the unit its work began may
-            # still be writing (it completes, as a real one does). This leadership ends only
-            # after it: a stop order's exit closes the sink then, and the write's events would
-            # be dropped unsent (kubernetes run 26 of the 50b6f43 campaign).
+            # The elector returns once its work's thread ended, while the unit that thread began
+            # (a thread of its own, so that the elector's LeadershipLostError does not cut its
+            # write) may still be writing: it completes, as a real one does. This leadership
+            # ends only after it: a stop order's exit closes the sink then, and the write's
+            # events would be dropped unsent (kubernetes run 26 of the 50b6f43 campaign).
             for unit in units:
                 with contextlib.suppress(RuntimeError):  # never started
                     unit.join(election.RESIGN_S)
