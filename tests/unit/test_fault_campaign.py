@@ -344,7 +344,7 @@ def test_a_positive_found_later_than_the_target_is_listed_with_its_runs_faults_n
             "latency_s": 3.5,
             "faults": [
                 "12.0s pause_past_lease worker 1 (5s)",
-                "19.0s clock_step worker 2 (-2s)",
+                "19.0s clock_step worker 2 (-2h)",
             ],
         }
     ]

@@ -51,7 +51,8 @@ class Step:
     hold_s: float
 
     def describe(self) -> str:
-        return f"{self.at_s:5.1f}s {self.fault.value} worker {self.target} ({self.hold_s:g}s)"
+        unit = "h" if self.fault is Fault.CLOCK_STEP else "s"  # a clock step is in hours
+        return f"{self.at_s:5.1f}s {self.fault.value} worker {self.target} ({self.hold_s:g}{unit})"
 
 
 def plan(
