@@ -57,6 +57,19 @@ def test_a_crash_kills_the_whole_process_group(tmp_path: Path) -> None:
         proc.stop()
 
 
+def test_a_stopped_process_is_never_started_again(tmp_path: Path) -> None:
+    """A restart a crash scheduled, or one a fault still being applied schedules as the run
+    stops, must not start a worker after the run: it would outlive the campaign (parented by
+    init, still holding its stepped clock and its leases)."""
+    proc = Proc("w0", ["sleep", "30"], dict(os.environ), tmp_path / "log").start()
+    proc.crash_for(0.2)  # its restart is due in 0.2 s
+    proc.stop(grace_s=1)
+    proc.later(0.0, "start")  # a fault still being applied, after the stop
+    proc.start()
+    time.sleep(0.5)  # past both restarts' times: nothing may come
+    assert not proc.alive()
+
+
 def test_a_clock_step_only_goes_backward() -> None:
     """libfaketime 0.9.10 freezes librdkafka's timed waits on a forward step: the campaign would
     measure its own tool, not the product."""

@@ -153,18 +153,24 @@ class Proc:
     log: Path
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _timers: list[threading.Timer] = field(default_factory=list, init=False)
+    # Set by `stop`: no start or restart after it, even one scheduled before it whose timer
+    # already fired, or one a fault still being applied schedules (such a process outlived its
+    # campaign, parented by init).
+    _stopped: bool = field(default=False, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def start(self) -> Proc:
-        if self.alive():
-            return self
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                list(self.argv),
-                env=dict(self.env),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        with self._lock:
+            if self._stopped or self.alive():
+                return self
+            with self.log.open("ab") as out:
+                self.popen = subprocess.Popen(
+                    list(self.argv),
+                    env=dict(self.env),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         return self
 
     def alive(self) -> bool:
@@ -188,10 +194,13 @@ class Proc:
 
     def later(self, seconds: float, action: str) -> None:
         """`resume` or `start` this process `seconds` from now (the schedule does not wait)."""
-        timer = threading.Timer(seconds, getattr(self, action))
-        timer.daemon = True
-        timer.start()
-        self._timers.append(timer)
+        with self._lock:
+            if self._stopped:
+                return
+            timer = threading.Timer(seconds, getattr(self, action))
+            timer.daemon = True
+            timer.start()
+            self._timers.append(timer)
 
     def resume(self) -> None:
         self.signal(signal.SIGCONT)
@@ -223,9 +232,11 @@ class Proc:
     def stop(self, grace_s: float = 20.0) -> None:
         """The end of the run: pending restarts cancelled, the process stopped (SIGTERM, then
         SIGKILL after `grace_s`)."""
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
+        with self._lock:
+            self._stopped = True
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
         self._shut_down(grace_s)
 
     def apply(self, step: Step) -> bool:
