@@ -163,26 +163,18 @@ def test_a_server_that_forgot_the_scripts_is_given_them_again(
         assert lock.fenced_set("ledger/42", "paid", effect_key="charge/42")
 
     async def run() -> None:
-        c = redis.asyncio.Redis.from_url(redis_server.url)
-        try:
+        async with redis.asyncio.Redis.from_url(redis_server.url) as c:
             await c.script_flush()
             held = async_fenced_lock_class(recorded.sink, worker_id="w2")(c, NAME, timeout=30)
             assert await held.acquire()
             assert held.fence == 3
             await held.release()
-        finally:
-            await c.aclose()
 
     asyncio.run(run())
-    assert [(e.kind, e.owner_epoch) for e in recorded.events()] == [
-        (Kind.LEASE_ACQUIRED, 1),
-        (Kind.LEASE_RELEASED, 1),
-        (Kind.LEASE_ACQUIRED, 2),
-        (Kind.EFFECT_COMMITTED, 2),
-        (Kind.LEASE_RELEASED, 2),
-        (Kind.LEASE_ACQUIRED, 3),
-        (Kind.LEASE_RELEASED, 3),
-    ]
+    events = recorded.events()
+    assert [e.owner_epoch for e in events if e.kind is Kind.LEASE_ACQUIRED] == [1, 2, 3]
+    assert [e.owner_epoch for e in events if e.kind is Kind.LEASE_RELEASED] == [1, 2, 3]
+    assert [e.owner_epoch for e in events if e.kind is Kind.EFFECT_COMMITTED] == [2]
 
 
 def test_a_lock_renamed_or_given_another_timeout_is_fenced_under_its_new_name(
