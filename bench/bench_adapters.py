@@ -648,7 +648,7 @@ def bench_redis_lock(args: argparse.Namespace) -> list[Row]:
         fenced_lock.release()
 
         def reported() -> None:  # the adapter's own work per unit, without Redis
-            fenced_lock._acquired(1)
+            fenced_lock._acquired(1, fenced_lock._lock_named())
             fenced_lock._ended(released=True)
 
         own = min(_per_call(reported, n)[0] for _ in range(args.rounds))

@@ -74,7 +74,7 @@ class Ownership:
     def _attrs(self) -> dict[str, str]:
         return {
             **self.attrs,
-            AUTHORITY_ATTR: self.authority.value,
+            AUTHORITY_ATTR: str(self.authority),  # its value, without `.value`'s two frames
             EPOCH_FROM_ATTR: self.epoch_from,
         }
 

@@ -34,7 +34,7 @@ Events (through `AdapterSink`: the holder is never blocked or failed by the dete
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 import socket
@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Final, Literal
 
 from redis.asyncio.lock import Lock as _AsyncLock
 from redis.commands.core import AsyncScript, Script
-from redis.exceptions import LockNotOwnedError
+from redis.exceptions import LockNotOwnedError, NoScriptError
 from redis.lock import Lock as _Lock
 
 from detector.contracts.events import Kind, Source
@@ -96,15 +96,23 @@ _default_sink: AdapterSink | None = None
 def default_sink() -> AdapterSink:
     """The process's sink for locks given none, configured by the `SPLITBRAIN_*` variables."""
     global _default_sink  # noqa: PLW0603  (one per process, made at the first acquisition)
+    sink = _default_sink
+    if sink is not None:  # every acquisition asks: only the first takes the lock
+        return sink
     with _sink_lock:
         if _default_sink is None:
             _default_sink = AdapterSink(ADAPTER)
         return _default_sink
 
 
+@functools.cache
 def default_worker_id() -> str:
-    """The holder's identity: its host and process (identity only, never proof of ownership)."""
+    """The holder's identity: its host and process (identity only, never proof of ownership);
+    worked out once per process (again in a forked child, whose pid differs)."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+os.register_at_fork(after_in_child=default_worker_id.cache_clear)
 
 
 def lock_words(name: str, timeout: float | None) -> dict[str, Any]:
@@ -114,6 +122,30 @@ def lock_words(name: str, timeout: float | None) -> dict[str, Any]:
 
 def _text(name: str | bytes) -> str:
     return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """What every acquisition of one lock shares, worked out once (`_Fenced._lock_named`): the
+    workflow key, the acquire script's fence key and timeout, the lease's duration and the
+    owner's words (shared by its owners: `Ownership.note` replaces words, never mutates them)."""
+
+    name: Any  # the lock's `name` and `timeout` these were worked out from
+    timeout: Any
+    key: str
+    fence_key: str
+    timeout_ms: str  # the acquire script's ARGV[2]: "" for none
+    lease_s: float | None
+    words: dict[str, Any]
+
+    @classmethod
+    def of(cls, name: Any, timeout: Any, fence_suffix: str) -> _Named:
+        key = _text(name)
+        lease_s = float(timeout) if timeout else None
+        timeout_ms = str(int(timeout * 1000)) if timeout else ""
+        return cls(
+            name, timeout, key, key + fence_suffix, timeout_ms, lease_s, lock_words(key, lease_s)
+        )
 
 
 @dataclass(slots=True)
@@ -137,12 +169,21 @@ class _Fenced:
     timeout: Any
     local: Any
     redis: Any
+    _named: _Named | None = None
+
+    def _lock_named(self) -> _Named:
+        """This lock's `_Named`, worked out again only when its `name` or `timeout` was
+        reassigned (redis-py reads both at each call, and so does this)."""
+        named = self._named
+        if named is None or named.name is not self.name or named.timeout is not self.timeout:
+            named = self._named = _Named.of(self.name, self.timeout, self.fence_suffix)
+        return named
 
     @property
     def fence_key(self) -> str:
         """The counter's key: the lock's name and `:fence` (in a Redis Cluster, give the lock a
         hash tag, `{payments}`, so that both keys live in one slot)."""
-        return _text(self.name) + self.fence_suffix
+        return self._lock_named().fence_key
 
     @property
     def fence(self) -> int | None:
@@ -164,41 +205,34 @@ class _Fenced:
         if cls.lua_fenced_set is None:
             cls.lua_fenced_set = self.redis.register_script(FENCED_SET_SCRIPT)
 
-    def _acquire_keys_args(self, token: str | bytes) -> tuple[list[Any], list[Any]]:
-        """The acquire script's keys and arguments: the lock and its counter; the token and
-        the timeout in ms (empty: none)."""
-        timeout_ms = str(int(self.timeout * 1000)) if self.timeout else ""
-        return [self.name, self.fence_key], [token, timeout_ms]
-
-    def _fenced_keys_args(self, key: str, value: str | bytes) -> tuple[int, list[Any], list[Any]]:
+    def _fenced_keys_args(self, key: str, value: str | bytes) -> tuple[int, list[Any]]:
         """This holder's fence and the fenced-write script's keys and arguments; raises
         ValueError when the lock is not held here."""
         fence = self.fence
         if fence is None:
             raise ValueError(f"{_text(self.name)!r} is not held here: no fence to write with")
-        return fence, [key, key + FENCE_SUFFIX], [value, fence]
+        return fence, [key, key + FENCE_SUFFIX, value, fence]
 
-    def _acquired(self, answer: Any) -> bool:
+    def _acquired(self, answer: Any, named: _Named) -> bool:
         """The acquire script's answer: 0, the lock is taken by another; else the fence, for
         the acquisition event and the effect calls' owner."""
         fence = int(answer)
         if not fence:
             return False
         try:
-            timeout = float(self.timeout) if self.timeout else None
             ownership = Ownership(
                 self.sink if self.sink is not None else default_sink(),
-                _text(self.name),
+                named.key,
                 fence,
                 self.worker_id or default_worker_id(),
                 Authority.APPROXIMATE,
                 EPOCH_FROM,
-                words=lock_words(_text(self.name), timeout),
+                words=named.words,
             )
-            if timeout is None:
+            if named.lease_s is None:
                 ownership.acquired()
             else:
-                ownership.acquired(lease_duration_s=timeout)
+                ownership.acquired(lease_duration_s=named.lease_s)
             self.local.held = _Held(ownership, enter(ownership))
         except Exception:  # the holder's lock is taken whatever happens to its event
             log.exception("redis-lock adapter: an acquisition could not be reported")
@@ -227,9 +261,10 @@ class _Fenced:
         else:
             self._lost("release")
         self.local.held = None
-        # Released in another context than it was acquired in: that one's owner stays.
-        with contextlib.suppress(ValueError):
+        try:  # noqa: SIM105  (a `suppress` object at each release costs more than the try)
             leave(held.token)
+        except ValueError:  # released in another context than it was acquired in: its owner stays
+            pass
 
     def _checked_owned(self, owned: bool) -> bool:
         if not owned and getattr(self.local, "held", None) is not None:
@@ -261,10 +296,23 @@ class FencedLock(_Fenced, _Lock):
         super().register_scripts()
         self._register_fence_scripts()
 
+    def _evalsha(self, script: Script | None, *keys_and_args: Any) -> Any:
+        """`script` with its two keys, as `Script.__call__` runs it (EVALSHA; on NOSCRIPT, from a
+        server restarted, flushed or switched, loaded again) without its per-call work: a lock's
+        client is never a pipeline, and the arguments are already one tuple."""
+        assert script is not None
+        try:
+            return self.redis.evalsha(script.sha, 2, *keys_and_args)
+        except NoScriptError:
+            script.sha = self.redis.script_load(script.script)
+            return self.redis.evalsha(script.sha, 2, *keys_and_args)
+
     def do_acquire(self, token: str | bytes) -> bool:
-        assert self.lua_acquire is not None
-        keys, args = self._acquire_keys_args(token)
-        return self._acquired(self.lua_acquire(keys=keys, args=args, client=self.redis))
+        named = self._lock_named()
+        answer = self._evalsha(
+            self.lua_acquire, self.name, named.fence_key, token, named.timeout_ms
+        )
+        return self._acquired(answer, named)
 
     def do_extend(self, additional_time: float, replace_ttl: bool) -> Literal[True]:
         try:
@@ -299,9 +347,8 @@ class FencedLock(_Fenced, _Lock):
         """Write `key` on this lock's Redis unless a higher fence than this holder's already
         wrote it (the highest kept at `key` + `:fence`); True when written. Either way the
         receipt is reported as the destination's (`effect_committed` or `effect_rejected`)."""
-        fence, keys, args = self._fenced_keys_args(key, value)
-        assert self.lua_fenced_set is not None
-        applied = bool(self.lua_fenced_set(keys=keys, args=args, client=self.redis))
+        fence, keys_and_args = self._fenced_keys_args(key, value)
+        applied = bool(self._evalsha(self.lua_fenced_set, *keys_and_args))
         self._write(applied, effect_key, fence)
         return applied
 
@@ -317,10 +364,21 @@ class AsyncFencedLock(_Fenced, _AsyncLock):
         super().register_scripts()  # type: ignore[no-untyped-call]
         self._register_fence_scripts()
 
+    async def _evalsha(self, script: AsyncScript | None, *keys_and_args: Any) -> Any:
+        """`FencedLock._evalsha`, awaited."""
+        assert script is not None
+        try:
+            return await self.redis.evalsha(script.sha, 2, *keys_and_args)
+        except NoScriptError:
+            script.sha = await self.redis.script_load(script.script)
+            return await self.redis.evalsha(script.sha, 2, *keys_and_args)
+
     async def do_acquire(self, token: str | bytes) -> bool:
-        assert self.lua_acquire is not None
-        keys, args = self._acquire_keys_args(token)
-        return self._acquired(await self.lua_acquire(keys=keys, args=args, client=self.redis))
+        named = self._lock_named()
+        answer = await self._evalsha(
+            self.lua_acquire, self.name, named.fence_key, token, named.timeout_ms
+        )
+        return self._acquired(answer, named)
 
     async def do_extend(self, additional_time: float, replace_ttl: bool) -> Literal[True]:
         try:
@@ -353,9 +411,8 @@ class AsyncFencedLock(_Fenced, _AsyncLock):
 
     async def fenced_set(self, key: str, value: str | bytes, *, effect_key: str) -> bool:
         """`FencedLock.fenced_set`, awaited."""
-        fence, keys, args = self._fenced_keys_args(key, value)
-        assert self.lua_fenced_set is not None
-        applied = bool(await self.lua_fenced_set(keys=keys, args=args, client=self.redis))
+        fence, keys_and_args = self._fenced_keys_args(key, value)
+        applied = bool(await self._evalsha(self.lua_fenced_set, *keys_and_args))
         self._write(applied, effect_key, fence)
         return applied
 

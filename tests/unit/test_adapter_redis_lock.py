@@ -151,6 +151,47 @@ def test_a_held_lock_is_not_taken_and_mints_nothing(
     assert [e.kind for e in recorded.events()] == [Kind.LEASE_ACQUIRED, Kind.LEASE_RELEASED]
 
 
+def test_a_server_that_forgot_the_scripts_is_given_them_again(
+    client: redis.Redis, redis_server: LocalRedis, recorded: Recorded
+) -> None:
+    lock = client.lock(NAME, timeout=30, lock_class=recorded.lock_class("w1"))
+    with lock:
+        assert lock.fence == 1
+    client.script_flush()  # as a restarted or switched server would have (NOSCRIPT)
+    with lock:
+        assert lock.fence == 2
+        assert lock.fenced_set("ledger/42", "paid", effect_key="charge/42")
+
+    async def run() -> None:
+        async with redis.asyncio.Redis.from_url(redis_server.url) as c:
+            await c.script_flush()
+            held = async_fenced_lock_class(recorded.sink, worker_id="w2")(c, NAME, timeout=30)
+            assert await held.acquire()
+            assert held.fence == 3
+            await held.release()
+
+    asyncio.run(run())
+    events = recorded.events()
+    assert [e.owner_epoch for e in events if e.kind is Kind.LEASE_ACQUIRED] == [1, 2, 3]
+    assert [e.owner_epoch for e in events if e.kind is Kind.LEASE_RELEASED] == [1, 2, 3]
+    assert [e.owner_epoch for e in events if e.kind is Kind.EFFECT_COMMITTED] == [2]
+
+
+def test_a_lock_renamed_or_given_another_timeout_is_fenced_under_its_new_name(
+    client: redis.Redis, recorded: Recorded
+) -> None:
+    lock = client.lock(NAME, timeout=30, lock_class=recorded.lock_class("w1"))
+    with lock:
+        assert lock.fence_key == f"{NAME}:fence"
+    lock.name, lock.timeout = "refunds", 5  # redis-py reads both at each call
+    with lock:
+        assert lock.fence == 1 and lock.fence_key == "refunds:fence"
+        assert 0 < client.pttl("refunds") <= 5000
+    acquired = recorded.events()[2]
+    assert (acquired.workflow_key, acquired.lease_duration_s) == ("refunds", 5.0)
+    assert (acquired.detail or {}).items() >= {"lock": "refunds", "timeout_s": 5.0}.items()
+
+
 class Holder:
     """A lock holder in a thread of its own: acquires, then waits to be woken (a GC pause, a
     stalled VM) and runs `then` as if it still held the lock."""
