@@ -1,20 +1,31 @@
 """A worker on a fleet-shaped history: is its cost per event flat as its state grows?
 
 Why: a detector runs for months beside its fleet, so a worker that slows as it tracks more
-workflows falls behind for good. The history has the shape of a real fleet, published once on
-six partitions: 40,000 workflows of about eight events each, interleaved (each workflow lives in
-a window of a fifth of the history), one workflow in seven taken over and then written to by its
-displaced owner (a zombie). On it, in one run: a plain consumer that validates every event, the
-exactly-once worker, the at-least-once worker and the faust runtime's worker, each rated per third
-of the history it committed (from its group's committed offsets, sampled every half second), and
-the plain consumer again at the end (on a loaded machine the load drifts between the rows: each
-ratio is against the mean of the two). The faust runtime commits a transaction per partition
-where the kafka runtime commits one, and on this history it is some fifty times slower: it runs
-on the first --faust-events events only, published on a topic of their own (all by default).
+workflows, or as its workflows grow old, falls behind for good. The history has the shape of a
+real fleet, published once on six partitions; each workflow's events come at random times in a
+window of the history, so that a bounded number are live at once (`--live N`: N in mid-history).
+Two shapes (`--shape`):
+- short (the default): 40,000 workflows of about eight events each, each in a fifth of the
+  history (a quarter of them live at once), one in seven taken over and then written to once by
+  its displaced owner (a zombie);
+- long: workflows whose state grows with their life, up to the engine's caps: 4,000 of about
+  1,200 events each, 400 live at once, over 2 to 4 owners in turn, each handing over cleanly
+  (released, then acquired); in one in seven, one takeover comes without a release and the
+  displaced owner keeps writing.
+On it, in one run: a plain consumer that validates every event, the exactly-once worker, the
+at-least-once worker and the faust runtime's worker, each rated per third of the history it
+committed (from its group's committed offsets, sampled every half second), and the plain
+consumer again at the end (on a loaded machine the load drifts between the rows: each ratio is
+against the mean of the two). The faust runtime commits a transaction per partition where the
+kafka runtime commits one, and on this history it is some fifty times slower: it runs on the
+first --faust-events events only, published on a topic of their own (all by default).
 Targets: the last third >= 0.8 x the first (flat); the whole run >= 0.35 x consume + validate.
 Also the exactly-once worker's changelog bytes per input byte (target <= 0.25). Prints numbers;
 asserts nothing.
-Run: `python bench/bench_fleet_worker.py [--workflows N] [--partitions N]`.
+Run: `python bench/bench_fleet_worker.py [--shape short|long] [--workflows N] [--live N]
+[--events-per-workflow N] [--partitions N] [--faust-events N]`; a steady-state fleet of 120,000
+workflows, 4,000 live at once: `--workflows 120000 --live 4000 --faust-events 10000`; the long
+shape: `--shape long --faust-events 10000`.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import argparse
 import itertools
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -31,54 +43,135 @@ from bench_side_by_side import consume_rate
 from bench_worker import Throughput, publish, throughput, topic_bytes
 from stack import broker_with_topics, machine, outputs_on, start_worker
 
+from detector.cli.arguments import positive_int
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.topics import WorkerTopics
 
 FLAT: Final = 0.8  # last third / first third
 OF_CONSUME: Final = 0.35  # whole run / consume + validate
 CHANGELOG: Final = 0.25  # changelog bytes per input byte
-LIFE: Final = 0.2  # a workflow's window, as a share of the history
+LIFE: Final = 0.2  # a workflow's window, as a share of the history, without --live
+OWNERS: Final = (2, 4)  # a long-lived workflow's owners, in turn
+ZOMBIE_WRITES: Final = (10, 50)  # a long-lived workflow's zombie: its writes after the takeover
+ACTIVITY: Final = ("heartbeat", "heartbeat", "progress", "effect_committed")
+
+# A workflow's life, one step per event: what happens and the epoch of the owner who writes it.
+ACQUIRE, RELEASE, ACT, ZOMBIE = "acquire", "release", "act", "zombie"
+Step = tuple[str, int]
+Life = Callable[[int, int, int, random.Random], list[Step]]
 
 
-def fleet(workflows: int, per_workflow: int, zombie_every: int, seed: int = 11) -> list[bytes]:
-    """Each workflow acquired, then heartbeats, progress and effects of its owner; one in
-    `zombie_every` is taken over midway and its displaced owner commits once more."""
+def short_life(w: int, per_workflow: int, zombie_every: int, rng: random.Random) -> list[Step]:
+    """About `per_workflow` events of one owner; one workflow in `zombie_every` is taken over
+    midway and its displaced owner commits once more."""
+    n = max(3, per_workflow + rng.randint(-2, 2))
+    if w % zombie_every:
+        return [(ACQUIRE, 1)] + [(ACT, 1)] * (n - 1)
+    takeover = max(2, n // 2)  # the new owner's acquisition, then the displaced owner's commit
+    before = [(ACQUIRE, 1)] + [(ACT, 1)] * (takeover - 2)
+    return [*before, (ACQUIRE, 2), (ZOMBIE, 1), *[(ACT, 2)] * (n - takeover - 1)]
+
+
+def long_life(w: int, per_workflow: int, zombie_every: int, rng: random.Random) -> list[Step]:
+    """About `per_workflow` events over 2 to 4 owners in turn, each handing over cleanly
+    (released, then acquired by the next), the last releasing at the end. In one workflow in
+    `zombie_every`, one takeover comes without a release and the displaced owner keeps writing:
+    a commit, then 10 to 50 events among the new owner's first ones."""
+    owners = rng.randint(*OWNERS)
+    zombie_at = rng.randint(2, owners) if w % zombie_every == 0 else 0
+    each = per_workflow // owners
+    steps: list[Step] = []
+    for epoch in range(1, owners + 1):
+        acts = [(ACT, epoch)] * rng.randint(max(1, each // 2), max(1, each * 3 // 2))
+        if epoch == zombie_at:
+            writes = min(len(acts), rng.randint(*ZOMBIE_WRITES))
+            for i in rng.sample(range(min(len(acts), 2 * writes)), writes):
+                acts[i] = (ACT, epoch - 1)
+            acts.insert(0, (ZOMBIE, epoch - 1))
+        elif epoch > 1:
+            steps.append((RELEASE, epoch - 1))
+        steps += [(ACQUIRE, epoch), *acts]
+    return [*steps, (RELEASE, owners)]
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A workflow's life, and the history's size by default."""
+
+    life: Life
+    name: str
+    workflows: int
+    per_workflow: int
+    live: int | None  # None: each workflow lives in a fifth of the history (`LIFE`)
+
+
+SHAPES: Final = {
+    "short": Shape(short_life, "one owner", 40_000, 8, None),
+    "long": Shape(long_life, f"{OWNERS[0]} to {OWNERS[1]} owners in turn", 4_000, 1_200, 400),
+}
+
+
+def by_shape(of: Callable[[Shape], int | None]) -> str:
+    """A flag's defaults, as its help says them."""
+    return "default: " + ", ".join(f"{k} {of(v) or 'a fifth'}" for k, v in SHAPES.items())
+
+
+def written(eid: int, w: int, seq: int, step: Step, rng: random.Random) -> bytes:
+    """One step of workflow `w` as an event."""
+    what, epoch = step
+    wf = f"tenant-{w % 97}/fleet/{w:07d}"
+    owner = f"worker-{(w + epoch) % 13}"
+    if what == ACQUIRE:
+        return _event(
+            eid,
+            "lease_acquired",
+            wf,
+            epoch,
+            owner,
+            seq,
+            source="coordinator",
+            lease_duration_s=90,
+            heartbeat_interval_s=30,
+            attrs={"tool_class": "export"},
+        )
+    if what == RELEASE:
+        return _event(eid, "lease_released", wf, epoch, owner, seq, source="coordinator")
+    if what == ZOMBIE:
+        return _event(eid, "effect_committed", wf, epoch, owner, seq, effect_key=f"{wf}/z")
+    kind = rng.choice(ACTIVITY)
+    extra = {"effect_key": f"{wf}/{seq}"} if kind == "effect_committed" else {}
+    return _event(eid, kind, wf, epoch, owner, seq, **extra)
+
+
+def window(workflows: int, live: int | None) -> float:
+    """A workflow's window, as a share of the history: with `live` of them live at once in the
+    middle of it (starts uniform over 1 - window, so live = workflows x window / (1 - window))."""
+    return LIFE if live is None else live / (workflows + live)
+
+
+def fleet(
+    workflows: int,
+    per_workflow: int,
+    zombie_every: int,
+    *,
+    live: int | None = None,
+    life: Life = short_life,
+    seed: int = 11,
+) -> list[bytes]:
+    """Each workflow's `life`, its events at random times in a window of the history
+    (`window`), all in the order of their times."""
     rng = random.Random(seed)
+    share = window(workflows, live)
     timed: list[tuple[float, bytes]] = []
-    eid = 0
+    eid = itertools.count(1)
     for w in range(workflows):
-        wf = f"tenant-{w % 97}/fleet/{w:07d}"
-        n = max(3, per_workflow + rng.randint(-2, 2))
-        start = rng.random() * (1 - LIFE)
-        times = sorted(start + rng.random() * LIFE for _ in range(n))
-        takeover = n // 2 if w % zombie_every == 0 else None
-        epoch = 1
-        for seq, at in enumerate(times, 1):
-            eid += 1
-            owner = f"worker-{(w + epoch) % 13}"
-            if seq in (1, takeover):
-                epoch = 1 if seq == 1 else 2
-                owner = f"worker-{(w + epoch) % 13}"
-                line = _event(
-                    eid,
-                    "lease_acquired",
-                    wf,
-                    epoch,
-                    owner,
-                    seq,
-                    source="coordinator",
-                    lease_duration_s=90,
-                    heartbeat_interval_s=30,
-                    attrs={"tool_class": "export"},
-                )
-            elif takeover is not None and seq == takeover + 1:  # the zombie's write
-                zombie = f"worker-{(w + 1) % 13}"
-                line = _event(eid, "effect_committed", wf, 1, zombie, seq, effect_key=f"{wf}/z")
-            else:
-                kind = rng.choice(["heartbeat", "heartbeat", "progress", "effect_committed"])
-                extra = {"effect_key": f"{wf}/{seq}"} if kind == "effect_committed" else {}
-                line = _event(eid, kind, wf, epoch, owner, seq, **extra)
-            timed.append((at, line))
+        steps = life(w, per_workflow, zombie_every, rng)
+        start = rng.random() * (1 - share)
+        times = sorted(start + rng.random() * share for _ in steps)
+        timed += (
+            (at, written(next(eid), w, seq, step, rng))
+            for seq, (at, step) in enumerate(zip(times, steps, strict=True), 1)
+        )
     timed.sort(key=lambda t: t[0])
     return [line for _, line in timed]
 
@@ -136,22 +229,39 @@ def rate_worker(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--workflows", type=int, default=40_000)
-    ap.add_argument("--events-per-workflow", type=int, default=8)
-    ap.add_argument("--zombie-every", type=int, default=7)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--shape", choices=SHAPES, default="short", help="a workflow's life")
+    ap.add_argument("--workflows", type=positive_int, help=by_shape(lambda s: s.workflows))
+    ap.add_argument(
+        "--events-per-workflow", type=positive_int, help=by_shape(lambda s: s.per_workflow)
+    )
+    ap.add_argument("--zombie-every", type=positive_int, default=7)
+    ap.add_argument(
+        "--live",
+        type=positive_int,
+        help="workflows live at once in mid-history, or a fifth of the history each; "
+        + by_shape(lambda s: s.live),
+    )
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--faust-events", type=int, help="events the faust runtime runs on")
     args = ap.parse_args()
-    lines = fleet(args.workflows, args.events_per_workflow, args.zombie_every)
+    shape = SHAPES[args.shape]
+    workflows = args.workflows or shape.workflows
+    per_workflow = args.events_per_workflow or shape.per_workflow
+    live = args.live or shape.live
+    lines = fleet(workflows, per_workflow, args.zombie_every, live=live, life=shape.life)
     with broker_with_topics("fleet", args.partitions) as (broker, topics):
         started = time.perf_counter()
         publish(broker.bootstrap, topics.input, lines)
         input_bytes = topic_bytes(broker, topics.input)
         print(machine())
+        at_once = live or round(workflows * LIFE / (1 - LIFE))
         print(
-            f"fleet history: {len(lines):,} events over {args.workflows:,} workflows (1 in "
-            f"{args.zombie_every} with a zombie), {args.partitions} partitions, "
+            f"fleet history ({args.shape}): {len(lines):,} events over {workflows:,} workflows ("
+            f"{shape.name}, ~{per_workflow:,} events each; 1 in {args.zombie_every} with a "
+            f"zombie; ~{at_once:,} live at once), {args.partitions} partitions, "
             f"{input_bytes / 1e6:,.1f} MB, published once in {time.perf_counter() - started:.1f} s"
         )
         plain = consume_rate(broker, topics.input, args.partitions, validate=True)
