@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 
 _END_OFFSETS_TIMEOUT_S: Final = 5.0  # short: a stop during a restore is seen between asks
 _RETRY_S: Final = 0.5
+# A restore learns that it reached a partition's end from an empty fetch, which the broker holds
+# up to fetch.wait.max.ms (librdkafka: 500) and a batch `consume` waits out its whole timeout:
+# short, a standby's takeover (a few records) costs a fraction of a second, not one.
+_FETCH_WAIT_MS: Final = 100
+_CONSUME_S: Final = 0.1
 
 # (partition, offset, key, value): a value of None is a tombstone.
 StateRecord = tuple[int, int, bytes, bytes | None]
@@ -110,7 +115,7 @@ class StateRestore:
 
             while pending and not stopping():  # a broker that is down must not pin a stop
                 self._check(deadline, pending)
-                messages = reader.consume(num_messages=1000, timeout=0.5)
+                messages = reader.consume(num_messages=1000, timeout=_CONSUME_S)
                 yield from state_records(self.topic, messages, eof, self._report)
         finally:
             reader.close()
@@ -169,6 +174,7 @@ def state_consumer(
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "fetch.wait.max.ms": _FETCH_WAIT_MS,
         }
     )
 
