@@ -107,7 +107,9 @@ class Standby:
             self.topic, messages, self._caught_up, self._report
         ):
             copy = copies.get(partition)
-            if copy is not None:  # else taken while its records were in flight
+            # None: taken while its records were in flight. Below the position: fetched before
+            # the copy was assigned again from further on; a copy only moves forward.
+            if copy is not None and offset >= copy.position:
                 copy.store.load(key.decode(), value)
                 copy.position = offset + 1
         self.behind = len(messages) == _BATCH

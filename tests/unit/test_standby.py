@@ -132,6 +132,10 @@ def test_a_revoked_partition_is_kept_warm_from_the_position_its_owner_gave(
     store.load("a", STATE)
     s.keep({3: WarmCopy(store, 42)})
     assert consumer.assignments[-1] == {3: 42}
+    consumer.queued = [Fetched(3, 40, b"a", None)]  # from before: the store is past it
+    s.poll()
+    assert list(s.copies[3].store.states) == ["a"]
+    assert s.copies[3].position == 42
     s.track([1])  # the next assignment gave 3 to another member, which does not want it
     assert consumer.assignments[-1] == {1: OFFSET_BEGINNING}
     assert 3 not in s.copies
