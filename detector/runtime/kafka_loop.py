@@ -27,7 +27,6 @@ from typing import Final
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
@@ -38,7 +37,6 @@ from confluent_kafka.admin import AdminClient
 from detector.core import Detector
 from detector.errors import ExitCode, SplitbrainError
 from detector.kafka.health import TRANSACTION_TOPICS, serves
-from detector.kafka.offsets import end_offsets
 from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore
 from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
@@ -348,10 +346,16 @@ class KafkaLoopWorker:
 
     def partitions_revoked(self, partitions: list[int]) -> None:
         # In a transaction, uncommitted work is discarded: the next owner resumes from the
-        # committed offsets with the committed state. Committing here would race the new owner's
-        # restore. At least once, it is committed if it can be, or the next owner writes it again.
+        # committed offsets with the committed state. At least once, it is committed if it can
+        # be, or the next owner writes it again. With standbys it is committed in a transaction
+        # too, as Kafka Streams does, so that every revoked partition's store is its changelog's
+        # and stays warm (a busy worker's open transaction has changed them all): until this
+        # returns the partitions are still ours (eager assignment, the generation the offsets
+        # carry still current), and a next owner that starts before the commit ends waits for it
+        # (its restore reads past undecided transactions to the high watermark, and a
+        # read_committed consumer's committed offsets are fetched stable, KIP-447).
         untouched = [p for p in partitions if not self.checkpoint.touched(p)]
-        if self.output.commits_on_revoke:
+        if self.output.commits_on_revoke or self.standby is not None:
             try:
                 self._commit()
             except KafkaException as exc:
@@ -383,21 +387,15 @@ class KafkaLoopWorker:
 
     def _kept_warm(self, clean: list[int]) -> dict[int, WarmCopy]:
         """The stores of revoked partitions that hold no uncommitted change (`clean`), as warm
-        copies from their changelog's high watermark: until the revocation returns nobody else
-        writes there, and what this worker wrote is committed (a fenced zombie's records are
-        aborted, and a read_committed standby skips them). None without a standby, or when the
-        end is not known: those are read again from the start."""
+        copies from their changelog's end: until the revocation returns nobody else writes
+        there, and what this worker wrote is committed (a fenced zombie's records are aborted,
+        and a read_committed standby skips them). None without a standby; a partition whose end
+        is not known is read again from the start."""
         held = [p for p in clean if p in self.partitions]
         if self.standby is None or not held:
             return {}
-        try:
-            ends = end_offsets(
-                self.admin, self.s.changelog_topic, held, IsolationLevel.READ_UNCOMMITTED, 5.0
-            )
-        except (KafkaException, TimeoutError) as exc:
-            log.warning("changelog ends not known, standbys start from the beginning: %s", exc)
-            return {}
-        return {p: WarmCopy(self.partitions[p].store, ends[p]) for p in held}
+        ends = self.standby.ends(held)
+        return {p: WarmCopy(self.partitions[p].store, end) for p, end in ends.items()}
 
     def _abort_quietly(self) -> None:
         if self.checkpoint.opened_at is None:

@@ -15,6 +15,7 @@ member), for a takeover that reads the changelog's tail only.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from detector.kafka.stateful.recovery import state_consumer, state_records
 from detector.runtime.store import Store
 from detector.telemetry.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
 
 _BATCH: Final = 2000  # records applied per poll: a step of the loop is not held for long
 _METRICS_EVERY_S: Final = 5.0
@@ -85,6 +88,20 @@ class Standby:
                 old.store.close()
             self.copies[partition] = copy
         self._assign()
+
+    def ends(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Where a store that holds every committed state of `partitions` stands: their last
+        stable offsets, asked of the partitions' leaders (read_committed; before a transaction
+        whose markers are not written yet, whose records a copy then reads again, to the same
+        states). A partition whose end is not known now is left out."""
+        known: dict[int, int] = {}
+        for partition in partitions:
+            tp = TopicPartition(self.topic, partition)
+            try:
+                _, known[partition] = self._consumer.get_watermark_offsets(tp, timeout=5.0)
+            except KafkaException as exc:
+                log.warning("%s partition %d: end not known (%s)", self.topic, partition, exc)
+        return known
 
     def take(self, partitions: Iterable[int]) -> dict[int, WarmCopy]:
         """The copies of `partitions`, which this member now owns: no longer read here. Each
