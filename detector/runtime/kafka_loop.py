@@ -389,10 +389,11 @@ class KafkaLoopWorker:
         """The stores of revoked partitions that hold no uncommitted change (`clean`), as warm
         copies from their changelog's end: until the revocation returns nobody else writes
         there, and what this worker wrote is committed (a fenced zombie's records are aborted,
-        and a read_committed standby skips them). None without a standby; a partition whose end
-        is not known is read again from the start."""
+        and a read_committed standby skips them). Nothing without a standby, or when stopping (the
+        consumer's close revokes every partition); a partition whose end is not known is read
+        again from the start."""
         held = [p for p in clean if p in self.partitions]
-        if self.standby is None or not held:
+        if self.standby is None or self.stopping or not held:
             return {}
         ends = self.standby.ends(held)
         return {p: WarmCopy(self.partitions[p].store, end) for p, end in ends.items()}
