@@ -38,7 +38,8 @@ _END_OFFSETS_TIMEOUT_S: Final = 5.0  # short: a stop during a restore is seen be
 _RETRY_S: Final = 0.5
 # A restore learns that it reached a partition's end from an empty fetch, which the broker holds
 # up to fetch.wait.max.ms (librdkafka: 500) and a batch `consume` waits out its whole timeout:
-# short, a standby's takeover (a few records) costs a fraction of a second, not one.
+# short, a standby's takeover (a few records) costs a fraction of a second, not one. An idle
+# standby's consumer then asks its leaders ten times a second.
 _FETCH_WAIT_MS: Final = 100
 _CONSUME_S: Final = 0.1
 
