@@ -25,26 +25,31 @@ the probes (same transaction) are sampled too. Prints numbers; asserts nothing.
 With --standby: two workers with `--standby all`; once the one that does not own partition 0 has
 caught its standby up, the owner is SIGKILLed and not restarted, and the survivor's takeover is
 timed from the SIGKILL (the dead member's session, the rebalance, the restore of the changelog's
-tail, the first batch) with the same probes. Target: ≤ 2 s of restore for the takeover.
+tail, the first batch) with the same probes. Target: ≤ 2 s of restore for the takeover. With
+--feed R, bench_engine's history is published at about R events/s from 20 s before the SIGKILL
+until the survivor processes again, so that the survivor is busy (with --partitions 2, on a
+partition of its own) when the group revokes and assigns.
 Run: `python bench/bench_recovery.py [--workflows N] [--partitions N] [--store memory|rocksdb]
-[--standby]`.
+[--standby [--feed R]]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import itertools
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from bench_engine import _event, history
-from bench_worker import committed, produce, publish, topic_bytes, workflow_key
-from confluent_kafka import Consumer, IsolationLevel, Producer
+from bench_worker import produce, publish, topic_bytes, workflow_key
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
@@ -176,6 +181,7 @@ class Recovery:
     """Seconds from a worker's start to each thing seen (None: not seen)."""
 
     findings: dict[bytes, float | None]
+    partitions: dict[bytes, int] = field(default_factory=dict)  # where each probe's finding was
     offsets_s: float | None = None  # the group's committed offsets reached the probes
     up_s: float | None = None  # the worker logged that it started (it fenced its predecessor)
     restored_s: float | None = None  # it logged the end of its restore
@@ -186,6 +192,17 @@ class Recovery:
     def processing_s(self) -> float | None:
         """When the first probe's finding was visible."""
         return min((s for s in self.findings.values() if s is not None), default=None)
+
+    def processing_on(self, partitions: list[int]) -> float | None:
+        """When the first probe's finding on one of `partitions` was visible."""
+        return min(
+            (
+                s
+                for key, s in self.findings.items()
+                if s is not None and self.partitions.get(key) in partitions
+            ),
+            default=None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +223,17 @@ class Observer:
         worker = start()
         return worker, self.watch(worker, started_wall, started, probes)
 
+    def behind(self, target: dict[int, int]) -> bool:
+        """Whether the group's committed offset of some input partition is short of `target`
+        (or not known yet, while the group coordinator starts; a partition with no commit is at
+        0)."""
+        parts = [TopicPartition(self.topics.input, p) for p in target]
+        try:
+            done = self.reader.committed(parts, 10)
+        except KafkaException:
+            return True
+        return any(max(tp.offset, 0) < target[tp.partition] for tp in done)  # none: -1001
+
     def watch(
         self,
         worker: WorkerProcess,
@@ -217,10 +245,7 @@ class Observer:
         """Seconds from `started` (monotonic; `started_wall` the same instant on the wall
         clock) until each probe's finding is visible and the group committed past the probes
         (or `timeout`)."""
-        topics = self.topics
-        target = sum(
-            end_offsets(self.admin, topics.input, IsolationLevel.READ_UNCOMMITTED).values()
-        )
+        target = end_offsets(self.admin, self.topics.input, IsolationLevel.READ_UNCOMMITTED)
         seen = Recovery({key: None for key in probes})
         while None in seen.findings.values() or seen.offsets_s is None:
             if not worker.alive():
@@ -231,8 +256,8 @@ class Observer:
             for record in self.findings.poll(0.1):
                 if record.key in probes and seen.findings[record.key] is None:
                     seen.findings[record.key] = time.monotonic() - started
-            done = committed(self.reader, topics, self.partitions) or 0
-            if seen.offsets_s is None and done >= target:
+                    seen.partitions[record.key] = record.partition
+            if seen.offsets_s is None and not self.behind(target):
                 seen.offsets_s = time.monotonic() - started
         read_log(worker.log, started_wall, seen)
         return seen
@@ -286,6 +311,9 @@ def main() -> None:
         "--standby",
         action="store_true",
         help="two workers with --standby all; SIGKILL the owner of partition 0, time the other",
+    )
+    ap.add_argument(
+        "--feed", type=float, default=0.0, help="with --standby: events/s through the failover"
     )
     args = ap.parse_args()
     with broker_with_topics("rec", args.partitions) as (broker, topics):
@@ -346,7 +374,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
             f"(restore {fmt(first.restore_s)}, logged)"
         )
         if args.standby:
-            failover(observer, worker, start, broker, filled, offsets)
+            failover(observer, worker, start, broker, filled, offsets, args.feed)
         else:
             restart(observer, worker, broker, filled, offsets)
     finally:
@@ -386,9 +414,10 @@ def failover(
     broker: LocalKafka,
     filled: Filled,
     offsets: int,
+    feed: float,
 ) -> None:
     """A second worker joins; once the one that does not own partition 0 has its standby caught
-    up, the owner is killed for good and the other takes over."""
+    up, the owner is killed for good and the other takes over (busy at `feed` events/s)."""
     joined = time.monotonic()
     second = start("bench-standby")
     until(
@@ -407,21 +436,28 @@ def failover(
         f"{survivor.instance} {owned(survivor)}; the survivor's standby of partition 0 caught "
         f"up {time.monotonic() - joined:.1f} s after the second start (metric sampled every 5 s)"
     )
-    before = restore_metric(survivor)
-    assert owner.proc is not None
-    owner_rss = vm_kb(owner.proc.pid, "VmRSS")
-    started_wall, started = time.time(), time.monotonic()
-    gap = kill_and_probe(owner, broker, filled)
-    seen = observer.watch(survivor, started_wall, started, probes_of(filled))
-    print(f"SIGKILL of the owner of partition 0, probes published {gap:.2f} s after, no restart:")
+    with feeding(broker.bootstrap, owner.topics.input, feed):
+        if feed:
+            time.sleep(20)  # both workers busy before the SIGKILL
+            print(f"publishing ~{feed:,.0f} events/s from 20 s before the SIGKILL")
+        before = restore_metric(survivor)
+        assert owner.proc is not None
+        owner_rss = vm_kb(owner.proc.pid, "VmRSS")
+        taken = owned(owner)
+        started_wall, started = time.time(), time.monotonic()
+        gap = kill_and_probe(owner, broker, filled)
+        seen = observer.watch(survivor, started_wall, started, probes_of(filled))
+    processing = seen.processing_on(taken)
+    print(f"SIGKILL of the owner of partitions {taken}, probes published {gap:.2f} s after:")
     print(
-        f"  SIGKILL -> processing again by the survivor (the first probe finding visible "
-        f"read_committed): {fmt(seen.processing_s)}  [target <= {TARGET_S:.0f} s at 10^6 "
-        "workflows]"
+        f"  SIGKILL -> processing again by the survivor (the first finding of a probe on those "
+        f"partitions visible read_committed): {fmt(processing)}  [target <= {TARGET_S:.0f} s "
+        "at 10^6 workflows]"
     )
     probe_findings(seen, filled)
+    print(f"    the probes' findings by partition: {seen.partitions}")
     if seen.restored_s is not None and seen.restore_s is not None:
-        after = None if seen.processing_s is None else seen.processing_s - seen.restored_s
+        after = None if processing is None else processing - seen.restored_s
         print(
             f"    phases (survivor's log): the killed member's session and the rebalance "
             f"{seen.restored_s - seen.restore_s:.2f} s; restore {seen.restore_s:.2f} s "
@@ -437,6 +473,32 @@ def failover(
     memory(survivor, filled, "survivor (its own and the warm state)")
     if owner_rss is not None:
         print(f"  killed owner's RSS before the kill: {owner_rss / 1024:,.0f} MB")
+
+
+@contextlib.contextmanager
+def feeding(bootstrap: str, topic: str, rate: float) -> Iterator[None]:
+    """bench_engine's history published at about `rate` events/s from a thread while inside
+    (nothing at 0), five minutes' worth at most."""
+    stop = threading.Event()
+
+    def feed() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        events = int(rate * 300)
+        for raw in tagged(history(events, max(1, events // 10), seed=99), "feed"):
+            if stop.wait(1 / rate):
+                break
+            produce(producer, topic, workflow_key(raw), raw)
+        producer.flush(30)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    if rate:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if rate:
+            thread.join()
 
 
 def owned_log(worker: WorkerProcess) -> list[str]:
