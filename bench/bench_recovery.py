@@ -21,24 +21,35 @@ published between the SIGKILL and the restart: a takeover and a stale commit on 
 and a lone stale commit on a restored workflow whose takeover only its restored state holds (its
 finding shows that the restored state is the one in use). The group's committed offsets passing
 the probes (same transaction) are sampled too. Prints numbers; asserts nothing.
-Run: `python bench/bench_recovery.py [--workflows N] [--partitions N] [--store memory|rocksdb]`.
+
+With --standby: two workers with `--standby all`; once the one that does not own partition 0 has
+caught its standby up, the owner is SIGKILLed and not restarted, and the survivor's takeover is
+timed from the SIGKILL (the dead member's session, the rebalance, the restore of the changelog's
+tail, the first batch) with the same probes. Target: ≤ 2 s of restore for the takeover. With
+--feed R, bench_engine's history is published at about R events/s from 20 s before the SIGKILL
+until the survivor processes again, so that the survivor is busy (with --partitions 2, on a
+partition of its own) when the group revokes and assigns.
+Run: `python bench/bench_recovery.py [--workflows N] [--partitions N] [--store memory|rocksdb]
+[--standby [--feed R]]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import itertools
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from bench_engine import _event, history
-from bench_worker import committed, produce, publish, topic_bytes, workflow_key
-from confluent_kafka import Consumer, IsolationLevel, Producer
+from bench_worker import produce, publish, topic_bytes, workflow_key
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from stack import broker_with_topics, machine, start_worker, vm_kb
 
@@ -54,8 +65,9 @@ from detector.telemetry.metrics import WorkerMetrics
 CHUNK: Final = 20_000  # workflows per engine while filling: memory stays that of one chunk
 TXN_RECORDS: Final = 5_000  # changelog records per fill transaction: the worker's default batch
 TARGET_S: Final = 15.0
+STANDBY_TARGET_S: Final = 2.0  # restore seconds of a standby's takeover
 _LOG_TIME: Final = "%Y-%m-%d %H:%M:%S,%f"  # the worker's asctime
-_RESTORED: Final = re.compile(r"restored partitions .* in ([0-9.]+)s")
+_RESTORED: Final = re.compile(r"restored partitions \[([0-9, ]*)\] in ([0-9.]+)s: (\d+) changelog")
 
 
 def tagged(lines: list[bytes], tag: str) -> list[bytes]:
@@ -169,46 +181,86 @@ class Recovery:
     """Seconds from a worker's start to each thing seen (None: not seen)."""
 
     findings: dict[bytes, float | None]
+    partitions: dict[bytes, int] = field(default_factory=dict)  # where each probe's finding was
     offsets_s: float | None = None  # the group's committed offsets reached the probes
     up_s: float | None = None  # the worker logged that it started (it fenced its predecessor)
     restored_s: float | None = None  # it logged the end of its restore
     restore_s: float | None = None  # the restore's duration, as logged
+    restore_records: int | None = None  # the changelog records it read, as logged
 
     @property
     def processing_s(self) -> float | None:
         """When the first probe's finding was visible."""
         return min((s for s in self.findings.values() if s is not None), default=None)
 
+    def processing_on(self, partitions: list[int]) -> float | None:
+        """When the first probe's finding on one of `partitions` was visible."""
+        return min(
+            (
+                s
+                for key, s in self.findings.items()
+                if s is not None and self.partitions.get(key) in partitions
+            ),
+            default=None,
+        )
 
-def recover(
-    start: Callable[[], WorkerProcess],
-    admin: AdminClient,
-    findings: TopicReader,
-    reader: Consumer,
-    topics: WorkerTopics,
-    partitions: int,
-    probes: set[bytes],
-    timeout: float = 900.0,
-) -> tuple[WorkerProcess, Recovery]:
-    """Start a worker and watch until every probe's finding is visible and the group committed
-    past the probes (or `timeout`)."""
-    target = sum(end_offsets(admin, topics.input, IsolationLevel.READ_UNCOMMITTED).values())
-    started_wall, started = time.time(), time.monotonic()
-    worker = start()
-    seen = Recovery({key: None for key in probes})
-    while None in seen.findings.values() or seen.offsets_s is None:
-        if not worker.alive():
-            raise SystemExit(f"the worker exited with {worker.exit_code()}:\n{worker.tail()}")
-        if time.monotonic() - started > timeout:
-            print(f"no finding of {sorted(probes)} within {timeout:.0f} s")
-            break
-        for record in findings.poll(0.1):
-            if record.key in probes and seen.findings[record.key] is None:
-                seen.findings[record.key] = time.monotonic() - started
-        if seen.offsets_s is None and (committed(reader, topics, partitions) or 0) >= target:
-            seen.offsets_s = time.monotonic() - started
-    read_log(worker.log, started_wall, seen)
-    return worker, seen
+
+@dataclass(frozen=True, slots=True)
+class Observer:
+    """What watches a recovery: the findings topic and the group's committed offsets."""
+
+    admin: AdminClient
+    findings: TopicReader
+    reader: Consumer  # of the group, never joining it: its committed offsets
+    topics: WorkerTopics
+    partitions: int
+
+    def recover(
+        self, start: Callable[[], WorkerProcess], probes: set[bytes]
+    ) -> tuple[WorkerProcess, Recovery]:
+        """Start a worker and `watch` it from its start."""
+        started_wall, started = time.time(), time.monotonic()
+        worker = start()
+        return worker, self.watch(worker, started_wall, started, probes)
+
+    def behind(self, target: dict[int, int]) -> bool:
+        """Whether the group's committed offset of some input partition is short of `target`
+        (or not known yet, while the group coordinator starts; a partition with no commit is at
+        0)."""
+        parts = [TopicPartition(self.topics.input, p) for p in target]
+        try:
+            done = self.reader.committed(parts, 10)
+        except KafkaException:
+            return True
+        return any(max(tp.offset, 0) < target[tp.partition] for tp in done)  # none: -1001
+
+    def watch(
+        self,
+        worker: WorkerProcess,
+        started_wall: float,
+        started: float,
+        probes: set[bytes],
+        timeout: float = 900.0,
+    ) -> Recovery:
+        """Seconds from `started` (monotonic; `started_wall` the same instant on the wall
+        clock) until each probe's finding is visible and the group committed past the probes
+        (or `timeout`)."""
+        target = end_offsets(self.admin, self.topics.input, IsolationLevel.READ_UNCOMMITTED)
+        seen = Recovery({key: None for key in probes})
+        while None in seen.findings.values() or seen.offsets_s is None:
+            if not worker.alive():
+                raise SystemExit(f"the worker exited with {worker.exit_code()}:\n{worker.tail()}")
+            if time.monotonic() - started > timeout:
+                print(f"no finding of {sorted(probes)} within {timeout:.0f} s")
+                break
+            for record in self.findings.poll(0.1):
+                if record.key in probes and seen.findings[record.key] is None:
+                    seen.findings[record.key] = time.monotonic() - started
+                    seen.partitions[record.key] = record.partition
+            if seen.offsets_s is None and not self.behind(target):
+                seen.offsets_s = time.monotonic() - started
+        read_log(worker.log, started_wall, seen)
+        return seen
 
 
 def read_log(path: Path, started_wall: float, seen: Recovery) -> None:
@@ -225,14 +277,23 @@ def read_log(path: Path, started_wall: float, seen: Recovery) -> None:
             seen.up_s = at
         match = _RESTORED.search(line)
         if match is not None and seen.restored_s is None:
-            seen.restored_s, seen.restore_s = at, float(match.group(1))
+            seen.restored_s, seen.restore_s = at, float(match.group(2))
+            seen.restore_records = int(match.group(3))
 
 
-def restore_metric(worker: WorkerProcess) -> tuple[int, float]:
-    """Restores and their total seconds from the worker's `splitbrain_state_restore_seconds`."""
+def owned(worker: WorkerProcess) -> list[int]:
+    """The partitions of the worker's latest restore, from its log: the ones it owns."""
+    restores = owned_log(worker)
+    return [int(p) for p in restores[-1][0].split(", ") if p] if restores else []
+
+
+def restore_metric(worker: WorkerProcess) -> tuple[int, float, int]:
+    """Restores, their total seconds and the changelog records they read, from the worker's
+    `splitbrain_state_restore_seconds` and `splitbrain_state_restore_records_total`."""
     count = sum(worker.samples("splitbrain_state_restore_seconds_count", "").values())
     total = sum(worker.samples("splitbrain_state_restore_seconds_sum", "").values())
-    return int(count), total
+    records = sum(worker.samples("splitbrain_state_restore_records_total", "").values())
+    return int(count), total, int(records)
 
 
 def fmt(seconds: float | None) -> str:
@@ -246,6 +307,14 @@ def main() -> None:
     ap.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
     ap.add_argument("--events-per-workflow", type=int, default=4)
     ap.add_argument("--distinct", type=int, help="workflows through the step; default: all")
+    ap.add_argument(
+        "--standby",
+        action="store_true",
+        help="two workers with --standby all; SIGKILL the owner of partition 0, time the other",
+    )
+    ap.add_argument(
+        "--feed", type=float, default=0.0, help="with --standby: events/s through the failover"
+    )
     args = ap.parse_args()
     with broker_with_topics("rec", args.partitions) as (broker, topics):
         run(args, broker, topics)
@@ -272,57 +341,209 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
         "one record per workflow, as after compaction"
     )
     print(f"store {args.store}, {args.partitions} partition(s), worker defaults otherwise")
-    worker = None
-    findings = TopicReader(config, topics.findings)
-    reader = Consumer({**config, "group.id": topics.group})
+    observer = Observer(
+        admin,
+        TopicReader(config, topics.findings),
+        Consumer({**config, "group.id": topics.group}),
+        topics,
+        args.partitions,
+    )
+    workers: list[WorkerProcess] = []
+
+    def start(instance: str) -> WorkerProcess:
+        standby = ("--standby", "all") if args.standby else ()
+        worker = start_worker(
+            broker,
+            topics,
+            "--store",
+            args.store,
+            "--log-level",
+            "INFO",
+            *standby,
+            metrics_port=free_port(),
+            instance=instance,
+        )
+        workers.append(worker)
+        return worker
+
     try:
         publish(broker.bootstrap, topics.input, takeover("first-start"))
-        port = free_port()
-        worker, first = recover(
-            lambda: start_worker(
-                broker, topics, "--store", args.store, "--log-level", "INFO", metrics_port=port
-            ),
-            admin,
-            findings,
-            reader,
-            topics,
-            args.partitions,
-            {b"probe/first-start"},
-        )
+        worker, first = observer.recover(lambda: start("bench"), {b"probe/first-start"})
         print(
             f"first start: processing {fmt(first.processing_s)} after the start "
             f"(restore {fmt(first.restore_s)}, logged)"
         )
-        killed = time.monotonic()
-        worker.kill()
-        publish(
-            broker.bootstrap,
-            topics.input,
-            [*takeover("after-restart"), filled.stale.event()],
-        )
-        probes = {b"probe/after-restart", filled.stale.key.encode()}
-        gap = time.monotonic() - killed  # publishing the probes
-        _, again = recover(worker.start, admin, findings, reader, topics, args.partitions, probes)
-        report(worker, again, filled, offsets, gap)
+        if args.standby:
+            failover(observer, worker, start, broker, filled, offsets, args.feed)
+        else:
+            restart(observer, worker, broker, filled, offsets)
     finally:
-        if worker is not None:
+        for worker in workers:
             worker.stop()
-        findings.close()
-        reader.close()
+        observer.findings.close()
+        observer.reader.close()
+
+
+def kill_and_probe(worker: WorkerProcess, broker: LocalKafka, filled: Filled) -> float:
+    """SIGKILL `worker` and publish the probes; the seconds that took."""
+    killed = time.monotonic()
+    worker.kill()
+    publish(
+        broker.bootstrap, worker.topics.input, [*takeover("after-restart"), filled.stale.event()]
+    )
+    return time.monotonic() - killed
+
+
+def probes_of(filled: Filled) -> set[bytes]:
+    return {b"probe/after-restart", filled.stale.key.encode()}
+
+
+def restart(
+    observer: Observer, worker: WorkerProcess, broker: LocalKafka, filled: Filled, offsets: int
+) -> None:
+    """The worker killed and started again: it restores the whole changelog."""
+    gap = kill_and_probe(worker, broker, filled)
+    _, again = observer.recover(worker.start, probes_of(filled))
+    report(worker, again, filled, offsets, gap)
+
+
+def failover(
+    observer: Observer,
+    first: WorkerProcess,
+    start: Callable[[str], WorkerProcess],
+    broker: LocalKafka,
+    filled: Filled,
+    offsets: int,
+    feed: float,
+) -> None:
+    """A second worker joins; once the one that does not own partition 0 has its standby caught
+    up, the owner is killed for good and the other takes over (busy at `feed` events/s)."""
+    joined = time.monotonic()
+    second = start("bench-standby")
+    until(
+        lambda: bool(owned_log(second)) and len(owned_log(first)) >= 2,
+        "the second worker in the group",
+        [first, second],
+    )
+    owner, survivor = (first, second) if 0 in owned(first) else (second, first)
+    until(
+        lambda: survivor.samples("splitbrain_standby_lag_records", "partition").get("0") == 0,
+        "the survivor's standby of partition 0 to catch up",
+        [first, second],
+    )
+    print(
+        f"second worker started, --standby all on both: {owner.instance} owns {owned(owner)}, "
+        f"{survivor.instance} {owned(survivor)}; the survivor's standby of partition 0 caught "
+        f"up {time.monotonic() - joined:.1f} s after the second start (metric sampled every 5 s)"
+    )
+    with feeding(broker.bootstrap, owner.topics.input, feed):
+        if feed:
+            time.sleep(20)  # both workers busy before the SIGKILL
+            print(f"publishing ~{feed:,.0f} events/s from 20 s before the SIGKILL")
+        before = restore_metric(survivor)
+        assert owner.proc is not None
+        owner_rss = vm_kb(owner.proc.pid, "VmRSS")
+        taken = owned(owner)
+        started_wall, started = time.time(), time.monotonic()
+        gap = kill_and_probe(owner, broker, filled)
+        seen = observer.watch(survivor, started_wall, started, probes_of(filled))
+    processing = seen.processing_on(taken)
+    print(f"SIGKILL of the owner of partitions {taken}, probes published {gap:.2f} s after:")
+    print(
+        f"  SIGKILL -> processing again by the survivor (the first finding of a probe on those "
+        f"partitions visible read_committed): {fmt(processing)}  [target <= {TARGET_S:.0f} s "
+        "at 10^6 workflows]"
+    )
+    probe_findings(seen, filled)
+    print(f"    the probes' findings by partition: {seen.partitions}")
+    if seen.restored_s is not None and seen.restore_s is not None:
+        after = None if processing is None else processing - seen.restored_s
+        print(
+            f"    phases (survivor's log): the killed member's session and the rebalance "
+            f"{seen.restored_s - seen.restore_s:.2f} s; restore {seen.restore_s:.2f} s "
+            f"({seen.restore_records} changelog records) [target <= {STANDBY_TARGET_S:.0f} s]; "
+            f"first batch committed and read {fmt(after)}"
+        )
+    count, total, records = (a - b for a, b in zip(restore_metric(survivor), before, strict=True))
+    print(
+        f"  the takeover's restore: splitbrain_state_restore_seconds +{count} restore(s), "
+        f"{total:.2f} s; splitbrain_state_restore_records_total +{records:,} records, of the "
+        f"changelog's {offsets:,} offsets"
+    )
+    memory(survivor, filled, "survivor (its own and the warm state)")
+    if owner_rss is not None:
+        print(f"  killed owner's RSS before the kill: {owner_rss / 1024:,.0f} MB")
+
+
+@contextlib.contextmanager
+def feeding(bootstrap: str, topic: str, rate: float) -> Iterator[None]:
+    """bench_engine's history published at about `rate` events/s from a thread while inside
+    (nothing at 0), five minutes' worth at most."""
+    stop = threading.Event()
+
+    def feed() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        events = int(rate * 300)
+        for raw in tagged(history(events, max(1, events // 10), seed=99), "feed"):
+            if stop.wait(1 / rate):
+                break
+            produce(producer, topic, workflow_key(raw), raw)
+        producer.flush(30)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    if rate:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if rate:
+            thread.join()
+
+
+def owned_log(worker: WorkerProcess) -> list[str]:
+    """The worker's logged restores."""
+    return _RESTORED.findall(worker.log.read_text(errors="replace"))
+
+
+def until(condition: Callable[[], bool], what: str, workers: list[WorkerProcess]) -> None:
+    """Wait (up to 15 minutes) for `condition`; stop if a worker exits."""
+    deadline = time.monotonic() + 900
+    while not condition():
+        for worker in workers:
+            if not worker.alive():
+                raise SystemExit(f"{worker.instance} exited waiting for {what}:\n{worker.tail()}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {what} within 900 s")
+        time.sleep(0.5)
+
+
+def probe_findings(seen: Recovery, filled: Filled) -> None:
+    fresh = seen.findings[b"probe/after-restart"]
+    restored = seen.findings[filled.stale.key.encode()]
+    print(
+        f"    fresh workflow's finding {fmt(fresh)}, restored workflow's finding "
+        f"{fmt(restored)}, group offsets past the probes {fmt(seen.offsets_s)}"
+    )
+
+
+def memory(worker: WorkerProcess, filled: Filled, what: str) -> None:
+    assert worker.proc is not None
+    rss, peak = vm_kb(worker.proc.pid, "VmRSS"), vm_kb(worker.proc.pid, "VmHWM")
+    if rss is not None and peak is not None:
+        print(
+            f"  {what} RSS after the restore: {rss / 1024:,.0f} MB (peak {peak / 1024:,.0f} "
+            f"MB), {rss * 1024 / filled.states:,.0f} bytes per workflow (the baseline included)"
+        )
 
 
 def report(worker: WorkerProcess, seen: Recovery, filled: Filled, offsets: int, gap: float) -> None:
-    fresh = seen.findings[b"probe/after-restart"]
-    restored = seen.findings[filled.stale.key.encode()]
     print(f"SIGKILL, probes published, restart {gap:.2f} s after the SIGKILL:")
     print(
         f"  restart -> processing again (the first probe finding visible read_committed): "
         f"{fmt(seen.processing_s)}  [target <= {TARGET_S:.0f} s at 10^6 workflows]"
     )
-    print(
-        f"    fresh workflow's finding {fmt(fresh)}, restored workflow's finding "
-        f"{fmt(restored)}, group offsets past the probes {fmt(seen.offsets_s)}"
-    )
+    probe_findings(seen, filled)
     if seen.up_s is not None and seen.restored_s is not None and seen.restore_s is not None:
         joined = seen.restored_s - seen.restore_s
         after = None if seen.processing_s is None else seen.processing_s - seen.restored_s
@@ -332,20 +553,14 @@ def report(worker: WorkerProcess, seen: Recovery, filled: Filled, offsets: int, 
             f"restore {seen.restore_s:.2f} s; first batch "
             f"committed and read {fmt(after)}"
         )
-    count, total = restore_metric(worker)
+    count, total, _ = restore_metric(worker)
     restore_s = total if count else seen.restore_s
     rate = f"{offsets / restore_s:,.0f}" if restore_s else "?"
     print(
         f"  restore: splitbrain_state_restore_seconds {count} restore(s), {total:.2f} s; "
         f"{offsets:,} changelog offsets ({filled.states:,} states) -> {rate} records/s"
     )
-    assert worker.proc is not None
-    rss, peak = vm_kb(worker.proc.pid, "VmRSS"), vm_kb(worker.proc.pid, "VmHWM")
-    if rss is not None and peak is not None:
-        print(
-            f"  worker RSS after the restore: {rss / 1024:,.0f} MB (peak {peak / 1024:,.0f} MB), "
-            f"{rss * 1024 / filled.states:,.0f} bytes per workflow (the baseline included)"
-        )
+    memory(worker, filled, "worker")
 
 
 if __name__ == "__main__":

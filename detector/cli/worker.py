@@ -52,6 +52,11 @@ class _Worker(CommandSettings):
                 f"{self.named('processing_guarantee')}: expected exactly-once with "
                 f"{self.named('runtime')} (only the kafka runtime writes at least once)"
             )
+        if settings.runtime == "faust" and settings.standby != "off":
+            raise SettingsError(
+                f"{self.named('standby')}: expected off with {self.named('runtime')} "
+                "(standbys are the kafka runtime's)"
+            )
         return settings
 
 

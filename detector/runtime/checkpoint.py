@@ -132,6 +132,11 @@ class Checkpoint:
         self._changed.clear()
         return records
 
+    def touched(self, partition: int) -> bool:
+        """Whether the open transaction changed a workflow state of input `partition`: until it
+        commits, that partition's local copy is ahead of its changelog."""
+        return partition in self._changed
+
     def committed(self, seconds: float, partitions: Iterable[int] | None = None) -> None:
         """The transaction committed in `seconds` the work of input `partitions` (None: every
         one): what they counted is observed, and the next transaction starts empty."""

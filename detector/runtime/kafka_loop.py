@@ -7,6 +7,9 @@ worker fences its previous incarnation through its stable transactional id. Afte
 worker rebuilds its state from the changelog and rewinds to the committed offsets: what is in
 memory is never ahead of what Kafka committed.
 
+With `--standby all` a worker also keeps warm copies of the partitions it does not own
+(`detector.runtime.standby`), and restores a partition it gains from where its copy stands.
+
 `--processing-guarantee at-least-once` runs the same loop without transactions: a commit flushes
 the batch and then commits the offsets (`detector.runtime.output`).
 """
@@ -42,6 +45,7 @@ from detector.runtime.output import open_output
 from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
 from detector.runtime.stall import StallWatch
+from detector.runtime.standby import Standby, WarmCopy
 from detector.runtime.store import Store, open_store
 from detector.runtime.topology import inspect_topics
 from detector.telemetry.metrics import WorkerMetrics
@@ -118,6 +122,19 @@ class KafkaLoopWorker:
             group_id=f"{settings.group_id}-restore",
             on_error=self.stall.kafka_error,  # a restore can wait out an outage too
         )
+        self.input_partitions = range(0)  # known once the topics are inspected
+        self.standby = (
+            None
+            if settings.standby == "off"
+            else Standby(
+                settings.kafka,
+                settings.changelog_topic,
+                group_id=f"{settings.group_id}-standby",
+                open_store=self._open_store,
+                metrics=metrics,
+                on_error=self.stall.kafka_error,
+            )
+        )
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -126,7 +143,8 @@ class KafkaLoopWorker:
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
         try:
-            inspect_topics(self.admin, self.s)
+            partitions, _ = inspect_topics(self.admin, self.s)
+            self.input_partitions = range(partitions)
             ensure_state_topic(
                 self.admin,
                 self.s.input_topic,
@@ -157,6 +175,8 @@ class KafkaLoopWorker:
             return ExitCode.FAILED
         finally:
             self.consumer.close()
+            if self.standby is not None:
+                self.standby.close()
         log.info("worker %s stopped cleanly", self.s.instance_id)
         return ExitCode.OK
 
@@ -173,7 +193,10 @@ class KafkaLoopWorker:
     # ---- the loop -----------------------------------------------------------------------------
 
     def _step(self) -> None:
-        messages = self.consumer.consume(num_messages=_BATCH, timeout=_POLL_S)
+        standby = self.standby
+        # A standby with more to read does not wait on a quiet input.
+        wait = 0.0 if standby is not None and standby.behind else _POLL_S
+        messages = self.consumer.consume(num_messages=_BATCH, timeout=wait)
         self.metrics.polled(time.time())
         checkpoint = self.checkpoint
         if not messages and checkpoint.opened_at is None and self.partitions:
@@ -201,6 +224,8 @@ class KafkaLoopWorker:
             self._recover(exc)
         finally:
             spans.end()
+        if standby is not None:  # outside the transaction: its errors are not the batch's
+            standby.poll()
 
     def _begin(self) -> None:
         if self.checkpoint.opened_at is None:
@@ -316,17 +341,29 @@ class KafkaLoopWorker:
         # The assignment itself starts at the committed offsets; only the state needs loading.
         self._abort_quietly()
         self._restore(partitions, rewind=False)
+        if self.standby is not None:
+            self.standby.track(set(self.input_partitions) - set(partitions))
 
     def partitions_revoked(self, partitions: list[int]) -> None:
         # In a transaction, uncommitted work is discarded: the next owner resumes from the
-        # committed offsets with the committed state. Committing here would race the new owner's
-        # restore. At least once, it is committed if it can be, or the next owner writes it again.
-        if self.output.commits_on_revoke:
+        # committed offsets with the committed state. At least once, it is committed if it can
+        # be, or the next owner writes it again. With standbys it is committed in a transaction
+        # too, as Kafka Streams does, so that every revoked partition's store is its changelog's
+        # and stays warm (a busy worker's open transaction has changed them all): until this
+        # returns the partitions are still ours (eager assignment, the generation the offsets
+        # carry still current), and a next owner that starts before the commit ends waits for it
+        # (its restore reads past undecided transactions to the high watermark, and a
+        # read_committed consumer's committed offsets are fetched stable, KIP-447).
+        untouched = [p for p in partitions if not self.checkpoint.touched(p)]
+        if self.output.commits_on_revoke or self.standby is not None:
             try:
                 self._commit()
             except KafkaException as exc:
                 log.warning("commit during rebalance failed: %s", exc)
-        self._drop(partitions)
+        self._drop(
+            partitions,
+            self._kept_warm(partitions if self.checkpoint.opened_at is None else untouched),
+        )
 
     def partitions_lost(self, partitions: list[int]) -> None:
         # The next owner may be restoring them already: uncommitted work is discarded in both
@@ -335,14 +372,31 @@ class KafkaLoopWorker:
         log.warning("partitions %s lost: their uncommitted work is dropped", sorted(partitions))
         self._drop(partitions)
 
-    def _drop(self, partitions: list[int]) -> None:
+    def _drop(self, partitions: list[int], warm: dict[int, WarmCopy] | None = None) -> None:
+        """Partitions no longer ours: their stores closed, or those in `warm` kept as standbys."""
         self._abort_quietly()
         self.checkpoint.forget((self.s.input_topic, p) for p in partitions)
+        warm = warm or {}
         for partition in partitions:
             gone = self.partitions.pop(partition, None)
-            if gone is not None:
+            if gone is not None and partition not in warm:
                 gone.store.close()
             self.metrics.partition_gone(partition)
+        if self.standby is not None and warm:
+            self.standby.keep(warm)
+
+    def _kept_warm(self, clean: list[int]) -> dict[int, WarmCopy]:
+        """The stores of revoked partitions that hold no uncommitted change (`clean`), as warm
+        copies from their changelog's end: until the revocation returns nobody else writes
+        there, and what this worker wrote is committed (a fenced zombie's records are aborted,
+        and a read_committed standby skips them). Nothing without a standby, or when stopping (the
+        consumer's close revokes every partition); a partition whose end is not known is read
+        again from the start."""
+        held = [p for p in clean if p in self.partitions]
+        if self.standby is None or self.stopping or not held:
+            return {}
+        ends = self.standby.ends(held)
+        return {p: WarmCopy(self.partitions[p].store, end) for p, end in ends.items()}
 
     def _abort_quietly(self) -> None:
         if self.checkpoint.opened_at is None:
@@ -354,16 +408,18 @@ class KafkaLoopWorker:
         self.checkpoint.aborted()
 
     def _restore(self, partitions: list[int], *, rewind: bool) -> None:
-        """Read each partition's changelog to its end (read_committed) before processing it."""
+        """Read each partition's changelog to its end (read_committed) before processing it: from
+        the beginning, or from where its standby's copy stands."""
         started = time.monotonic()
         self.checkpoint.forget((self.s.input_topic, p) for p in partitions)
         for p in partitions:
             old = self.partitions.pop(p, None)
             if old is not None:
                 old.store.close()
-        restored = {p: self._fresh(p) for p in partitions}
-        if partitions:
-            self._read_changelog(restored)
+        warm = {} if self.standby is None else self.standby.take(partitions)
+        restored = {p: self._fresh(p, warm.get(p)) for p in partitions}
+        starts = {p: copy.position for p, copy in warm.items()}
+        records = self._read_changelog(restored, starts) if partitions else 0
         if self.stopping:  # the restore may be incomplete: process nothing with it
             for ps in restored.values():
                 ps.store.close()
@@ -379,21 +435,36 @@ class KafkaLoopWorker:
         for p in partitions:
             self.metrics.engine_replaced(p)
         elapsed = time.monotonic() - started
-        self.metrics.restored(elapsed)
-        log.info("restored partitions %s in %.2fs", sorted(partitions), elapsed)
+        self.metrics.restored(elapsed, records)
+        log.info(
+            "restored partitions %s in %.2fs: %d changelog records%s",
+            sorted(partitions),
+            elapsed,
+            records,
+            f", standbys' from offsets {starts}" if starts else "",
+        )
 
-    def _fresh(self, partition: int) -> PartitionState:
-        store = open_store(self.s.store, self.s.state_dir / self.s.instance_id, partition)
+    def _open_store(self, partition: int) -> Store:
+        return open_store(self.s.store, self.s.state_dir / self.s.instance_id, partition)
+
+    def _fresh(self, partition: int, warm: WarmCopy | None = None) -> PartitionState:
+        """A partition's engine over its standby's store, caught up by the restore, or over an
+        empty one."""
+        store = self._open_store(partition) if warm is None else warm.store
         detector = self.engine(config=self.s.engine, states=store.states)
         processor = PartitionProcessor(
             partition, detector, self.metrics, tracing=self.tracing.partition(partition)
         )
         return PartitionState(store, processor)
 
-    def _read_changelog(self, restored: dict[int, PartitionState]) -> None:
-        """Each partition's states, up to the changelog's high watermark (`StateRestore`)."""
-        for partition, _, key, value in self.restore.read(restored, lambda: self.stopping):
+    def _read_changelog(self, restored: dict[int, PartitionState], starts: dict[int, int]) -> int:
+        """Each partition's states, from `starts` (default: the beginning) up to the changelog's
+        high watermark (`StateRestore`); the number of records read."""
+        read = 0
+        for partition, _, key, value in self.restore.read(restored, lambda: self.stopping, starts):
             restored[partition].store.load(key.decode(), value)
+            read += 1
+        return read
 
 
 def _exit_stuck() -> None:

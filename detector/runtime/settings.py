@@ -32,6 +32,8 @@ from detector.settings import (
 # Which `detector.runtime.store.Store` a worker keeps its workflow states in.
 StoreKind = Literal["memory", "rocksdb"]
 Guarantee = Literal["exactly-once", "at-least-once"]
+# Which input partitions a member of the kafka runtime keeps warm (`detector.runtime.standby`).
+StandbyKind = Literal["off", "all"]
 # Kafka's rule for a group.instance.id; the transactional id and the state directory take it too.
 _INSTANCE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -121,6 +123,16 @@ class WorkerSettings:
             "(needs the rocksdb extra); both are rebuilt from the changelog"
         ),
     ] = "memory"
+    standby: Annotated[
+        StandbyKind,
+        Field(
+            description="kafka runtime: all keeps a warm copy of every input partition this "
+            "worker does not own, read from the changelog as its owner writes it, so that a "
+            "takeover reads only the changelog's tail instead of restoring the partition; it "
+            "costs the memory of the whole state in every worker and a read of every changelog "
+            "write by every worker. off: a worker holds only its own partitions' state"
+        ),
+    ] = "off"
     metrics_port: Annotated[
         PortOrOff, Field(description="serve /metrics on this port (0: off)")
     ] = 0

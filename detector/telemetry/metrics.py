@@ -259,6 +259,18 @@ class WorkerMetrics:
             "Time to restore partitions from the changelog",
             registry=r,
         )
+        self.restore_records = Counter(
+            "splitbrain_state_restore_records_total",
+            "Changelog records read by restores (a standby's takeover reads only the tail)",
+            registry=r,
+        )
+        self.standby_lag_records = Gauge(
+            "splitbrain_standby_lag_records",
+            "Changelog records of a partition kept warm (--standby) not applied yet: its high "
+            "watermark as last fetched minus the next offset to apply",
+            ["partition"],
+            registry=r,
+        )
         # Lease health, from the ownership events of any emitter (`LeaseStats`): observed by
         # the engines, which subtract emitters' clocks for health only, and exported every 5 s.
         self.heartbeat_age = _EngineHistogram(
@@ -442,10 +454,7 @@ class WorkerMetrics:
 
     def consumer_lag(self, partition: int, records: int | None) -> None:
         """None: the partition is not ours (any more), or its end is not known yet."""
-        if records is None:
-            self.lag.remove(str(partition))  # a no-op for a series that does not exist
-        else:
-            self.lag.labels(str(partition)).set(max(0, records))
+        _records_behind(self.lag, partition, records)
 
     def engine(self, partition: int, counters: Counters) -> None:
         """Turn one partition engine's cumulative counts into counter increments."""
@@ -570,5 +579,21 @@ class WorkerMetrics:
             self._pending.pop(partition, None)
             self._exemplars.pop(partition, None)
 
-    def restored(self, seconds: float) -> None:
+    def restored(self, seconds: float, records: int = 0) -> None:
+        """A restore took `seconds` and read `records` changelog records (the faust runtime's
+        table does not count them)."""
         self.restore_seconds.observe(seconds)
+        self.restore_records.inc(records)
+
+    def standby_lag(self, partition: int, records: int | None) -> None:
+        """None: the partition is not kept warm here (any more), or its end is not known yet."""
+        _records_behind(self.standby_lag_records, partition, records)
+
+
+def _records_behind(gauge: Gauge, partition: int, records: int | None) -> None:
+    """A partition's lag, never negative (an end cached before the last fetch); None removes
+    its series, so that no alert reads a value frozen for a partition no longer here."""
+    if records is None:
+        gauge.remove(str(partition))  # a no-op for a series that does not exist
+    else:
+        gauge.labels(str(partition)).set(max(0, records))

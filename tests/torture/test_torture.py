@@ -27,12 +27,20 @@ def own_broker(tmp_path: Path) -> Iterator[LocalKafka]:
 
 
 # Faults for a few minutes, then up to `Plan.quiescence_s` (300 s) to settle: above the default.
+# kafka-standby: every worker keeps the others' partitions warm, a revocation commits.
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("runtime", ["kafka", "faust"])
-def test_every_fault_is_survived(runtime: str, own_broker: LocalKafka, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("runtime", "flags"),
+    [("kafka", ()), ("kafka", ("--standby", "all")), ("faust", ())],
+    ids=["kafka", "kafka-standby", "faust"],
+)
+def test_every_fault_is_survived(
+    runtime: str, flags: tuple[str, ...], own_broker: LocalKafka, tmp_path: Path
+) -> None:
     if runtime == "faust":
         pytest.importorskip("faust", reason="the faust extra is not installed (.[faust])")
-    harness = Harness(own_broker.client_config(), tmp_path / "run", runtime=runtime)
+    config = own_broker.client_config()
+    harness = Harness(config, tmp_path / "run", runtime=runtime, worker_flags=flags)
     report = run(harness, Plan(events=20_000, kills=5), broker=own_broker)
     print(report.render())
     assert report.faults.keys() >= {*WORKER_FAULTS, "F4 broker kill -9", "F5 broker SIGSTOP"}

@@ -149,6 +149,19 @@ def test_at_least_once_is_refused_to_the_faust_runtime_by_flag_or_variable(
     assert not (tmp_path / "var").exists()  # refused before anything started
 
 
+def test_standbys_are_off_unless_asked_for_and_refused_to_the_faust_runtime(
+    started: list[WorkerSettings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(WORKER) == 0
+    assert main([*WORKER, "--standby", "all"]) == 0
+    assert [s.standby for s in started] == ["off", "all"]
+    assert main([*WORKER, "--runtime", "faust", "--standby", "all"]) == 2
+    assert capsys.readouterr().err == (
+        "splitbrain worker: --standby='all': expected off with --runtime='faust' (standbys are "
+        "the kafka runtime's)\n"
+    )
+
+
 def test_a_bad_guarantee_flag_names_the_flag_and_its_choices(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -6,13 +6,16 @@ yet marked on the partition (its markers are written after the producer's commit
 States read to there, with the committed offsets read after them, would resume past records
 whose effect on the state was never loaded. A transaction still open (a paused zombie's) is
 waited out: the coordinator aborts it at its timeout.
+
+A standby (`detector.runtime.standby`) reads the same topic with the same consumer settings and
+the same handling of each fetched message (`state_consumer`, `state_records`), without an end.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -21,6 +24,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -32,6 +36,12 @@ log = logging.getLogger(__name__)
 
 _END_OFFSETS_TIMEOUT_S: Final = 5.0  # short: a stop during a restore is seen between asks
 _RETRY_S: Final = 0.5
+# A restore learns that it reached a partition's end from an empty fetch, which the broker holds
+# up to fetch.wait.max.ms (librdkafka: 500) and a batch `consume` waits out its whole timeout:
+# short, a standby's takeover (a few records) costs a fraction of a second, not one. An idle
+# standby's consumer then asks its leaders ten times a second.
+_FETCH_WAIT_MS: Final = 100
+_CONSUME_S: Final = 0.1
 
 # (partition, offset, key, value): a value of None is a tombstone.
 StateRecord = tuple[int, int, bytes, bytes | None]
@@ -71,55 +81,43 @@ class StateRestore:
         self._admin: AdminClient | None = None
 
     def read(
-        self, partitions: Iterable[int], stopping: Callable[[], bool] = _never
+        self,
+        partitions: Iterable[int],
+        stopping: Callable[[], bool] = _never,
+        starts: Mapping[int, int] | None = None,
     ) -> Iterator[StateRecord]:
-        """Every keyed record of `partitions` from the start to the high watermark as it was
-        when the restore began; incomplete when `stopping` turned true."""
+        """Every keyed record of `partitions` from `starts` (default: the beginning) to the high
+        watermark as it was when the restore began; incomplete when `stopping` turned true."""
         deadline = time.monotonic() + (self.timeout_s or float("inf"))
         ends = self._high_watermarks(list(partitions), stopping, deadline)
         if ends is None:
             return
-        reader = Consumer(
-            {
-                **self.config,
-                **({} if self._error_cb is None else {"error_cb": self._error_cb}),
-                "group.id": self.group_id,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
+        reader = state_consumer(self.config, self.group_id, self._error_cb)
+        first = starts or {}
         try:
-            reader.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in ends])
+            reader.assign(
+                [TopicPartition(self.topic, p, first.get(p, OFFSET_BEGINNING)) for p in ends]
+            )
             pending = set(ends)
+
+            def eof(partition: int, offset: int) -> None:
+                # Reported again, further on, once an undecided transaction is decided.
+                if offset >= ends[partition]:
+                    pending.discard(partition)
+                else:
+                    log.info(
+                        "%s partition %d: a transaction at %d is undecided, waiting for it "
+                        "(end %d)",
+                        self.topic,
+                        partition,
+                        offset,
+                        ends[partition],
+                    )
+
             while pending and not stopping():  # a broker that is down must not pin a stop
                 self._check(deadline, pending)
-                for msg in reader.consume(num_messages=1000, timeout=0.5):
-                    partition, offset = msg.partition(), msg.offset()
-                    assert partition is not None and offset is not None
-                    err = msg.error()
-                    if err is None:
-                        key = msg.key()
-                        if key is not None:
-                            yield partition, offset, key, msg.value()
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        # Reported again, further on, once an undecided transaction is decided.
-                        if offset >= ends[partition]:
-                            pending.discard(partition)
-                        else:
-                            log.info(
-                                "%s partition %d: a transaction at %d is undecided, waiting "
-                                "for it (end %d)",
-                                self.topic,
-                                partition,
-                                offset,
-                                ends[partition],
-                            )
-                    elif err.fatal():
-                        raise KafkaException(err)
-                    else:
-                        self._report(err)
-                        log.warning("restoring %s: %s", self.topic, err.str())
+                messages = reader.consume(num_messages=1000, timeout=_CONSUME_S)
+                yield from state_records(self.topic, messages, eof, self._report)
         finally:
             reader.close()
 
@@ -161,3 +159,48 @@ class StateRestore:
                 f"{self.topic}: partitions {sorted(pending)} not read to their end in "
                 f"{self.timeout_s:.0f} s"
             )
+
+
+def state_consumer(
+    config: Mapping[str, Any], group_id: str, on_error: Callable[[object], None] | None
+) -> Consumer:
+    """A consumer of a state topic's partitions by `assign`: read_committed, so that no record
+    of an aborted transaction (a fenced or dead owner's) is ever applied, and told of each
+    partition's end. It commits nothing: `group_id` only names it to the broker."""
+    return Consumer(
+        {
+            **config,
+            **({} if on_error is None else {"error_cb": on_error}),
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": _FETCH_WAIT_MS,
+        }
+    )
+
+
+def state_records(
+    topic: str,
+    messages: Sequence[Message],
+    eof: Callable[[int, int], None],
+    report: Callable[[object], None],
+) -> Iterator[StateRecord]:
+    """The keyed records among `messages` fetched from `topic`; `eof(partition, offset)` for
+    each end of a partition reached (read_committed: its last stable offset). A fatal error
+    raises; any other is reported and logged, and the reader goes on."""
+    for msg in messages:
+        partition, offset = msg.partition(), msg.offset()
+        assert partition is not None and offset is not None
+        err = msg.error()
+        if err is None:
+            key = msg.key()
+            if key is not None:
+                yield partition, offset, key, msg.value()
+        elif err.code() == KafkaError._PARTITION_EOF:
+            eof(partition, offset)
+        elif err.fatal():
+            raise KafkaException(err)
+        else:
+            report(err)
+            log.warning("reading %s: %s", topic, err.str())

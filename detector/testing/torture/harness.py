@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,7 @@ class Harness:
         seed: int = 7,
         store: str = "memory",
         replication: int = 1,
+        worker_flags: Sequence[str] = (),  # every worker's, after the harness's own
     ) -> None:
         self.config = dict(config)  # librdkafka client settings: bootstrap servers, security
         self.workdir = workdir
@@ -126,7 +127,7 @@ class Harness:
             workdir,
             runtime,
             store,
-            extra=("--quiet-period-s", str(QUIET_S)),
+            extra=("--quiet-period-s", str(QUIET_S), *worker_flags),
         )
         self.report = Report()
         workdir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,93 @@
+"""Standby replicas of the kafka runtime (`--standby all`): a worker killed, its partitions taken
+over by a worker that kept them warm, which reads only the changelog's tail before processing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from detector.devstack.worker import WorkerProcess
+from tests.integration.deployment import Deployment, audited, wait_for
+from tests.integration.test_lost_partitions import committed
+from tests.integration.test_worker import event, wait_for_audit
+
+WARM = ("--standby", "all")
+WORKFLOWS = 200  # one changelog record each on partition 0: what a restore from the start reads
+_RESTORED = re.compile(r"restored partitions \[([0-9, ]*)\] in [0-9.]+s: (\d+) changelog records")
+
+
+def restores(w: WorkerProcess) -> list[tuple[list[int], int]]:
+    """The partitions and changelog records of each restore the worker logged."""
+    return [
+        ([int(p) for p in match[1].split(", ") if p], int(match[2]))
+        for match in _RESTORED.finditer(w.log.read_text())
+    ]
+
+
+def owns(w: WorkerProcess, partition: int) -> bool:
+    done = restores(w)
+    return bool(done) and partition in done[-1][0]
+
+
+@pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
+def test_a_standby_takes_over_a_killed_worker_s_partition_reading_only_the_tail(
+    deployment: Deployment,
+) -> None:
+    """The takeover of the stale workflow was processed by the killed worker alone, and its
+    offsets committed: only the state the survivor's standby kept holds it, and the stale event
+    published after the failover still opens its finding."""
+    key = "standby-wf"
+    takeover = [
+        event("s1", "lease_acquired", key, 17, 1),
+        event("s2", "lease_acquired", key, 18, 2),
+    ]
+    stale = event("s3", "progress", key, 17, 3)
+    fill = [
+        (f"fill-{n}".encode(), event(f"f{n}", "lease_acquired", f"fill-{n}", 1, 1))
+        for n in range(WORKFLOWS)
+    ]
+    deployment.publish(fill, partition=0)
+    first = deployment.worker("first", *WARM)
+    wait_for(lambda: owns(first, 0), "the first worker to own partition 0", workers=[first])
+    second = deployment.worker("second", *WARM)
+    wait_for(
+        lambda: bool(restores(second)) and len(restores(first)) >= 2,
+        "the second worker in the group, the partitions shared",
+        workers=[first, second],
+    )
+    owner, survivor = (first, second) if owns(first, 0) else (second, first)
+    assert owns(owner, 0) and not owns(survivor, 0)
+    deployment.publish([(key.encode(), line) for line in takeover], partition=0)
+    config, t = deployment.config, deployment.topics
+    wait_for(
+        lambda: committed(config, t.group, t.input) == WORKFLOWS + len(takeover),
+        "the owner to commit the takeover",
+        workers=[owner, survivor],
+    )
+    wait_for(
+        lambda: survivor.samples("splitbrain_standby_lag_records", "partition").get("0") == 0,
+        "the survivor's standby of partition 0 to catch up",
+        workers=[owner, survivor],
+    )
+    before = len(restores(survivor))
+    owner.kill()
+    wait_for(
+        lambda: len(restores(survivor)) > before and owns(survivor, 0),
+        "the survivor to take partition 0 over once the killed worker's session expired",
+        workers=[survivor],
+    )
+    partitions, records = restores(survivor)[-1]
+    assert partitions == [0, 1, 2]
+    # A restore from the start reads every fill workflow's record and the takeover's.
+    assert records < WORKFLOWS, survivor.tail()
+    assert "standbys' from offsets" in survivor.log.read_text()
+    read = survivor.samples("splitbrain_state_restore_records_total", "")
+    assert sum(read.values()) == sum(n for _, n in restores(survivor)), read
+
+    deployment.publish([(key.encode(), stale)], partition=0)
+    expected = audited([*(line for _, line in fill), *takeover, stale])
+    assert len(expected) == 1
+    with deployment.reader(deployment.topics.findings) as findings:
+        wait_for_audit(findings, expected, [survivor])
+    assert survivor.stop() == 0, survivor.tail()
