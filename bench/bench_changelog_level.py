@@ -2,11 +2,14 @@
 
 Why: the broker recompresses the changelog with the topic's codec and level, and what it stores
 per input byte moves with the transactions' size (so with the load) when measured on a broker.
-Here the fleet history (bench_fleet_worker) goes through one `PartitionProcessor` per partition;
-every `--per-transaction` events, each partition's states changed since the last transaction
-are encoded and compressed together, as the broker compresses a batch. Prints bytes per input
-(JSON) byte and compression time per raw byte at each level; asserts nothing.
-Run: `python bench/bench_changelog_level.py [--events N] [--per-transaction N]`.
+Here the fleet history (bench_fleet_worker, either `--shape`) goes through one
+`PartitionProcessor` per partition; every `--per-transaction` events, each partition's states
+changed since the last transaction are encoded and compressed together, as the broker compresses
+a batch. Prints what the processing step and the encoding of the changed states each cost per
+event (no Kafka: where a worker's time goes as its workflows grow old), bytes per input (JSON)
+byte and compression time per raw byte at each level; asserts nothing.
+Run: `python bench/bench_changelog_level.py [--shape short|long] [--events N]
+[--per-transaction N]`.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from __future__ import annotations
 import argparse
 import time
 import zlib
+from dataclasses import dataclass, field
 
 import zstandard
-from bench_fleet_worker import fleet
+from bench_fleet_worker import SHAPES, fleet
 from bench_worker import workflow_key
 
-from detector.core import Detector, WorkflowState, encode_state
+from detector import gc_tuning
+from detector.core import Detector, encode_state
 from detector.runtime.processor import PartitionProcessor
 from detector.telemetry.metrics import WorkerMetrics
 
@@ -28,32 +33,41 @@ BATCH_OVERHEAD = 61  # a record batch's header, bytes
 Batch = list[tuple[bytes, bytes]]
 
 
-def batches(lines: list[bytes], partitions: int, per_transaction: int) -> list[Batch]:
-    """Each transaction's changelog records, one batch per partition it touched."""
+@dataclass
+class Batches:
+    """Each transaction's changelog records, one batch per partition it touched, and the
+    seconds spent in the processing step and in encoding the changed states."""
+
+    batches: list[Batch] = field(default_factory=list)
+    step_s: float = 0.0
+    encode_s: float = 0.0
+
+
+def batches(lines: list[bytes], partitions: int, per_transaction: int) -> Batches:
     metrics = WorkerMetrics()
     processors = [PartitionProcessor(p, Detector(), metrics) for p in range(partitions)]
     changed: list[set[str]] = [set() for _ in range(partitions)]
-    out: list[Batch] = []
+    out = Batches()
     started = time.time()
     for offset, raw in enumerate(lines):
         key = workflow_key(raw)
         p = zlib.crc32(key) % partitions
+        at = time.perf_counter()
         changed[p] |= processors[p].process(key, raw, "in", offset, started + offset / 1000).changed
+        out.step_s += time.perf_counter() - at
         if (offset + 1) % per_transaction and offset + 1 < len(lines):
             continue
+        at = time.perf_counter()
         for p, keys in enumerate(changed):
             states = processors[p].detector.states
             records = [
                 (k.encode(), encode_state(st) if (st := states.get(k)) else b"") for k in keys
             ]
             if records:
-                out.append(records)
+                out.batches.append(records)
             keys.clear()
+        out.encode_s += time.perf_counter() - at
     return out
-
-
-def tombstone_or(state: WorkflowState | None) -> bytes:
-    return b"" if state is None else encode_state(state)
 
 
 def framed(batch: Batch) -> bytes:
@@ -62,20 +76,30 @@ def framed(batch: Batch) -> bytes:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shape", choices=SHAPES, default="short", help="bench_fleet_worker's")
     ap.add_argument("--events", type=int, default=120_000)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--per-transaction", type=int, default=600)
+    ap.add_argument("--levels", type=int, nargs="*", default=LEVELS, help="zstd levels to try")
     args = ap.parse_args()
-    lines = fleet(40_000, 8, 7)[: args.events]
+    gc_tuning.tune()  # as the worker runs
+    shape = SHAPES[args.shape]
+    lines = fleet(shape.workflows, shape.per_workflow, 7, live=shape.live, life=shape.life)
+    lines = lines[: args.events]
     input_bytes = sum(len(raw) for raw in lines)
-    raw = [framed(b) for b in batches(lines, args.partitions, args.per_transaction)]
+    made = batches(lines, args.partitions, args.per_transaction)
+    raw = [framed(b) for b in made.batches]
     raw_bytes = sum(len(r) for r in raw)
     print(
-        f"{len(lines):,} events of the fleet history, {args.per_transaction} per transaction "
-        f"over {args.partitions} partitions: {len(raw):,} batches, {raw_bytes / input_bytes:.3f} "
-        "raw bytes per input byte"
+        f"{len(lines):,} events of the {args.shape} fleet history, {args.per_transaction} per "
+        f"transaction over {args.partitions} partitions: {len(raw):,} batches, "
+        f"{raw_bytes / input_bytes:.3f} raw bytes per input byte"
     )
-    for level in LEVELS:
+    print(
+        f"  the processing step {made.step_s / len(lines) * 1e6:.1f} us per event, encoding "
+        f"the changed states {made.encode_s / len(lines) * 1e6:.1f} us per event"
+    )
+    for level in args.levels:
         compressor = zstandard.ZstdCompressor(level=level)
         started = time.perf_counter()
         size = sum(len(compressor.compress(r)) + BATCH_OVERHEAD for r in raw)
