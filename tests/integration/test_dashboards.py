@@ -261,7 +261,9 @@ def test_every_panel_query_returns_data_from_a_real_run(
 ) -> None:
     binary = program("prometheus", package="prometheus")
     d = deploy(kafka_broker, tmp_path, "kafka")
-    flags = ("--quiet-period-s", str(QUIET_S))
+    # With standbys, so that the standby panel has its series: once the second worker joins,
+    # each keeps the partitions it does not own warm.
+    flags = ("--quiet-period-s", str(QUIET_S), "--standby", "all")
     w1 = d.group.worker("w1", *flags, metrics=True)
     w2 = d.group.worker("w2", *flags, metrics=True)
     workers: list[WorkerProcess] = [w1, w2]
