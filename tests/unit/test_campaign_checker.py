@@ -60,6 +60,24 @@ def _finding(displaced: int, current: int) -> Finding:
     return Finding.model_validate(doc)
 
 
+def test_a_commit_recorded_late_keeps_its_place_by_seq() -> None:
+    """etcd, seed 1, run 0 in CI: epoch 22 committed unit-9 at revision 24, then paused before
+    it read the answer; epoch 4's zombie committed it at revision 28, epoch 30 at 34, and epoch
+    22's record came last. By the revisions, as the detector orders them, 30's duplicate is in
+    22's finding (the owner just before), which the checker called a false alarm when it
+    ordered by `at` and put it in 4's."""
+    early = _write(22, 891.17).model_copy(update={"seq": 24})
+    zombie = _write(4, 888.52).model_copy(update={"seq": 28, "owned": False})
+    late = _write(30, 890.50).model_copy(update={"seq": 34})
+    writes = [zombie, late, early]
+    assert [(p.write.epoch, p.episodes) for p in positives(writes)] == [
+        (4, frozenset({4})),
+        (30, frozenset({22})),
+    ]
+    verdict = check(writes, [Seen(_finding(22, 30), 890.6)], Grade("authoritative_seq", True))
+    assert verdict.false_positives == 0, verdict.notes
+
+
 def test_a_key_committed_by_three_owners_in_turn_is_two_findings_each_explained() -> None:
     """DESIGN §4: each failover duplicate belongs to the episode of the owner just before, so
     three commits make two findings; each explains one duplicate, neither is a false alarm."""

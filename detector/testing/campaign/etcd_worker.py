@@ -255,6 +255,7 @@ class EtcdWorker:
             attempt=attempt,
             blind=blind,
             at=at,
+            seq=revision,
         )
 
     def advance(self, client: Etcd3Client, lock_key: str, shard: int, index: int) -> bool:

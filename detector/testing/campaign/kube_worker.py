@@ -318,6 +318,7 @@ class KubeWorker:
             attempt=attempt,
             blind=blind,
             at=at,
+            seq=rv,
         )
 
     def advance(self, lease: str, index: int) -> None:

@@ -65,6 +65,10 @@ class Write(BaseModel):
     # what each of its starts takes anew (an etcd lease, a pod's identity): what a kill of that
     # process may have silenced (`kills`).
     process: str | None = None
+    # The write's place in the coordination system's own order (etcd's revision, the API
+    # server's resourceVersion), which the detector orders it by: a write whose worker was paused
+    # between the server's answer and its reading of it is recorded late (`at`), not later.
+    seq: int | None = None
 
 
 class Owner(TypedDict):
@@ -131,6 +135,7 @@ class TruthLog:
         attempt: bool = False,
         blind: str | None = None,
         at: float | None = None,
+        seq: int | None = None,
     ) -> Write:
         """`at`: the write's time from a clock no fault steps (the destination's own), where
         this process's wall clock may be stepped (`nemesis.clock_env`); else `campaign_time()`."""
@@ -147,6 +152,7 @@ class TruthLog:
             attempt=attempt,
             blind=blind,
             process=self.process,
+            seq=seq,
         )
         line = (write.model_dump_json() + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
