@@ -34,6 +34,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from detector import gc_tuning
 from detector.core import Detector
 from detector.errors import ExitCode, SplitbrainError
 from detector.kafka.health import TRANSACTION_TOPICS, serves
@@ -96,6 +97,7 @@ class KafkaLoopWorker:
         self.partitions: dict[int, PartitionState] = {}
         self.stopping = False
         self.checkpoint = Checkpoint.of(settings, metrics)
+        self.freeze = gc_tuning.Freezer()
         self.admin = AdminClient(settings.kafka)
         self.stall = StallWatch(
             give_up_s=settings.commit_give_up_s, give_up=_exit_stuck, serving=self._serving
@@ -299,6 +301,7 @@ class KafkaLoopWorker:
         checkpoint.committed(delivering + time.monotonic() - started)
         for ps in self.partitions.values():
             ps.store.committed()
+        self.freeze(time.monotonic())  # what the commit leaves is the states: long-lived
 
     # ---- failure and rebalance ----------------------------------------------------------------
 
