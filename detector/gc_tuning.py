@@ -31,8 +31,11 @@ class Freezer:
     ones: in a worker filling up to 40,000 workflows, about a million objects, a 611 ms pause
     that held back every finding in flight (docs/benchmarks.md, "The collector's pause").
     Frozen, the states are walked by none; a collection walks at most what survived since the
-    last freeze. A frozen object is still freed when its last reference goes; only a reference
-    cycle that became garbage after its freeze would stay, and the engine makes none.
+    last freeze. A frozen object is still freed when its last reference goes; a frozen reference
+    cycle never is. `gc.freeze` takes garbage not collected yet as well, so the youngest
+    generation is collected first (~6 ms: it holds at most `THRESHOLDS[0]` allocations; the
+    worker's cycles die young); a cycle alive at the freeze that dies later would stay, and the
+    processing step makes none (`tests/unit/test_gc_tuning.py`).
     """
 
     every_s: float = FREEZE_EVERY_S
@@ -40,9 +43,10 @@ class Freezer:
 
     def __call__(self, now: float) -> bool:
         """Freeze if `every_s` has passed since the last time, on the caller's monotonic `now`;
-        whether it did (`gc.freeze` itself only relinks two lists: it costs nothing)."""
+        whether it did (`gc.freeze` itself only relinks two lists)."""
         if self._last is not None and now - self._last < self.every_s:
             return False
         self._last = now
+        gc.collect(0)
         gc.freeze()
         return True
