@@ -14,9 +14,10 @@ takeover and someone checks what it did. Without the verifications a finding wit
 condition stays open, rightly, and its whole state is kept: the soak then measures open
 findings piling up (about 8 KB each), not a leak.
 A released workflow is evicted after the quiet period; one with a finding is compacted then, and
-forgotten after --idle-ttl-s down to what its later revisions need (42 B). So the workflows
-tracked are bounded by those with an event within idle_ttl_s + idle_sweep_s plus those
-remnants: the bound is computed from what was produced and printed beside the count. The worker's
+forgotten after --idle-ttl-s down to what its later revisions need (42 B), a remnant removed
+after --remnant-ttl-s. So the workflows tracked are bounded by those with an event within
+idle_ttl_s + idle_sweep_s plus the remnants not yet expired: the bound is computed from what was
+produced and printed beside the count. The worker's
 periods are shortened so that workflows go through their whole life, from acquisition to
 forgetting, many times within the run.
 
@@ -147,11 +148,14 @@ class Load:
             yield from zip(keys, raws, strict=True)
             self.done.append((clock(), template))
 
-    def bound(self, now: float, window_s: float) -> int:
+    def bound(self, now: float, window_s: float, remnant_s: float) -> int:
         """Workflows the worker may track at `now`: every workflow of a generation produced
-        within `window_s`, or still being produced, plus one remnant per zombie of older ones."""
+        within `window_s`, or still being produced, plus one remnant per zombie of those older
+        by less than `window_s + remnant_s` (a remnant expires `remnant_s` after it is made)."""
         recent = [gen for at, gen in self.done if now - at < window_s]
-        remnants = sum(gen.zombies for at, gen in self.done if now - at >= window_s)
+        remnants = sum(
+            gen.zombies for at, gen in self.done if window_s <= now - at < window_s + remnant_s
+        )
         current = self.templates[len(self.done) % TEMPLATES]
         return sum(gen.workflows for gen in recent) + current.workflows + remnants
 
@@ -250,7 +254,7 @@ def drive(
     seconds: float,
     sampler: Sampler,
     every_s: float,
-    window_s: float,
+    bound: Callable[[float], int],
     print_every_s: float,
 ) -> list[Sample]:
     """Produce at `rate` events/s for `seconds`, sampling every `every_s`."""
@@ -268,7 +272,7 @@ def drive(
         if now >= next_sample:
             if not sampler.worker.alive():
                 raise SystemExit(f"the worker exited:\n{sampler.worker.tail()}")
-            samples.append(sampler.sample(now - started, sent, load.bound(now, window_s)))
+            samples.append(sampler.sample(now - started, sent, bound(now)))
             next_sample += every_s
             if now >= next_print:
                 show(samples[-1])
@@ -414,6 +418,7 @@ def main() -> None:
     ap.add_argument("--quiet-period-s", type=float, default=60.0)
     ap.add_argument("--idle-ttl-s", type=float, default=120.0)
     ap.add_argument("--idle-sweep-s", type=float, default=30.0)
+    ap.add_argument("--remnant-ttl-s", type=float, default=600.0)
     ap.add_argument("--zombie-fraction", type=float, default=0.02)
     ap.add_argument(
         "--print-every", type=float, default=60.0, help="seconds between printed samples"
@@ -431,12 +436,14 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
     flags = (
         *("--store", args.store, "--quiet-period-s", str(args.quiet_period_s)),
         *("--idle-ttl-s", str(args.idle_ttl_s), "--idle-sweep-s", str(args.idle_sweep_s)),
+        *("--remnant-ttl-s", str(args.remnant_ttl_s)),
     )
     print(
         f"worker: store {args.store}, {args.partitions} partition(s), --quiet-period-s "
         f"{args.quiet_period_s:g} (released workflows evicted after it), --idle-ttl-s "
         f"{args.idle_ttl_s:g} --idle-sweep-s {args.idle_sweep_s:g} (resolved findings' "
-        f"workflows forgotten after them), defaults otherwise; {args.zombie_fraction:.0%} of "
+        f"workflows forgotten after them), --remnant-ttl-s {args.remnant_ttl_s:g} (their "
+        f"remnants removed after it), defaults otherwise; {args.zombie_fraction:.0%} of "
         f"the workflows with a zombie"
     )
     if args.rate is None:
@@ -466,6 +473,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
         sampler = Sampler(broker, worker, topics)
         load = Load(args.generation_workflows, args.events_per_workflow, args.zombie_fraction)
         remembered_s = max(args.quiet_period_s, args.idle_ttl_s + args.idle_sweep_s) + args.every
+        remnant_s = args.remnant_ttl_s + args.idle_sweep_s  # the sweep that removes it
         samples = drive(
             producer,
             topics.input,
@@ -474,7 +482,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
             args.minutes * 60,
             sampler,
             args.every,
-            remembered_s,
+            lambda now: load.bound(now, remembered_s, remnant_s),
             args.print_every,
         )
     finally:
