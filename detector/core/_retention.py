@@ -143,7 +143,7 @@ class Retention:
         gone = [e for e in kept if e.kind in _ACTIVITY_KINDS][:activity] + keep[: excess - activity]
         pin(workflow, gone, ev_print)
         self.remember(workflow, gone)
-        forget_packed(workflow)
+        forget_packed(workflow, gone)
         workflow.undisplaced = None
         return evidence_of(keep[excess - activity :])
 

@@ -9,7 +9,7 @@ finding what still waits for verification (`Episode.pending`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import InitVar, dataclass, field
 from enum import IntFlag
 from sys import intern
@@ -39,7 +39,12 @@ from ._records import (
     marks_of,
 )
 
-# 7 (the latest): records keep their event's context (DESIGN §5 `context`): an acquisition's
+# 8 (the latest): an effect's copy of a retained raw event is written as the event's position
+# (`pos`), not its index in the evidence: an index shifts whenever the oldest events are forgotten,
+# and with it every effect's row (re-encoded at each transaction of a workflow at the caps: most of
+# what the changelog cost, `bench/bench_changelog_level.py --shape long`); a position does not.
+# Version 7 states, with indexes, are read as they are.
+# 7: records keep their event's context (DESIGN §5 `context`): an acquisition's
 # and an event's row end in it (None, or an array of [key, value] pairs), and an episode's row in
 # the context of its displaced owner's acquisition as its finding last showed it
 # (`Episode.displaced_ctx`), then the occurrences of its failover duplicates awaiting a verifier,
@@ -58,7 +63,8 @@ from ._records import (
 # `bench/bench_worker.py`). 3: compact effects, fences and pending verifications; it has the same
 # layout, without references, and is read as it is. 1 (JSON) and 2 (the retained records only) are
 # read by replaying their records (`detector.core._upgrade`).
-STATE_VERSION: Final = 7
+STATE_VERSION: Final = 8
+INDEX_REFS_UNTIL: Final = 7  # the last version whose effect rows refer by index
 
 
 class Cut(IntFlag):
@@ -90,8 +96,8 @@ class Effect:
     verified: Marks | None = None  # verifications of the key
     # Not persisted: this key's row as `encode_state` last wrote it. A workflow's state is written
     # at every transaction that touched it, its effects far more rarely change: the engine drops
-    # the row whenever it takes the effect to change it (`Retention.effect`), and every row of
-    # the workflow when raw events are forgotten (the row refers to them by their index).
+    # the row whenever it takes the effect to change it (`Retention.effect`), and when a raw
+    # event the row refers to (by its position) is forgotten (`forget_packed`).
     packed: msgspec.Raw | None = field(default=None, compare=False, repr=False)
     # Not persisted: the epochs of `firsts`, sorted, for the epochs next to a commit's
     # (`_conditions.add_commit`); built from `firsts` at its first use.
@@ -376,19 +382,17 @@ def cond_of(row: list[Any]) -> ConditionRecord:
 
 
 class _Retained:
-    """Where each retained raw event is in the evidence, to write an effect's copy of one as
-    its index."""
+    """The retained raw events by position, to write an effect's copy of one as its position."""
 
-    __slots__ = ("at", "evidence")
+    __slots__ = ("at",)
 
     def __init__(self, evidence: Evidence) -> None:
-        self.evidence = evidence
-        self.at = {e.pos: i for i, e in enumerate(evidence)}
+        self.at = {e.pos: e for e in evidence}
 
     def ref(self, record: EventRecord) -> EventRecord | int:
-        i = self.at.get(record.pos)
-        if i is not None and self.evidence[i] == record:
-            return i
+        kept = self.at.get(record.pos)
+        if kept is not None and (kept is record or kept == record):
+            return record.pos
         return record
 
 
@@ -403,9 +407,12 @@ def _effect_row(e: Effect, retained: _Retained) -> list[Any]:
     ]
 
 
-def _effect(row: list[Any], evidence: Evidence) -> Effect:
+def _effect(row: list[Any], retained: Evidence | Mapping[int, EventRecord]) -> Effect:
+    """An effect from its row; an int in it is a retained event's index in the evidence (up to
+    version 7) or its position (`retained` maps positions then)."""
+
     def record(r: list[Any] | int) -> EventRecord:
-        return evidence[r] if isinstance(r, int) else event_of(r)
+        return retained[r] if isinstance(r, int) else event_of(r)
 
     firsts = [record(r) for r in row[0]]
     return Effect(
@@ -543,10 +550,32 @@ def _effect_rows(state: WorkflowState) -> list[list[Any]] | None:
     return rows
 
 
-def forget_packed(state: WorkflowState) -> None:
-    """Raw events were forgotten: the effects' rows, which refer to them by index, are stale."""
-    for e in (state.effects or {}).values():
-        e.packed = None
+def forget_packed(state: WorkflowState, gone: Iterable[EventRecord] | None = None) -> None:
+    """Raw events were forgotten (`gone`; None: every one): the effects' rows that refer to one of
+    them by its position are stale. The others stay: forgetting the oldest events at the caps
+    happens every few events of a long-lived workflow, which keeps hundreds of effect keys."""
+    effects = state.effects
+    if not effects:
+        return
+    if gone is None:
+        for e in effects.values():
+            e.packed = None
+        return
+    positions = {r.pos for r in gone}
+    for e in effects.values():
+        if e.packed is not None and not positions.isdisjoint(_positions(e)):
+            e.packed = None
+
+
+def _positions(e: Effect) -> Iterator[int]:
+    """Where the raw events an effect's row may refer to are."""
+    for r in e.firsts.values():
+        yield r.pos
+    for rs in e.twice.values():
+        for r in rs:
+            yield r.pos
+    for r in e.lasts.values():
+        yield r.pos
 
 
 def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
@@ -605,7 +634,7 @@ def _shared(shared: dict[_T, _T], value: _T) -> _T:
 
 
 def decode_v3(fields: list[Any]) -> WorkflowState:
-    """A version 3 to 7 state from its unpacked fields (`detector.core.decode_state` reads
+    """A version 3 to 8 state from its unpacked fields (`detector.core.decode_state` reads
     any)."""
     if len(fields) not in range(V3_FIELDS - 3, V3_FIELDS + 1):
         raise ValueError(f"damaged workflow state: {len(fields)} fields, not {V3_FIELDS}")
@@ -635,13 +664,16 @@ def decode_v3(fields: list[Any]) -> WorkflowState:
         lease_until = None if released_at is None else LEASE_RELEASED
     found = {ep.key: ep for ep in (_episode(r) for r in episodes)}
     retained = evidence_of(map(event_of, evidence))
+    refs: Evidence | dict[int, EventRecord] = (
+        retained if fields[0] <= INDEX_REFS_UNTIL else {e.pos: e for e in retained}
+    )
     return WorkflowState(
         pos=pos,
         max_seq=max_seq,
         acqs=acquisitions_of(map(_acquisition, acqs)),
         evidence=retained,
         ids=None if ids is None else _ids(ids, acqs, evidence),
-        effects=None if effects is None else {k: _effect(row, retained) for k, row in effects},
+        effects=None if effects is None else {k: _effect(row, refs) for k, row in effects},
         fences=None if fences is None else {epoch: _fence_points(m) for epoch, m in fences},
         found=found or None,
         clock=None if clock is None else [_clock_entry(*entry) for entry in clock],

@@ -1,4 +1,4 @@
-"""Reading any state version: 3 to 7 as they are; 1 (JSON) and 2 by replaying their records.
+"""Reading any state version: 3 to 8 as they are; 1 (JSON) and 2 by replaying their records.
 
 Versions 1 and 2 kept raw records and rendered conditions only. Replaying the records through
 today's rules rebuilds the compact state, and the published episodes keep their revisions, so a
@@ -57,7 +57,7 @@ def decode_state(raw: bytes) -> WorkflowState:
     else:
         fields = _DECODER.decode(raw)
         version = fields[0] if isinstance(fields, list) and fields else None
-    if version in (3, 4, 5, 6, STATE_VERSION):  # one layout, grown; 3 without references
+    if version in (3, 4, 5, 6, 7, STATE_VERSION):  # one layout, grown; 3 without references
         return decode_v3(fields)
     if version not in (1, 2):
         raise ValueError(f"unknown workflow state version {version!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,9 @@ def test_state_survives_encode_decode_at_every_length_of_retained_evidence() -> 
 
 
 def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
-    """Versions 4 to 7 write an effect's copy of a retained event as its index in the evidence; the
-    same state written as version 3 (full copies) still decodes, to the same state."""
+    """Version 8 writes an effect's copy of a retained event as the event's position; the same
+    state written as version 7 (its index in the evidence) or 3 (full copies) still decodes, to
+    the same state."""
     import msgspec  # noqa: PLC0415
 
     from detector.core import decode_state, encode_state  # noqa: PLC0415
@@ -72,20 +74,70 @@ def test_an_effect_record_also_retained_as_evidence_is_written_once() -> None:
     r = run(seed_history())
     state = r.detector.states[W]
     fields = msgspec.msgpack.decode(encode_state(state))
-    assert fields[0] == 7
+    assert fields[0] == 8
     evidence, effects = fields[4], fields[6]
     references = [ref for _, row in effects for ref in row[0] if isinstance(ref, int)]
     assert references, "a commit retained as evidence is referenced, not copied"
     assert decode_state(encode_state(state)) == state
+    assert decode_state(msgspec.msgpack.encode(_as_version_7(fields))) == state
+    full_copies = _referring(fields, lambda pos: next(e for e in evidence if e[4] == pos))
+    assert decode_state(msgspec.msgpack.encode([3, *full_copies[1:]])) == state
 
-    def copied(ref: object) -> object:
-        return evidence[ref] if isinstance(ref, int) else ref
 
-    for _, row in effects:
-        row[0] = [copied(x) for x in row[0]]
-        row[2] = [[epoch, source, [copied(x) for x in evs]] for epoch, source, evs in row[2]]
-        row[4] = [[epoch, kind, copied(x)] for epoch, kind, x in row[4]]
-    assert decode_state(msgspec.msgpack.encode([3, *fields[1:]])) == state
+def _referring(fields: list[Any], ref: Callable[[int], object]) -> list[Any]:
+    """A state's fields with each effect's reference to a retained event (an int) replaced."""
+
+    def each(x: object) -> object:
+        return ref(x) if isinstance(x, int) else x
+
+    rows = [
+        [
+            key,
+            [
+                [each(x) for x in row[0]],
+                row[1],
+                [[epoch, source, [each(x) for x in evs]] for epoch, source, evs in row[2]],
+                row[3],
+                [[epoch, kind, each(x)] for epoch, kind, x in row[4]],
+            ],
+        ]
+        for key, row in fields[6] or []
+    ]
+    return [*fields[:6], None if fields[6] is None else rows, *fields[7:]]
+
+
+def _as_version_7(fields: list[Any]) -> list[Any]:
+    """A version 8 state's fields as version 7 wrote them: an effect refers to a retained event
+    by its index in the evidence, not its position."""
+    index = {row[4]: i for i, row in enumerate(fields[4])}  # EventRecord.pos is its fifth field
+    return [7, *_referring(fields, index.__getitem__)[1:]]
+
+
+def test_forgetting_the_oldest_events_rewrites_only_the_effects_that_referred_to_them() -> None:
+    """A long-lived workflow at the evidence cap forgets its oldest events every few events: an
+    effect whose row refers to none of them keeps its row, and what is written with the rows kept
+    is byte for byte what a state written afresh (a restored one) gives."""
+    from detector.core import Detector, decode_state, encode_state  # noqa: PLC0415
+
+    d = Detector(Config(max_evidence=12))
+    d.observe(acq("a", 17, "alpha", 1))
+    kept_at_a_forget = 0
+    for seq in range(2, 80):
+        state = d.states[W]
+        rows = {k: e.packed for k, e in (state.effects or {}).items()}
+        retained = len(state.evidence)
+        key = f"k{seq}" if seq % 3 == 0 else None
+        kind = "effect_committed" if key else "heartbeat"
+        d.observe(ev(f"e{seq}", kind, W, 17, "alpha", seq=seq, key=key))
+        if len(state.evidence) < retained:
+            effects = (state.effects or {}).items()
+            kept_at_a_forget += sum(
+                e.packed is not None and e.packed is rows.get(k) for k, e in effects
+            )
+        written = encode_state(state)
+        assert decode_state(written) == state
+        assert encode_state(decode_state(written)) == written
+    assert kept_at_a_forget > 0
 
 
 @pytest.mark.parametrize("name", ["state-v1-export-ledger.json", "state-v2-export-ledger.msgpack"])
@@ -109,8 +161,8 @@ def test_state_written_by_earlier_versions_still_decodes(name: str) -> None:
 @pytest.mark.parametrize(
     ("raw", "problem"),
     [
-        (b'{"v":8,"pos":1}', "unknown workflow state version 8"),
-        (b"\x93\x08\x01\x02", "unknown workflow state version 8"),  # msgpack [8, 1, 2]
+        (b'{"v":9,"pos":1}', "unknown workflow state version 9"),
+        (b"\x93\x09\x01\x02", "unknown workflow state version 9"),  # msgpack [9, 1, 2]
         (b"\x91\x02", "damaged workflow state: 1 fields"),  # msgpack [2]
     ],
 )
@@ -122,9 +174,9 @@ def test_a_state_of_an_unknown_version_or_damaged_is_refused(raw: bytes, problem
 
 
 def _as_version_4(fields: list[Any]) -> list[Any]:
-    """A version 5 state's fields as version 4 wrote them: marks of three, fences as marks,
-    pending points of two, an episode's stale events and conditions as their latest record,
-    clock entries of five, no `uncertain`."""
+    """A version 8 state's fields as version 4 wrote them (as version 7 did, and): marks of
+    three, fences as marks, pending points of two, an episode's stale events and conditions as
+    their latest record, clock entries of five, no `uncertain`."""
 
     def marks(m: list[Any] | None) -> list[Any] | None:
         return None if m is None else m[:3]
@@ -136,7 +188,7 @@ def _as_version_4(fields: list[Any]) -> list[Any]:
         found: list[Any] = top if top is not None and last[3] is not None else last
         return found
 
-    old = [4, *fields[1:19]]
+    old = [4, *_as_version_7(fields)[1:19]]
     effects = old[6] or []
     for _, row in effects:
         row[3] = marks(row[3])
@@ -202,9 +254,9 @@ def test_a_version_5_state_still_decodes_and_goes_on(resolved: bool) -> None:
 
 
 def _as_version_6(fields: list[Any]) -> list[Any]:
-    """A version 7 state's fields as version 6 wrote them: records without their context (an
-    acquisition's row of six, an event's of ten), episodes without `displaced_ctx` and
-    `dup_pending`."""
+    """A version 8 state's fields as version 6 wrote them (as version 7 did, and): records without
+    their context (an acquisition's row of six, an event's of ten), episodes without
+    `displaced_ctx` and `dup_pending`."""
 
     def event(row: Any) -> Any:
         return row[:10] if isinstance(row, list) else row  # an int: its index in the evidence
@@ -215,7 +267,7 @@ def _as_version_6(fields: list[Any]) -> list[Any]:
         top, unseq, last = row
         return [None if top is None else event(top), unseq, event(last)]
 
-    old = [6, *fields[1:]]
+    old = [6, *_as_version_7(fields)[1:]]
     old[3] = [a[:6] for a in old[3]]
     old[4] = [event(e) for e in old[4]]
     for _, row in old[6] or []:
@@ -275,7 +327,7 @@ def test_a_version_6_state_with_duplicates_still_decodes_and_goes_on() -> None:
     ]
     r = run(first)
     fields = msgspec.msgpack.decode(encode_state(r.detector.states[W]))
-    assert fields[0] == 7
+    assert fields[0] == 8
     for row in fields[8]:
         for key, points in row[25].items():  # as version 6 kept them
             row[10].setdefault(key, []).extend(points)
