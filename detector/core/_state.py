@@ -9,7 +9,7 @@ finding what still waits for verification (`Episode.pending`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import InitVar, dataclass, field
 from enum import IntFlag
 from sys import intern
@@ -551,9 +551,10 @@ def _effect_rows(state: WorkflowState) -> list[list[Any]] | None:
 
 
 def forget_packed(state: WorkflowState, gone: Iterable[EventRecord] | None = None) -> None:
-    """Raw events were forgotten (`gone`; None: every one): the effects' rows that refer to one of
-    them by its position are stale. The others stay: forgetting the oldest events at the caps
-    happens every few events of a long-lived workflow, which keeps hundreds of effect keys."""
+    """Raw events were forgotten (`gone`; None: every one): the rows of the effects that may refer
+    to one of them by its position are stale, those of the effects of their keys (an effect keeps
+    only its own key's events). The others stay: the oldest events are forgotten every few events
+    of a long-lived workflow at the caps, which keeps hundreds of effect keys."""
     effects = state.effects
     if not effects:
         return
@@ -561,21 +562,9 @@ def forget_packed(state: WorkflowState, gone: Iterable[EventRecord] | None = Non
         for e in effects.values():
             e.packed = None
         return
-    positions = {r.pos for r in gone}
-    for e in effects.values():
-        if e.packed is not None and not positions.isdisjoint(_positions(e)):
+    for r in gone:
+        if r.effect_key is not None and (e := effects.get(r.effect_key)) is not None:
             e.packed = None
-
-
-def _positions(e: Effect) -> Iterator[int]:
-    """Where the raw events an effect's row may refer to are."""
-    for r in e.firsts.values():
-        yield r.pos
-    for rs in e.twice.values():
-        for r in rs:
-            yield r.pos
-    for r in e.lasts.values():
-        yield r.pos
 
 
 def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:

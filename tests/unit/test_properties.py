@@ -509,14 +509,17 @@ def test_a_state_written_at_every_event_reads_back_as_it_is(
 ) -> None:
     """A worker writes a workflow's state at every transaction that touched it, and reuses the
     rows of effects that did not change: what it writes must read back as the live state at any
-    point, through commits, verifications, late acquisitions and raw events forgotten."""
+    point, through commits, verifications, late acquisitions and raw events forgotten, and be
+    byte for byte what the same state written afresh (restored, no row kept) gives."""
     _, arrived = long_history(seed, *mode)
     d = Detector(config=Config(max_evidence=max_evidence))
     for i, e in enumerate(build(arrived)):
         d.observe(e, at=BASE_TS + 25.0 * i)
         state = d.states.get(e.workflow_key)
         if state is not None:
-            assert decode_state(encode_state(state)) == state, f"after event {i}"
+            written = encode_state(state)
+            assert decode_state(written) == state, f"after event {i}"
+            assert encode_state(decode_state(written)) == written, f"after event {i}"
 
 
 # ---- the oracle itself ------------------------------------------------------------------------
