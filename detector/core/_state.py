@@ -563,8 +563,8 @@ def forget_packed(state: WorkflowState, gone: Iterable[EventRecord] | None = Non
             e.packed = None
         return
     for r in gone:
-        if r.effect_key is not None and (e := effects.get(r.effect_key)) is not None:
-            e.packed = None
+        if r.effect_key is not None and (changed := effects.get(r.effect_key)) is not None:
+            changed.packed = None
 
 
 def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
