@@ -324,14 +324,16 @@ def forget_a_resolved_finding(deployment: Deployment, w: WorkerProcess) -> Revis
 def assert_goes_on_at_its_next_revision(
     deployment: Deployment, revisions: Revisions, w: WorkerProcess
 ) -> None:
-    """New stale evidence on the forgotten workflow: revision 3 of the same finding."""
+    """New stale evidence on the forgotten workflow: revision 3 of the same finding (and, once
+    the zombie is quiet for the second's short quiet period, revision 4 resolves it again)."""
     later = [(4, 3, "lease_acquired"), (5, 1, "progress")]
     deployment.publish(
         (b"idle-wf", event(f"i{seq}", kind, "idle-wf", epoch, seq)) for seq, epoch, kind in later
     )
     wait_for(lambda: len(revisions()) >= 3, "the next revision", workers=[w])
     (finding_id, *_), *_ = found = revisions()
-    assert found == [(finding_id, 1, "open"), (finding_id, 2, "resolved"), (finding_id, 3, "open")]
+    goes_on = [(finding_id, 1, "open"), (finding_id, 2, "resolved"), (finding_id, 3, "open")]
+    assert found in (goes_on, [*goes_on, (finding_id, 4, "resolved")])
 
 
 def nudge(deployment: Deployment) -> None:
