@@ -137,7 +137,13 @@ def fetch_metadata(client: _Client, timeout: float, topic: str | None = None) ->
                 ) from None
 
 
+def error_of(exc: KafkaException) -> KafkaError | None:
+    """The error a KafkaException carries (librdkafka's always does; one raised by hand may not)."""
+    err = exc.args[0] if exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
 def describe(exc: KafkaException) -> str:
     """The message of a KafkaException, without the `KafkaError{code=...}` wrapper."""
-    err = exc.args[0] if exc.args else None
-    return err.str() if isinstance(err, KafkaError) else str(exc)
+    err = error_of(exc)
+    return str(exc) if err is None else err.str()

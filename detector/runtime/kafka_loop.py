@@ -37,6 +37,7 @@ from confluent_kafka.admin import AdminClient
 from detector import gc_tuning
 from detector.core import Detector
 from detector.errors import ExitCode, SplitbrainError
+from detector.kafka.config import error_of
 from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore
@@ -320,6 +321,9 @@ class KafkaLoopWorker:
                 # Fenced, or the coordinator unreachable, or a commit that timed out still in
                 # progress (librdkafka then refuses the abort: only that commit can resume).
                 self._renew_producer(abort_exc, fenced=_fatal(abort_exc))
+            else:
+                if _timed_out(exc) and self.output.renews_after_timeout:
+                    self._renew_producer(exc, fenced=False)
         self._restore(list(self.partitions), rewind=True)
 
     def _renew_producer(self, exc: KafkaException, *, fenced: bool) -> None:
@@ -478,8 +482,14 @@ def _exit_stuck() -> None:
 
 def _fatal(exc: KafkaException) -> bool:
     """Whether the error leaves the producer unusable (fenced, or a fatal transactional one)."""
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    err = error_of(exc)
     return err is not None and (err.fatal() or err.code() == KafkaError._FENCED)
+
+
+def _timed_out(exc: KafkaException) -> bool:
+    """Whether the client gave up waiting for the broker (not a broker's refusal)."""
+    err = error_of(exc)
+    return err is not None and err.code() == KafkaError._TIMED_OUT
 
 
 def _coordinates(msg: Message) -> tuple[str, int, int]:

@@ -34,6 +34,11 @@ class Output(Protocol):
     def commits_on_revoke(self) -> bool:
         """Whether a rebalance commits the open batch rather than discarding it."""
 
+    @property
+    def renews_after_timeout(self) -> bool:
+        """Whether a batch that timed out, once aborted, is followed by a new client (`renew`)
+        rather than retried with the same one."""
+
     def start(self) -> None:
         """Before the first batch."""
 
@@ -98,6 +103,10 @@ class TransactionalOutput(_Producing):
     this worker's previous incarnation."""
 
     commits_on_revoke: Final = False  # the next owner redoes the batch from committed state
+    # A client whose cached coordinator went away can time out on every transaction that follows
+    # (librdkafka #5456, #5511: after a broker's kill -9, AddOffsetsToTxn timed out 14 times in a
+    # row in CI); a new one looks its coordinators up afresh.
+    renews_after_timeout: Final = True
 
     def __init__(self, settings: WorkerSettings, consumer: Consumer) -> None:
         self._config: Final = {
@@ -154,6 +163,7 @@ class AtLeastOnceOutput(_Producing):
     acknowledged it all. A failed delivery fails the commit, so its offsets are never committed."""
 
     commits_on_revoke: Final = True  # or the next owner writes the batch again
+    renews_after_timeout: Final = False  # no coordinator to lose; and `renew` would stop
 
     def __init__(self, settings: WorkerSettings, consumer: Consumer) -> None:
         self.producer = Producer(
