@@ -31,6 +31,7 @@ from .test_page_bridge import KEY, REVS, BridgeProcess, publish, settled, until,
 from .test_worker import assert_exactly_once, many_workflows, wait_for_findings
 
 TIMEOUT = 30.0
+GIVE_UP_LINE = b"giving up: a commit has waited"  # what detector.runtime.stall logs
 PARTITIONS = 3
 FINDINGS = 30
 
@@ -120,13 +121,13 @@ def test_the_relay_loses_no_row_and_republishes_none_when_a_broker_dies(
     relay_through(postgres_dsn, kafka_cluster, topic, kill_a_leader)
 
 
-def test_the_kafka_worker_stalls_with_two_brokers_down_and_resumes_on_its_own(
+def test_the_kafka_worker_stalls_with_two_brokers_down_and_commits_again_after(
     kafka_cluster: LocalKafkaCluster, tmp_path: Path
 ) -> None:
     """Two brokers of three killed while transactions run, the coordinator of the worker's
     transactions among them: `min.insync.replicas` cannot be met, so the worker commits nothing
-    and says so. Once the other broker returns, the same process commits again; readers see
-    each revision once, the latest equal to audit's."""
+    and says so. Once the other broker returns, it commits again (`resumed`); readers see each
+    revision once, the latest equal to audit's."""
     d = Deployment(kafka_cluster, tmp_path, "kafka", "memory", replication=3)
     try:
         lines = many_workflows(400)
@@ -146,7 +147,7 @@ def test_the_kafka_worker_stalls_with_two_brokers_down_and_resumes_on_its_own(
             assert not serves(AdminClient(d.config), needs)
             stalled = committed(w)
             kafka_cluster.restart(other)
-            wait_for(lambda: committed(w) > stalled, "a commit, by the same process", workers=[w])
+            resumed(d, w, stalled)
             wait_for(lambda: serves(AdminClient(d.config), needs), "served again", workers=[w])
             kafka_cluster.restart(coordinator)
             sender.join(timeout=300)
@@ -155,6 +156,20 @@ def test_the_kafka_worker_stalls_with_two_brokers_down_and_resumes_on_its_own(
         assert w.stop() == 0, w.tail()
     finally:
         d.close()
+
+
+def resumed(d: Deployment, w: WorkerProcess, stalled: float) -> None:
+    """Until `w` commits again: the same process, or the next one when its commit outlived its
+    own timeout with the cluster serving again, the client lost to its coordinator (librdkafka
+    #5456; seen once in five CI runs): the stall watch's rule then ends it (status 1) for its
+    supervisor, here the test, to start a fresh one, whose transactional id fences the open
+    transaction."""
+    wait_for(lambda: not w.alive() or committed(w) > stalled, "a commit, or the give-up")
+    if w.alive():
+        return
+    assert w.exit_code() == 1 and GIVE_UP_LINE in w.log.read_bytes(), w.tail()
+    d.worker(w.instance)
+    wait_for(lambda: committed(w) > 0, "a commit, by the next process", workers=[w])
 
 
 def committed(w: WorkerProcess) -> float:

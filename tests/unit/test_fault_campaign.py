@@ -201,10 +201,15 @@ def test_an_owned_write_an_acquisition_of_a_higher_epoch_soon_followed_is_marked
         write("c", "w1", 1, owned=True, at=93.0, blind=KILLED_UNSENT),  # never heard at all
         write("d", "w1", 1, owned=False, at=95.0),  # stale: a positive, not late
         write("e", "w2", 2, owned=True, at=95.0),  # nobody took it from w2
+        # Its reply held back by a partition, heard 1.5 s before the acquisition (CI, 2026-12-05:
+        # a 5.4 s partition of the redis-lock campaign's worker, a critical finding).
+        write("f", "w1", 1, owned=True, at=86.0, heard=92.5),
+        write("g", "w1", 1, owned=True, at=86.0, heard=86.1),  # heard at once: sent by then
     ]
     truth.rewrite(writes)
     heard_late(truth, [(WF, 1, 80.0), (WF, 2, 94.0), ("other", 3, 95.0)], within_s=3.0)
-    assert [w.blind for w in truth.writes()] == [None, HEARD_LATE, KILLED_UNSENT, None, None]
+    marks = [w.blind for w in truth.writes()]
+    assert marks == [None, HEARD_LATE, KILLED_UNSENT, None, None, HEARD_LATE, None]
 
 
 def refused_before_takeover_findings(*, takeover_first: bool) -> list[Finding]:

@@ -34,7 +34,7 @@ from redis.exceptions import LockNotOwnedError
 from detector.adapters import AdapterSink, effect_attempted, effect_committed, effect_rejected
 from detector.adapters.redis_lock import DESTINATION, FencedLock, fenced_lock_class
 from detector.testing.campaign import election
-from detector.testing.campaign.truth import TruthLog
+from detector.testing.campaign.truth import TruthLog, campaign_time
 from detector.testing.campaign.worker import sink
 
 log = logging.getLogger("campaign.redis-lock")
@@ -215,6 +215,7 @@ class RedisLockWorker:
                 f"{lock.name} {'held by its token' if held else 'lapsed'}",
                 committed=bool(applied),
                 at=int(sec) + int(usec) / 1e6,
+                heard=campaign_time(),  # the reply, and so the receipt, may come much later
             )
         return bool(applied)
 

@@ -69,6 +69,10 @@ class Write(BaseModel):
     # server's resourceVersion), which the detector orders it by: a write whose worker was paused
     # between the server's answer and its reading of it is recorded late (`at`), not later.
     seq: int | None = None
+    # When its executor heard the destination's answer and sent its receipt (`campaign_time`),
+    # where that can be long after `at`: a partition held the reply back and the call was
+    # retried until it healed. None: at the write.
+    heard: float | None = None
 
 
 class Owner(TypedDict):
@@ -136,6 +140,7 @@ class TruthLog:
         blind: str | None = None,
         at: float | None = None,
         seq: int | None = None,
+        heard: float | None = None,
     ) -> Write:
         """`at`: the write's time from a clock no fault steps (the destination's own), where
         this process's wall clock may be stepped (`nemesis.clock_env`); else `campaign_time()`."""
@@ -153,6 +158,7 @@ class TruthLog:
             blind=blind,
             process=self.process,
             seq=seq,
+            heard=heard,
         )
         line = (write.model_dump_json() + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -199,14 +205,16 @@ def _mark(truth: TruthLog, code: str, marked: Callable[[Write], bool]) -> None:
 
 def heard_late(truth: TruthLog, acquired: Acquired, within_s: float) -> None:
     """Mark `HEARD_LATE` each owned write, not marked yet, that an acquisition of a higher epoch
-    of its work followed within `within_s` (`acquired`: workflow key, epoch, time on the writes'
-    clock): its worker's sink may still hold its events then (a pause, a reply a partition held
-    back, a loaded machine), and arrival puts them after the acquisition."""
+    of its work followed within `within_s` of the write, or of its receipt when that was `heard`
+    later (`acquired`: workflow key, epoch, time on the writes' clock): its worker's sink may
+    still hold its events then (a pause, a reply a partition held back, a loaded machine), and
+    arrival puts them after the acquisition."""
     takeovers = _takeovers(acquired)
 
     def late(w: Write) -> bool:
+        last = w.at if w.heard is None else max(w.at, w.heard)
         return w.owned and any(
-            epoch > w.epoch and w.at <= at <= w.at + within_s
+            epoch > w.epoch and w.at <= at <= last + within_s
             for epoch, at in takeovers.get(w.workflow_key, ())
         )
 

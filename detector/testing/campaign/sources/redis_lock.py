@@ -91,10 +91,11 @@ class RedisLockSource:
     grade = Grade(ordering="arrival", destination_confirms=True)
     blind = _election.blind(
         **{
-            HEARD_LATE: "a write less than the lock's timeout and a try before the lock's next "
-            "acquisition: the events carry no seq, so one its holder's sink still held (a pause, "
-            "a partition that held back the write's reply, a loaded machine) is heard after the "
-            "acquisition and rightly called stale (DESIGN: ordered by arrival)",
+            HEARD_LATE: "a write, or its receipt when a partition held back the write's reply, "
+            "less than the lock's timeout and a try before the lock's next acquisition: the "
+            "events carry no seq, so one its holder's sink still held (a pause, that partition, "
+            "a loaded machine) is heard after the acquisition and rightly called stale (DESIGN: "
+            "ordered by arrival)",
             HEARD_EARLY: "a displaced holder's write less than a second after the acquisition "
             "that displaced it, or while Kafka was down at that acquisition: the events carry "
             "no seq, so the write may be heard first, within its holder's tenure, and no finding "
