@@ -20,8 +20,8 @@ import zlib
 from dataclasses import dataclass, field
 
 import zstandard
-from bench_fleet_worker import SHAPES, fleet
 from bench_worker import workflow_key
+from fleet_history import SHAPES, fleet
 
 from detector import gc_tuning
 from detector.core import Detector, encode_state

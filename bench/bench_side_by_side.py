@@ -15,8 +15,15 @@ another, each from a fresh consumer group and with the previous row's processes 
    load at half of row 3's rate (bench_latency.py's probes).
 
 Rows 3-6 are rated as bench_worker.py rates a worker: from their group's committed offsets,
-sampled, between the first commit and the last sample before the end. Every row that commits
+sampled, between the first commit and the last sample before the end; and per third of the
+history (`fleet_history.Thirds`: does the rate hold as the state grows?). Every row that commits
 commits as often as the worker by default (`--commit-interval-ms`, `--commit-max-events`).
+
+The history (`--shape`): `engine`, bench_engine.py's mix (`--events` over `--workflows`, 20,000
+by default), or a fleet shape of bench_fleet_worker.py, `short` or `long` (fleet_history.py;
+`--workflows`, `--live`). Row 6 runs on the first `--faust-events` events only (all by default),
+published on a topic of their own: the faust runtime is some fifty times slower on a fleet. Row
+8's load is bench_engine.py's mix whatever the shape: its probes are what it times.
 
 quixstreams pins confluent-kafka and pydantic below this project's pins, so it cannot share the
 project's venv (nor be a `bench` extra): the quixstreams row runs in var/bench-quix-venv, built
@@ -25,7 +32,8 @@ pydantic is one minor release older: its parse cost is that version's.
 
 Prints a table and a JSON document (`--json PATH` writes it too); asserts nothing.
 Run: `python bench/bench_side_by_side.py [--events N] [--workflows N] [--partitions N]` or
-`make bench-side-by-side`.
+`make bench-side-by-side`; a steady-state fleet of 120,000 workflows, 4,000 live at once:
+`--shape short --workflows 120000 --live 4000 --partitions 6 --faust-events 10000`.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from fleet_history import FLAT, SHAPES, ZOMBIE_EVERY, Thirds, fleet
 from stack import broker_with_topics, machine, outputs_on, start_worker
 
 from detector import gc_tuning
@@ -77,6 +86,7 @@ QUIX_VENV: Final = ROOT / "var" / "bench-quix-venv"
 FROM_PROJECT: Final = ("msgspec", "rocksdict")
 LATENCY_SLACK_MS: Final = 150.0  # the target: commit interval + this
 BATCH: Final = 1000  # rows 1 and 2: `consume(1000)`
+ENGINE_WORKFLOWS: Final = 20_000  # --shape engine's, by default
 
 
 class UnavailableError(Exception):
@@ -91,6 +101,7 @@ class Row:
     value: float | None = None
     note: str = ""
     unavailable: str | None = None
+    thirds: list[float] | None = None  # rows 3-6: the rate in each third of the history
 
     def cell(self) -> str:
         if self.unavailable is not None:
@@ -183,7 +194,13 @@ def lacks_flag(flag: str) -> str | None:
 def rated(row: Row, done: Throughput, waited_s: float | None = None) -> Row:
     """`waited_s`: the worker's time in commits (its commit histogram's sum), if it has one."""
     row.value = done.rate
-    row.note = f"first commit after {done.first_commit_s:.1f} s, all in {done.finished_s:.1f} s"
+    thirds = Thirds.of(done)
+    a, b, c = thirds.rates
+    row.thirds = [a, b, c]
+    row.note = (
+        f"per third {a:,.0f} | {b:,.0f} | {c:,.0f} (last/first {thirds.flat:.2f}); "
+        f"first commit after {done.first_commit_s:.1f} s, all in {done.finished_s:.1f} s"
+    )
     if waited_s is not None:
         share = waited_s / (done.finished_s - done.first_commit_s)
         row.note += f"; {waited_s:.1f} s ({share:.0%} of the run) waiting for commits"
@@ -302,6 +319,8 @@ class SideBySide:
     input_topic: str
     total: int  # records on the input topic
     input_bytes: int
+    workflows: int  # row 8's load spreads over as many
+    faust_input: tuple[str, int]  # row 6's topic and its records: the history or its start
     rows: dict[int, Row] = field(default_factory=dict)
     eos_topics: WorkerTopics | None = None  # row 3's: its changelog and its findings
     waits: dict[str, float | None] = field(default_factory=dict)  # by instance: `commit_wait_s`
@@ -334,10 +353,12 @@ class SideBySide:
         self.show(Row(8, name, unit="ms"), self.visible)
 
     def worker(
-        self, name: str, *flags: str, runtime: str = "kafka"
+        self, name: str, *flags: str, runtime: str = "kafka", on: tuple[str, int] | None = None
     ) -> tuple[Throughput, WorkerTopics]:
-        """A worker from a fresh group on the history, rated, then stopped."""
-        topics = outputs_on(self.broker, self.input_topic, f"sbs-{name}", self.args.partitions)
+        """A worker from a fresh group on the history (or `on`: a topic and its records),
+        rated, then stopped."""
+        topic, total = on or (self.input_topic, self.total)
+        topics = outputs_on(self.broker, topic, f"sbs-{name}", self.args.partitions)
         worker = start_worker(
             self.broker,
             topics,
@@ -347,17 +368,18 @@ class SideBySide:
             instance=name,
             metrics_port=free_port(),
         )
-        return self.rate(worker), topics
+        return self.rate(worker, total), topics
 
-    def rate(self, process: WorkerProcess) -> Throughput:
-        """Rate `process` (just started) as bench_worker.py does; stop it whatever happens."""
+    def rate(self, process: WorkerProcess, total: int | None = None) -> Throughput:
+        """Rate `process` (just started) as bench_worker.py does, to `total` records (the
+        history's by default); stop it whatever happens."""
         try:
             done = throughput(
                 self.broker,
                 process,
                 process.topics,
                 self.args.partitions,
-                self.total,
+                total or self.total,
                 self.args.sample_interval_s,
             )
             self.waits[process.instance] = commit_wait_s(process)
@@ -390,7 +412,9 @@ class SideBySide:
         rated(row, done, self.waits.get("alo"))
 
     def faust(self, row: Row) -> None:
-        rated(row, self.worker("faust", runtime="faust")[0])
+        rated(row, self.worker("faust", runtime="faust", on=self.faust_input)[0])
+        if self.faust_input[1] < self.total:
+            row.note += f"; on the first {self.faust_input[1]:,} events"
 
     def quix(self, row: Row) -> None:
         python = quix_python()
@@ -431,7 +455,7 @@ class SideBySide:
         load_rate = eos / 2
         config, partitions = self.broker.client_config(), self.args.partitions
         fresh = WorkerTopics.fresh("sbs-lat").create(config, partitions)
-        load = history(max(1, int(load_rate * self.args.latency_seconds)), self.args.workflows)
+        load = history(max(1, int(load_rate * self.args.latency_seconds)), self.workflows)
         paced = PacedLoad(self.broker.bootstrap, fresh.input, load, load_rate)
         worker = start_worker(self.broker, fresh, *commit_flags(self.args), instance="latency")
         prober = Prober(self.broker.bootstrap, fresh, partitions)
@@ -468,24 +492,51 @@ def backlog(config: dict[str, Any], topics: WorkerTopics) -> int:
     return sum(end - max(done.get(p, 0), 0) for p, end in ends.items())
 
 
+def histories(args: argparse.Namespace) -> tuple[list[bytes], int, str]:
+    """The history of `--shape`, its workflows, and what the printout calls it."""
+    if args.shape == "engine":
+        workflows = args.workflows or ENGINE_WORKFLOWS
+        return history(args.events, workflows), workflows, "bench_engine's mix"
+    shape = SHAPES[args.shape]
+    workflows = args.workflows or shape.workflows
+    live = args.live or shape.live
+    lines = fleet(workflows, shape.per_workflow, ZOMBIE_EVERY, live=live, life=shape.life)
+    at_once = "a fifth of the history each" if live is None else f"~{live:,} live at once"
+    return lines, workflows, f"fleet, {args.shape} ({shape.name}; {at_once})"
+
+
+def faust_topic(
+    args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics, lines: list[bytes]
+) -> tuple[str, int]:
+    """Row 6's input: the history's first `--faust-events` on a topic of their own, or the
+    history itself."""
+    prefix = lines[: args.faust_events]
+    if len(prefix) == len(lines):
+        return topics.input, len(lines)
+    own = WorkerTopics.fresh("sbs-prefix").create(broker.client_config(), args.partitions)
+    publish(broker.bootstrap, own.input, prefix)
+    return own.input, len(prefix)
+
+
 def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> dict[str, Any]:
-    lines = history(args.events, args.workflows)
+    lines, workflows, shape = histories(args)
     total = len(lines)
     started = time.perf_counter()
     publish(broker.bootstrap, topics.input, lines)
     publish_s = time.perf_counter() - started
+    faust_input = faust_topic(args, broker, topics, lines)
     del lines
     input_bytes = topic_bytes(broker, topics.input)
     load_at_start = os.getloadavg()[0]  # the machine is shared: say how busy it was
     print(machine() + f"; load average {load_at_start:.2f} at the start")
     print(
-        f"history: {total:,} events over {args.workflows:,} workflows, {args.partitions} "
+        f"history ({shape}): {total:,} events over {workflows:,} workflows, {args.partitions} "
         f"partition(s), {input_bytes / 1e6:,.1f} MB on the broker, published once in "
         f"{publish_s:.1f} s; commits every {args.commit_interval_ms} ms or "
         f"{args.commit_max_events} records",
         flush=True,
     )
-    bench = SideBySide(args, broker, topics.input, total, input_bytes)
+    bench = SideBySide(args, broker, topics.input, total, input_bytes, workflows, faust_input)
     bench.all_rows()
     ratios = judged(bench.rows, args.commit_interval_ms + LATENCY_SLACK_MS)
     return {
@@ -499,8 +550,9 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> d
         },
         "logs": str(broker.data_dir.parent / "workers"),
         "history": {
+            "shape": shape,
             "events": total,
-            "workflows": args.workflows,
+            "workflows": workflows,
             "partitions": args.partitions,
             "input_bytes": input_bytes,
             "publish_s": publish_s,
@@ -526,12 +578,18 @@ def judged(rows: dict[int, Row], latency_target_ms: float) -> list[Ratio]:
         x, y = value(a), value(b)
         return None if x is None or not y else x / y
 
+    def flat(n: int) -> float | None:
+        thirds = rows[n].thirds if value(n) is not None else None
+        ratio = thirds[2] / thirds[0] if thirds and thirds[0] else math.nan
+        return None if math.isnan(ratio) else ratio
+
     def bound(name: str, v: float | None, at_least: bool, limit: float, shown: str) -> Ratio:
         met = None if v is None else (v >= limit if at_least else v <= limit)
         return Ratio(name, v, shown, met)
 
     return [
         bound("worker / (consume + validate)", per(3, 2), True, 0.5, ">= 0.5"),
+        bound("worker, last third / first third", flat(3), True, FLAT, f">= {FLAT}"),
         bound("worker / at-least-once worker", per(3, 4), True, 0.9, ">= 0.9"),
         bound("worker / quixstreams", per(3, 5), True, 2.0, ">= 2"),
         Ratio("worker / faust", per(3, 6), "reported"),
@@ -578,8 +636,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--events", type=int, default=300_000)
-    ap.add_argument("--workflows", type=int, default=20_000)
+    ap.add_argument("--shape", choices=["engine", *SHAPES], default="engine")
+    ap.add_argument("--events", type=int, default=300_000, help="--shape engine's")
+    ap.add_argument(
+        "--workflows",
+        type=int,
+        help=f"default: engine {ENGINE_WORKFLOWS:,}, "
+        + ", ".join(f"{k} {v.workflows:,}" for k, v in SHAPES.items()),
+    )
+    ap.add_argument("--live", type=int, help="a fleet shape's workflows live at once")
+    ap.add_argument("--faust-events", type=int, help="row 6 runs on as many (default: all)")
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--commit-interval-ms", type=int, default=100, help="the worker's default")
     ap.add_argument("--commit-max-events", type=int, default=5000, help="the worker's default")
