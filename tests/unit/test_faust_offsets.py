@@ -19,35 +19,17 @@ from typing import Any, cast
 from faust.types import TP, Message
 from prometheus_client import CollectorRegistry
 
-from detector.core import Config
 from detector.runtime.faust.transport import EosConsumer, FetchedRecords
 from detector.runtime.faust.worker import FaustWorker
-from detector.runtime.settings import WorkerSettings
 from detector.telemetry.metrics import WorkerMetrics
+from tests.unit.offline import INPUT, offline_settings
 
-INPUT = "wf.in"
 P0 = TP(INPUT, 0)
 
 
 def worker(tmp_path: Path) -> FaustWorker:
-    settings = WorkerSettings(
-        kafka={"bootstrap.servers": "127.0.0.1:9"},  # never connected to
-        instance_id="w1",
-        input_topic=INPUT,
-        findings_topic="wf.findings",
-        dlq_topic="wf.dlq",
-        group_id="g",
-        commit_interval_ms=100,
-        commit_max_events=1000,
-        commit_give_up_s=None,
-        processing_guarantee="exactly-once",
-        state_dir=tmp_path,
-        store="memory",
-        metrics_port=None,
-        engine=Config(),
-    )
     return FaustWorker(
-        settings,
+        offline_settings(tmp_path),
         partitions=1,
         replication=1,
         credentials=None,

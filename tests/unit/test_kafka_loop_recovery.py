@@ -16,11 +16,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from detector.core import Config
 from detector.runtime.checkpoint import Record
 from detector.runtime.kafka_loop import FencedError, KafkaLoopWorker
-from detector.runtime.settings import WorkerSettings
 from detector.telemetry.metrics import WorkerMetrics
+from tests.unit.offline import offline_settings
 
 TIMED_OUT = KafkaException(KafkaError(KafkaError._TIMED_OUT, "AddOffsetsToTxn timed out"))
 REFUSED = KafkaException(KafkaError(KafkaError.NOT_COORDINATOR, "not the coordinator"))
@@ -65,23 +64,7 @@ class RecordedOutput:
 
 @pytest.fixture
 def worker(tmp_path: Path) -> Iterator[KafkaLoopWorker]:
-    settings = WorkerSettings(
-        kafka={"bootstrap.servers": "127.0.0.1:9"},  # never connected to
-        instance_id="w1",
-        input_topic="wf.in",
-        findings_topic="wf.findings",
-        dlq_topic="wf.dlq",
-        group_id="g",
-        commit_interval_ms=100,
-        commit_max_events=1000,
-        commit_give_up_s=None,
-        processing_guarantee="exactly-once",
-        state_dir=tmp_path,
-        store="memory",
-        metrics_port=None,
-        engine=Config(),
-    )
-    w = KafkaLoopWorker(settings, WorkerMetrics(CollectorRegistry()))
+    w = KafkaLoopWorker(offline_settings(tmp_path), WorkerMetrics(CollectorRegistry()))
     yield w
     w.consumer.close()
 
