@@ -26,8 +26,9 @@ bind the public getter).
 
 Events: `lease_acquired` from `on_assign`; `lease_released` when a revoked partition is not
 assigned back (the eager protocol revokes everything at each rebalance, so a revocation is
-settled at the next assignment); `lease_lost` from `on_lost` and from a commit the group
-refuses (`_ASSIGNMENT_LOST`, `UNKNOWN_MEMBER_ID`, `ILLEGAL_GENERATION`);
+settled at the next assignment; the incremental ones call the assignment callback after a
+revocation too, with an empty list when nothing is added); `lease_lost` from `on_lost` and from
+a commit the group refuses (`_ASSIGNMENT_LOST`, `UNKNOWN_MEMBER_ID`, `ILLEGAL_GENERATION`);
 `ownership_uncertain` when `memberid()` is gone while the member still processes (librdkafka
 clears it when its session expires or it leaves the group on `max.poll.interval.ms`, before any
 callback runs). No `seq`: offsets order records, not ownership; findings are ordered by arrival.
@@ -212,9 +213,6 @@ class ConsumerWatch:
             ownership = self.owned.pop(key, None)
             if ownership is not None:
                 self._revoking[key] = ownership
-        protocol = getattr(self.consumer, "rebalance_protocol", None)  # unbound in the stubs
-        if protocol is not None and protocol() == "COOPERATIVE":
-            self._settle_revoked()  # an incremental revocation is final
         self.sink.flush(HANDOVER_FLUSH_S)
 
     def _settle_revoked(self) -> None:
