@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import zstandard
 from bench_worker import workflow_key
-from fleet_history import SHAPES, fleet
+from fleet_history import SHAPES, ZOMBIE_EVERY, fleet
 
 from detector import gc_tuning
 from detector.core import Detector, encode_state
@@ -84,7 +84,9 @@ def main() -> None:
     args = ap.parse_args()
     gc_tuning.tune()  # as the worker runs
     shape = SHAPES[args.shape]
-    lines = fleet(shape.workflows, shape.per_workflow, 7, live=shape.live, life=shape.life)
+    lines = fleet(
+        shape.workflows, shape.per_workflow, ZOMBIE_EVERY, live=shape.live, life=shape.life
+    )
     lines = lines[: args.events]
     input_bytes = sum(len(raw) for raw in lines)
     made = batches(lines, args.partitions, args.per_transaction)

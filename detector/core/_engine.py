@@ -212,7 +212,7 @@ class Detector:
             workflow.evidence = ()
             workflow.undisplaced = None
             forget_packed(workflow)
-            workflow.ids = None
+            workflow.ids = workflow.ids_packed = None
             workflow.cut |= int(Cut.EVIDENCE) | IDS_CUT
             workflow.released_at = None
         else:

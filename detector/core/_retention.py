@@ -93,6 +93,7 @@ class Retention:
                     for k in gone:
                         del ids[k]
                     if gone:
+                        workflow.ids_packed = None
                         workflow.cut |= IDS_CUT
                         self.counters.ids_dropped += len(gone)
                 return False
@@ -110,6 +111,7 @@ class Retention:
             ids = dict.fromkeys(map(ACQ_ID, workflow.acqs), RETAINED)
             ids.update(dict.fromkeys(map(EVENT_ID, workflow.evidence), RETAINED))
             workflow.ids = ids
+            workflow.ids_packed = None
         return workflow.ids
 
     def retain(self, workflow: WorkflowState, ev: EventRecord) -> None:
@@ -215,6 +217,7 @@ def pin(
         for record in leaving:
             if ids.get(record.event_id) == RETAINED:
                 ids[record.event_id] = print_of(record)
+                workflow.ids_packed = None
 
 
 def _retained_print(workflow: WorkflowState, event_id: str) -> int:

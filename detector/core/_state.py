@@ -235,6 +235,11 @@ class WorkflowState:
     # The findings of the workflow that were forgotten once resolved and idle: a later episode of
     # one goes on at its next revision, under its finding id, never publishing one twice.
     past: tuple[Past, ...] | None = None
+    # Not persisted: the forgotten ids (`ids` without the retained records' own) as
+    # `encode_state` last wrote them. Most of the index, and most often unchanged: they change
+    # only when a record stops being retained (`pin`) and when the oldest go at the cap; whatever
+    # changes them drops this.
+    ids_packed: msgspec.Raw | None = field(default=None, compare=False, repr=False)
     # Not persisted: suffix minima over `acqs` for the staleness test, rebuilt on demand.
     index: tuple[list[int], list[int], list[int], list[int]] | None = field(
         default=None, compare=False, repr=False
@@ -567,13 +572,17 @@ def forget_packed(state: WorkflowState, gone: Iterable[EventRecord] | None = Non
             changed.packed = None
 
 
-def _forgotten_ids(state: WorkflowState) -> dict[str, int] | None:
+def _forgotten_ids(state: WorkflowState) -> msgspec.Raw | None:
     """The ids index without what the retained records give back: most of it, most often. An id
     is `RETAINED` exactly while a retained record holds it, so its value tells."""
     ids = state.ids
     if ids is None:
         return None
-    return {k: v for k, v in ids.items() if v != RETAINED}
+    packed = state.ids_packed
+    if packed is None:
+        forgotten = {k: v for k, v in ids.items() if v != RETAINED}
+        packed = state.ids_packed = msgspec.Raw(_ENCODER.encode(forgotten))
+    return packed
 
 
 def _ids(forgotten: dict[str, int], acqs: list[Any], evidence: list[Any]) -> dict[str, int]:
