@@ -118,3 +118,29 @@ def test_records_fetched_before_a_seek_never_shadow_the_records_fetched_again(
 
     got = asyncio.run(scenario())
     assert got == list(range(10)), got
+
+
+def test_a_record_fetched_after_the_recoverys_seek_outlives_its_end(tmp_path: Path) -> None:
+    """faust's recovery (tables/recovery.py) resumes the flow when it starts reading the
+    changelog, then resumes the input partitions, seeks them and resumes the flow again. Stock
+    mode empties the agents' queues at every resume: a record fetched after the seek and queued
+    before the second resume was dropped with the consumer already past it, and never judged
+    (CI, 2026-12-06: the restore test's stale event). Only a resume after a suspension (the
+    rebalance) empties them."""
+
+    async def scenario() -> None:
+        w = worker(tmp_path)
+        flow = w.app.flow_control
+        queue = w.app.FlowControlQueue(maxsize=8, clear_on_resume=True)  # as agents have
+        queue.put_nowait("fetched before the rebalance")
+        flow.resume()  # recovery starts reading the changelog
+        assert queue.empty()
+        queue.put_nowait("fetched after the seek")
+        flow.resume()  # recovery ends
+        assert queue.get_nowait() == "fetched after the seek"
+        flow.suspend()  # the next rebalance
+        queue.put_nowait("fetched before it")
+        flow.resume()
+        assert queue.empty()
+
+    asyncio.run(scenario())

@@ -16,6 +16,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, HeadersArg, Message, RecordMetadata
 from faust.types.transports import TransportT
 from mode.threads import ServiceThread, WorkerThread
+from mode.utils.objects import cached_property
+from mode.utils.queues import FlowControlEvent
 
 from detector.runtime.faust.barrier import CommitBarrier
 from detector.telemetry.metrics import WorkerMetrics
@@ -275,6 +277,23 @@ class EosTransport(faust_aiokafka.Transport):
     TransactionManager = EosTransactionManager
 
 
+class KeptWhileFlowing(FlowControlEvent):
+    """Flow control whose resume clears the stream queues only after a suspension.
+
+    mode's `resume` clears them every time. faust resumes twice in a recovery: when it starts
+    reading the changelog (the flow was suspended for the rebalance) and again at its end, after
+    it resumed the input partitions and while it seeks them to the committed offsets. A record
+    fetched after that seek and queued before the second resume was dropped there, with the
+    consumer's position already past it: the partition went on without it, the event never
+    judged. What was queued before the seek is skipped by `EosConsumer.is_stale` and fetched
+    again.
+    """
+
+    def resume(self) -> None:
+        if not self.is_active():
+            super().resume()
+
+
 class SplitbrainApp(faust.App):
     """A faust App on `EosTransport`, carrying the state the subclasses above share."""
 
@@ -283,6 +302,10 @@ class SplitbrainApp(faust.App):
     input_topic: str
     copartitioned_outputs: dict[str, str]
     metrics: WorkerMetrics
+
+    @cached_property
+    def flow_control(self) -> FlowControlEvent:
+        return KeptWhileFlowing(loop=self.loop)
 
     def _new_transport(self) -> TransportT:
         return EosTransport(self.conf.broker_consumer, self)
