@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from detector.adapters import AdapterSink
 from detector.contracts.events import OwnershipEvent
+from detector.devstack.topics import create_topics
 
 
 @dataclass(frozen=True)
@@ -716,7 +717,7 @@ def _kafka_consumer_rounds(
     import tempfile  # noqa: PLC0415
 
     from confluent_kafka import Consumer, Producer  # noqa: PLC0415
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
 
     from detector.adapters.kafka_consumer import ConsumerWatch  # noqa: PLC0415
     from detector.devstack.kafka import LocalKafka  # noqa: PLC0415
@@ -727,9 +728,7 @@ def _kafka_consumer_rounds(
         try:
             config: dict[str, Any] = dict(broker.client_config())
             topic = f"bench-{uuid.uuid4().hex[:8]}"
-            admin = AdminClient(config)  # held until its futures are done
-            for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-                future.result(60)
+            create_topics(config, [NewTopic(topic, 1, 1)], 60)
             producer = Producer(config)
             for i in range(n):
                 producer.produce(topic, str(i).encode())

@@ -56,7 +56,7 @@ from stack import broker_with_topics, machine, start_worker, vm_kb
 from detector.core import Detector, WorkflowState, encode_state
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.process import free_port
-from detector.devstack.topics import TopicReader, WorkerTopics, end_offsets
+from detector.devstack.topics import TopicReader, WorkerTopics, create_topics, end_offsets
 from detector.devstack.worker import WorkerProcess
 from detector.runtime.kafka_loop import CHANGELOG_CONFIG
 from detector.runtime.processor import PartitionProcessor
@@ -325,10 +325,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
     config = broker.client_config()
     admin = AdminClient(config)
     compact = CHANGELOG_CONFIG  # as the worker creates it
-    for future in admin.create_topics(
-        [NewTopic(topics.changelog, args.partitions, 1, config=compact)]
-    ).values():
-        future.result(30)
+    create_topics(config, [NewTopic(topics.changelog, args.partitions, 1, config=compact)])
     distinct = args.distinct or args.workflows
     filled = fill(broker, topics, args.workflows, args.events_per_workflow, distinct)
     offsets = sum(end_offsets(admin, topics.changelog, IsolationLevel.READ_UNCOMMITTED).values())

@@ -31,19 +31,18 @@ class KafkaConsumerDemo(ThreadedDemo):
 
     def _zombie(self, bootstrap: str) -> None:
         from confluent_kafka import Consumer, KafkaException, Producer  # noqa: PLC0415
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
 
         from detector.adapters import effect_committed  # noqa: PLC0415
         from detector.adapters.kafka_consumer import ConsumerWatch, generation  # noqa: PLC0415
+        from detector.devstack.topics import create_topics  # noqa: PLC0415
 
         say = self._said.append
         client: dict[str, Any] = {"bootstrap.servers": bootstrap}
         sink = self._open_sink("kafka-consumer", bootstrap)
         topic = f"orders-{uuid.uuid4().hex[:6]}"
         group = f"{GROUP}-{uuid.uuid4().hex[:6]}"
-        admin = AdminClient(client)  # held until its futures are done: they die with it
-        for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-            future.result(60)
+        create_topics(client, [NewTopic(topic, 1, 1)], 60)
         producer = Producer(client)
         producer.produce(topic, b"pay-0")
         producer.flush(30)

@@ -20,6 +20,7 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
+    KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -36,6 +37,34 @@ assert MAX_EVENT_BYTES < _DLQ_MAX_MESSAGE_BYTES
 
 class ReadError(SplitbrainError, RuntimeError):
     """A topic could not be read to its end in time, or the broker reported an error."""
+
+
+def create_topics(
+    config: Mapping[str, Any], topics: Iterable[NewTopic], timeout: float = 30.0
+) -> None:
+    """Create topics that do not exist yet, through a client of their own.
+
+    A new client may send its first request over its bootstrap connection, which librdkafka
+    removes once a Metadata response lists the brokers without it (2.10, #4557): the request
+    then fails with `_DESTROY_BROKER`, whether or not the broker did it (CI, 2026-12-06, on the
+    three-broker cluster). It is asked once more, and a topic that exists by then is the first
+    request's.
+    """
+    admin = AdminClient(dict(config))  # held until its futures are done: they die with it
+    pending, again = list(topics), False
+    while pending:
+        futures = admin.create_topics(pending, request_timeout=timeout)
+        retry: list[NewTopic] = []
+        for new in pending:
+            try:
+                futures[new.topic].result(timeout)
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code == KafkaError._DESTROY_BROKER and not again:
+                    retry.append(new)
+                elif not (again and code == KafkaError.TOPIC_ALREADY_EXISTS):
+                    raise
+        pending, again = retry, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +95,6 @@ class WorkerTopics:
     ) -> Self:
         """Create the three topics with the same partition count: replication 1 on a dev broker;
         on a cluster, 3 with `min.insync.replicas` 2, as topics/topics.yaml's default profile."""
-        admin = AdminClient(dict(config))
         isr = {"min.insync.replicas": str(min(2, replication))}
         big = {"max.message.bytes": str(_DLQ_MAX_MESSAGE_BYTES), **isr}
         new = [
@@ -74,8 +102,7 @@ class WorkerTopics:
             NewTopic(self.findings, partitions, replication, config=isr),
             NewTopic(self.dlq, partitions, replication, config=big),
         ]
-        for future in admin.create_topics(new).values():
-            future.result(timeout)
+        create_topics(config, new, timeout)
         return self
 
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from detector.devstack.kafka_cluster import AnyKafka
-from detector.devstack.topics import Record, TopicReader
+from detector.devstack.topics import Record, TopicReader, create_topics
 from detector.devstack.worker import connection_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,9 +61,7 @@ def splitbrain(
 
 
 def create_topic(broker: AnyKafka, name: str, partitions: int) -> str:
-    admin = AdminClient(broker.client_config())
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(timeout=TIMEOUT)
+    create_topics(broker.client_config(), [NewTopic(name, partitions, 1)], TIMEOUT)
     return name
 
 

@@ -17,21 +17,20 @@ from typing import Any, Final
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from prometheus_client import CollectorRegistry
 
 from detector.adapters import AdapterSink, effect_committed
 from detector.adapters.kafka_consumer import ConsumerWatch, generation
 from detector.contracts.events import Kind, OwnershipEvent
 from detector.devstack.kafka import LocalKafka
+from detector.devstack.topics import create_topics
 from detector.histories.audit import audit_lines
 from tests.unit.test_adapter_sink import Recorder
 
 
 def topics(broker: LocalKafka, *names: str, partitions: int = 1) -> None:
-    admin = AdminClient(dict(broker.client_config()))
-    for future in admin.create_topics([NewTopic(n, partitions, 1) for n in names]).values():
-        future.result(30)
+    create_topics(broker.client_config(), [NewTopic(n, partitions, 1) for n in names])
 
 
 def produce(broker: LocalKafka, topic: str, *values: str) -> None:

@@ -26,16 +26,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from detector.devstack.kafka import ClientConfig, LocalKafka
-from detector.devstack.topics import TopicReader
+from detector.devstack.topics import TopicReader, create_topics
 
 TIMEOUT = 30.0
 
 
 def _create_topic(conf: ClientConfig, partitions: int = 1) -> str:
     topic = f"test-devkafka-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient(conf)
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout=TIMEOUT)
+    create_topics(conf, [NewTopic(topic, partitions, 1)], TIMEOUT)
     return topic
 
 

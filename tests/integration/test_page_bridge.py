@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from detector.contracts.findings import Finding
 from detector.devstack.kafka import LocalKafka
 from detector.devstack.process import free_port
-from detector.devstack.topics import read_committed
+from detector.devstack.topics import create_topics, read_committed
 from detector.devstack.worker import connection_env
 from detector.paging.webhook import SIGNATURE_HEADER, verify
 from detector.report import printable, witness
@@ -208,9 +208,7 @@ def settled(bridge: BridgeProcess) -> bool:
 
 def findings_topic(config: Mapping[str, Any], partitions: int = 3) -> str:
     name = f"it-page-findings-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(dict(config))  # kept: a collected client fails its futures
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(30)
+    create_topics(config, [NewTopic(name, partitions, 1)])
     return name
 
 
@@ -739,9 +737,8 @@ def test_a_restore_reads_the_state_topic_past_an_undecided_transaction(
             assert saved, "the first bridge saved no state"
             # The second bridge, in a group of its own, reads the finding again: its state topic
             # holds the first one's state, in a transaction decided only once it restores.
-            admin = AdminClient(dict(config))
             state_topic = NewTopic(second.state_topic, 1, 1, config={"cleanup.policy": "compact"})
-            admin.create_topics([state_topic])[second.state_topic].result(30)
+            create_topics(config, [state_topic])
             owner = Producer({**config, "transactional.id": f"it-page-prev-{second.tag}"})
             owner.init_transactions(30)
             owner.begin_transaction()

@@ -19,6 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from psycopg.rows import DictRow
 
 from detector.devstack.kafka_cluster import LocalKafkaCluster
+from detector.devstack.topics import create_topics
 from detector.devstack.worker import WorkerProcess
 from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.testing.pagerduty import PagerDutyReceiver
@@ -200,8 +201,6 @@ def publish_through_an_outage(
 
 def replicated_topic(cluster: LocalKafkaCluster, name: str, partitions: int) -> None:
     """A topic as the default profile makes them: replication 3, `min.insync.replicas` 2."""
-    admin = AdminClient(cluster.client_config())
     new = NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})
-    for future in admin.create_topics([new]).values():
-        future.result(TIMEOUT)
+    create_topics(cluster.client_config(), [new], TIMEOUT)
     cluster.wait_topic(name)

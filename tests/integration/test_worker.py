@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from detector.contracts.events import parse_event_json
 from detector.core import Detector, encode_state
 from detector.devstack.kafka import LocalKafka
-from detector.devstack.topics import TopicReader, quiescent, read_committed
+from detector.devstack.topics import TopicReader, create_topics, quiescent, read_committed
 from detector.devstack.worker import WorkerProcess
 from detector.testing.torture.poison import corpus
 from tests.integration.conftest import deploy
@@ -548,11 +548,10 @@ def test_a_restore_loads_the_previous_owners_last_commit_even_before_it_is_marke
     previous = Detector()
     for line in history:
         previous.observe(parse_event_json(line))
-    admin = AdminClient(deployment.config)
     changelog = NewTopic(
         deployment.topics.changelog, PARTITIONS, 1, config={"cleanup.policy": "compact"}
     )
-    admin.create_topics([changelog])[deployment.topics.changelog].result(30)
+    create_topics(deployment.config, [changelog])
     owner = Producer({**deployment.config, "transactional.id": f"{deployment.topics.group}-prev"})
     owner.init_transactions(30)
     owner.begin_transaction()

@@ -74,15 +74,14 @@ class KafkaConsumerSession:
     def run(self, env: RunEnv) -> Iterator[_Members]:
         import redis  # noqa: PLC0415
         from confluent_kafka import Producer  # noqa: PLC0415
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]  # noqa: PLC0415
 
+        from detector.devstack.topics import create_topics  # noqa: PLC0415
         from detector.testing.campaign.kafka_consumer_worker import done_key  # noqa: PLC0415
 
         name = f"campaign-orders-{uuid.uuid4().hex[:8]}-r{env.run}"
         config = dict(env.campaign.kafka)
-        admin = AdminClient(config)  # held until its futures are done: they die with it
-        for future in admin.create_topics([NewTopic(name, PARTITIONS, 1)]).values():
-            future.result(60)
+        create_topics(config, [NewTopic(name, PARTITIONS, 1)], 60)
         producer = Producer(config)
         for partition in range(PARTITIONS):
             for n in range(RECORDS):
