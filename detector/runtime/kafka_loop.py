@@ -199,7 +199,7 @@ class KafkaLoopWorker:
         standby = self.standby
         # A standby with more to read does not wait on a quiet input.
         wait = 0.0 if standby is not None and standby.behind else _POLL_S
-        messages = self.consumer.consume(num_messages=_BATCH, timeout=wait)
+        messages = self._poll(wait)
         self.metrics.polled(time.time())
         checkpoint = self.checkpoint
         if not messages and checkpoint.opened_at is None and self.partitions:
@@ -229,6 +229,19 @@ class KafkaLoopWorker:
             spans.end()
         if standby is not None:  # outside the transaction: its errors are not the batch's
             standby.poll()
+
+    def _poll(self, wait: float) -> list[Message]:
+        """What has arrived, at once; on a quiet input, the first record to come within `wait`
+        (the next step takes what came with it).
+
+        confluent-kafka's `consume` returns once it has its whole batch or its timeout passed:
+        below full load it held every batch, and the commit due after it, until then. Each
+        call's records are processed before the next call, which may run a rebalance callback.
+        """
+        messages = self.consumer.consume(num_messages=_BATCH, timeout=0)
+        if messages or wait <= 0:
+            return messages
+        return self.consumer.consume(num_messages=1, timeout=wait)
 
     def _begin(self) -> None:
         if self.checkpoint.opened_at is None:
