@@ -2,6 +2,7 @@
 """Run the torture harness by hand: against a local broker it starts, or any cluster.
 
 python scripts/torture.py --events 100000 --kills 20            # local broker, all faults
+python scripts/torture.py --standby ...                         # with warm standby copies
 python scripts/torture.py --bootstrap-servers host:9092 ...     # any cluster: no broker faults
 """
 
@@ -34,6 +35,11 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="events/s published during faults")
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument(
+        "--standby",
+        action="store_true",
+        help="every worker keeps the others' partitions warm (`splitbrain worker --standby all`)",
+    )
     args = ap.parse_args()
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="splitbrain-torture-"))
@@ -61,6 +67,7 @@ def main() -> int:
             workdir / "run",
             runtime=args.runtime,
             store=args.store,
+            worker_flags=("--standby", "all") if args.standby else (),
             partitions=args.partitions,
             tag=f"torture-{args.runtime}",
         )

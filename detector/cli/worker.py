@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import fields
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import Field, create_model
 
@@ -21,6 +21,9 @@ from detector.settings import (
     declared_fields,
 )
 from detector.telemetry.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from detector.runtime.kafka_loop import KafkaLoopWorker
 
 # The form of an engine setting's flag, by its bound: caps and counts are whole numbers, the
 # rest are periods in seconds.
@@ -84,9 +87,14 @@ def run(args: argparse.Namespace) -> int:
     return run_worker(args, Detector)
 
 
-def run_worker(args: argparse.Namespace, engine: type[Detector]) -> int:
+def run_worker(
+    args: argparse.Namespace,
+    engine: type[Detector],
+    kafka_loop: type[KafkaLoopWorker] | None = None,
+) -> int:
     """The worker of the parsed `args`, whose partitions each run an `engine` (a test's can
-    raise on purpose: `detector.testing.faulty_worker`)."""
+    raise on purpose: `detector.testing.faulty_worker`); the kafka runtime's loop is
+    `kafka_loop` if given (a test's can stall on purpose: `detector.testing.stalling_worker`)."""
     options = WorkerCommandSettings.from_args(args)
     settings = options.worker_settings(KafkaConnection.from_args(args).client_config())
     logging.basicConfig(
@@ -105,6 +113,6 @@ def run_worker(args: argparse.Namespace, engine: type[Detector]) -> int:
         from detector.runtime.faust import run_faust_worker  # noqa: PLC0415
 
         return run_faust_worker(settings, metrics, engine)
-    from detector.runtime.kafka_loop import run_kafka_loop  # noqa: PLC0415
+    from detector.runtime.kafka_loop import KafkaLoopWorker, run_kafka_loop  # noqa: PLC0415
 
-    return run_kafka_loop(settings, metrics, engine)
+    return run_kafka_loop(settings, metrics, engine, kafka_loop or KafkaLoopWorker)

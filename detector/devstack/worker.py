@@ -50,6 +50,8 @@ class WorkerProcess:
     store: str = "memory"
     metrics_port: int | None = None
     extra: Sequence[str] = ()  # more `splitbrain worker` flags
+    # Run with -m: `splitbrain`'s, or a test's worker with a fault in it (`detector.testing`).
+    module: str = "detector.cli"
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
     starts: int = field(default=0, init=False)
 
@@ -65,7 +67,7 @@ class WorkerProcess:
         t = self.topics
         metrics = [] if self.metrics_port is None else ["--metrics-port", str(self.metrics_port)]
         return [
-            *(sys.executable, "-m", "detector.cli", "worker"),
+            *(sys.executable, "-m", self.module, "worker"),
             *("--runtime", self.runtime, "--store", self.store),
             *("--instance-id", self.instance, "--group-id", t.group),
             *("--input-topic", t.input, "--findings-topic", t.findings, "--dlq-topic", t.dlq),
@@ -172,9 +174,11 @@ class WorkerGroup:
     extra: Sequence[str] = ()  # flags every worker of the group gets
     workers: dict[str, WorkerProcess] = field(default_factory=dict, init=False)
 
-    def worker(self, instance: str, *extra: str, metrics: bool = False) -> WorkerProcess:
-        """The worker named `instance` (not started); `extra` and `metrics` apply when it is
-        created."""
+    def worker(
+        self, instance: str, *extra: str, metrics: bool = False, module: str = "detector.cli"
+    ) -> WorkerProcess:
+        """The worker named `instance` (not started); `extra`, `metrics` and `module` apply
+        when it is created."""
         if instance not in self.workers:
             self.workers[instance] = WorkerProcess(
                 self.config,
@@ -185,6 +189,7 @@ class WorkerGroup:
                 store=self.store,
                 metrics_port=free_port() if metrics else None,
                 extra=(*self.extra, *extra),
+                module=module,
             )
         return self.workers[instance]
 

@@ -8,7 +8,9 @@ worker rebuilds its state from the changelog and rewinds to the committed offset
 memory is never ahead of what Kafka committed.
 
 With `--standby all` a worker also keeps warm copies of the partitions it does not own
-(`detector.runtime.standby`), and restores a partition it gains from where its copy stands.
+(`detector.runtime.standby`), and restores a partition it gains from where its copy stands. A
+partition it gives up in a rebalance stays warm from where its own restore and commits left its
+store, which the worker knows without asking the broker.
 
 `--processing-guarantee at-least-once` runs the same loop without transactions: a commit flushes
 the batch and then commits the offsets (`detector.runtime.output`).
@@ -42,7 +44,7 @@ from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.kafka.stateful.rebalance import subscribe
 from detector.kafka.stateful.recovery import StateRestore
 from detector.kafka.stateful.topics import TopologyError, ensure_state_topic
-from detector.runtime.checkpoint import Checkpoint
+from detector.runtime.checkpoint import Checkpoint, Record
 from detector.runtime.output import open_output
 from detector.runtime.processor import PartitionProcessor, Writes
 from detector.runtime.settings import WorkerSettings
@@ -77,10 +79,15 @@ class FencedError(SplitbrainError):
 
 @dataclass(slots=True)
 class PartitionState:
-    """One input partition's store and processor."""
+    """One input partition's store and processor. `position`: the changelog offset up to which
+    the store holds every committed state, as this worker learned it: where its restore ended,
+    then after its own last state record in a committed transaction (kept up with a standby
+    only). Never the changelog's end as the broker tells it later: by then another member may
+    have written there, if this one stalled out of the group mid-rebalance."""
 
     store: Store
     processor: PartitionProcessor
+    position: int = OFFSET_BEGINNING
 
 
 class KafkaLoopWorker:
@@ -302,8 +309,7 @@ class KafkaLoopWorker:
         started = time.monotonic()
         self.output.deliver()
         delivering = time.monotonic() - started
-        for record in checkpoint.states():
-            self.output.produce(record)
+        written = self._produce_states(checkpoint.states())
         offsets = [TopicPartition(t, p, offset) for (t, p), offset in checkpoint.offsets.items()]
         started = time.monotonic()
         self.stall.committing(True)
@@ -313,9 +319,30 @@ class KafkaLoopWorker:
             self.stall.committing(False)
         self.stall.progressed()
         checkpoint.committed(delivering + time.monotonic() - started)
-        for ps in self.partitions.values():
+        for p, ps in self.partitions.items():
             ps.store.committed()
+            ps.position = max(ps.position, written.get(p, OFFSET_BEGINNING))
         self.freeze(time.monotonic())  # what the commit leaves is the states: long-lived
+
+    def _produce_states(self, records: list[Record]) -> dict[int, int]:
+        """Into the open transaction. With a standby, the returned mapping fills, as deliveries
+        are reported (before the commit returns), with the offset after each changelog
+        partition's last record: one delivery report per partition and transaction."""
+        written: dict[int, int] = {}
+        if self.standby is None:
+            for record in records:
+                self.output.produce(record)
+            return written
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            partition, offset = msg.partition(), msg.offset()
+            if err is None and partition is not None and offset is not None:
+                written[partition] = offset + 1
+
+        last = {record.partition: i for i, record in enumerate(records)}
+        for i, record in enumerate(records):
+            self.output.produce(record, delivered if last[record.partition] == i else None)
+        return written
 
     # ---- failure and rebalance ----------------------------------------------------------------
 
@@ -369,11 +396,12 @@ class KafkaLoopWorker:
         # committed offsets with the committed state. At least once, it is committed if it can
         # be, or the next owner writes it again. With standbys it is committed in a transaction
         # too, as Kafka Streams does, so that every revoked partition's store is its changelog's
-        # and stays warm (a busy worker's open transaction has changed them all): until this
-        # returns the partitions are still ours (eager assignment, the generation the offsets
-        # carry still current), and a next owner that starts before the commit ends waits for it
-        # (its restore reads past undecided transactions to the high watermark, and a
-        # read_committed consumer's committed offsets are fetched stable, KIP-447).
+        # and stays warm (a busy worker's open transaction has changed them all). The commit
+        # fails if this worker is no longer in the group's generation (a stall past its session
+        # in this callback hands the partitions on before it returns), and a next owner that
+        # starts before the commit ends waits for it (its restore reads past undecided
+        # transactions to the high watermark, and a read_committed consumer's committed offsets
+        # are fetched stable, KIP-447).
         untouched = [p for p in partitions if not self.checkpoint.touched(p)]
         if self.output.commits_on_revoke or self.standby is not None:
             try:
@@ -407,16 +435,14 @@ class KafkaLoopWorker:
 
     def _kept_warm(self, clean: list[int]) -> dict[int, WarmCopy]:
         """The stores of revoked partitions that hold no uncommitted change (`clean`), as warm
-        copies from their changelog's end: until the revocation returns nobody else writes
-        there, and what this worker wrote is committed (a fenced zombie's records are aborted,
-        and a read_committed standby skips them). Nothing without a standby, or when stopping (the
-        consumer's close revokes every partition); a partition whose end is not known is read
-        again from the start."""
-        held = [p for p in clean if p in self.partitions]
-        if self.standby is None or self.stopping or not held:
+        copies from their `position`: whatever a next owner writes lies past this worker's last
+        committed record, so the copy reads it, even one written while this worker stalled in
+        the revocation. Nothing without a standby, or when stopping (the consumer's close
+        revokes every partition)."""
+        if self.standby is None or self.stopping:
             return {}
-        ends = self.standby.ends(held)
-        return {p: WarmCopy(self.partitions[p].store, end) for p, end in ends.items()}
+        held = {p: self.partitions[p] for p in clean if p in self.partitions}
+        return {p: WarmCopy(ps.store, ps.position) for p, ps in held.items()}
 
     def _abort_quietly(self) -> None:
         if self.checkpoint.opened_at is None:
@@ -479,11 +505,20 @@ class KafkaLoopWorker:
 
     def _read_changelog(self, restored: dict[int, PartitionState], starts: dict[int, int]) -> int:
         """Each partition's states, from `starts` (default: the beginning) up to the changelog's
-        high watermark (`StateRestore`); the number of records read."""
+        high watermark (`StateRestore`), and the `position` reached; the number of records
+        read."""
         read = 0
-        for partition, _, key, value in self.restore.read(restored, lambda: self.stopping, starts):
-            restored[partition].store.load(key.decode(), value)
+        reached: dict[int, int] = {}
+        for partition, offset, key, value in self.restore.read(
+            restored, lambda: self.stopping, starts, reached
+        ):
+            ps = restored[partition]
+            ps.store.load(key.decode(), value)
+            ps.position = offset + 1
             read += 1
+        for partition, end in reached.items():
+            ps = restored[partition]
+            ps.position = max(ps.position, end)
         return read
 
 
@@ -513,12 +548,15 @@ def _coordinates(msg: Message) -> tuple[str, int, int]:
 
 
 def run_kafka_loop(
-    settings: WorkerSettings, metrics: WorkerMetrics, engine: type[Detector] = Detector
+    settings: WorkerSettings,
+    metrics: WorkerMetrics,
+    engine: type[Detector] = Detector,
+    loop: type[KafkaLoopWorker] = KafkaLoopWorker,  # a test's stalls: testing.stalling_worker
 ) -> int:
     tracing = WorkerTracing.from_env(
         topic=settings.input_topic, group=settings.group_id, instance=settings.instance_id
     )
     try:
-        return KafkaLoopWorker(settings, metrics, tracing, engine).run()
+        return loop(settings, metrics, tracing, engine).run()
     finally:
         tracing.shutdown()  # export the spans still buffered

@@ -13,12 +13,16 @@ paused fenced: what it writes when it wakes up, stale changelog states included,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from detector.runtime.checkpoint import Record
 from detector.runtime.settings import WorkerSettings
+
+# Told of one record's delivery: its error, or None and the record with its offset.
+Delivered = Callable[[KafkaError | None, Message], None]
 
 TIMEOUT_S: Final = 30.0  # the transaction timeout; at least once, a record's time to be acked
 _FLUSH_S: Final = TIMEOUT_S + 5.0  # every record is acked or failed by then
@@ -27,8 +31,10 @@ _FLUSH_S: Final = TIMEOUT_S + 5.0  # every record is acked or failed by then
 class Output(Protocol):
     """Where a batch is written, and what beginning, committing and discarding it take."""
 
-    def produce(self, record: Record) -> None:
-        """One record of the batch (`detector.runtime.checkpoint`)."""
+    def produce(self, record: Record, on_delivery: Delivered | None = None) -> None:
+        """One record of the batch (`detector.runtime.checkpoint`); `on_delivery` hears of its
+        delivery before the batch's commit returns (exactly once; at least once tells nobody of
+        one record: a failure fails the batch)."""
 
     @property
     def commits_on_revoke(self) -> bool:
@@ -87,13 +93,14 @@ class _Producing:
 
     producer: Producer
 
-    def produce(self, record: Record) -> None:
+    def produce(self, record: Record, on_delivery: Delivered | None = None) -> None:
         self.producer.produce(
             record.topic,
             key=record.key,
             value=record.value,
             headers=record.headers,
             partition=record.partition,
+            on_delivery=on_delivery,
         )
 
 
@@ -183,6 +190,11 @@ class AtLeastOnceOutput(_Producing):
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None and self._failure is None:
             self._failure = err
+
+    def produce(self, record: Record, on_delivery: Delivered | None = None) -> None:
+        """Without `on_delivery`: a success is never reported, and a failure must reach
+        `_delivered`."""
+        super().produce(record)
 
     def start(self) -> None:
         """No transactional id to fence a previous incarnation with."""

@@ -15,7 +15,6 @@ member), for a takeover that reads the changelog's tail only.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -26,8 +25,6 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from detector.kafka.stateful.recovery import state_consumer, state_records
 from detector.runtime.store import Store
 from detector.telemetry.metrics import WorkerMetrics
-
-log = logging.getLogger(__name__)
 
 _BATCH: Final = 2000  # records applied per poll: a step of the loop is not held for long
 _METRICS_EVERY_S: Final = 5.0
@@ -81,27 +78,15 @@ class Standby:
 
     def keep(self, copies: Mapping[int, WarmCopy]) -> None:
         """Stores of partitions this member gave up, each holding the changelog up to its
-        position: kept warm from there."""
+        position (`PartitionState.position`): kept warm from there. A position short of the
+        changelog's end costs records read again, to the same states; one past it would skip
+        states, so a position is what the owner knows, never the end it asks for."""
         for partition, copy in copies.items():
             old = self.copies.pop(partition, None)
             if old is not None:
                 old.store.close()
             self.copies[partition] = copy
         self._assign()
-
-    def ends(self, partitions: Iterable[int]) -> dict[int, int]:
-        """Where a store that holds every committed state of `partitions` stands: their last
-        stable offsets, asked of the partitions' leaders (read_committed; before a transaction
-        whose markers are not written yet, whose records a copy then reads again, to the same
-        states). A partition whose end is not known now is left out."""
-        known: dict[int, int] = {}
-        for partition in partitions:
-            tp = TopicPartition(self.topic, partition)
-            try:
-                _, known[partition] = self._consumer.get_watermark_offsets(tp, timeout=5.0)
-            except KafkaException as exc:
-                log.warning("%s partition %d: end not known (%s)", self.topic, partition, exc)
-        return known
 
     def take(self, partitions: Iterable[int]) -> dict[int, WarmCopy]:
         """The copies of `partitions`, which this member now owns: no longer read here. Each

@@ -38,9 +38,12 @@ class Deployment:
         )
         self.group = WorkerGroup(self.config, self.topics, workdir, runtime, store)
 
-    def worker(self, instance: str = "w1", *extra: str) -> WorkerProcess:
-        """A started worker with /metrics; the same name restarts on the same state and log."""
-        return self.group.worker(instance, *extra, metrics=True).start()
+    def worker(
+        self, instance: str = "w1", *extra: str, module: str = "detector.cli"
+    ) -> WorkerProcess:
+        """A started worker with /metrics; the same name restarts on the same state and log.
+        `module`: run with -m (`WorkerProcess.module`)."""
+        return self.group.worker(instance, *extra, metrics=True, module=module).start()
 
     def reader(self, topic: str) -> TopicReader:
         return TopicReader(self.config, topic)

@@ -1,13 +1,16 @@
 """Standby replicas of the kafka runtime (`--standby all`): a worker killed, its partitions taken
-over by a worker that kept them warm, which reads only the changelog's tail before processing."""
+over by a worker that kept them warm, which reads only the changelog's tail before processing;
+a worker that stalled in a revocation keeps what the next owner wrote meanwhile."""
 
 from __future__ import annotations
 
 import re
+import signal
 
 import pytest
 
 from detector.devstack.worker import WorkerProcess
+from detector.testing.stalling_worker import STALL_MARK
 from tests.integration.deployment import Deployment, audited, wait_for
 from tests.integration.test_lost_partitions import committed
 from tests.integration.test_worker import event, wait_for_audit
@@ -91,3 +94,51 @@ def test_a_standby_takes_over_a_killed_worker_s_partition_reading_only_the_tail(
     with deployment.reader(deployment.topics.findings) as findings:
         wait_for_audit(findings, expected, [survivor])
     assert survivor.stop() == 0, survivor.tail()
+
+
+@pytest.mark.parametrize("deployment", ["kafka"], indirect=True)
+def test_a_worker_that_stalls_in_a_revocation_keeps_what_the_next_owner_wrote_meanwhile(
+    deployment: Deployment,
+) -> None:
+    """Stopped inside its revocation callback past its session, a worker is out of the group
+    before the callback returns: the other member owns the partitions and commits the takeover
+    there. The stalled worker's warm copies must still read it (they start where its own
+    restore and commits left them, not at the changelog's end it would find on waking), so
+    that once it owns the workflow again the stale owner's progress opens its finding."""
+    key = "stalled-wf"
+    first = event("t1", "lease_acquired", key, 17, 1)
+    takeover = event("t2", "lease_acquired", key, 18, 2)
+    stale = event("t3", "progress", key, 17, 3)
+    config, t = deployment.config, deployment.topics
+    stalling = deployment.worker("stalling", *WARM, module="detector.testing.stalling_worker")
+    wait_for(lambda: owns(stalling, 0), "the stalling worker to own every partition")
+    deployment.publish([(key.encode(), first)], partition=0)
+    wait_for(
+        lambda: committed(config, t.group, t.input) == 1, "the first lease", workers=[stalling]
+    )
+
+    other = deployment.worker("other", *WARM)
+    wait_for(
+        lambda: STALL_MARK in stalling.log.read_text(), "the revocation", workers=[stalling, other]
+    )
+    stalling.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: owns(other, 0), "the other worker to own partition 0", workers=[other])
+        deployment.publish([(key.encode(), takeover)], partition=0)
+        wait_for(lambda: committed(config, t.group, t.input) == 2, "the takeover", workers=[other])
+    finally:
+        stalling.signal(signal.SIGCONT)
+    wait_for(
+        lambda: len(restores(stalling)) >= 2,
+        "the stalled worker back in the group",
+        workers=[stalling, other],
+    )
+    assert other.stop() == 0, other.tail()
+    wait_for(lambda: owns(stalling, 0), "the stalled worker to own partition 0", workers=[stalling])
+
+    deployment.publish([(key.encode(), stale)], partition=0)
+    expected = audited([first, takeover, stale])
+    assert len(expected) == 1
+    with deployment.reader(t.findings) as findings:
+        wait_for_audit(findings, expected, [stalling])
+    assert stalling.stop() == 0, stalling.tail()

@@ -6,11 +6,9 @@ workflow, and goes on; a restart does not meet the event again."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
-from detector.devstack.process import free_port
 from detector.devstack.topics import Record, quiescent, read_committed
 from detector.devstack.worker import WorkerProcess
 from detector.testing.faulty_worker import FAULT_EVENT_ID
@@ -27,16 +25,6 @@ from tests.integration.deployment import (
 
 VICTIM = "engine-fault-victim"
 LATER = "after-the-restart"
-
-
-@dataclass
-class FaultyWorker(WorkerProcess):
-    """`splitbrain worker` with the same flags, whose engine raises on `FAULT_EVENT_ID`."""
-
-    def argv(self) -> list[str]:
-        argv = super().argv()
-        argv[argv.index("detector.cli")] = "detector.testing.faulty_worker"
-        return argv
 
 
 def zombie(workflow: str, stale_id: str) -> list[tuple[bytes, bytes]]:
@@ -58,17 +46,9 @@ def zombie(workflow: str, stale_id: str) -> list[tuple[bytes, bytes]]:
     )
 
 
-def faulty_worker(deployment: Deployment) -> FaultyWorker:
-    group = deployment.group
-    w = FaultyWorker(
-        group.config,
-        group.topics,
-        group.workdir,
-        runtime=deployment.runtime,
-        metrics_port=free_port(),
-    )
-    group.workers[w.instance] = w  # killed with the deployment's workers
-    return w.start()
+def faulty_worker(deployment: Deployment) -> WorkerProcess:
+    """`splitbrain worker`, whose engine raises on `FAULT_EVENT_ID`."""
+    return deployment.worker(module="detector.testing.faulty_worker")
 
 
 def engine_errors(w: WorkerProcess) -> float | None:

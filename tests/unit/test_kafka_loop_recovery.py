@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from detector.runtime.checkpoint import Record
 from detector.runtime.kafka_loop import FencedError, KafkaLoopWorker
+from detector.runtime.output import Delivered
 from detector.telemetry.metrics import WorkerMetrics
 from tests.unit.offline import offline_settings
 
@@ -36,7 +37,7 @@ class RecordedOutput:
         self.abort_fails = abort_fails
         self.calls: list[str] = []
 
-    def produce(self, record: Record) -> None:
+    def produce(self, record: Record, on_delivery: Delivered | None = None) -> None:
         self.calls.append("produce")
 
     def start(self) -> None:

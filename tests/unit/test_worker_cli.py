@@ -39,9 +39,15 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[WorkerSettings]:
     """The settings the kafka runtime was started with, instead of starting it."""
     runs: list[WorkerSettings] = []
 
-    def run_kafka_loop(settings: WorkerSettings, metrics: object, engine: type[Detector]) -> int:
+    def run_kafka_loop(
+        settings: WorkerSettings,
+        metrics: object,
+        engine: type[Detector],
+        loop: type[kafka_loop.KafkaLoopWorker],
+    ) -> int:
         assert settings.state_dir.is_dir()
         assert engine is Detector  # the command's engine raises on no event on purpose
+        assert loop is kafka_loop.KafkaLoopWorker  # nor stalls on purpose
         runs.append(settings)
         return 0
 

@@ -85,9 +85,12 @@ class StateRestore:
         partitions: Iterable[int],
         stopping: Callable[[], bool] = _never,
         starts: Mapping[int, int] | None = None,
+        reached: dict[int, int] | None = None,
     ) -> Iterator[StateRecord]:
         """Every keyed record of `partitions` from `starts` (default: the beginning) to the high
-        watermark as it was when the restore began; incomplete when `stopping` turned true."""
+        watermark as it was when the restore began; incomplete when `stopping` turned true.
+        `reached`, if given, gets each partition's end once it is read there (its last stable
+        offset: every committed record before it was yielded)."""
         deadline = time.monotonic() + (self.timeout_s or float("inf"))
         ends = self._high_watermarks(list(partitions), stopping, deadline)
         if ends is None:
@@ -104,6 +107,8 @@ class StateRestore:
                 # Reported again, further on, once an undecided transaction is decided.
                 if offset >= ends[partition]:
                     pending.discard(partition)
+                    if reached is not None:
+                        reached[partition] = offset
                 else:
                     log.info(
                         "%s partition %d: a transaction at %d is undecided, waiting for it "
