@@ -505,20 +505,19 @@ class KafkaLoopWorker:
 
     def _read_changelog(self, restored: dict[int, PartitionState], starts: dict[int, int]) -> int:
         """Each partition's states, from `starts` (default: the beginning) up to the changelog's
-        high watermark (`StateRestore`), and the `position` reached; the number of records
-        read."""
+        high watermark (`StateRestore`), and the `position` of the end reached; the number of
+        records read. A record loaded past that end (none is committed there while the worker
+        restores) leaves the position short of the store, which costs a copy a record read
+        again, never one skipped."""
         read = 0
         reached: dict[int, int] = {}
-        for partition, offset, key, value in self.restore.read(
+        for partition, _, key, value in self.restore.read(
             restored, lambda: self.stopping, starts, reached
         ):
-            ps = restored[partition]
-            ps.store.load(key.decode(), value)
-            ps.position = offset + 1
+            restored[partition].store.load(key.decode(), value)
             read += 1
         for partition, end in reached.items():
-            ps = restored[partition]
-            ps.position = max(ps.position, end)
+            restored[partition].position = end
         return read
 
 
