@@ -28,9 +28,12 @@ timed from the SIGKILL (the dead member's session, the rebalance, the restore of
 tail, the first batch) with the same probes. Target: ≤ 2 s of restore for the takeover. With
 --feed R, bench_engine's history is published at about R events/s from 20 s before the SIGKILL
 until the survivor processes again, so that the survivor is busy (with --partitions 2, on a
-partition of its own) when the group revokes and assigns.
+partition of its own) when the group revokes and assigns. With --held-transaction, the owner
+is killed inside a commit, its states written in a transaction that nobody commits
+(`detector.testing.stalling_worker`): the survivor's restore of its partitions waits until the
+coordinator aborts that transaction at its timeout.
 Run: `python bench/bench_recovery.py [--workflows N] [--partitions N] [--store memory|rocksdb]
-[--standby [--feed R]]`.
+[--standby [--feed R] [--held-transaction]]`.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ import argparse
 import contextlib
 import datetime
 import itertools
+import random
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -61,6 +66,7 @@ from detector.devstack.worker import WorkerProcess
 from detector.runtime.kafka_loop import CHANGELOG_CONFIG
 from detector.runtime.processor import PartitionProcessor
 from detector.telemetry.metrics import WorkerMetrics
+from detector.testing.stalling_worker import COMMIT_MARK
 
 CHUNK: Final = 20_000  # workflows per engine while filling: memory stays that of one chunk
 TXN_RECORDS: Final = 5_000  # changelog records per fill transaction: the worker's default batch
@@ -187,6 +193,7 @@ class Recovery:
     restored_s: float | None = None  # it logged the end of its restore
     restore_s: float | None = None  # the restore's duration, as logged
     restore_records: int | None = None  # the changelog records it read, as logged
+    undecided_s: float | None = None  # its restore first logged an open transaction to wait for
 
     @property
     def processing_s(self) -> float | None:
@@ -275,6 +282,8 @@ def read_log(path: Path, started_wall: float, seen: Recovery) -> None:
             continue
         if seen.up_s is None and " started, group " in line:
             seen.up_s = at
+        if seen.undecided_s is None and " is undecided, waiting for it" in line:
+            seen.undecided_s = at
         match = _RESTORED.search(line)
         if match is not None and seen.restored_s is None:
             seen.restored_s, seen.restore_s = at, float(match.group(2))
@@ -315,13 +324,32 @@ def main() -> None:
     ap.add_argument(
         "--feed", type=float, default=0.0, help="with --standby: events/s through the failover"
     )
+    ap.add_argument(
+        "--held-transaction",
+        action="store_true",
+        help="with --standby: SIGKILL the owner inside a commit, its transaction left open",
+    )
+    ap.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting over the defaults (repeatable)",
+    )
     args = ap.parse_args()
-    with broker_with_topics("rec", args.partitions) as (broker, topics):
+    if (args.feed or args.held_transaction) and not args.standby:
+        ap.error("--feed and --held-transaction need --standby")
+    if not all("=" in item for item in args.broker_config):
+        ap.error("--broker-config takes KEY=VALUE")
+    tuned = dict(item.split("=", 1) for item in args.broker_config)
+    with broker_with_topics("rec", args.partitions, tuned) as (broker, topics):
         run(args, broker, topics)
 
 
 def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
     print(machine())
+    if broker.broker_config:
+        print(f"broker settings over the defaults: {broker.broker_config}")
     config = broker.client_config()
     admin = AdminClient(config)
     compact = CHANGELOG_CONFIG  # as the worker creates it
@@ -349,6 +377,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
 
     def start(instance: str) -> WorkerProcess:
         standby = ("--standby", "all") if args.standby else ()
+        module = "detector.testing.stalling_worker" if args.held_transaction else "detector.cli"
         worker = start_worker(
             broker,
             topics,
@@ -359,6 +388,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
             *standby,
             metrics_port=free_port(),
             instance=instance,
+            module=module,
         )
         workers.append(worker)
         return worker
@@ -371,7 +401,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
             f"(restore {fmt(first.restore_s)}, logged)"
         )
         if args.standby:
-            failover(observer, worker, start, broker, filled, offsets, args.feed)
+            failover(observer, worker, start, broker, filled, offsets, args)
         else:
             restart(observer, worker, broker, filled, offsets)
     finally:
@@ -411,10 +441,12 @@ def failover(
     broker: LocalKafka,
     filled: Filled,
     offsets: int,
-    feed: float,
+    args: argparse.Namespace,
 ) -> None:
     """A second worker joins; once the one that does not own partition 0 has its standby caught
-    up, the owner is killed for good and the other takes over (busy at `feed` events/s)."""
+    up, the owner is killed for good and the other takes over (busy at `args.feed` events/s;
+    the owner killed with its transaction open: `args.held_transaction`)."""
+    feed = args.feed
     joined = time.monotonic()
     second = start("bench-standby")
     until(
@@ -441,6 +473,8 @@ def failover(
         assert owner.proc is not None
         owner_rss = vm_kb(owner.proc.pid, "VmRSS")
         taken = owned(owner)
+        if args.held_transaction:
+            hold_a_transaction(owner, broker, taken[0])
         started_wall, started = time.time(), time.monotonic()
         gap = kill_and_probe(owner, broker, filled)
         seen = observer.watch(survivor, started_wall, started, probes_of(filled))
@@ -461,6 +495,11 @@ def failover(
             f"({seen.restore_records} changelog records) [target <= {STANDBY_TARGET_S:.0f} s]; "
             f"first batch committed and read {fmt(after)}"
         )
+    if seen.undecided_s is not None:
+        print(
+            f"    the restore waited for an undecided transaction (first logged "
+            f"{seen.undecided_s:.2f} s after the SIGKILL)"
+        )
     count, total, records = (a - b for a, b in zip(restore_metric(survivor), before, strict=True))
     print(
         f"  the takeover's restore: splitbrain_state_restore_seconds +{count} restore(s), "
@@ -470,6 +509,29 @@ def failover(
     memory(survivor, filled, "survivor (its own and the warm state)")
     if owner_rss is not None:
         print(f"  killed owner's RSS before the kill: {owner_rss / 1024:,.0f} MB")
+
+
+def hold_a_transaction(owner: WorkerProcess, broker: LocalKafka, partition: int) -> None:
+    """Arm the owner's stall in its next commit (SIGUSR2) and give it an event to commit on
+    `partition`; return once it holds its states in a transaction it has not committed.
+
+    First a random wait of up to 10 s: the coordinator looks for timed-out transactions every
+    `transaction.abort.timed.out.transaction.cleanup.interval.ms` (10 s) from its start, and
+    the bench's timeline from the broker's start is nearly the same each run, so that without
+    it every run would meet that scan at the same phase."""
+    time.sleep(random.uniform(0.0, 10.0))
+    owner.signal(signal.SIGUSR2)
+    wf = "probe/held"
+    raw = _event(1, "lease_acquired", wf, 1, "worker-a", 1, source="coordinator")
+    producer = Producer(broker.client_config())
+    producer.produce(owner.topics.input, key=wf.encode(), value=raw, partition=partition)
+    producer.flush(30)
+    until(
+        lambda: COMMIT_MARK in owner.log.read_text(errors="replace"),
+        "the owner's transaction to hold its states",
+        [owner],
+    )
+    print(f"the owner holds a transaction open on partition {partition}: its states, uncommitted")
 
 
 @contextlib.contextmanager

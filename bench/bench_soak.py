@@ -256,8 +256,10 @@ def drive(
     every_s: float,
     bound: Callable[[float], int],
     print_every_s: float,
+    kept: Callable[[list[Sample]], None],
 ) -> list[Sample]:
-    """Produce at `rate` events/s for `seconds`, sampling every `every_s`."""
+    """Produce at `rate` events/s for `seconds`, sampling every `every_s`; the samples so far are
+    `kept` at each printed one, so that a run cut short still leaves them."""
     samples: list[Sample] = []
     sent = 0
     started = time.monotonic()
@@ -276,6 +278,7 @@ def drive(
             next_sample += every_s
             if now >= next_print:
                 show(samples[-1])
+                kept(samples)
                 next_print += print_every_s
         time.sleep(0.005)
     producer.flush(30)
@@ -396,11 +399,16 @@ def plot(samples: list[Sample], out: Path, rate: float, warm: float) -> None:
     fig.savefig(out, dpi=80)
 
 
-def write(samples: list[Sample], out: Path, meta: dict[str, object]) -> None:
+def write_csv(samples: list[Sample], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
     with out.with_suffix(".csv").open("w", newline="") as fh:
         rows = csv.writer(fh)
         rows.writerow([f.name for f in fields(Sample)])
         rows.writerows([getattr(s, f.name) for f in fields(Sample)] for s in samples)
+
+
+def write(samples: list[Sample], out: Path, meta: dict[str, object]) -> None:
+    write_csv(samples, out)
     doc = {**meta, "samples": [asdict(s) for s in samples]}
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
 
@@ -484,6 +492,7 @@ def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> N
             args.every,
             lambda now: load.bound(now, remembered_s, remnant_s),
             args.print_every,
+            lambda samples: write_csv(samples, args.out),
         )
     finally:
         if sampler is not None:

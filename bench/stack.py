@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -18,11 +18,14 @@ from detector.devstack.worker import WorkerProcess
 
 @contextmanager
 def broker_with_topics(
-    prefix: str, partitions: int = 1
+    prefix: str, partitions: int = 1, broker_config: Mapping[str, str] | None = None
 ) -> Iterator[tuple[LocalKafka, WorkerTopics]]:
-    """A broker in a fresh directory (stopped on exit), with a worker's topics on it."""
+    """A broker in a fresh directory (stopped on exit), with a worker's topics on it;
+    `broker_config` over its defaults."""
     workdir = Path(tempfile.mkdtemp(prefix=f"splitbrain-{prefix}-"))
-    broker = LocalKafka(workdir / "kafka", extra_jvm_args=["-XX:TieredStopAtLevel=4"])
+    broker = LocalKafka(
+        workdir / "kafka", extra_jvm_args=["-XX:TieredStopAtLevel=4"], broker_config=broker_config
+    )
     broker.start()
     try:
         yield broker, WorkerTopics.fresh(prefix).create(broker.client_config(), partitions)
@@ -53,6 +56,7 @@ def start_worker(
     metrics_port: int | None = None,
     runtime: str = "kafka",
     instance: str = "bench",
+    module: str = "detector.cli",
 ) -> WorkerProcess:
     """A worker logging at WARNING, so that its logs cost nothing; /metrics on `metrics_port`.
     Workers of one broker that run one after another take an `instance` each: their own state
@@ -65,6 +69,7 @@ def start_worker(
         runtime=runtime,
         metrics_port=metrics_port,
         extra=("--log-level", "WARNING", *extra),
+        module=module,
     ).start()
 
 

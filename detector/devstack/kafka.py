@@ -30,7 +30,7 @@ import subprocess
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -317,6 +317,7 @@ class LocalKafka:
         extra_jvm_args: Sequence[str] = (),
         seat: Seat | None = None,
         pom: Path = POM_PATH,
+        broker_config: Mapping[str, str] | None = None,
     ) -> None:
         """`sasl_ssl=None` means "whatever this data directory was formatted for, else plain".
 
@@ -333,10 +334,14 @@ class LocalKafka:
 
         `pom` says which Kafka runs: the pinned one, or `KAFKA4_POM`'s 4.x. A data directory
         stays with the version that formatted it.
+
+        `broker_config` goes into server.properties after the defaults, so it wins (a
+        benchmark's broker tuned as an operator would tune theirs).
         """
         self.data_dir = Path(data_dir).resolve()
         self.heap_mb = heap_mb
         self.extra_jvm_args = tuple(extra_jvm_args)
+        self.broker_config = dict(broker_config or {})
         self.start_timeout = start_timeout
         self._jars = jars
         self._pom = pom
@@ -710,6 +715,7 @@ class LocalKafka:
                     "inter.broker.listener.name": "PLAINTEXT",
                 }
             )
+        props.update(self.broker_config)
         server = self.data_dir / _SERVER_PROPERTIES
         server.write_text(
             "# Written by detector/devstack/kafka.py; rewritten on every start.\n"

@@ -24,8 +24,12 @@ from detector.runtime.settings import WorkerSettings
 # Told of one record's delivery: its error, or None and the record with its offset.
 Delivered = Callable[[KafkaError | None, Message], None]
 
-TIMEOUT_S: Final = 30.0  # the transaction timeout; at least once, a record's time to be acked
-_FLUSH_S: Final = TIMEOUT_S + 5.0  # every record is acked or failed by then
+# The coordinator aborts a transaction open this long. Short, as Kafka Streams sets it under
+# exactly-once: one that a killed worker left open holds the next owner of its partitions until
+# then (their committed offsets and their restore wait for it to be decided).
+TRANSACTION_TIMEOUT_S: Final = 10.0
+CALL_TIMEOUT_S: Final = 30.0  # how long a transaction call waits; at least once, a record's ack
+_FLUSH_S: Final = CALL_TIMEOUT_S + 5.0  # every record is acked or failed by then
 
 
 class Output(Protocol):
@@ -119,14 +123,14 @@ class TransactionalOutput(_Producing):
         self._config: Final = {
             **_producer_config(settings),
             "transactional.id": settings.transactional_id,
-            "transaction.timeout.ms": int(TIMEOUT_S * 1000),
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
         }
         self.producer = Producer(self._config)
         self._consumer = consumer
         self._open_since: float | None = None  # monotonic, while a transaction is open
 
     def start(self) -> None:
-        self.producer.init_transactions(TIMEOUT_S)
+        self.producer.init_transactions(CALL_TIMEOUT_S)
 
     def begin(self) -> None:
         self.producer.begin_transaction()
@@ -138,26 +142,26 @@ class TransactionalOutput(_Producing):
     def commit(self, offsets: list[TopicPartition]) -> None:
         if offsets:
             self.producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), TIMEOUT_S
+                offsets, self._consumer.consumer_group_metadata(), CALL_TIMEOUT_S
             )
-        self.producer.commit_transaction(TIMEOUT_S)
+        self.producer.commit_transaction(CALL_TIMEOUT_S)
         self._open_since = None
 
     def abort(self) -> None:
-        self.producer.abort_transaction(TIMEOUT_S)
+        self.producer.abort_transaction(CALL_TIMEOUT_S)
         self._open_since = None
 
     def renew(self, *, fenced: bool) -> bool:
         """Fenced, only when the open transaction outlived its timeout: then its coordinator
-        aborted it on its own (two brokers of three down, it could not commit in time) and
-        bumped the producer's epoch, and that is the fatal error (PRODUCER_FENCED, or
+        aborted it on its own (two brokers of three down, or one slow: it could not commit in
+        time) and bumped the producer's epoch, and that is the fatal error (PRODUCER_FENCED, or
         INVALID_TXN_STATE when our abort crossed the coordinator's). Sooner, a new instance of
         our transactional id fenced this one. Not fenced (an abort that timed out, or that a
         commit still in progress refuses), always. The new producer's `init_transactions` ends
         the old one's transaction first, committed or aborted: the worker then rewinds to
         whatever Kafka holds."""
         since = self._open_since
-        if fenced and (since is None or time.monotonic() - since < TIMEOUT_S):
+        if fenced and (since is None or time.monotonic() - since < TRANSACTION_TIMEOUT_S):
             return False
         self.producer.purge()
         self.producer = Producer(self._config)
@@ -178,7 +182,7 @@ class AtLeastOnceOutput(_Producing):
                 **_producer_config(settings),
                 # Bounded as in a transaction: a broker that is down fails the commit in this
                 # time, not in librdkafka's default five minutes.
-                "message.timeout.ms": int(TIMEOUT_S * 1000),
+                "message.timeout.ms": int(CALL_TIMEOUT_S * 1000),
                 # Only a failure needs a look: no Python call per record acknowledged.
                 "delivery.report.only.error": True,
                 "on_delivery": self._delivered,

@@ -30,7 +30,7 @@ from typing import Final
 
 log = logging.getLogger(__name__)
 
-STALL_AFTER_S: Final = 30.0  # a transaction times out at 30 s: longer than that is no hiccup
+STALL_AFTER_S: Final = 30.0  # a transaction call gives up at 30 s: longer is no hiccup
 SERVING_GRACE_S: Final = 20.0  # a cluster back from an outage: its coordinators load meanwhile
 _CHECK_EVERY_S: Final = 5.0
 

@@ -1,6 +1,7 @@
 """Standby replicas of the kafka runtime (`--standby all`): a worker killed, its partitions taken
 over by a worker that kept them warm, which reads only the changelog's tail before processing;
-a worker that stalled in a revocation keeps what the next owner wrote meanwhile."""
+one killed inside its commit, whose open transaction the next owner waits out; a worker that
+stalled in a revocation keeps what the next owner wrote meanwhile."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import signal
 import pytest
 
 from detector.devstack.worker import WorkerProcess
-from detector.testing.stalling_worker import STALL_MARK
-from tests.integration.deployment import Deployment, audited, wait_for
+from detector.testing.stalling_worker import COMMIT_MARK, STALL_MARK
+from tests.integration.deployment import (
+    Deployment,
+    assert_each_revision_once,
+    audited,
+    wait_for,
+)
 from tests.integration.test_lost_partitions import committed
 from tests.integration.test_worker import event, wait_for_audit
 
@@ -97,6 +103,48 @@ def test_a_standby_takes_over_a_killed_worker_s_partition_reading_only_the_tail(
 
 
 @pytest.mark.parametrize("deployment", ["kafka"], indirect=True)
+def test_a_worker_killed_inside_its_commit_leaves_its_batch_to_the_next_owner_once(
+    deployment: Deployment,
+) -> None:
+    """Killed with its states written in a transaction it never commits, a worker leaves that
+    transaction open on the changelog until the coordinator aborts it. The warm survivor's
+    restore waits for it (the transaction might yet commit: a state read before it is decided
+    could be older than the offsets resumed from), then redoes the batch from the committed
+    offsets: its finding is written once."""
+    key = "held-wf"
+    lines = [
+        event("k1", "lease_acquired", key, 17, 1),
+        event("k2", "lease_acquired", key, 18, 2),
+        event("k3", "progress", key, 17, 3),
+    ]
+    stalling = "detector.testing.stalling_worker"
+    first = deployment.worker("first", *WARM, module=stalling)
+    wait_for(lambda: owns(first, 0), "the first worker to own every partition", workers=[first])
+    second = deployment.worker("second", *WARM, module=stalling)
+    wait_for(
+        lambda: bool(restores(second)) and len(restores(first)) >= 2,
+        "the second worker in the group, the partitions shared",
+        workers=[first, second],
+    )
+    dying, survivor = (first, second) if owns(first, 0) else (second, first)
+    dying.signal(signal.SIGUSR2)  # its next commit stalls with its states written
+    deployment.publish([(key.encode(), line) for line in lines], partition=0)
+    wait_for(
+        lambda: COMMIT_MARK in dying.log.read_text(),
+        "the owner's transaction to hold its states",
+        workers=[dying, survivor],
+    )
+    dying.kill()
+    expected = audited(lines)
+    assert len(expected) == 1
+    with deployment.reader(deployment.topics.findings) as findings:
+        wait_for_audit(findings, expected, [survivor])
+        assert_each_revision_once(findings.records)
+    assert "is undecided, waiting for it" in survivor.log.read_text(), survivor.tail()
+    assert survivor.stop() == 0, survivor.tail()
+
+
+@pytest.mark.parametrize("deployment", ["kafka"], indirect=True)
 def test_a_worker_that_stalls_in_a_revocation_keeps_what_the_next_owner_wrote_meanwhile(
     deployment: Deployment,
 ) -> None:
@@ -112,6 +160,7 @@ def test_a_worker_that_stalls_in_a_revocation_keeps_what_the_next_owner_wrote_me
     config, t = deployment.config, deployment.topics
     stalling = deployment.worker("stalling", *WARM, module="detector.testing.stalling_worker")
     wait_for(lambda: owns(stalling, 0), "the stalling worker to own every partition")
+    stalling.signal(signal.SIGUSR1)  # its next revocation stalls
     deployment.publish([(key.encode(), first)], partition=0)
     wait_for(
         lambda: committed(config, t.group, t.input) == 1, "the first lease", workers=[stalling]
