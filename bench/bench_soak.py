@@ -26,7 +26,9 @@ committed offsets over the middle of the run), unless --rate gives it. Every few
 worker's RSS (/proc/<pid>/status VmRSS), the lag (input end offsets minus the group's committed
 offsets; the worker's own splitbrain_consumer_lag_records beside it), events/s committed, and the
 workflows it tracks. Writes a PNG and the samples as CSV and JSON next to it. Prints numbers;
-asserts nothing. Run: `python bench/bench_soak.py --minutes N [--rate R] [--out docs/soak.png]`.
+asserts nothing. Run: `python bench/bench_soak.py --minutes N [--rate R] [--out docs/soak.png]`;
+`--replay CSV --minutes N --rate R` summarizes and plots the samples a run kept (the CSV is
+rewritten as the run goes), with `--warmup` to move the start window past a disturbance.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from bench_engine import _event, history
 from bench_recovery import tagged
@@ -407,6 +409,23 @@ def write_csv(samples: list[Sample], out: Path) -> None:
         rows.writerows([getattr(s, f.name) for f in fields(Sample)] for s in samples)
 
 
+_INTEGERS: Final = frozenset({"lag", "committed", "produced", "bound"})
+
+
+def _cell(name: str, text: str) -> Any:
+    """A CSV cell as `write_csv` wrote its field (an empty one is None)."""
+    return None if text == "" else int(text) if name in _INTEGERS else float(text)
+
+
+def read_csv(path: Path) -> list[Sample]:
+    """The samples a run kept (`write_csv`)."""
+    with path.open(newline="") as fh:
+        return [
+            Sample(**{name: _cell(name, text) for name, text in row.items()})
+            for row in csv.DictReader(fh)
+        ]
+
+
 def write(samples: list[Sample], out: Path, meta: dict[str, object]) -> None:
     write_csv(samples, out)
     doc = {**meta, "samples": [asdict(s) for s in samples]}
@@ -434,9 +453,30 @@ def main() -> None:
     ap.add_argument("--generation-workflows", type=int, default=5_000)
     ap.add_argument("--events-per-workflow", type=int, default=20)
     ap.add_argument("--calibrate-events", type=int, default=300_000)
+    ap.add_argument(
+        "--replay",
+        type=Path,
+        metavar="CSV",
+        help="summarize and plot the samples a run kept instead of running one: give its "
+        "--minutes and its maximum as --rate; --warmup moves the start window",
+    )
     args = ap.parse_args()
+    if args.replay is not None:
+        if args.rate is None:
+            ap.error("--replay needs --rate: the run's maximum rate")
+        replay(args)
+        return
     with broker_with_topics("soak", args.partitions) as (broker, topics):
         run(args, broker, topics)
+
+
+def replay(args: argparse.Namespace) -> None:
+    samples = read_csv(args.replay)
+    rate = args.rate * args.load
+    print(f"{len(samples)} samples from {args.replay}; offered {rate:,.0f} events/s")
+    summarize(samples, args, rate)
+    plot(samples, args.out, rate, args.minutes * 60 * args.warmup)
+    print(f"wrote {args.out}")
 
 
 def run(args: argparse.Namespace, broker: LocalKafka, topics: WorkerTopics) -> None:
