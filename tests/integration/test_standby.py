@@ -39,6 +39,22 @@ def owns(w: WorkerProcess, partition: int) -> bool:
     return bool(done) and partition in done[-1][0]
 
 
+def owner_and_survivor(
+    deployment: Deployment, module: str = "detector.cli"
+) -> tuple[WorkerProcess, WorkerProcess]:
+    """Two warm workers, started in turn and sharing the partitions: the one that owns
+    partition 0, and the other."""
+    first = deployment.worker("first", *WARM, module=module)
+    wait_for(lambda: owns(first, 0), "the first worker to own partition 0", workers=[first])
+    second = deployment.worker("second", *WARM, module=module)
+    wait_for(
+        lambda: bool(restores(second)) and len(restores(first)) >= 2,
+        "the second worker in the group, the partitions shared",
+        workers=[first, second],
+    )
+    return (first, second) if owns(first, 0) else (second, first)
+
+
 @pytest.mark.parametrize("deployment", ["kafka", "kafka-rocksdb"], indirect=True)
 def test_a_standby_takes_over_a_killed_worker_s_partition_reading_only_the_tail(
     deployment: Deployment,
@@ -57,15 +73,7 @@ def test_a_standby_takes_over_a_killed_worker_s_partition_reading_only_the_tail(
         for n in range(WORKFLOWS)
     ]
     deployment.publish(fill, partition=0)
-    first = deployment.worker("first", *WARM)
-    wait_for(lambda: owns(first, 0), "the first worker to own partition 0", workers=[first])
-    second = deployment.worker("second", *WARM)
-    wait_for(
-        lambda: bool(restores(second)) and len(restores(first)) >= 2,
-        "the second worker in the group, the partitions shared",
-        workers=[first, second],
-    )
-    owner, survivor = (first, second) if owns(first, 0) else (second, first)
+    owner, survivor = owner_and_survivor(deployment)
     assert owns(owner, 0) and not owns(survivor, 0)
     deployment.publish([(key.encode(), line) for line in takeover], partition=0)
     config, t = deployment.config, deployment.topics
@@ -117,16 +125,7 @@ def test_a_worker_killed_inside_its_commit_leaves_its_batch_to_the_next_owner_on
         event("k2", "lease_acquired", key, 18, 2),
         event("k3", "progress", key, 17, 3),
     ]
-    stalling = "detector.testing.stalling_worker"
-    first = deployment.worker("first", *WARM, module=stalling)
-    wait_for(lambda: owns(first, 0), "the first worker to own every partition", workers=[first])
-    second = deployment.worker("second", *WARM, module=stalling)
-    wait_for(
-        lambda: bool(restores(second)) and len(restores(first)) >= 2,
-        "the second worker in the group, the partitions shared",
-        workers=[first, second],
-    )
-    dying, survivor = (first, second) if owns(first, 0) else (second, first)
+    dying, survivor = owner_and_survivor(deployment, "detector.testing.stalling_worker")
     dying.signal(signal.SIGUSR2)  # its next commit stalls with its states written
     deployment.publish([(key.encode(), line) for line in lines], partition=0)
     wait_for(
