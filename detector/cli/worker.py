@@ -113,6 +113,6 @@ def run_worker(
         from detector.runtime.faust import run_faust_worker  # noqa: PLC0415
 
         return run_faust_worker(settings, metrics, engine)
-    from detector.runtime.kafka_loop import KafkaLoopWorker, run_kafka_loop  # noqa: PLC0415
+    from detector.runtime.kafka_loop import run_kafka_loop  # noqa: PLC0415
 
-    return run_kafka_loop(settings, metrics, engine, kafka_loop or KafkaLoopWorker)
+    return run_kafka_loop(settings, metrics, engine, kafka_loop)

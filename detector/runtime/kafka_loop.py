@@ -550,12 +550,12 @@ def run_kafka_loop(
     settings: WorkerSettings,
     metrics: WorkerMetrics,
     engine: type[Detector] = Detector,
-    loop: type[KafkaLoopWorker] = KafkaLoopWorker,  # a test's stalls: testing.stalling_worker
+    loop: type[KafkaLoopWorker] | None = None,  # a test's stalls: testing.stalling_worker
 ) -> int:
     tracing = WorkerTracing.from_env(
         topic=settings.input_topic, group=settings.group_id, instance=settings.instance_id
     )
     try:
-        return loop(settings, metrics, tracing, engine).run()
+        return (loop or KafkaLoopWorker)(settings, metrics, tracing, engine).run()
     finally:
         tracing.shutdown()  # export the spans still buffered

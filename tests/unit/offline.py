@@ -13,7 +13,7 @@ INPUT = "wf.in"
 def offline_settings(state_dir: Path) -> WorkerSettings:
     """A worker's settings whose broker is never connected to."""
     return WorkerSettings(
-        kafka={"bootstrap.servers": "127.0.0.1:9"},  # the discard port: nothing answers
+        kafka={"bootstrap.servers": "127.0.0.1:9", "log_level": 0},  # nothing answers, quietly
         instance_id="w1",
         input_topic=INPUT,
         findings_topic="wf.findings",
