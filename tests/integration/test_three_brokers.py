@@ -3,6 +3,7 @@ three-broker cluster, and the pager bridge and the lease store's relay with a br
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from detector.kafka.health import TRANSACTION_TOPICS, serves
 from detector.testing.pagerduty import PagerDutyReceiver
 from detector.testing.torture.harness import STALL_LINE
 
+from .deployment import PARTITIONS as INPUT_PARTITIONS
 from .deployment import Deployment, audited, keyed, wait_for
 from .kafka_harness import broker_env, renamed_topics_file, splitbrain
 from .test_outbox_relay import relay_through
@@ -35,6 +37,7 @@ TIMEOUT = 30.0
 GIVE_UP_LINE = b"giving up: a commit has waited"  # what detector.runtime.stall logs
 PARTITIONS = 3
 FINDINGS = 30
+COPIES = 400  # of the fixture's workflows, for the stall test
 
 
 def test_default_profile_applies_and_then_has_nothing_to_change(
@@ -131,17 +134,16 @@ def test_the_kafka_worker_stalls_with_two_brokers_down_and_commits_again_after(
     revision once, the latest equal to audit's."""
     d = Deployment(kafka_cluster, tmp_path, "kafka", "memory", replication=3)
     try:
-        lines = many_workflows(400)
+        lines = many_workflows(COPIES)
+        held = lines[-(len(lines) // COPIES) :]  # whole workflows: the fixture's last copy
         expected = audited(lines)
         w = d.worker()
         wait_for(lambda: "restored partitions" in w.log.read_text(), "the start", workers=[w])
         coordinator = kafka_cluster.transaction_coordinator(f"{d.topics.group}-{w.instance}")
-        other = next(n for n in sorted(kafka_cluster.nodes) if n != coordinator)
-        sender, unsent = publish_through_an_outage(d, lines)
+        sender, unsent = publish_through_an_outage(d, lines[: -len(held)])
         with d.reader(d.topics.findings) as findings:
             wait_for_findings(findings, 60, w)
-            for node_id in (coordinator, other):
-                kafka_cluster.node(node_id).kill()
+            other = kill_two_with_input_waiting(kafka_cluster, d, w, coordinator, held)
             wait_for(lambda: STALL_LINE in w.log.read_bytes(), "the stall said", workers=[w])
             # What the stall watch asks before it ends a commit past its timeout: not served.
             needs = [d.topics.findings, *TRANSACTION_TOPICS]
@@ -157,6 +159,35 @@ def test_the_kafka_worker_stalls_with_two_brokers_down_and_commits_again_after(
         assert w.stop() == 0, w.tail()
     finally:
         d.close()
+
+
+def kill_two_with_input_waiting(
+    kafka_cluster: LocalKafkaCluster,
+    d: Deployment,
+    w: WorkerProcess,
+    coordinator: int,
+    held: list[bytes],
+) -> int:
+    """Kill `coordinator` and another broker (returned) while `held` waits for `w` on a partition
+    the third leads, so that `w` has a transaction to commit when they are gone. A worker whose
+    brokers die between two of its batches has nothing to commit (its input cannot be written
+    without two brokers) and rightly says nothing: seen once in CI (2026-12-06). `w` is paused
+    meanwhile, so that it cannot commit `held` before the brokers die."""
+    leaders = {p: kafka_cluster.leader(d.topics.input, p) for p in range(INPUT_PARTITIONS)}
+    led = [
+        (n, p) for p, n in sorted(leaders.items()) if n in kafka_cluster.nodes and n != coordinator
+    ]
+    assert led, f"node {coordinator} leads every input partition: {leaders}"
+    survivor, partition = led[0]
+    other = next(n for n in sorted(kafka_cluster.nodes) if n not in (coordinator, survivor))
+    w.signal(signal.SIGSTOP)
+    try:
+        d.publish(keyed(held), partition=partition)
+        for node_id in (coordinator, other):
+            kafka_cluster.node(node_id).kill()
+    finally:
+        w.signal(signal.SIGCONT)
+    return other
 
 
 def resumed(d: Deployment, w: WorkerProcess, stalled: float) -> None:
