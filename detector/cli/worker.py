@@ -11,7 +11,7 @@ from pydantic import Field, create_model
 
 from detector.core import Bound, Config, Detector
 from detector.kafka.config import KafkaConnection, add_kafka_arguments
-from detector.runtime.settings import WorkerSettings
+from detector.runtime.settings import TRANSACTION_TIMEOUT_MS, WorkerSettings
 from detector.settings import (
     CommandSettings,
     PositiveInt,
@@ -59,6 +59,12 @@ class _Worker(CommandSettings):
             raise SettingsError(
                 f"{self.named('standby')}: expected off with {self.named('runtime')} "
                 "(standbys are the kafka runtime's)"
+            )
+        timeout = settings.transaction_timeout_ms
+        if settings.runtime == "faust" and timeout != TRANSACTION_TIMEOUT_MS:
+            raise SettingsError(
+                f"{self.named('transaction_timeout_ms')}: expected {TRANSACTION_TIMEOUT_MS} with "
+                f"{self.named('runtime')} (faust's transactions keep aiokafka's 60 s)"
             )
         return settings
 

@@ -163,10 +163,21 @@ class KafkaLoopWorker:
                 CHANGELOG_CONFIG,
                 older=_BEFORE_KAFKA_3_8,
             )
+            self.output.start()
         except TopologyError as exc:
             log.error("cannot start the worker: %s", exc)
             return ExitCode.UNUSABLE
-        self.output.start()
+        except KafkaException as exc:
+            if not _refused_timeout(exc):
+                raise
+            log.error(
+                "cannot start the worker: the brokers refuse --transaction-timeout-ms "
+                "(SPLITBRAIN_TRANSACTION_TIMEOUT_MS) %d, above their transaction.max.timeout.ms: "
+                "%s",
+                self.s.transaction_timeout_ms,
+                exc,
+            )
+            return ExitCode.UNUSABLE
         subscribe(self.consumer, self.s.input_topic, self)
         log.info("worker %s started, group %s", self.s.instance_id, self.s.group_id)
         self.metrics.polled(time.time())
@@ -531,6 +542,12 @@ def _fatal(exc: KafkaException) -> bool:
     """Whether the error leaves the producer unusable (fenced, or a fatal transactional one)."""
     err = error_of(exc)
     return err is not None and (err.fatal() or err.code() == KafkaError._FENCED)
+
+
+def _refused_timeout(exc: KafkaException) -> bool:
+    """Whether the brokers refused the transaction timeout: above their maximum."""
+    err = error_of(exc)
+    return err is not None and err.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
 
 
 def _timed_out(exc: KafkaException) -> bool:

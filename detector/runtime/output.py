@@ -24,10 +24,6 @@ from detector.runtime.settings import WorkerSettings
 # Told of one record's delivery: its error, or None and the record with its offset.
 Delivered = Callable[[KafkaError | None, Message], None]
 
-# The coordinator aborts a transaction open this long. Short, as Kafka Streams sets it under
-# exactly-once: one that a killed worker left open holds the next owner of its partitions until
-# then (their committed offsets and their restore wait for it to be decided).
-TRANSACTION_TIMEOUT_S: Final = 10.0
 CALL_TIMEOUT_S: Final = 30.0  # how long a transaction call waits; at least once, a record's ack
 _FLUSH_S: Final = CALL_TIMEOUT_S + 5.0  # every record is acked or failed by then
 
@@ -123,8 +119,9 @@ class TransactionalOutput(_Producing):
         self._config: Final = {
             **_producer_config(settings),
             "transactional.id": settings.transactional_id,
-            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+            "transaction.timeout.ms": settings.transaction_timeout_ms,
         }
+        self._timeout_s: Final = settings.transaction_timeout_ms / 1000
         self.producer = Producer(self._config)
         self._consumer = consumer
         self._open_since: float | None = None  # monotonic, while a transaction is open
@@ -161,7 +158,7 @@ class TransactionalOutput(_Producing):
         the old one's transaction first, committed or aborted: the worker then rewinds to
         whatever Kafka holds."""
         since = self._open_since
-        if fenced and (since is None or time.monotonic() - since < TRANSACTION_TIMEOUT_S):
+        if fenced and (since is None or time.monotonic() - since < self._timeout_s):
             return False
         self.producer.purge()
         self.producer = Producer(self._config)

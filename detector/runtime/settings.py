@@ -19,6 +19,7 @@ from detector.contracts.topics import (
 )
 from detector.core import Config
 from detector.settings import (
+    MAX_INT,
     Directory,
     Form,
     IpAddress,
@@ -34,6 +35,13 @@ StoreKind = Literal["memory", "rocksdb"]
 Guarantee = Literal["exactly-once", "at-least-once"]
 # Which input partitions a member of the kafka runtime keeps warm (`detector.runtime.standby`).
 StandbyKind = Literal["off", "all"]
+# Short, as Kafka Streams sets it under exactly-once: a transaction that a killed worker left open
+# holds the next owner of its partitions (their committed offsets and their restore) until then.
+TRANSACTION_TIMEOUT_MS: Final = 10_000
+# librdkafka keeps its socket timeout 100 ms under the transaction timeout: 1 s leaves it room.
+TransactionTimeoutMs = Annotated[
+    int, Field(ge=1000, le=MAX_INT), Form(f"milliseconds from 1000 to {MAX_INT}", "MS")
+]
 # Kafka's rule for a group.instance.id; the transactional id and the state directory take it too.
 _INSTANCE_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -101,6 +109,16 @@ class WorkerSettings:
             "20 s ends it sooner. 0: wait for ever. In seconds"
         ),
     ] = 300.0
+    transaction_timeout_ms: Annotated[
+        TransactionTimeoutMs,
+        Field(
+            description="kafka runtime, exactly-once: the coordinator aborts a transaction open "
+            "this long (Kafka's transaction.timeout.ms). A killed worker's open transaction holds "
+            "the next owner of its partitions until then; a batch that cannot commit in time is "
+            "aborted and done again. At most the brokers' transaction.max.timeout.ms (15 min by "
+            "default). In milliseconds"
+        ),
+    ] = TRANSACTION_TIMEOUT_MS
     # at-least-once gives up the transactions, and with them the promise that a
     # (finding_id, revision) pair is never written twice.
     processing_guarantee: Annotated[

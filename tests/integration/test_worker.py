@@ -480,6 +480,22 @@ def test_a_second_process_of_the_same_instance_fences_the_first(deployment: Depl
         twin.kill()
 
 
+def test_a_transaction_timeout_the_brokers_refuse_stops_the_worker_naming_the_flag(
+    kafka_deployment: Deployment,
+) -> None:
+    """Above the brokers' transaction.max.timeout.ms (15 min by default) the broker refuses the
+    worker's transactions: it says which setting, and exits 2 (unusable), without a traceback."""
+    w = kafka_deployment.worker("w1", "--transaction-timeout-ms", "900001")
+    wait_for(lambda: not w.alive(), "the worker's exit")
+    log = w.log.read_text()
+    assert w.exit_code() == 2, log
+    assert (
+        "cannot start the worker: the brokers refuse --transaction-timeout-ms "
+        "(SPLITBRAIN_TRANSACTION_TIMEOUT_MS) 900001, above their transaction.max.timeout.ms"
+    ) in log, log
+    assert "Traceback" not in log, log
+
+
 def test_scale_out_moves_state_with_partitions(deployment: Deployment) -> None:
     """A second worker joins mid-stream: partitions and their state move to it through the
     changelog, the first worker's producers for them are fenced, and readers still see every

@@ -168,6 +168,23 @@ def test_standbys_are_off_unless_asked_for_and_refused_to_the_faust_runtime(
     )
 
 
+def test_the_transaction_timeout_is_10_s_unless_set_and_refused_to_the_faust_runtime(
+    started: list[WorkerSettings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(WORKER) == 0
+    assert main([*WORKER, "--transaction-timeout-ms", "60000"]) == 0
+    assert [s.transaction_timeout_ms for s in started] == [10_000, 60_000]
+    assert main([*WORKER, "--transaction-timeout-ms", "999"]) == 2
+    assert "--transaction-timeout-ms" in (err := capsys.readouterr().err), err
+    assert "milliseconds from 1000" in err, err
+    assert main([*WORKER, "--runtime", "faust", "--transaction-timeout-ms", "60000"]) == 2
+    assert capsys.readouterr().err == (
+        "splitbrain worker: --transaction-timeout-ms='60000': expected 10000 with "
+        "--runtime='faust' (faust's transactions keep aiokafka's 60 s)\n"
+    )
+    assert len(started) == 2
+
+
 def test_a_bad_guarantee_flag_names_the_flag_and_its_choices(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
